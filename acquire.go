@@ -1,0 +1,332 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// localSlot makes a name a mutex between the goroutines of one client: the
+// goroutine holding tok is the only one contending for or holding the name.
+// Channel receivers queue in FIFO order, so local waiters are served in
+// turn and only the first of them queries the server.
+type localSlot struct {
+	tok  chan struct{}
+	refs int
+}
+
+func (c *Client) getSlot(name string) *localSlot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.locals[name]
+	if s == nil {
+		s = &localSlot{tok: make(chan struct{}, 1)}
+		s.tok <- struct{}{}
+		c.locals[name] = s
+	}
+	s.refs++
+	return s
+}
+
+// putSlot drops a reference, first handing the token back when held.
+func (c *Client) putSlot(name string, s *localSlot, holding bool) {
+	if holding {
+		s.tok <- struct{}{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.refs--
+	if s.refs == 0 && c.locals[name] == s {
+		delete(c.locals, name)
+	}
+}
+
+// TryAcquire makes one attempt to acquire name and returns at once. When the
+// lease is held elsewhere (or by another goroutine of this client) the error
+// is a *[HeldError] matching [ErrNotAcquired]. ctx bounds this call only,
+// never the lease.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	o, err := c.begin(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	slot := c.getSlot(name)
+	select {
+	case <-slot.tok:
+	default:
+		c.putSlot(name, slot, false)
+		return nil, c.localHolder(name)
+	}
+	l, res, err := c.attempt(ctx, name, o, slot)
+	if l != nil {
+		return l, nil
+	}
+	c.putSlot(name, slot, true)
+	if err != nil {
+		return nil, err
+	}
+	return nil, heldError(name, res)
+}
+
+// Acquire blocks until name is acquired or ctx ends. Waiting is driven by
+// notifications when a holder releases, by a timer at the moment the
+// holder's lease would expire, and by a slow fallback poll. When ctx ends
+// first the error matches both [ErrNotAcquired] and ctx.Err(), and nothing of
+// the attempt is left behind. ctx bounds this call only, never the lease.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
+	o, err := c.begin(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	slot := c.getSlot(name)
+	select {
+	case <-slot.tok:
+	case <-ctx.Done():
+		c.putSlot(name, slot, false)
+		return nil, gaveUp(ctx, c.localHolder(name))
+	}
+	l, err := c.wait(ctx, name, o, slot)
+	if err != nil {
+		c.putSlot(name, slot, true)
+	}
+	return l, err
+}
+
+// begin validates a call and makes sure the table exists.
+func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOptions, error) {
+	if err := CheckName(name); err != nil {
+		return leaseOptions{}, err
+	}
+	o, err := c.leaseOptions(opts)
+	if err != nil {
+		return o, err
+	}
+	if err := c.prepare(ctx); err != nil {
+		return o, err
+	}
+	if o.session {
+		ok, err := c.sessionAvailable(ctx)
+		if err != nil {
+			return o, opError("open a session", err)
+		}
+		if !ok {
+			return o, fmt.Errorf("%w: FastFailover needs pgx (Open, NewFromPool, or database/sql with the pgx stdlib driver)", ErrSessionUnavailable)
+		}
+	}
+	return o, nil
+}
+
+func (c *Client) localHolder(name string) error {
+	c.mu.Lock()
+	l := c.held[name]
+	c.mu.Unlock()
+	info := Info{Name: name, Owner: c.cfg.Owner}
+	if l != nil {
+		info.Token, info.TTL = l.token, l.ttl
+		info.Remaining = time.Until(l.Deadline())
+	}
+	return &HeldError{Holder: info}
+}
+
+func heldError(name string, r store.AcquireResult) error {
+	return &HeldError{Holder: Info{Name: name, Owner: r.OtherOwner, Token: r.OtherToken,
+		Remaining: r.OtherRemaining, SessionBound: r.HolderInSession}}
+}
+
+func gaveUp(ctx context.Context, last error) error {
+	if last == nil {
+		last = ErrNotAcquired
+	}
+	return fmt.Errorf("%w (gave up waiting: %w)", last, ctx.Err())
+}
+
+// wait is the blocking acquire loop of the one local goroutine holding the
+// name's slot.
+func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *localSlot) (*Lease, error) {
+	if _, err := c.session(); err != nil { // starts the listener
+		return nil, err
+	}
+	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	var last error
+	for {
+		woken, unsubscribe := c.hub.subscribe(name)
+		l, res, err := c.attempt(ctx, name, o, slot)
+		if l != nil {
+			unsubscribe()
+			return l, nil
+		}
+		var delay time.Duration
+		switch {
+		case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
+			unsubscribe()
+			return nil, gaveUp(ctx, last)
+		case err != nil && !IsRetryable(err):
+			unsubscribe()
+			return nil, err
+		case err != nil:
+			delay = b.next()
+			c.cfg.Logger.Warn("pglease: acquire failed; retrying", "name", name, "err", err, "in", delay)
+		default:
+			b.reset()
+			last = heldError(name, res)
+			delay = c.expiryWait(res.OtherRemaining)
+		}
+		var sessCancel context.CancelFunc
+		if err == nil && o.session && res.HolderInSession {
+			sessCancel = c.awaitSession(ctx, name, woken)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if sessCancel != nil {
+			sessCancel()
+		}
+		unsubscribe()
+		if ctx.Err() != nil {
+			return nil, gaveUp(ctx, last)
+		}
+	}
+}
+
+// expiryWait is how long to sleep before the next attempt when the holder's
+// lease has remaining time left: until it would expire, plus a little
+// jitter so that contenders of several processes do not collide, at most
+// the fallback poll interval.
+func (c *Client) expiryWait(remaining time.Duration) time.Duration {
+	if remaining < 0 { // the holder's row appeared concurrently
+		return 5*time.Millisecond + rand.N(20*time.Millisecond)
+	}
+	d := remaining + time.Millisecond + rand.N(remaining/50+5*time.Millisecond)
+	return min(d, c.cfg.PollInterval)
+}
+
+// awaitSession blocks, on a connection of its own, on the advisory lock of
+// a session-bound holder, and wakes the waiter the moment the holder's
+// session releases it or ends. The returned function stops it.
+func (c *Client) awaitSession(ctx context.Context, name string, woken chan struct{}) context.CancelFunc {
+	ctx, cancel := context.WithCancel(ctx)
+	cfg, err := c.dedicatedConfig(ctx)
+	if err != nil || cfg == nil {
+		return cancel
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		conn, err := connectPgx(ctx, cfg, c.connectTimeout())
+		if err != nil {
+			return
+		}
+		defer conn.close()
+		if err := c.st.AwaitSession(ctx, conn.querier(), name); err == nil {
+			wake(woken)
+		}
+	}()
+	return cancel
+}
+
+// attempt runs one acquisition statement. The statement runs on a detached
+// context: when ctx ends first, attempt returns at once with ctx.Err() and
+// a lease the statement may still grant is released by token, so nothing
+// of a cancelled attempt is left behind.
+func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot *localSlot) (*Lease, store.AcquireResult, error) {
+	type result struct {
+		res   store.AcquireResult
+		sent  time.Time
+		epoch uint64
+		err   error
+	}
+	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata}
+	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
+	ch := make(chan result, 1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		var r result
+		r.sent = time.Now()
+		if o.session {
+			r.res, r.epoch, r.err = c.acquireInSession(args)
+		} else {
+			sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+			r.res, r.err = c.st.Acquire(sctx, c.db, args)
+			cancel()
+		}
+		if state.CompareAndSwap(0, 1) {
+			ch <- r
+			return
+		}
+		if r.err == nil && r.res.Acquired { // the caller gave up: undo
+			l := c.newLease(name, r.res.Token, o, r.sent, r.epoch, r.res.SessionBound, nil)
+			_ = c.releaseRow(context.Background(), l)
+			l.end(ErrReleased)
+		}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		if state.CompareAndSwap(0, 2) {
+			return nil, store.AcquireResult{}, ctx.Err()
+		}
+		r = <-ch
+	}
+	if r.err != nil {
+		return nil, r.res, opError(fmt.Sprintf("acquire %q", name), r.err)
+	}
+	if !r.res.Acquired {
+		c.events.send(Event{Kind: EventContended, Name: name, Owner: c.cfg.Owner, Previous: r.res.OtherOwner, Token: r.res.OtherToken})
+		return nil, r.res, nil
+	}
+	l := c.newLease(name, r.res.Token, o, r.sent, r.epoch, r.res.SessionBound, slot)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = c.releaseRow(context.Background(), l)
+		l.end(ErrClosed)
+		return nil, r.res, ErrClosed
+	}
+	c.held[name] = l
+	c.startRenewer()
+	c.mu.Unlock()
+	c.events.send(Event{Kind: EventAcquired, Name: name, Owner: c.cfg.Owner, Token: l.token})
+	if r.res.OtherToken != 0 {
+		c.events.send(Event{Kind: EventStaleReclaimed, Name: name, Owner: c.cfg.Owner, Token: l.token, Previous: r.res.OtherOwner})
+	}
+	return l, r.res, nil
+}
+
+// acquireInSession runs a session-bound acquisition on the dedicated
+// connection, first making sure the server will not declare that session
+// dead before the lease's own deadline.
+func (c *Client) acquireInSession(args store.AcquireArgs) (store.AcquireResult, uint64, error) {
+	s, err := c.session()
+	if err != nil {
+		return store.AcquireResult{}, 0, err
+	}
+	var res store.AcquireResult
+	var epoch uint64
+	err = s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+		if *st.keepalive < args.TTL {
+			if err := c.st.SessionKeepalive(ctx, q, args.TTL); err != nil {
+				return err
+			}
+			*st.keepalive = args.TTL
+		}
+		var err error
+		res, err = c.st.Acquire(ctx, q, args)
+		if err == nil && !res.Acquired && res.LockTaken {
+			err = c.st.Unlock(ctx, q, args.Name)
+		}
+		epoch = st.epoch
+		return err
+	})
+	return res, epoch, err
+}

@@ -1,0 +1,348 @@
+package pglease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// Client acquires and keeps leases in one lease table. It is safe for
+// concurrent use. Create it with [Open], [NewFromPool] or [NewFromDB]; no
+// goroutine runs until the first lease is acquired or waited for. Close it
+// to release its leases and stop its goroutines.
+type Client struct {
+	cfg     Config
+	st      *store.Store
+	db      store.DB      // statements that need no session: acquire, release, admin
+	ownPool *pgxpool.Pool // closed by Close when Open created it
+	sqlDB   *sql.DB       // set by NewFromDB
+	connCfg *pgx.ConnConfig
+	events  *eventQueue
+
+	bg     context.Context // lifetime of background work
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	hub    hub
+	sess   *session // dedicated connection, created lazily
+	schema sync.Mutex
+	ready  bool // schema checked
+
+	mu      sync.Mutex
+	closed  bool
+	held    map[string]*Lease
+	locals  map[string]*localSlot
+	renewer chan struct{} // kicks the renew loop; nil until started
+}
+
+// Open connects to the database named by dsn (a URL or key=value string;
+// empty values come from the PG* environment variables, .pgpass and
+// pg_service.conf, as with libpq) and returns a client that owns its pool.
+// It fails unless a first connection succeeds within the connect timeout.
+func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
+	cfg, st, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pglease: invalid DSN: %w", err)
+	}
+	pcfg.MaxConns = cfg.MaxConns
+	if cfg.ConnectTimeout > 0 {
+		pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	} else if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = defaultConnTimeout
+	}
+	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = appName(cfg.Owner)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("pglease: invalid DSN: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, pcfg.ConnConfig.ConnectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, opError("connect", err)
+	}
+	c := newClient(cfg, st, store.Pgx(pool))
+	c.ownPool = pool
+	c.connCfg = pcfg.ConnConfig.Copy()
+	return c, nil
+}
+
+// NewFromPool returns a client that uses a pool the caller owns; pglease
+// never closes it. A dedicated connection for renewals and notifications is
+// opened with the pool's connection settings.
+func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("pglease: NewFromPool: pool is nil")
+	}
+	cfg, st, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(cfg, st, store.Pgx(pool))
+	c.connCfg = pool.Config().ConnConfig.Copy()
+	return c, nil
+}
+
+// NewFromDB returns a client that uses a database/sql handle the caller owns
+// (lib/pq, pgx's stdlib driver, and anything built on them: sqlx, GORM,
+// ent). With pgx's stdlib driver every feature is available; with other
+// drivers notifications and fast failover are not (waiters poll), and
+// renewals use one connection held from the handle's pool.
+func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
+	if db == nil {
+		return nil, errors.New("pglease: NewFromDB: db is nil")
+	}
+	cfg, st, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(cfg, st, store.SQL(db, func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) }))
+	c.sqlDB = db
+	return c, nil
+}
+
+func newClient(cfg Config, st *store.Store, db store.DB) *Client {
+	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}}
+	c.bg, c.stop = context.WithCancel(context.Background())
+	c.events = &eventQueue{obs: cfg.Observer, wg: &c.wg, onPanic: func(r any) {
+		c.cfg.Logger.Error("pglease: observer panicked", "panic", r)
+	}}
+	c.hub.init()
+	return c
+}
+
+func appName(owner string) string {
+	name := "pglease " + owner
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return name
+}
+
+// Owner returns the owner label of this client's leases.
+func (c *Client) Owner() string { return c.cfg.Owner }
+
+// DDL returns the SQL that creates this client's lease table, for users'
+// own migration tools. It is idempotent.
+func (c *Client) DDL() string { return c.st.DDL() }
+
+// DDL returns the SQL that creates the lease table "[schema.]table" (empty
+// means the default), or an error matching [ErrInvalidIdentifier].
+func DDL(table string) (string, error) {
+	st, err := store.New(table)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", ErrInvalidIdentifier, err)
+	}
+	return st.DDL(), nil
+}
+
+// Migrate creates the lease table and its sequence when missing and checks
+// the layout of an existing table. Clients do this on first use unless
+// [Config.DisableAutoMigrate] is set.
+func (c *Client) Migrate(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	c.schema.Lock()
+	defer c.schema.Unlock()
+	if err := c.st.EnsureSchema(ctx, c.db); err != nil {
+		return opError("create the lease table "+c.st.Names.QualifiedTable(), err)
+	}
+	c.ready = true
+	return nil
+}
+
+// ensureSchema runs Migrate once per client (or only checks the table when
+// auto-migration is off).
+func (c *Client) ensureSchema(ctx context.Context) error {
+	c.schema.Lock()
+	ready := c.ready
+	c.schema.Unlock()
+	if ready {
+		return nil
+	}
+	if c.cfg.DisableAutoMigrate {
+		c.schema.Lock()
+		defer c.schema.Unlock()
+		if err := c.st.CheckShape(ctx, c.db); err != nil {
+			return opError("check the lease table "+c.st.Names.QualifiedTable(), err)
+		}
+		c.ready = true
+		return nil
+	}
+	return c.Migrate(ctx)
+}
+
+func (c *Client) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close releases every lease the client holds (bounded by a few seconds;
+// past that, expiry frees them), stops its goroutines and waits for them,
+// and closes the pool if [Open] created it. Leases end with [ErrClosed].
+// Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	leases := make([]*Lease, 0, len(c.held))
+	for _, l := range c.held {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+
+	var errs []error
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	for _, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.release(context.Background(), ErrClosed); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	c.stop()
+	c.wg.Wait()
+	if c.sess != nil {
+		c.sess.wait()
+	}
+	if c.ownPool != nil {
+		c.ownPool.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// Info describes a lease row as the server sees it. Durations are computed
+// with the server's clock.
+type Info struct {
+	Name         string
+	Owner        string
+	Token        int64
+	AcquiredAt   time.Time     // server time
+	RenewedAt    time.Time     // server time of the last heartbeat
+	ExpiresAt    time.Time     // server time
+	TTL          time.Duration //
+	Remaining    time.Duration // until expiry; negative once expired
+	HeartbeatAge time.Duration // since the last heartbeat
+	HeldFor      time.Duration // since acquisition
+	SessionBound bool          // acquired with FastFailover
+	Metadata     string        // JSON object
+}
+
+// Held reports whether the lease had not expired when it was read.
+func (i Info) Held() bool { return i.Remaining > 0 }
+
+// Stale reports whether the lease is still held but its heartbeat is older
+// than threshold: its holder may be alive but stuck (a zombie).
+func (i Info) Stale(threshold time.Duration) bool { return i.Held() && i.HeartbeatAge > threshold }
+
+func infoOf(r store.Record) Info {
+	return Info{Name: r.Name, Owner: r.Owner, Token: r.Token, AcquiredAt: r.AcquiredAt,
+		RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt, TTL: r.TTL, Remaining: r.Remaining,
+		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, SessionBound: r.SessionBound, Metadata: r.Metadata}
+}
+
+// ErrNoLease is returned by [Client.Get] and [Client.ForceRelease] when the
+// table has no row for the name.
+var ErrNoLease = errors.New("pglease: no such lease")
+
+// Get returns the lease row of name, held or expired, or [ErrNoLease].
+func (c *Client) Get(ctx context.Context, name string) (Info, error) {
+	if err := CheckName(name); err != nil {
+		return Info{}, err
+	}
+	if err := c.prepare(ctx); err != nil {
+		return Info{}, err
+	}
+	rec, ok, err := c.st.Get(ctx, c.db, name)
+	if err != nil {
+		return Info{}, opError("read lease", err)
+	}
+	if !ok {
+		return Info{}, fmt.Errorf("%w: %q", ErrNoLease, name)
+	}
+	return infoOf(rec), nil
+}
+
+// List returns every lease row, held or expired, ordered by name.
+func (c *Client) List(ctx context.Context) ([]Info, error) {
+	if err := c.prepare(ctx); err != nil {
+		return nil, err
+	}
+	recs, err := c.st.List(ctx, c.db)
+	if err != nil {
+		return nil, opError("list leases", err)
+	}
+	out := make([]Info, len(recs))
+	for i, r := range recs {
+		out[i] = infoOf(r)
+	}
+	return out, nil
+}
+
+// ForceRelease deletes the lease of name whoever holds it, wakes waiters,
+// and returns what it deleted. It is an administrative action: the holder
+// learns of it at its next renewal and its lease ends with [ErrLeaseLost].
+func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
+	if err := CheckName(name); err != nil {
+		return Info{}, err
+	}
+	if err := c.prepare(ctx); err != nil {
+		return Info{}, err
+	}
+	rec, ok, err := c.st.ForceRelease(ctx, c.db, name)
+	if err != nil {
+		return Info{}, opError("force-release", err)
+	}
+	if !ok {
+		return Info{}, fmt.Errorf("%w: %q", ErrNoLease, name)
+	}
+	return infoOf(rec), nil
+}
+
+// Cleanup deletes expired rows and returns how many. Tokens are unaffected:
+// they keep increasing.
+func (c *Client) Cleanup(ctx context.Context) (int64, error) {
+	if err := c.prepare(ctx); err != nil {
+		return 0, err
+	}
+	n, err := c.st.Cleanup(ctx, c.db)
+	if err != nil {
+		return 0, opError("clean up", err)
+	}
+	return n, nil
+}
+
+// prepare checks that the client is open and its table usable.
+func (c *Client) prepare(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	return c.ensureSchema(ctx)
+}

@@ -1,0 +1,273 @@
+package pglease
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// Config configures a [Client]. The zero value is valid: every field has a
+// documented default.
+type Config struct {
+	// Table is the lease table, "table" or "schema.table"; each part must
+	// match [a-z_][a-z0-9_]{0,62}. Default "pglease_leases" in the first
+	// schema of the search_path.
+	Table string
+	// Owner labels the leases of this client in the table and in
+	// pg_stat_activity (e.g. a Kubernetes pod name). It is a label only:
+	// two clients with the same Owner still exclude each other. Default
+	// "hostname-pid-random", unique per client.
+	Owner string
+	// TTL is the default time-to-live of a lease; [WithTTL] overrides it
+	// per lease. Default 30s; minimum 1s.
+	TTL time.Duration
+	// SafetyMargin is subtracted from the TTL to get the local deadline of a
+	// lease (see the package documentation). It bounds the process pause the
+	// mutual exclusion guarantee tolerates. Default TTL/5 of each lease;
+	// must be below TTL/2.
+	SafetyMargin time.Duration
+	// RenewInterval is how often held leases are renewed. Default a third
+	// of the shortest TTL held; must leave at least two renewal attempts
+	// before the local deadline.
+	RenewInterval time.Duration
+	// PollInterval bounds how long a blocked [Client.Acquire] waits between
+	// checks when no notification arrives (lost notifications, PgBouncer).
+	// Default 5s.
+	PollInterval time.Duration
+	// StatementTimeout bounds each statement pglease runs outside a lease's
+	// safety deadline. Default 10s.
+	StatementTimeout time.Duration
+	// ConnectTimeout bounds each connection attempt of a client created
+	// with [Open]. Default 10s, or connect_timeout from the DSN.
+	ConnectTimeout time.Duration
+	// MaxConns is the pool size of a client created with [Open]. Default 4.
+	MaxConns int32
+	// DisableNotify turns off LISTEN/NOTIFY; waiters then poll every
+	// PollInterval and on lease expiry. Use it when the client cannot have
+	// a session of its own (PgBouncer in transaction pooling mode).
+	DisableNotify bool
+	// DisableAutoMigrate stops the client from creating its table when it
+	// is missing; use it when the table is created by a migration tool
+	// (see [Client.DDL]).
+	DisableAutoMigrate bool
+	// Logger receives structured logs. Default: none.
+	Logger *slog.Logger
+	// Observer receives lease events. Default: none.
+	Observer Observer
+}
+
+const (
+	defaultTTL         = 30 * time.Second
+	minTTL             = time.Second
+	maxTTL             = 100 * 365 * 24 * time.Hour
+	defaultPoll        = 5 * time.Second
+	defaultStmtTimeout = 10 * time.Second
+	defaultConnTimeout = 10 * time.Second
+	defaultMaxConns    = 4
+	maxNameBytes       = 255
+	releaseTimeout     = 5 * time.Second
+)
+
+// withDefaults validates cfg and fills in defaults.
+func (cfg Config) withDefaults() (Config, *store.Store, error) {
+	st, err := store.New(cfg.Table)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("%w: %s", ErrInvalidIdentifier, err)
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = defaultOwner()
+	}
+	if !utf8.ValidString(cfg.Owner) || len(cfg.Owner) > 255 {
+		return cfg, nil, fmt.Errorf("%w: owner must be valid UTF-8 of at most 255 bytes", ErrInvalidName)
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = defaultTTL
+	}
+	if err := checkTTL(cfg.TTL); err != nil {
+		return cfg, nil, err
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"PollInterval", &cfg.PollInterval, defaultPoll},
+		{"StatementTimeout", &cfg.StatementTimeout, defaultStmtTimeout},
+		{"ConnectTimeout", &cfg.ConnectTimeout, 0},
+	} {
+		if *d.v < 0 {
+			return cfg, nil, fmt.Errorf("%w: %s must not be negative, got %s", ErrInvalidTTL, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.SafetyMargin < 0 || cfg.RenewInterval < 0 {
+		return cfg, nil, fmt.Errorf("%w: SafetyMargin and RenewInterval must not be negative", ErrInvalidTTL)
+	}
+	if cfg.MaxConns < 0 {
+		return cfg, nil, fmt.Errorf("pglease: MaxConns must not be negative, got %d", cfg.MaxConns)
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = defaultMaxConns
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, st, nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < minTTL {
+		return fmt.Errorf("%w: TTL must be at least 1s, got %s", ErrInvalidTTL, ttl)
+	}
+	if ttl > maxTTL {
+		return fmt.Errorf("%w: TTL must be at most 100 years, got %s", ErrInvalidTTL, ttl)
+	}
+	return nil
+}
+
+// CheckName returns an error matching [ErrInvalidName] unless name is 1–255
+// bytes of valid UTF-8 without NUL.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: name is empty", ErrInvalidName)
+	case len(name) > maxNameBytes:
+		return fmt.Errorf("%w: name is %d bytes, the maximum is %d", ErrInvalidName, len(name), maxNameBytes)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: name is not valid UTF-8", ErrInvalidName)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == 0 {
+			return fmt.Errorf("%w: name contains a NUL byte", ErrInvalidName)
+		}
+	}
+	return nil
+}
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Option changes how one lease is acquired.
+type Option func(*leaseOptions) error
+
+type leaseOptions struct {
+	ttl, minHold time.Duration
+	metadata     []byte
+	session      bool
+}
+
+// WithTTL sets the lease's time-to-live (at least 1s) instead of
+// [Config.TTL].
+func WithTTL(ttl time.Duration) Option {
+	return func(o *leaseOptions) error {
+		if err := checkTTL(ttl); err != nil {
+			return err
+		}
+		o.ttl = ttl
+		return nil
+	}
+}
+
+// WithMinHold keeps the lease held until d after acquisition even when it
+// is released earlier (ShedLock's lockAtLeastFor), so that a job scheduled on
+// several hosts with slightly different clocks runs once.
+func WithMinHold(d time.Duration) Option {
+	return func(o *leaseOptions) error {
+		if d < 0 || d > maxTTL {
+			return fmt.Errorf("%w: minimum hold must be between 0 and 100 years, got %s", ErrInvalidTTL, d)
+		}
+		o.minHold = d
+		return nil
+	}
+}
+
+// WithMetadata stores v, encoded as a JSON object, with the lease (host,
+// pid and pglease version are always recorded).
+func WithMetadata(v map[string]any) Option {
+	return func(o *leaseOptions) error {
+		m := map[string]any{}
+		if err := json.Unmarshal(o.metadata, &m); err != nil {
+			return fmt.Errorf("pglease: metadata: %w", err)
+		}
+		for k, x := range v {
+			m[k] = x
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("pglease: metadata must encode as JSON: %w", err)
+		}
+		if len(b) > 8192 {
+			return fmt.Errorf("pglease: metadata is %d bytes encoded, the maximum is 8192", len(b))
+		}
+		o.metadata = b
+		return nil
+	}
+}
+
+// FastFailover ties the lease to the client's database session so that a
+// waiter takes it over within milliseconds when the holder process dies; see
+// "Fast failover" in the package documentation.
+func FastFailover() Option {
+	return func(o *leaseOptions) error { o.session = true; return nil }
+}
+
+// Version is the version of this package, recorded in lease metadata.
+const Version = "0.1.0"
+
+func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
+	host, _ := os.Hostname()
+	meta, _ := json.Marshal(map[string]any{"host": host, "pid": os.Getpid(), "version": Version})
+	o := leaseOptions{ttl: c.cfg.TTL, metadata: meta}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	if o.minHold > o.ttl {
+		// A release before the minimum hold keeps the row until then; a
+		// longer hold than TTL would need renewals nobody sends.
+		return o, fmt.Errorf("%w: minimum hold %s exceeds the TTL %s", ErrInvalidTTL, o.minHold, o.ttl)
+	}
+	if c.cfg.SafetyMargin >= o.ttl/2 {
+		return o, fmt.Errorf("%w: SafetyMargin %s must be below half the TTL %s", ErrInvalidTTL, c.cfg.SafetyMargin, o.ttl)
+	}
+	if c.cfg.RenewInterval > 0 && c.cfg.RenewInterval*2 > o.ttl-c.margin(o.ttl) {
+		return o, fmt.Errorf("%w: RenewInterval %s leaves fewer than two renewals before the deadline of a %s TTL", ErrInvalidTTL, c.cfg.RenewInterval, o.ttl)
+	}
+	return o, nil
+}
+
+// margin is the safety margin of a lease with the given TTL.
+func (c *Client) margin(ttl time.Duration) time.Duration {
+	if c.cfg.SafetyMargin > 0 {
+		return c.cfg.SafetyMargin
+	}
+	return ttl / 5
+}
+
+// renewEvery is the renewal interval for a lease with the given TTL.
+func (c *Client) renewEvery(ttl time.Duration) time.Duration {
+	if c.cfg.RenewInterval > 0 {
+		return c.cfg.RenewInterval
+	}
+	return ttl / 3
+}

@@ -1,0 +1,111 @@
+// Package pglease turns a PostgreSQL database into a distributed lock
+// manager: named leases with a time-to-live, mutual exclusion across
+// processes and hosts, fencing tokens, leader election helpers and "run this
+// job on exactly one instance".
+//
+// # Model
+//
+// A lease is one row of a table (default "pglease_leases") keyed by name.
+// [Client.TryAcquire] inserts the row, or takes it over when it has expired,
+// in a single statement, and gives the new holder a fencing token drawn from
+// a sequence. The holder's [Client] renews every lease it holds with one
+// statement per renewal interval (TTL/3 by default) on a connection of its
+// own, so renewals never queue behind the application's use of a shared
+// pool. [Lease.Release] deletes the row and notifies waiters with
+// NOTIFY, so [Client.Acquire] wakes at once instead of polling.
+//
+//	          TryAcquire / Acquire
+//	free ─────────────────────────────▶ held (token T)
+//	 ▲                                    │  renew (same T) every TTL/3
+//	 │ Release (name, T)                  │
+//	 ├────────────────────────────────────┤
+//	 │ expiry: no renewal for TTL         │  takeover by another client
+//	 └──── expired ◀──────────────────────┘  (token T' > T)
+//
+// # Guarantees
+//
+//   - Mutual exclusion in time. A holder considers its lease valid only until
+//     its local deadline: the moment it sent the last successful acquire or
+//     renew statement, plus the TTL, minus a safety margin, measured on its
+//     own monotonic clock. The server sets the row's expiry to its now() +
+//     TTL, and now() is read after the statement was sent, so the local
+//     deadline passes before the row can expire. A slow but successful round
+//     trip never extends trust. When the deadline passes without a renewal,
+//     [Lease.Done] is closed and [Lease.Err] returns [ErrLeaseLost] before
+//     any other client can acquire the name, as long as the holder process is
+//     not paused (GC, SIGSTOP, VM freeze) for longer than the safety margin.
+//   - Fencing. Every acquisition gets a token from a sequence: strictly
+//     greater than every token any earlier holder of the name received, across
+//     releases, expiry, cleanup and restarts of the database or clients.
+//     Renewal never changes the token, so a lost renewal reply is simply
+//     retried. [Lease.Guard] checks the token inside the caller's own
+//     transaction and locks the row until commit, so a stale holder's write
+//     to the same database cannot commit.
+//   - One clock. Every expiry, remaining time and heartbeat age is computed in
+//     SQL with the server's clock. Client wall clocks are never compared with
+//     server timestamps.
+//   - Nothing stolen. Renew and release are scoped by (name, token); two
+//     clients that share an owner label cannot touch each other's leases.
+//     Only [Client.ForceRelease] takes a lease from its holder, and the
+//     holder learns of it at its next renewal.
+//   - Within one Client a name is a mutex between goroutines too: there is no
+//     silent re-entry.
+//   - Bad input (names, TTLs, identifiers) is rejected with a typed error
+//     before anything is sent.
+//
+// # What is not guaranteed
+//
+//   - A process paused for longer than the safety margin may resume after
+//     its lease was granted to someone else and act before it notices. Its
+//     lease's context is already past its deadline when it resumes; use the
+//     fencing token (or [Lease.Guard]) to make the protected resource reject
+//     it.
+//   - Leases are as durable as the database. With asynchronous replication a
+//     failover may lose the last acquisitions; see docs/FAILURE-MODES.md.
+//   - A step of the server's clock (not the clients') changes every
+//     expiry at once; keep the server on NTP with slewing.
+//
+// # Clocks
+//
+// The server decides expiry with now(); a client only ever gives up early,
+// on its monotonic clock. Client wall clocks may be skewed or jump without
+// effect.
+//
+// # Failure handling
+//
+//   - Transient errors (connection reset, server restart, failover) are
+//     retried with bounded, jittered backoff, never past a lease's deadline.
+//     Errors that cannot be retried are returned; [IsRetryable] tells them
+//     apart.
+//   - When renewals keep failing the lease is lost at its local deadline;
+//     when a renewal finds the row taken over or force-released, the lease is
+//     lost at once. Either way [Lease.Done] is closed and [Lease.Err] wraps
+//     [ErrLeaseLost].
+//   - A cancelled acquire leaves nothing behind: if an insert may have
+//     committed while its reply was lost, the row is released by token on a
+//     detached, bounded context.
+//   - [Client.Close] releases every lease (bounded by a timeout; past the TTL,
+//     expiry is the safety net), stops every goroutine and waits for them.
+//
+// # Fast failover
+//
+// With the [FastFailover] option a lease is also tied to the holder's
+// database session through a session advisory lock. When the holder process
+// dies, its session ends and a waiting contender (blocked on the same
+// advisory lock, not polling) takes over within milliseconds instead of
+// waiting out the TTL. This does not weaken the guarantees above for network
+// partitions: the session's TCP keepalive and user timeout are set so that
+// the server cannot declare the session dead before the holder's own local
+// deadline, and a holder whose session connection fails cancels its
+// session-bound leases at once. One window remains: an operator or the
+// server itself terminating a live holder's session (pg_terminate_backend,
+// idle_session_timeout) hands the lease over while the holder may still be
+// working, until it notices the broken connection, which it does at once
+// when idle and after its current statement otherwise. Fencing tokens cover
+// that window. Fast failover needs a real session, so it does not work
+// through PgBouncer in transaction pooling mode.
+//
+// # Concurrency
+//
+// [Client] and [Lease] are safe for concurrent use by multiple goroutines.
+package pglease

@@ -1,0 +1,98 @@
+package pglease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+var (
+	// ErrNotAcquired means the lease is held by someone else. The error
+	// returned is a *[HeldError] describing the holder.
+	ErrNotAcquired = errors.New("pglease: lease is held by another owner")
+	// ErrLeaseLost is the cause of a lease's end when it expired before a
+	// renewal succeeded, or was taken over or force-released.
+	ErrLeaseLost = errors.New("pglease: lease lost")
+	// ErrReleased is the cause of a lease's end after [Lease.Release].
+	ErrReleased = errors.New("pglease: lease released")
+	// ErrClosed is returned by calls on a closed [Client], and is the cause
+	// of the end of every lease the client held when it was closed.
+	ErrClosed = errors.New("pglease: client closed")
+	// ErrInvalidName means a lease name is empty, longer than 255 bytes, not
+	// valid UTF-8 or contains NUL.
+	ErrInvalidName = errors.New("pglease: invalid lease name")
+	// ErrInvalidTTL means a TTL or other duration is out of range.
+	ErrInvalidTTL = errors.New("pglease: invalid duration")
+	// ErrInvalidIdentifier means a table, schema or channel name does not
+	// match [a-z_][a-z0-9_]{0,62}.
+	ErrInvalidIdentifier = errors.New("pglease: invalid identifier")
+	// ErrNotHeld is returned by [Lease.Guard] when the lease is no longer
+	// held with its token.
+	ErrNotHeld = errors.New("pglease: lease is no longer held with this token")
+	// ErrSessionUnavailable means a feature needs a dedicated database
+	// session (fast failover, notifications) that this client cannot open.
+	ErrSessionUnavailable = errors.New("pglease: a dedicated database session is not available")
+	// ErrSchema means the lease table exists with a layout this version of
+	// pglease cannot use. Nothing was changed.
+	ErrSchema = errors.New("pglease: unusable lease table")
+)
+
+// HeldError is returned when a lease is held by another owner. It matches
+// [ErrNotAcquired] with errors.Is.
+type HeldError struct {
+	// Holder is the current holder as seen by the server. Holder.Remaining is
+	// how long until it expires unless renewed. When the row was being
+	// changed concurrently Holder may be the zero value.
+	Holder Info
+}
+
+func (e *HeldError) Error() string {
+	if e.Holder.Owner == "" {
+		return "pglease: lease is held by another owner"
+	}
+	return fmt.Sprintf("pglease: lease %q is held by %q (token %d, expires in %s)",
+		e.Holder.Name, e.Holder.Owner, e.Holder.Token, e.Holder.Remaining.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+
+// IsRetryable reports whether err is transient (connection lost, server
+// restarting or failing over, too many connections) so that the same call
+// may succeed later.
+func IsRetryable(err error) bool { return store.Retryable(err) }
+
+// lostError is the cause of a lost lease: it matches ErrLeaseLost and says
+// why.
+type lostError struct{ why string }
+
+func (e *lostError) Error() string        { return "pglease: lease lost: " + e.why }
+func (e *lostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// opError prefixes a database error with what pglease was doing.
+func opError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *store.SchemaError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w: %s", ErrSchema, se.Msg)
+	}
+	hint := ""
+	switch store.SQLState(err) {
+	case "42501":
+		hint = " (the role lacks a privilege: grant it, or create the table with `pglease migrate` as an owner role; see docs/OPERATIONS.md)"
+	case "42P01", "3F000":
+		hint = " (the lease table or its schema is missing: run `pglease migrate`)"
+	case "28P01", "28000":
+		hint = " (authentication failed: check the user and password)"
+	case "3D000":
+		hint = " (the database does not exist: check the DSN)"
+	}
+	if hint == "" && IsRetryable(err) {
+		hint = " (the database is unreachable or restarting; it will be retried where safe)"
+	}
+	return fmt.Errorf("pglease: %s: %w%s", op, err, hint)
+}

@@ -1,0 +1,127 @@
+package pgtest
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+var validSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func schemaExists(t *testing.T, name string) bool {
+	var ok bool
+	err := Pool(t).QueryRow(ctxT(t), "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", name).Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func TestSchemaName(t *testing.T) {
+	for _, name := range []string{
+		"TestX", "TestX/sub-test#01", strings.Repeat("Ünïcödé/", 30), "", "9lives",
+	} {
+		got := schemaName(name, "abc123", 12345)
+		if !validSchema.MatchString(got) {
+			t.Errorf("schemaName(%q) = %q: invalid", name, got)
+		}
+		if !strings.HasSuffix(got, "_abc123_12345") {
+			t.Errorf("schemaName(%q) = %q: suffix lost", name, got)
+		}
+	}
+}
+
+func TestSchema(t *testing.T) {
+	var name string
+	t.Run("Create/With Odd-Name", func(t *testing.T) {
+		name = Schema(t)
+		if !validSchema.MatchString(name) {
+			t.Fatalf("invalid schema name %q", name)
+		}
+		if !schemaExists(t, name) {
+			t.Fatalf("schema %q not created", name)
+		}
+		if _, err := Pool(t).Exec(ctxT(t), "CREATE TABLE "+name+".x (id int)"); err != nil {
+			t.Fatal(err)
+		}
+		if other := Schema(t); other == name {
+			t.Fatalf("Schema returned %q twice", name)
+		}
+	})
+	if schemaExists(t, name) {
+		t.Fatalf("schema %q not dropped", name)
+	}
+}
+
+func TestTerminateBackends(t *testing.T) {
+	ctx := ctxT(t)
+	cfg, err := pgx.ParseConfig(DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "pgtest_terminate_me"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if n := TerminateBackends(t, "pgtest_terminate_%"); n != 1 {
+		t.Fatalf("terminated %d backends, want 1", n)
+	}
+	if err := conn.Ping(ctx); err == nil {
+		t.Fatal("ping succeeded on terminated backend")
+	}
+	if n := TerminateBackends(t, "pgtest_terminate_%"); n != 0 {
+		t.Fatalf("terminated %d backends, want 0", n)
+	}
+}
+
+func TestRestartSharedCluster(t *testing.T) {
+	c := RequireCluster(t)
+	ctx := ctxT(t)
+	pool := Pool(t)
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(ctx, "fast"); err != nil {
+		t.Fatal(err)
+	}
+	var one int
+	var err error
+	// The pool's old connections are dead; a retry gets a fresh one.
+	for i := 0; i < 5; i++ {
+		if err = pool.QueryRow(ctx, "SELECT 1").Scan(&one); err == nil {
+			break
+		}
+	}
+	if err != nil || one != 1 {
+		t.Fatalf("after restart: %d, %v", one, err)
+	}
+}
+
+func TestLeakDetection(t *testing.T) {
+	stop := make(chan struct{})
+	go func() { <-stop }()
+	found := false
+	for _, g := range interestingGoroutines() {
+		if strings.Contains(g, "TestLeakDetection") {
+			found = true
+		}
+	}
+	close(stop)
+	if !found {
+		t.Fatal("leaked goroutine not reported")
+	}
+}

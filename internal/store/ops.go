@@ -1,0 +1,307 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Store runs the statements of one lease table.
+type Store struct {
+	Names Names
+	Q     Queries
+}
+
+// New returns the Store of a "[schema.]table" spec.
+func New(table string) (*Store, error) {
+	n, err := ParseTable(table)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{Names: n, Q: Build(n)}, nil
+}
+
+// DDL is the complete, idempotent script that creates the objects of this
+// table, for users' own migration tools.
+func (s *Store) DDL() string {
+	var b strings.Builder
+	if s.Names.Schema != "" {
+		b.WriteString(s.Q.CreateSchema + ";\n\n")
+	}
+	b.WriteString(s.Q.CreateSequence + ";\n\n")
+	b.WriteString(s.Q.CreateTable + ";\n\n")
+	b.WriteString(s.Q.CommentTable + ";\n")
+	return b.String()
+}
+
+// Column is the expected shape of one column.
+type column struct {
+	name, typ string
+	notNull   bool
+}
+
+var wantColumns = []column{
+	{"name", "text", true}, {"owner", "text", true}, {"token", "bigint", true},
+	{"acquired_at", "timestamp with time zone", true},
+	{"renewed_at", "timestamp with time zone", true},
+	{"expires_at", "timestamp with time zone", true},
+	{"hold_until", "timestamp with time zone", true},
+	{"ttl", "interval", true}, {"session_pid", "integer", false},
+	{"metadata", "jsonb", true},
+}
+
+// ErrSchema wraps every problem with an existing table's layout.
+type SchemaError struct{ Msg string }
+
+func (e *SchemaError) Error() string { return e.Msg }
+
+// EnsureSchema creates the table and sequence when missing. Concurrent
+// callers serialize on a transaction-scoped advisory lock; when the objects
+// exist nothing is created, so a role without CREATE rights works. An
+// existing table of another shape is reported and left untouched.
+func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
+	exists, err := s.exists(ctx, db)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		err = db.InTx(ctx, func(q Querier) error {
+			if err := q.Query(ctx, s.Q.SchemaLock, []any{"pglease schema " + s.Names.QualifiedTable()}, func(Row) error { return nil }); err != nil {
+				return err
+			}
+			exists, err := s.exists(ctx, q)
+			if err != nil || exists {
+				return err
+			}
+			stmts := []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.CommentTable}
+			if s.Names.Schema != "" {
+				stmts = append([]string{s.Q.CreateSchema}, stmts...)
+			}
+			for _, st := range stmts {
+				if err := q.Exec(ctx, st); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return s.CheckShape(ctx, db)
+}
+
+func (s *Store) exists(ctx context.Context, q Querier) (bool, error) {
+	var table, seq bool
+	err := q.Query(ctx, s.Q.TableExists, []any{s.Names.QualifiedTable(), s.Names.QualifiedSeq()},
+		func(r Row) error { return r.Scan(&table, &seq) })
+	return table && seq, err
+}
+
+// CheckShape compares the existing table with the layout this version
+// expects and returns a *SchemaError naming the first mismatch.
+func (s *Store) CheckShape(ctx context.Context, q Querier) error {
+	got := map[string]column{}
+	err := q.Query(ctx, s.Q.Columns, []any{s.Names.QualifiedTable()}, func(r Row) error {
+		var c column
+		if err := r.Scan(&c.name, &c.typ, &c.notNull); err != nil {
+			return err
+		}
+		got[c.name] = c
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, w := range wantColumns {
+		g, ok := got[w.name]
+		switch {
+		case !ok:
+			return &SchemaError{fmt.Sprintf("table %s exists but has no column %q; it was not created by pglease or by this version (nothing was changed; pick another table or migrate it)", s.Names.QualifiedTable(), w.name)}
+		case g.typ != w.typ || g.notNull != w.notNull:
+			return &SchemaError{fmt.Sprintf("table %s column %q is %s (not null: %v), pglease needs %s (not null: %v); nothing was changed", s.Names.QualifiedTable(), w.name, g.typ, g.notNull, w.typ, w.notNull)}
+		}
+	}
+	var v int
+	if err := q.Query(ctx, s.Q.SchemaVersion, []any{s.Names.QualifiedTable()}, func(r Row) error { return r.Scan(&v) }); err != nil {
+		return err
+	}
+	if v > SchemaVersion {
+		return &SchemaError{fmt.Sprintf("table %s has schema version %d, newer than this pglease (%d); upgrade pglease", s.Names.QualifiedTable(), v, SchemaVersion)}
+	}
+	return nil
+}
+
+// AcquireArgs are the inputs of one acquisition attempt.
+type AcquireArgs struct {
+	Name, Owner  string
+	TTL, MinHold time.Duration
+	Session      bool   // bind the lease to this database session
+	Metadata     []byte // JSON object
+}
+
+// AcquireResult is the outcome of one attempt.
+type AcquireResult struct {
+	Acquired     bool
+	Token        int64
+	SessionBound bool
+	// LockTaken: the session advisory lock was taken by this statement; the
+	// caller must unlock it when the attempt did not acquire.
+	LockTaken bool
+	// When acquired, Other* describe the row that was taken over, if any.
+	// When not acquired, they describe the holder, with its remaining time
+	// and whether it is session-bound; OtherRemaining is negative when the
+	// holder could not be seen (its row appeared concurrently).
+	OtherOwner      string
+	OtherToken      int64
+	OtherRemaining  time.Duration
+	HolderInSession bool
+}
+
+// Acquire inserts or takes over the lease row in one statement.
+func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireResult, error) {
+	var r AcquireResult
+	var remMS int64
+	var sess bool
+	meta := a.Metadata
+	if len(meta) == 0 {
+		meta = []byte("{}")
+	}
+	err := q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), s.Names.LockNamespace()},
+		func(row Row) error {
+			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS)
+		})
+	r.OtherRemaining = time.Duration(remMS) * time.Millisecond
+	if r.Acquired {
+		r.SessionBound = sess
+	} else {
+		r.HolderInSession = sess
+	}
+	return r, err
+}
+
+// Unlock drops the session advisory lock of name (after a failed session
+// acquire, or when a session-bound lease was lost).
+func (s *Store) Unlock(ctx context.Context, q Querier, name string) error {
+	return q.Query(ctx, s.Q.Unlock, []any{name, s.Names.LockNamespace()}, func(Row) error { return nil })
+}
+
+// NameToken identifies one held lease.
+type NameToken struct {
+	Name  string `json:"name"`
+	Token int64  `json:"token"`
+}
+
+// Renew extends every lease in batch that is still held with its token and
+// returns the set of names renewed.
+func (s *Store) Renew(ctx context.Context, q Querier, batch []NameToken) (map[string]bool, error) {
+	arg, err := json.Marshal(batch)
+	if err != nil {
+		return nil, err
+	}
+	renewed := make(map[string]bool, len(batch))
+	err = q.Query(ctx, s.Q.Renew, []any{string(arg)}, func(r Row) error {
+		var name string
+		if err := r.Scan(&name); err != nil {
+			return err
+		}
+		renewed[name] = true
+		return nil
+	})
+	return renewed, err
+}
+
+// Release deletes (or, before the minimum hold time, keeps until then) the
+// row held with token and notifies waiters. It reports whether the row was
+// still ours.
+func (s *Store) Release(ctx context.Context, q Querier, name string, token int64, unlock bool) (bool, error) {
+	var n, notified, unlocked int64
+	err := q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, unlock, s.Names.LockNamespace()},
+		func(r Row) error { return r.Scan(&n, &notified, &unlocked) })
+	return n > 0, err
+}
+
+// Guard checks, inside the caller's transaction, that name is held with
+// token, and locks the row until that transaction ends.
+func (s *Store) Guard(ctx context.Context, q Querier, name string, token int64) (bool, error) {
+	found := false
+	err := q.Query(ctx, s.Q.Guard, []any{name, token}, func(r Row) error {
+		var t int64
+		found = true
+		return r.Scan(&t)
+	})
+	return found, err
+}
+
+// Record is one row as read with the server clock.
+type Record struct {
+	Name, Owner                           string
+	Token                                 int64
+	AcquiredAt, RenewedAt, ExpiresAt      time.Time
+	TTL, Remaining, HeartbeatAge, HeldFor time.Duration
+	SessionBound                          bool
+	Metadata                              string
+}
+
+func scanRecord(r Row) (Record, error) {
+	var rec Record
+	var ttl, rem, hb, held int64
+	err := r.Scan(&rec.Name, &rec.Owner, &rec.Token, &rec.AcquiredAt, &rec.RenewedAt, &rec.ExpiresAt,
+		&ttl, &rem, &hb, &held, &rec.SessionBound, &rec.Metadata)
+	ms := time.Millisecond
+	rec.TTL, rec.Remaining, rec.HeartbeatAge, rec.HeldFor = time.Duration(ttl)*ms, time.Duration(rem)*ms, time.Duration(hb)*ms, time.Duration(held)*ms
+	return rec, err
+}
+
+// Get reads one row; ok is false when there is none.
+func (s *Store) Get(ctx context.Context, q Querier, name string) (rec Record, ok bool, err error) {
+	err = q.Query(ctx, s.Q.Get, []any{name}, func(r Row) error {
+		ok = true
+		rec, err = scanRecord(r)
+		return err
+	})
+	return rec, ok, err
+}
+
+// List reads every row, ordered by name.
+func (s *Store) List(ctx context.Context, q Querier) ([]Record, error) {
+	var out []Record
+	err := q.Query(ctx, s.Q.List, nil, func(r Row) error {
+		rec, err := scanRecord(r)
+		out = append(out, rec)
+		return err
+	})
+	return out, err
+}
+
+// ForceRelease deletes the row of name whoever holds it, notifies waiters,
+// and returns what was deleted.
+func (s *Store) ForceRelease(ctx context.Context, q Querier, name string) (rec Record, ok bool, err error) {
+	err = q.Query(ctx, s.Q.ForceRelease, []any{name, s.Names.Channel}, func(r Row) error {
+		ok = true
+		rec, err = scanRecord(r)
+		return err
+	})
+	return rec, ok, err
+}
+
+// Cleanup deletes expired rows and returns how many.
+func (s *Store) Cleanup(ctx context.Context, q Querier) (int64, error) {
+	var n int64
+	err := q.Query(ctx, s.Q.Cleanup, nil, func(r Row) error { return r.Scan(&n) })
+	return n, err
+}
+
+// SessionKeepalive makes the server wait at least ttl before it declares
+// this session's peer dead.
+func (s *Store) SessionKeepalive(ctx context.Context, q Querier, ttl time.Duration) error {
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	return q.Query(ctx, s.Q.SessionKeepalive, []any{fmt.Sprint(secs), fmt.Sprint(2 * ttl.Milliseconds())}, func(Row) error { return nil })
+}
+
+// AwaitSession blocks until no session holds name's session-bound lease.
+func (s *Store) AwaitSession(ctx context.Context, q Querier, name string) error {
+	return q.Query(ctx, s.Q.AwaitSession, []any{name, s.Names.LockNamespace()}, func(Row) error { return nil })
+}

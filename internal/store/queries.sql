@@ -1,0 +1,203 @@
+-- The SQL of pglease, in one place.
+--
+-- Each statement starts with a "-- name: X" line. Identifiers are written as
+-- {{table}} (the lease table, schema-qualified) and {{seq}} (the token
+-- sequence); they are replaced once, when a Store is created, by identifiers
+-- that were validated against [a-z_][a-z0-9_]{0,62} and then quoted. Every
+-- value is a bind parameter; nothing a user types is spliced into SQL text.
+--
+-- All times are computed here with the server clock (now() is the start of
+-- the statement's transaction; every statement below runs alone in its own
+-- transaction unless the caller's transaction is used on purpose).
+
+-- name: CreateSchema
+CREATE SCHEMA IF NOT EXISTS {{schema}}
+
+-- name: CreateSequence
+CREATE SEQUENCE IF NOT EXISTS {{seq}} AS bigint MINVALUE 1 NO CYCLE
+
+-- name: CreateTable
+CREATE TABLE IF NOT EXISTS {{table}} (
+    "name"          text        NOT NULL,
+    "owner"         text        NOT NULL,
+    "token"         bigint      NOT NULL,
+    "acquired_at"   timestamptz NOT NULL,
+    "renewed_at"    timestamptz NOT NULL,
+    "expires_at"    timestamptz NOT NULL,
+    "hold_until"    timestamptz NOT NULL,
+    "ttl"           interval    NOT NULL,
+    "session_pid"   integer,
+    "metadata"      jsonb       NOT NULL DEFAULT '{}',
+    PRIMARY KEY ("name"),
+    CHECK (octet_length("name") BETWEEN 1 AND 255),
+    CHECK ("token" > 0)
+)
+
+-- name: CommentTable
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 1'
+
+-- name: SchemaLock
+SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
+
+-- name: TableExists
+SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL
+
+-- name: Columns
+SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull
+FROM pg_attribute AS a
+WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+
+-- name: SchemaVersion
+SELECT coalesce(substring(obj_description(to_regclass($1::text), 'pg_class')
+                          FROM 'schema version ([0-9]+)'), '0')::int
+
+-- name: Acquire
+-- $1 name, $2 owner, $3 ttl ms, $4 min-hold ms, $5 session-bound?,
+-- $6 metadata json, $7 advisory-lock namespace (schema.table).
+-- A session-bound acquire first takes a session advisory lock keyed by the
+-- name; holding it proves that no other live session holds a session-bound
+-- lease on the name, so a session-bound row may be taken over at once.
+WITH lk AS MATERIALIZED (
+    SELECT CASE WHEN $5::bool
+                THEN pg_try_advisory_lock(hashtextextended($7::text || $1::text, 0))
+                ELSE false END AS got
+), old AS (
+    SELECT l."owner", l."token", l."session_pid" IS NOT NULL AS "session_bound",
+           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms"
+      FROM {{table}} AS l WHERE l."name" = $1::text
+), ins AS (
+    INSERT INTO {{table}} AS l
+        ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+         "hold_until", "ttl", "session_pid", "metadata")
+    SELECT $1::text, $2::text, nextval('{{seq}}'), now(), now(),
+           now() + $3::bigint * interval '1 millisecond',
+           now() + $4::bigint * interval '1 millisecond',
+           $3::bigint * interval '1 millisecond',
+           CASE WHEN lk.got THEN pg_backend_pid() END,
+           $6::jsonb
+    FROM lk
+    ON CONFLICT ("name") DO UPDATE
+       SET "owner" = excluded."owner", "token" = excluded."token",
+           "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
+           "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
+           "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
+           "metadata" = excluded."metadata"
+     WHERE l."expires_at" <= now()
+        OR (l."session_pid" IS NOT NULL AND (SELECT got FROM lk))
+    RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
+)
+-- Acquired: the new token, and the row taken over if any (as it was before).
+-- Not acquired: the holder as this statement saw it; remaining -1 when the
+-- row appeared concurrently and could not be seen.
+SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
+       coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint
+  FROM ins LEFT JOIN old ON true
+UNION ALL
+SELECT false, 0::bigint, coalesce(old."session_bound", false), (SELECT got FROM lk),
+       coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1)
+  FROM (SELECT 1) AS one LEFT JOIN old ON true
+ WHERE NOT EXISTS (SELECT 1 FROM ins)
+
+-- name: Unlock
+SELECT pg_advisory_unlock(hashtextextended($2::text || $1::text, 0))
+
+-- name: Renew
+-- $1 a JSON array of {"name":…, "token":…}. Renews every lease of the batch
+-- still held with that token; a session-bound lease only from its own
+-- session. Returns the names renewed; a missing name was lost.
+UPDATE {{table}} AS l
+   SET "renewed_at" = now(), "expires_at" = now() + l."ttl"
+  FROM jsonb_to_recordset($1::jsonb) AS r("name" text, "token" bigint)
+ WHERE l."name" = r."name" AND l."token" = r."token"
+   AND (l."session_pid" IS NULL OR l."session_pid" = pg_backend_pid())
+RETURNING l."name"
+
+-- name: Release
+-- $1 name, $2 token, $3 notification channel, $4 unlock session lock?,
+-- $5 advisory-lock namespace. Before the minimum hold time the row is kept
+-- (and stays held) until then; afterwards it is deleted and waiters are
+-- notified.
+WITH keep AS (
+    UPDATE {{table}} SET "expires_at" = "hold_until", "session_pid" = NULL
+     WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" > now()
+    RETURNING "name"
+), del AS (
+    DELETE FROM {{table}}
+     WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" <= now()
+    RETURNING "name"
+), note AS (
+    SELECT pg_notify($3::text, "name") FROM del
+), unlock AS (
+    SELECT pg_advisory_unlock(hashtextextended($5::text || $1::text, 0)) AS ok WHERE $4::bool
+)
+SELECT (SELECT count(*) FROM keep) + (SELECT count(*) FROM del),
+       (SELECT count(*) FROM note), (SELECT count(*) FROM unlock)
+
+-- name: Guard
+-- Inside the caller's transaction: succeeds only while the lease is held
+-- with this token, and locks the row so that no takeover, release or
+-- cleanup can commit before the caller's transaction ends.
+SELECT l."token" FROM {{table}} AS l
+ WHERE l."name" = $1::text AND l."token" = $2::bigint AND l."expires_at" > clock_timestamp()
+   FOR SHARE
+
+-- name: Get
+SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+       (extract(epoch FROM "ttl") * 1000)::bigint,
+       (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
+       (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
+       (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
+       "session_pid" IS NOT NULL, "metadata"::text
+  FROM {{table}}
+ WHERE "name" = $1::text
+
+-- name: List
+SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+       (extract(epoch FROM "ttl") * 1000)::bigint,
+       (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
+       (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
+       (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
+       "session_pid" IS NOT NULL, "metadata"::text
+  FROM {{table}}
+ ORDER BY "name"
+
+-- name: ForceRelease
+WITH del AS (
+    DELETE FROM {{table}} WHERE "name" = $1::text
+    RETURNING "name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "ttl",
+              "session_pid", "metadata"
+), note AS (
+    SELECT pg_notify($2::text, "name") FROM del
+)
+SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+       (extract(epoch FROM "ttl") * 1000)::bigint,
+       (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
+       (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
+       (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
+       "session_pid" IS NOT NULL, "metadata"::text
+  FROM del, (SELECT count(*) FROM note) AS n
+
+-- name: Cleanup
+WITH del AS (
+    DELETE FROM {{table}} WHERE "expires_at" <= now() RETURNING 1
+)
+SELECT count(*) FROM del
+
+-- name: Listen
+LISTEN {{channel}}
+
+-- name: SessionKeepalive
+-- Bounds dead-peer detection of a session holding session-bound leases from
+-- below: the server must not end the session (and so free its advisory
+-- locks) before the holder's own deadline. $1 seconds, $2 milliseconds.
+SELECT set_config('tcp_keepalives_idle', $1::text, false),
+       set_config('tcp_keepalives_interval', $1::text, false),
+       set_config('tcp_keepalives_count', '2', false),
+       set_config('tcp_user_timeout', $2::text, false)
+
+-- name: AwaitSession
+-- Blocks until no session holds the session-bound lease of $1 (its holder
+-- released it or its session ended), then lets go at once.
+SELECT pg_advisory_lock_shared(hashtextextended($2::text || $1::text, 0)),
+       pg_advisory_unlock_shared(hashtextextended($2::text || $1::text, 0))

@@ -1,0 +1,168 @@
+// Package store holds every SQL statement of pglease and runs them through a
+// small driver-neutral interface, so the same code serves pgx pools, single
+// pgx connections and database/sql handles.
+package store
+
+import (
+	_ "embed"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+// SchemaVersion is the version of the table layout this package writes and
+// expects. It is recorded in the table's comment.
+const SchemaVersion = 1
+
+// DefaultTable is the lease table used when none is configured.
+const DefaultTable = "pglease_leases"
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ValidIdentifier reports whether s may be used as a table, schema or channel
+// name: it must match [a-z_][a-z0-9_]{0,62}.
+func ValidIdentifier(s string) bool { return identRE.MatchString(s) }
+
+// quote returns s as a quoted SQL identifier. s has been validated, so the
+// quoting is belt and braces.
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// Names are the database objects one lease table uses.
+type Names struct {
+	Schema  string // "" means the first schema on the search_path
+	Table   string
+	Seq     string // token sequence, in the same schema as the table
+	Channel string // LISTEN/NOTIFY channel
+}
+
+// ParseTable splits "[schema.]table" and derives the sequence and channel
+// names. It returns an error naming the offending part when an identifier is
+// invalid.
+func ParseTable(spec string) (Names, error) {
+	if spec == "" {
+		spec = DefaultTable
+	}
+	var n Names
+	parts := strings.Split(spec, ".")
+	switch len(parts) {
+	case 1:
+		n.Table = parts[0]
+	case 2:
+		n.Schema, n.Table = parts[0], parts[1]
+		if !ValidIdentifier(n.Schema) {
+			return Names{}, fmt.Errorf("schema name %q must match [a-z_][a-z0-9_]{0,62}", n.Schema)
+		}
+	default:
+		return Names{}, fmt.Errorf("table %q must be TABLE or SCHEMA.TABLE", spec)
+	}
+	if !ValidIdentifier(n.Table) {
+		return Names{}, fmt.Errorf("table name %q must match [a-z_][a-z0-9_]{0,62}", n.Table)
+	}
+	n.Seq = derived(n.Table, "_token_seq")
+	n.Channel = n.Table
+	return n, nil
+}
+
+// derived appends suffix to base, keeping the result within PostgreSQL's
+// 63-byte identifier limit; long bases are shortened and made unique by a
+// hash of the full base.
+func derived(base, suffix string) string {
+	if len(base)+len(suffix) <= 63 {
+		return base + suffix
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(base); i++ {
+		h ^= uint32(base[i])
+		h *= 16777619
+	}
+	tag := fmt.Sprintf("_%08x", h)
+	return base[:63-len(suffix)-len(tag)] + tag + suffix
+}
+
+// qualified returns the quoted, schema-qualified form of an object name.
+func (n Names) qualified(obj string) string {
+	if n.Schema == "" {
+		return quote(obj)
+	}
+	return quote(n.Schema) + "." + quote(obj)
+}
+
+// QualifiedTable is the table's name as to_regclass reads it.
+func (n Names) QualifiedTable() string { return n.qualified(n.Table) }
+
+// QualifiedSeq is the sequence's name as to_regclass and nextval read it.
+func (n Names) QualifiedSeq() string { return n.qualified(n.Seq) }
+
+// LockNamespace prefixes lease names in advisory-lock keys so that two
+// tables never share keys.
+func (n Names) LockNamespace() string { return n.Schema + "." + n.Table + "\n" }
+
+// Queries is the SQL text of every statement, with identifiers filled in.
+type Queries struct {
+	CreateSchema, CreateSequence, CreateTable, CommentTable string
+	SchemaLock, TableExists, Columns, SchemaVersion         string
+	Acquire, Unlock, Renew, Release, Guard                  string
+	Get, List, ForceRelease, Cleanup, Listen                string
+	SessionKeepalive, AwaitSession                          string
+}
+
+// Build renders the statements for the given names.
+func Build(n Names) Queries {
+	stmts := parse(queriesSQL)
+	r := strings.NewReplacer(
+		"{{table}}", n.QualifiedTable(),
+		// nextval takes the sequence as text; quote it once more as a literal.
+		"'{{seq}}'", "'"+strings.ReplaceAll(n.QualifiedSeq(), "'", "''")+"'",
+		"{{seq}}", n.QualifiedSeq(),
+		"{{schema}}", quote(n.Schema),
+		"{{channel}}", quote(n.Channel),
+	)
+	get := func(name string) string {
+		s, ok := stmts[name]
+		if !ok {
+			panic("store: queries.sql lacks statement " + name) // a build defect, caught by tests
+		}
+		return r.Replace(s)
+	}
+	return Queries{
+		CreateSchema: get("CreateSchema"), CreateSequence: get("CreateSequence"),
+		CreateTable: get("CreateTable"), CommentTable: get("CommentTable"),
+		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
+		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
+		Acquire: get("Acquire"), Unlock: get("Unlock"), Renew: get("Renew"),
+		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
+		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
+		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"),
+	}
+}
+
+// parse splits the embedded file on "-- name: X" lines. Comment lines are
+// kept out of the statements.
+func parse(src string) map[string]string {
+	out := map[string]string{}
+	var name string
+	var b strings.Builder
+	flush := func() {
+		if name != "" {
+			out[name] = strings.TrimSpace(b.String())
+		}
+		b.Reset()
+	}
+	for _, line := range strings.Split(src, "\n") {
+		if rest, ok := strings.CutPrefix(line, "-- name: "); ok {
+			flush()
+			name = strings.TrimSpace(rest)
+			continue
+		}
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	flush()
+	return out
+}

@@ -1,0 +1,249 @@
+package pglease
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// Lease is a held lease. Its lifetime is its own: it is not bound to the
+// context of the call that acquired it. It ends when released, when lost
+// (see [Lease.Done]) or when its client is closed. Safe for concurrent use.
+type Lease struct {
+	c       *Client
+	name    string
+	token   int64
+	ttl     time.Duration
+	session bool   // bound to the client's session (FastFailover)
+	epoch   uint64 // the session connection it is bound to
+	slot    *localSlot
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+
+	mu       sync.Mutex
+	sent     time.Time // send time of the last successful acquire/renew
+	deadline time.Time // local safety deadline (monotonic)
+	timer    *time.Timer
+	ended    bool
+}
+
+func (c *Client) newLease(name string, token int64, o leaseOptions, sent time.Time, epoch uint64, sessionBound bool, slot *localSlot) *Lease {
+	l := &Lease{c: c, name: name, token: token, ttl: o.ttl, session: sessionBound, epoch: epoch, slot: slot, sent: sent}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l.deadline = sent.Add(o.ttl - c.margin(o.ttl))
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
+	return l
+}
+
+// Name returns the lease's name.
+func (l *Lease) Name() string { return l.name }
+
+// Owner returns the owner label of the lease's client.
+func (l *Lease) Owner() string { return l.c.cfg.Owner }
+
+// Token returns the fencing token: strictly greater than the token of every
+// earlier holder of the name. Pass it to the resources the lease protects.
+func (l *Lease) Token() int64 { return l.token }
+
+// TTL returns the lease's time-to-live.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// SessionBound reports whether the lease is tied to the client's database
+// session ([FastFailover]).
+func (l *Lease) SessionBound() bool { return l.session }
+
+// Done returns a channel closed the moment the lease ends: released, lost or
+// its client closed. [Lease.Err] then says why.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context returns a context cancelled when the lease ends; its
+// context.Cause is the same as [Lease.Err]. Run the work the lease protects
+// under it.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lease is held, and afterwards an error matching
+// [ErrReleased], [ErrLeaseLost] or [ErrClosed].
+func (l *Lease) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Deadline returns the local safety deadline: the lease is valid until then
+// unless renewed (it is renewed in the background).
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// extend moves the deadline after a renewal sent at sent succeeded. A
+// renewal that arrives after the deadline cannot revive the lease.
+func (l *Lease) extend(sent time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return false
+	}
+	if d := sent.Add(l.ttl - l.c.margin(l.ttl)); d.After(l.deadline) {
+		l.sent, l.deadline = sent, d
+		l.timer.Reset(time.Until(d))
+	}
+	return true
+}
+
+// expire runs when the deadline timer fires.
+func (l *Lease) expire() {
+	l.mu.Lock()
+	early := time.Now().Before(l.deadline) // the timer raced with a renewal
+	l.mu.Unlock()
+	if !early {
+		l.lose(&lostError{"no renewal succeeded before the local safety deadline"})
+	}
+}
+
+// end marks the lease ended with cause; only the first call wins.
+func (l *Lease) end(cause error) bool {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return false
+	}
+	l.ended = true
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.cancel(cause)
+	l.c.mu.Lock()
+	if l.c.held[l.name] == l {
+		delete(l.c.held, l.name)
+	}
+	l.c.mu.Unlock()
+	return true
+}
+
+// lose ends a lease that was lost and frees its name locally.
+func (l *Lease) lose(cause error) {
+	if !l.end(cause) {
+		return
+	}
+	l.c.cfg.Logger.Warn("pglease: lease lost", "name", l.name, "token", l.token, "cause", cause)
+	l.c.events.send(Event{Kind: EventLost, Name: l.name, Owner: l.c.cfg.Owner, Token: l.token, Err: cause})
+	if l.session {
+		l.c.unlockAsync(l.name, l.epoch)
+	}
+	l.c.putSlot(l.name, l.slot, true)
+}
+
+// Release ends the lease and deletes its row (scoped by name and token), so
+// that a waiter gets it at once; before the minimum hold time ([WithMinHold])
+// the row is kept until then. The lease's context is cancelled before the
+// row is deleted. Release is idempotent; it works on a detached, bounded
+// context, so it may be called with a cancelled ctx. It returns an error
+// only when the row could not be deleted (it then expires after its TTL).
+func (l *Lease) Release(ctx context.Context) error {
+	return l.release(ctx, ErrReleased)
+}
+
+func (l *Lease) release(ctx context.Context, cause error) error {
+	if !l.end(cause) {
+		return nil
+	}
+	defer l.c.putSlot(l.name, l.slot, true)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	c := l.c
+	b := newBackoff(20*time.Millisecond, 500*time.Millisecond)
+	for {
+		err := c.releaseRow(ctx, l)
+		if err == nil {
+			c.events.send(Event{Kind: EventReleased, Name: l.name, Owner: c.cfg.Owner, Token: l.token})
+			return nil
+		}
+		if !IsRetryable(err) || ctx.Err() != nil {
+			return opError(fmt.Sprintf("release %q (it will expire after its TTL)", l.name), err)
+		}
+		select {
+		case <-time.After(b.next()):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// releaseRow deletes the row by token: on the session for a session-bound
+// lease still on its connection (so the advisory lock goes in the same
+// statement), else on the pool.
+func (c *Client) releaseRow(ctx context.Context, l *Lease) error {
+	if l.session {
+		s, err := c.session()
+		if err == nil && s.currentEpoch() == l.epoch {
+			done := false
+			err = s.do(ctx, releaseTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+				if st.epoch != l.epoch {
+					return nil // connection changed: fall back to the pool below
+				}
+				done = true
+				_, err := c.st.Release(ctx, q, l.name, l.token, true)
+				return err
+			})
+			if err != nil || done {
+				return err
+			}
+		}
+	}
+	_, err := c.st.Release(ctx, c.db, l.name, l.token, false)
+	return err
+}
+
+// Renew renews the lease now (a manual heartbeat; renewal also runs in the
+// background). It returns an error matching [ErrLeaseLost] when the lease
+// is no longer held.
+func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	lost, err := l.c.renew(ctx, []*Lease{l})
+	if err != nil {
+		return opError("renew", err)
+	}
+	if len(lost) > 0 {
+		return l.Err()
+	}
+	return nil
+}
+
+// Guard verifies, inside the caller's transaction tx, that the lease is
+// still held with its token, and locks the lease row so that no takeover,
+// release or cleanup can commit before tx ends. Call it before the writes
+// the lease protects; a stale holder's transaction then fails instead of
+// committing. It returns an error matching [ErrNotHeld] otherwise. Keep
+// guarded transactions shorter than the TTL: the lock also delays this
+// lease's renewal.
+func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
+	return l.guard(ctx, store.Pgx(tx))
+}
+
+// GuardSQL is [Lease.Guard] for a database/sql transaction.
+func (l *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
+	return l.guard(ctx, store.SQL(tx, nil))
+}
+
+func (l *Lease) guard(ctx context.Context, q store.Querier) error {
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, err)
+	}
+	ok, err := l.c.st.Guard(ctx, q, l.name, l.token)
+	if err != nil {
+		return opError("guard", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q token %d", ErrNotHeld, l.name, l.token)
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+package pglease
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestTryAcquireRelease(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{})
+	b := testClient(t, Config{Table: a.cfg.Table})
+
+	l, err := a.TryAcquire(ctx, "job", WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if l.Token() <= 0 {
+		t.Fatalf("token %d, want > 0", l.Token())
+	}
+	_, err = b.TryAcquire(ctx, "job")
+	var held *HeldError
+	if !errors.Is(err, ErrNotAcquired) || !errors.As(err, &held) {
+		t.Fatalf("second TryAcquire: %v, want HeldError", err)
+	}
+	if held.Holder.Owner != a.Owner() || held.Holder.Token != l.Token() || held.Holder.Remaining <= 0 {
+		t.Fatalf("holder = %+v, want owner %q token %d", held.Holder, a.Owner(), l.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done not closed after Release")
+	}
+	if !errors.Is(l.Err(), ErrReleased) {
+		t.Fatalf("Err = %v, want ErrReleased", l.Err())
+	}
+	l2, err := b.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatalf("TryAcquire after release: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Fatalf("token %d not above %d", l2.Token(), l.Token())
+	}
+}

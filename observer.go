@@ -1,0 +1,117 @@
+package pglease
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// EventKind says what happened to a lease.
+type EventKind int
+
+// The kinds of [Event].
+const (
+	EventAcquired       EventKind = iota + 1 // a lease was acquired
+	EventReleased                            // a lease was released
+	EventContended                           // an attempt found the lease held by another owner
+	EventLost                                // a held lease was lost (Err says why)
+	EventRenewed                             // a renewal succeeded (Latency is its round trip)
+	EventStaleReclaimed                      // an acquisition took over an expired lease (Previous names its owner)
+	EventAlert                               // a lease's heartbeat is older than an alert threshold
+)
+
+var kindNames = map[EventKind]string{
+	EventAcquired: "acquired", EventReleased: "released", EventContended: "contended",
+	EventLost: "lost", EventRenewed: "renewed", EventStaleReclaimed: "stale-reclaimed", EventAlert: "alert",
+}
+
+func (k EventKind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event describes one thing that happened to a lease. Fields that do not
+// apply to a kind are zero. New fields may be added.
+type Event struct {
+	Kind     EventKind
+	Name     string
+	Owner    string        // the owner of this client (the holder's, for EventAlert)
+	Token    int64         // the lease's token
+	Latency  time.Duration // EventRenewed: round trip of the renewal statement
+	Previous string        // EventStaleReclaimed, EventContended: the other owner
+	Age      time.Duration // EventAlert: heartbeat age
+	Err      error         // EventLost: the cause
+}
+
+// Observer receives events in the order they happened, on a goroutine of
+// the client's own. A slow observer delays later events, never a renewal;
+// a panicking observer is recovered and logged.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to [Observer].
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// eventQueue delivers events to an observer in order, without ever blocking
+// the sender: beyond maxQueued pending events, new ones are dropped and
+// counted.
+type eventQueue struct {
+	obs     Observer
+	onPanic func(any)
+	mu      sync.Mutex
+	pending []Event
+	running bool
+	dropped uint64
+	wg      *sync.WaitGroup
+}
+
+const maxQueued = 10000
+
+func (q *eventQueue) send(e Event) {
+	if q == nil || q.obs == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.pending) >= maxQueued {
+		q.dropped++
+		return
+	}
+	q.pending = append(q.pending, e)
+	if !q.running {
+		q.running = true
+		q.wg.Add(1)
+		go q.drain()
+	}
+}
+
+func (q *eventQueue) drain() {
+	defer q.wg.Done()
+	for {
+		q.mu.Lock()
+		if len(q.pending) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		e := q.pending[0]
+		q.pending = q.pending[1:]
+		q.mu.Unlock()
+		q.deliver(e)
+	}
+}
+
+func (q *eventQueue) deliver(e Event) {
+	defer func() {
+		if r := recover(); r != nil && q.onPanic != nil {
+			q.onPanic(r)
+		}
+	}()
+	q.obs.Observe(e)
+}

@@ -1,0 +1,172 @@
+package pglease
+
+import (
+	"context"
+	"time"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// startRenewer starts the renewal loop once; c.mu is held.
+func (c *Client) startRenewer() {
+	if c.renewer == nil {
+		c.renewer = make(chan struct{}, 1)
+		c.wg.Add(1)
+		go c.renewLoop()
+	}
+	wake(c.renewer)
+}
+
+// renewLoop renews every held lease with one statement when the first of
+// them is due (a third of its TTL after its last renewal, by default), so
+// the load on the server grows with clients, not leases.
+func (c *Client) renewLoop() {
+	defer c.wg.Done()
+	b := newBackoff(100*time.Millisecond, time.Second)
+	var retryAt time.Time
+	for {
+		leases := c.heldLeases()
+		var due time.Time
+		for _, l := range leases {
+			l.mu.Lock()
+			d := l.sent.Add(c.renewEvery(l.ttl))
+			l.mu.Unlock()
+			if due.IsZero() || d.Before(due) {
+				due = d
+			}
+		}
+		if !retryAt.IsZero() && (due.IsZero() || retryAt.Before(due)) {
+			due = retryAt
+		}
+		var timer <-chan time.Time
+		var t *time.Timer
+		if !due.IsZero() {
+			t = time.NewTimer(time.Until(due))
+			timer = t.C
+		}
+		fired := false
+		select {
+		case <-c.bg.Done():
+		case <-c.renewer: // leases changed: recompute
+		case <-timer:
+			fired = true
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if c.bg.Err() != nil {
+			return
+		}
+		if !fired {
+			continue
+		}
+		if len(leases) == 0 {
+			continue
+		}
+		if _, err := c.renew(c.bg, leases); err != nil {
+			if c.bg.Err() != nil {
+				return
+			}
+			c.cfg.Logger.Warn("pglease: renewal failed; retrying", "err", err, "leases", len(leases))
+			retryAt = time.Now().Add(b.next())
+			continue
+		}
+		b.reset()
+		retryAt = time.Time{}
+	}
+}
+
+func (c *Client) heldLeases() []*Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Lease, 0, len(c.held))
+	for _, l := range c.held {
+		out = append(out, l)
+	}
+	return out
+}
+
+// renew renews leases in one statement on the dedicated connection and
+// returns those found lost (taken over or force-released), which it ends.
+// The statement never runs past the earliest local deadline of the batch.
+func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err error) {
+	s, err := c.session()
+	if err != nil {
+		return nil, err
+	}
+	batch := make([]store.NameToken, 0, len(leases))
+	var first time.Time
+	for _, l := range leases {
+		if l.Err() != nil {
+			continue
+		}
+		batch = append(batch, store.NameToken{Name: l.name, Token: l.token})
+		if dl := l.Deadline(); first.IsZero() || dl.Before(first) {
+			first = dl
+		}
+	}
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	timeout := time.Until(first)
+	if timeout <= 0 {
+		return nil, nil // the deadline timers end them
+	}
+	var renewed map[string]bool
+	var epoch uint64
+	sent := time.Now()
+	err = s.do(ctx, timeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+		sent = time.Now()
+		epoch = st.epoch
+		var err error
+		renewed, err = c.st.Renew(ctx, q, batch)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	latency := time.Since(sent)
+	for _, l := range leases {
+		switch {
+		case l.session && l.epoch != epoch:
+			l.lose(&lostError{"its database session ended"})
+			lost = append(lost, l)
+		case renewed[l.name]:
+			if l.extend(sent) {
+				c.events.send(Event{Kind: EventRenewed, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Latency: latency})
+			}
+		case l.Err() == nil:
+			l.lose(&lostError{"its row was taken over or force-released"})
+			lost = append(lost, l)
+		}
+	}
+	return lost, nil
+}
+
+// sessionLost ends every session-bound lease of a connection that failed.
+func (c *Client) sessionLost(epoch uint64, err error) {
+	for _, l := range c.heldLeases() {
+		if l.session && l.epoch == epoch {
+			l.lose(&lostError{"its database session ended: " + err.Error()})
+		}
+	}
+}
+
+// unlockAsync drops the session advisory lock of a lost session-bound
+// lease, if its connection is still the current one.
+func (c *Client) unlockAsync(name string, epoch uint64) {
+	s, err := c.session()
+	if err != nil {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_ = s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+			if st.epoch != epoch {
+				return nil
+			}
+			return c.st.Unlock(ctx, q, name)
+		})
+	}()
+}

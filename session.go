@@ -1,0 +1,400 @@
+package pglease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// hub routes NOTIFY payloads (lease names) to local waiters.
+type hub struct {
+	mu   sync.Mutex
+	subs map[string]map[chan struct{}]struct{}
+}
+
+func (h *hub) init() { h.subs = map[string]map[chan struct{}]struct{}{} }
+
+// subscribe returns a channel that receives a value when name is released
+// (or when notifications may have been missed). cancel must be called.
+func (h *hub) subscribe(name string) (ch chan struct{}, cancel func()) {
+	ch = make(chan struct{}, 1)
+	h.mu.Lock()
+	set := h.subs[name]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		h.subs[name] = set
+	}
+	set[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(set, ch)
+		if len(set) == 0 && h.subs[name] != nil && len(h.subs[name]) == 0 {
+			delete(h.subs, name)
+		}
+		h.mu.Unlock()
+	}
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hub) notify(name string) {
+	h.mu.Lock()
+	for ch := range h.subs[name] {
+		wake(ch)
+	}
+	h.mu.Unlock()
+}
+
+func (h *hub) notifyAll() {
+	h.mu.Lock()
+	for _, set := range h.subs {
+		for ch := range set {
+			wake(ch)
+		}
+	}
+	h.mu.Unlock()
+}
+
+// session is the client's dedicated connection. One goroutine owns it: it
+// runs queued operations (renewals, session-bound acquires and releases) and,
+// while idle, waits for notifications, which also makes it notice at once
+// when the server ends the session. When the connection fails, every
+// session-bound lease of that connection (its epoch) is lost immediately and
+// the connection is re-opened with backoff.
+type session struct {
+	c    *Client
+	mu   sync.Mutex
+	ops  []*sessOp
+	kick chan struct{}
+	stop context.CancelFunc // interrupts the current notification wait
+	// epoch numbers connections; 0 means not connected.
+	epoch     uint64
+	keepalive time.Duration // TTL the current connection's keepalive covers
+	lastErr   error
+	done      chan struct{}
+}
+
+type sessOp struct {
+	timeout time.Duration
+	fn      func(ctx context.Context, q store.Querier, s *sessState) error
+	res     chan error
+}
+
+// sessState is what an operation may read or change about the connection.
+type sessState struct {
+	epoch     uint64
+	keepalive *time.Duration
+}
+
+// dconn is one dedicated connection: pgx (with notifications) or a pinned
+// database/sql connection (without).
+type dconn interface {
+	querier() store.Querier
+	// wait blocks until a notification arrives (its payload) or ctx ends or
+	// the connection fails.
+	wait(ctx context.Context) (string, error)
+	close()
+	alive() bool
+}
+
+type pgxConn struct{ c *pgx.Conn }
+
+func (p pgxConn) querier() store.Querier { return store.Pgx(p.c) }
+func (p pgxConn) wait(ctx context.Context) (string, error) {
+	n, err := p.c.WaitForNotification(ctx)
+	if err != nil {
+		return "", err
+	}
+	return n.Payload, nil
+}
+func (p pgxConn) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = p.c.Close(ctx)
+}
+func (p pgxConn) alive() bool { return !p.c.IsClosed() }
+
+type sqlConn struct {
+	c    *sql.Conn
+	dead bool
+}
+
+func (s *sqlConn) querier() store.Querier { return store.SQL(s.c, nil) }
+func (s *sqlConn) wait(ctx context.Context) (string, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+func (s *sqlConn) close()      { _ = s.c.Close() }
+func (s *sqlConn) alive() bool { return !s.dead }
+
+// session returns the client's session, starting it on first use.
+func (c *Client) session() (*session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if c.sess == nil {
+		c.sess = &session{c: c, kick: make(chan struct{}, 1), done: make(chan struct{})}
+		go c.sess.loop()
+	}
+	return c.sess, nil
+}
+
+// do runs fn on the dedicated connection and waits for it, or for ctx. fn
+// gets a context of its own bounded by timeout: cancelling a statement would
+// close the connection and with it every session-bound lease.
+func (s *session) do(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, q store.Querier, st *sessState) error) error {
+	op := &sessOp{timeout: timeout, fn: fn, res: make(chan error, 1)}
+	s.mu.Lock()
+	s.ops = append(s.ops, op)
+	if s.stop != nil {
+		s.stop()
+	}
+	s.mu.Unlock()
+	wake(s.kick)
+	select {
+	case err := <-op.res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return ErrClosed
+	}
+}
+
+func (s *session) wait() { <-s.done }
+
+func (s *session) currentEpoch() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
+}
+
+func (s *session) loop() {
+	defer close(s.done)
+	c := s.c
+	var conn dconn
+	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
+	defer func() {
+		if conn != nil {
+			conn.close()
+		}
+		s.failOps(ErrClosed)
+	}()
+	for c.bg.Err() == nil {
+		if conn == nil {
+			var err error
+			conn, err = s.connect()
+			if err != nil {
+				s.mu.Lock()
+				s.lastErr = err
+				s.mu.Unlock()
+				c.cfg.Logger.Warn("pglease: dedicated connection failed; retrying", "err", err)
+				s.failOps(err)
+				select {
+				case <-time.After(backoff.next()):
+				case <-c.bg.Done():
+				}
+				continue
+			}
+			backoff.reset()
+			s.mu.Lock()
+			s.epoch++
+			s.keepalive = 0
+			s.lastErr = nil
+			s.mu.Unlock()
+			c.hub.notifyAll() // notifications may have been missed while down
+		}
+		s.mu.Lock()
+		var op *sessOp
+		if len(s.ops) > 0 {
+			op = s.ops[0]
+			s.ops = s.ops[1:]
+		}
+		var wctx context.Context
+		if op == nil {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithCancel(c.bg)
+			s.stop = cancel
+		}
+		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive}
+		s.mu.Unlock()
+
+		if op != nil {
+			ctx, cancel := context.WithTimeout(c.bg, op.timeout)
+			err := op.fn(ctx, conn.querier(), st)
+			cancel()
+			if err != nil && (!conn.alive() || store.Retryable(err)) {
+				if sc, ok := conn.(*sqlConn); ok {
+					sc.dead = true
+				}
+				conn = s.lost(conn, err)
+			}
+			op.res <- err
+			continue
+		}
+		payload, err := conn.wait(wctx)
+		s.mu.Lock()
+		s.stop()
+		s.stop = nil
+		s.mu.Unlock()
+		switch {
+		case err == nil:
+			c.hub.notify(payload)
+		case wctx.Err() != nil && conn.alive():
+			// interrupted for an operation or by Close
+		default:
+			conn = s.lost(conn, err)
+		}
+	}
+}
+
+// lost handles a failed connection: it ends every session-bound lease of
+// its epoch at once and returns nil so that the loop reconnects.
+func (s *session) lost(conn dconn, err error) dconn {
+	conn.close()
+	s.mu.Lock()
+	epoch := s.epoch
+	s.epoch = 0
+	s.mu.Unlock()
+	if s.c.bg.Err() == nil {
+		s.c.cfg.Logger.Warn("pglease: dedicated connection lost; reconnecting", "err", err)
+	}
+	s.c.sessionLost(epoch, err)
+	s.c.hub.notifyAll()
+	return nil
+}
+
+func (s *session) failOps(err error) {
+	s.mu.Lock()
+	ops := s.ops
+	s.ops = nil
+	s.mu.Unlock()
+	for _, op := range ops {
+		op.res <- err
+	}
+}
+
+// connect opens the dedicated connection and subscribes to notifications.
+func (s *session) connect() (dconn, error) {
+	c := s.c
+	ctx, cancel := context.WithTimeout(c.bg, c.connectTimeout())
+	defer cancel()
+	cfg, err := c.dedicatedConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil { // database/sql with a driver other than pgx
+		sc, err := c.sqlDB.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &sqlConn{c: sc}, nil
+	}
+	pc, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !c.cfg.DisableNotify {
+		if _, err := pc.Exec(ctx, c.st.Q.Listen, pgx.QueryExecModeSimpleProtocol); err != nil {
+			_ = pc.Close(ctx)
+			return nil, err
+		}
+	}
+	return pgxConn{pc}, nil
+}
+
+func (c *Client) connectTimeout() time.Duration {
+	if c.connCfg != nil && c.connCfg.ConnectTimeout > 0 {
+		return c.connCfg.ConnectTimeout
+	}
+	if c.cfg.ConnectTimeout > 0 {
+		return c.cfg.ConnectTimeout
+	}
+	return defaultConnTimeout
+}
+
+// dedicatedConfig returns the pgx settings of the dedicated connection, or
+// nil when the client wraps a database/sql handle of another driver.
+func (c *Client) dedicatedConfig(ctx context.Context) (*pgx.ConnConfig, error) {
+	c.mu.Lock()
+	cfg := c.connCfg
+	c.mu.Unlock()
+	if cfg != nil || c.sqlDB == nil {
+		return c.namedConfig(cfg), nil
+	}
+	conn, err := c.sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		if p, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
+			cfg = p.Conn().Config().Copy()
+		}
+		return nil
+	})
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.connCfg = cfg
+	c.mu.Unlock()
+	return c.namedConfig(cfg), nil
+}
+
+// namedConfig returns a copy of cfg whose application_name names pglease and
+// the owner, so operators find the connection in pg_stat_activity.
+func (c *Client) namedConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
+	if cfg == nil {
+		return nil
+	}
+	cfg = cfg.Copy()
+	cfg.RuntimeParams["application_name"] = appName(c.cfg.Owner)
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	return cfg
+}
+
+// sessionAvailable reports whether the client can have a pgx session
+// (notifications, fast failover).
+func (c *Client) sessionAvailable(ctx context.Context) (bool, error) {
+	cfg, err := c.dedicatedConfig(ctx)
+	return cfg != nil, err
+}
+
+// backoff yields jittered, exponentially growing delays.
+type backoff struct{ min, max, cur time.Duration }
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max, cur: min} }
+
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	b.cur = min(b.cur*2, b.max)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.cur = b.min }
+
+var errSessionLost = errors.New("the dedicated database session ended")
+
+// connectPgx opens a plain pgx connection used for one purpose.
+func connectPgx(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration) (pgxConn, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pc, err := pgx.ConnectConfig(cctx, cfg)
+	return pgxConn{pc}, err
+}
