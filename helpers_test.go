@@ -1,14 +1,81 @@
 package pglease
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("PGLEASE_TEST_HOLDER") != "" {
+		os.Exit(runHolder())
+	}
+	pgtest.Main(m)
+}
+
+// runHolder is the body of a holder process: the test binary re-executed by
+// startHolder. It acquires PGLEASE_TEST_HOLDER in PGLEASE_TEST_TABLE with
+// fast failover, prints "acquired TOKEN" and waits to be killed.
+func runHolder() int {
+	ctx := context.Background()
+	c, err := Open(ctx, os.Getenv("PGLEASE_TEST_DSN_HOLDER"), Config{Table: os.Getenv("PGLEASE_TEST_TABLE")})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	var opts []Option
+	if os.Getenv("PGLEASE_TEST_FAST") == "1" {
+		opts = append(opts, FastFailover())
+	}
+	ttl, _ := time.ParseDuration(os.Getenv("PGLEASE_TEST_TTL"))
+	l, err := c.Acquire(ctx, os.Getenv("PGLEASE_TEST_HOLDER"), append(opts, WithTTL(ttl))...)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("acquired", l.Token())
+	<-l.Done()
+	fmt.Println("lost", l.Err())
+	return 3
+}
+
+// startHolder runs a holder process and waits until it holds the lease.
+func startHolder(t *testing.T, table, name string, ttl time.Duration, fast bool) (*exec.Cmd, int64) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	f := "0"
+	if fast {
+		f = "1"
+	}
+	cmd.Env = append(os.Environ(), "PGLEASE_TEST_HOLDER="+name, "PGLEASE_TEST_TABLE="+table,
+		"PGLEASE_TEST_DSN_HOLDER="+pgtest.DSN(t), "PGLEASE_TEST_TTL="+ttl.String(), "PGLEASE_TEST_FAST="+f)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() {
+		t.Fatalf("holder process printed nothing: %v", sc.Err())
+	}
+	var token int64
+	if _, err := fmt.Sscanf(sc.Text(), "acquired %d", &token); err != nil {
+		t.Fatalf("holder process: %q", sc.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return cmd, token
+}
 
 // newClient returns a client on a fresh schema, closed at cleanup.
 func testClient(t testing.TB, cfg Config) *Client {

@@ -3,7 +3,6 @@ package pglease
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -388,8 +387,6 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = b.min }
-
-var errSessionLost = errors.New("the dedicated database session ended")
 
 // connectPgx opens a plain pgx connection used for one purpose.
 func connectPgx(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration) (pgxConn, error) {

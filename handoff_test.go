@@ -1,0 +1,253 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// A waiter is woken by the release notification, not by polling: the
+// fallback poll and the holder's remaining time are both far longer than the
+// test allows.
+func TestWaiterWakesOnReleaseWithoutPolling(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{})
+	b := testClient(t, Config{Table: a.cfg.Table, PollInterval: time.Hour})
+	l, err := a.TryAcquire(ctx, "n", WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lease, 1)
+	go func() {
+		l2, err := b.Acquire(ctx, "n")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	waitContended(t, b, "n")
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-got:
+		if l2 == nil || l2.Token() <= l.Token() {
+			t.Fatalf("waiter got %v", l2)
+		}
+		_ = l2.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter was not woken by the release notification")
+	}
+}
+
+// waitContended waits until c has seen name held at least once.
+func waitContended(t *testing.T, c *Client, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c.hub.mu.Lock()
+		n := len(c.hub.subs[name])
+		c.hub.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("waiter never subscribed")
+}
+
+// The listener connection is killed while a waiter waits; the client
+// reconnects, re-subscribes, and the waiter is still woken by a release.
+func TestDroppedListenerIsRecovered(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{})
+	b := testClient(t, Config{Table: a.cfg.Table, PollInterval: time.Hour, Owner: "listener-victim"})
+	l, err := a.TryAcquire(ctx, "n", WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lease, 1)
+	go func() {
+		l2, _ := b.Acquire(ctx, "n")
+		got <- l2
+	}()
+	waitContended(t, b, "n")
+	before := b.sess.currentEpoch()
+	if n := pgtest.TerminateBackends(t, "pglease listener-victim"); n == 0 {
+		t.Fatal("no backend of the waiter's client to terminate")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e := b.sess.currentEpoch(); e == 0 || e == before; e = b.sess.currentEpoch() {
+		if time.Now().After(deadline) {
+			t.Fatal("listener did not reconnect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitContended(t, b, "n")
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-got:
+		if l2 == nil {
+			t.Fatal("waiter failed")
+		}
+		_ = l2.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken after the listener reconnected")
+	}
+}
+
+// A fast-failover holder process is SIGKILLed; the waiter takes over long
+// before the TTL would have expired.
+func TestFastFailoverAfterHolderSIGKILL(t *testing.T) {
+	ctx := testCtx(t)
+	const ttl = time.Minute
+	c := testClient(t, Config{PollInterval: time.Hour})
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holder, token := startHolder(t, c.cfg.Table, "ff", ttl, true)
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "ff", FastFailover(), WithTTL(ttl))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitContended(t, c, "ff")
+	killed := time.Now()
+	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		if l.Token() <= token || !l.SessionBound() {
+			t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.SessionBound())
+		}
+		t.Logf("kill → acquired in %s", time.Since(killed))
+		_ = l.Release(ctx)
+	case <-time.After(ttl / 2):
+		t.Fatal("fast failover waited for the TTL")
+	}
+}
+
+// Without fast failover, a crashed holder's lease is taken over when it
+// expires: the waiter's timer fires at the server's remaining time.
+func TestPlainFailoverAtExpiry(t *testing.T) {
+	ctx := testCtx(t)
+	const ttl = 2 * time.Second
+	c := testClient(t, Config{PollInterval: time.Hour})
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holder, token := startHolder(t, c.cfg.Table, "plain", ttl, false)
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "plain", WithTTL(ttl))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitContended(t, c, "plain")
+	_ = holder.Process.Signal(syscall.SIGKILL)
+	select {
+	case l := <-got:
+		if l == nil || l.Token() <= token {
+			t.Fatalf("got %v", l)
+		}
+		_ = l.Release(ctx)
+	case <-time.After(4 * ttl):
+		t.Fatal("waiter did not take over at expiry (the fallback poll is an hour)")
+	}
+}
+
+// A fast-failover holder behind a partition loses its lease (at its local
+// deadline) before the waiter gets it: the server cannot declare the
+// session dead earlier.
+func TestPartitionedFastFailoverHolderLosesFirst(t *testing.T) {
+	ctx := testCtx(t)
+	table := pgtest.Schema(t) + ".leases"
+	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
+	holder, err := Open(ctx, proxy.DSN(pgtest.DSN(t)), Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	waiter := testClient(t, Config{Table: table})
+	const ttl = 2 * time.Second
+	l, err := holder.TryAcquire(ctx, "part", FastFailover(), WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.SessionBound() {
+		t.Fatal("lease not session-bound")
+	}
+	acquired := make(chan time.Time, 1)
+	go func() {
+		l2, err := waiter.Acquire(ctx, "part", FastFailover(), WithTTL(ttl))
+		if err != nil {
+			t.Error(err)
+			close(acquired)
+			return
+		}
+		acquired <- time.Now()
+		_ = l2.Release(context.Background())
+	}()
+	waitContended(t, waiter, "part")
+	proxy.Blackhole(true)
+	<-l.Done()
+	lostAt := time.Now()
+	if !errors.Is(l.Err(), ErrLeaseLost) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+	at, ok := <-acquired
+	if ok && !at.After(lostAt) {
+		t.Fatalf("waiter acquired at %v before the partitioned holder noticed at %v", at, lostAt)
+	}
+	proxy.Blackhole(false)
+}
+
+// When the server ends a fast-failover holder's session, the holder's
+// lease ends at once rather than at its deadline.
+func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{Owner: "session-victim"})
+	l, err := c.TryAcquire(ctx, "s", FastFailover(), WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := c.TryAcquire(ctx, "p", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.TerminateBackends(t, "pglease session-victim")
+	select {
+	case <-l.Done():
+		if !errors.Is(l.Err(), ErrLeaseLost) {
+			t.Fatalf("Err = %v", l.Err())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("session-bound lease survived the end of its session")
+	}
+	if err := plain.Err(); err != nil {
+		t.Fatalf("plain lease ended with the session: %v", err)
+	}
+	// The name is free for a fast-failover contender right away.
+	other := testClient(t, Config{Table: c.cfg.Table})
+	l2, err := other.Acquire(ctx, "s", FastFailover())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l2.Release(ctx)
+	_ = plain.Release(ctx)
+}
