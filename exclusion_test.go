@@ -326,9 +326,11 @@ func TestTokensIncreaseAcrossServerRestart(t *testing.T) {
 		if err := cl.Restart(ctx, mode); err != nil {
 			t.Fatal(err)
 		}
-		// The pool reconnects; retry through the restart window.
+		// The pool reconnects; retry through the restart window. Acquire,
+		// not TryAcquire: a release is not flushed before it returns, so a
+		// crash (immediate restart) may bring the row back until it expires.
 		for i := 0; ; i++ {
-			l, err = c.TryAcquire(ctx, "r", WithTTL(time.Second))
+			l, err = c.Acquire(ctx, "r", WithTTL(time.Second))
 			if err == nil || !IsRetryable(err) || i > 50 {
 				break
 			}

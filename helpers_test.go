@@ -14,6 +14,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	pgtest.ExportDatabaseURL = true
 	if os.Getenv("PGLEASE_TEST_HOLDER") != "" {
 		os.Exit(runHolder())
 	}

@@ -117,6 +117,9 @@ func (p pgxConn) wait(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if n == nil {
+		return "", nil
+	}
 	return n.Payload, nil
 }
 func (p pgxConn) close() {
@@ -363,6 +366,9 @@ func (c *Client) namedConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
 		return nil
 	}
 	cfg = cfg.Copy()
+	// A config copied from a live connection still routes notifications to
+	// that connection's buffer; let pgx install this connection's own.
+	cfg.OnNotification = nil
 	cfg.RuntimeParams["application_name"] = appName(c.cfg.Owner)
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	return cfg

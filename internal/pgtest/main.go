@@ -48,6 +48,9 @@ func run(m *testing.M) int {
 		}
 		shared, baseDSN = c, c.DSN("")
 	}
+	if ExportDatabaseURL {
+		os.Setenv("DATABASE_URL", baseDSN)
+	}
 	code := m.Run()
 	if shared != nil {
 		if err := shared.Close(); err != nil {
@@ -62,6 +65,10 @@ func run(m *testing.M) int {
 	}
 	return code
 }
+
+// ExportDatabaseURL makes Main set DATABASE_URL to the shared server for the
+// test process, so that Example functions can read it as users would.
+var ExportDatabaseURL bool
 
 // DSN returns the connection URL of the shared server.
 func DSN(t testing.TB) string {

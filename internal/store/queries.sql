@@ -130,9 +130,14 @@ WITH keep AS (
     SELECT pg_notify($3::text, "name") FROM del
 ), unlock AS (
     SELECT pg_advisory_unlock(hashtextextended($5::text || $1::text, 0)) AS ok WHERE $4::bool
+), nowait AS (
+    -- A release need not wait for its WAL flush: lost in a crash, it only
+    -- delays the next holder until the row expires. (Acquire and renew do
+    -- wait: losing them could let two holders overlap.)
+    SELECT set_config('synchronous_commit', 'off', true)
 )
 SELECT (SELECT count(*) FROM keep) + (SELECT count(*) FROM del),
-       (SELECT count(*) FROM note), (SELECT count(*) FROM unlock)
+       (SELECT count(*) FROM note), (SELECT count(*) FROM unlock) + (SELECT count(*) FROM nowait) - 1
 
 -- name: Guard
 -- Inside the caller's transaction: succeeds only while the lease is held
