@@ -55,22 +55,33 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 	if err != nil {
 		return nil, err
 	}
+	if o.slots > 1 {
+		l, _, err := c.trySlots(ctx, name, o)
+		return l, err
+	}
+	l, _, err := c.tryName(ctx, name, o)
+	return l, err
+}
+
+// tryName makes one attempt on one name, honouring the local mutex.
+func (c *Client) tryName(ctx context.Context, name string, o leaseOptions) (*Lease, store.AcquireResult, error) {
 	slot := c.getSlot(name)
 	select {
 	case <-slot.tok:
 	default:
 		c.putSlot(name, slot, false)
-		return nil, c.localHolder(name)
+		// Held by another goroutine of this client: its release notifies.
+		return nil, store.AcquireResult{OtherRemaining: c.cfg.PollInterval}, c.localHolder(name)
 	}
 	l, res, err := c.attempt(ctx, name, o, slot)
 	if l != nil {
-		return l, nil
+		return l, res, nil
 	}
 	c.putSlot(name, slot, true)
 	if err != nil {
-		return nil, err
+		return nil, res, err
 	}
-	return nil, heldError(name, res)
+	return nil, res, heldError(name, res)
 }
 
 // Acquire blocks until name is acquired or ctx ends. Waiting is driven by
@@ -82,6 +93,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lea
 	o, err := c.begin(ctx, name, opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.slots > 1 {
+		return c.waitSlots(ctx, name, o)
 	}
 	slot := c.getSlot(name)
 	select {
@@ -105,6 +119,11 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 	o, err := c.leaseOptions(opts)
 	if err != nil {
 		return o, err
+	}
+	if o.slots > 1 {
+		if err := CheckName(slotName(name, o.slots-1)); err != nil {
+			return o, fmt.Errorf("%w (with %d slots the name gets a %q suffix)", err, o.slots, "#N")
+		}
 	}
 	if err := c.prepare(ctx); err != nil {
 		return o, err
@@ -283,6 +302,10 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	}
 	if !r.res.Acquired {
 		c.events.send(Event{Kind: EventContended, Name: name, Owner: c.cfg.Owner, Previous: r.res.OtherOwner, Token: r.res.OtherToken})
+		if c.cfg.AlertAfter > 0 && r.res.OtherHeartbeatAge > c.cfg.AlertAfter && r.res.OtherRemaining > 0 {
+			c.cfg.Logger.Warn("pglease: holder's heartbeat is old", "name", name, "holder", r.res.OtherOwner, "age", r.res.OtherHeartbeatAge)
+			c.events.send(Event{Kind: EventAlert, Name: name, Owner: r.res.OtherOwner, Token: r.res.OtherToken, Age: r.res.OtherHeartbeatAge})
+		}
 		return nil, r.res, nil
 	}
 	l := c.newLease(name, r.res.Token, o, r.sent, r.epoch, r.res.SessionBound, slot)

@@ -57,6 +57,12 @@ type Config struct {
 	// is missing; use it when the table is created by a migration tool
 	// (see [Client.DDL]).
 	DisableAutoMigrate bool
+	// AlertAfter makes a contender report [EventAlert] (and log a warning)
+	// when the holder it finds has not renewed for longer than this, while
+	// its lease is still unexpired: the holder may be stuck. It only
+	// reports; the lease becomes reclaimable when its TTL passes without a
+	// heartbeat (the "stale threshold" is the TTL). Default 0: off.
+	AlertAfter time.Duration
 	// Logger receives structured logs. Default: none.
 	Logger *slog.Logger
 	// Observer receives lease events. Default: none.
@@ -170,6 +176,7 @@ type leaseOptions struct {
 	ttl, minHold time.Duration
 	metadata     []byte
 	session      bool
+	slots        int
 }
 
 // WithTTL sets the lease's time-to-live (at least 1s) instead of
@@ -226,6 +233,22 @@ func WithMetadata(v map[string]any) Option {
 func FastFailover() Option {
 	return func(o *leaseOptions) error { o.session = true; return nil }
 }
+
+// WithSlots makes the name a counting semaphore: up to n holders at once
+// (Consul's lock -n). Each holder gets one of the slot names "NAME#0" …
+// "NAME#n-1" ([Lease.Name] says which), each a lease of its own with its own
+// fencing token. n is 1 to 1000; 1 is a plain lease.
+func WithSlots(n int) Option {
+	return func(o *leaseOptions) error {
+		if n < 1 || n > maxSlots {
+			return fmt.Errorf("pglease: slots must be between 1 and %d, got %d", maxSlots, n)
+		}
+		o.slots = n
+		return nil
+	}
+}
+
+const maxSlots = 1000
 
 // Version is the version of this package, recorded in lease metadata.
 const Version = "0.1.0"

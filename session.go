@@ -20,23 +20,30 @@ type hub struct {
 
 func (h *hub) init() { h.subs = map[string]map[chan struct{}]struct{}{} }
 
-// subscribe returns a channel that receives a value when name is released
-// (or when notifications may have been missed). cancel must be called.
-func (h *hub) subscribe(name string) (ch chan struct{}, cancel func()) {
+// subscribe returns a channel that receives a value when one of names is
+// released (or when notifications may have been missed). cancel must be
+// called.
+func (h *hub) subscribe(names ...string) (ch chan struct{}, cancel func()) {
 	ch = make(chan struct{}, 1)
 	h.mu.Lock()
-	set := h.subs[name]
-	if set == nil {
-		set = map[chan struct{}]struct{}{}
-		h.subs[name] = set
+	for _, name := range names {
+		set := h.subs[name]
+		if set == nil {
+			set = map[chan struct{}]struct{}{}
+			h.subs[name] = set
+		}
+		set[ch] = struct{}{}
 	}
-	set[ch] = struct{}{}
 	h.mu.Unlock()
 	return ch, func() {
 		h.mu.Lock()
-		delete(set, ch)
-		if len(set) == 0 && h.subs[name] != nil && len(h.subs[name]) == 0 {
-			delete(h.subs, name)
+		for _, name := range names {
+			if set := h.subs[name]; set != nil {
+				delete(set, ch)
+				if len(set) == 0 {
+					delete(h.subs, name)
+				}
+			}
 		}
 		h.mu.Unlock()
 	}

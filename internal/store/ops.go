@@ -154,16 +154,18 @@ type AcquireResult struct {
 	// When not acquired, they describe the holder, with its remaining time
 	// and whether it is session-bound; OtherRemaining is negative when the
 	// holder could not be seen (its row appeared concurrently).
-	OtherOwner      string
-	OtherToken      int64
-	OtherRemaining  time.Duration
-	HolderInSession bool
+	OtherOwner     string
+	OtherToken     int64
+	OtherRemaining time.Duration
+	// OtherHeartbeatAge is the holder's time since its last renewal.
+	OtherHeartbeatAge time.Duration
+	HolderInSession   bool
 }
 
 // Acquire inserts or takes over the lease row in one statement.
 func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireResult, error) {
 	var r AcquireResult
-	var remMS int64
+	var remMS, hbMS int64
 	var sess bool
 	meta := a.Metadata
 	if len(meta) == 0 {
@@ -171,9 +173,10 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 	}
 	err := q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), s.Names.LockNamespace()},
 		func(row Row) error {
-			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS)
+			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS)
 		})
 	r.OtherRemaining = time.Duration(remMS) * time.Millisecond
+	r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond
 	if r.Acquired {
 		r.SessionBound = sess
 	} else {

@@ -58,13 +58,23 @@ SELECT coalesce(substring(obj_description(to_regclass($1::text), 'pg_class')
 -- A session-bound acquire first takes a session advisory lock keyed by the
 -- name; holding it proves that no other live session holds a session-bound
 -- lease on the name, so a session-bound row may be taken over at once.
-WITH lk AS MATERIALIZED (
+--
+-- Tokens: acquisitions of one name first serialize on a transaction-scoped
+-- advisory lock (the two-int4 key space, which never meets the bigint keys
+-- of session locks), and only then draw from the sequence. Drawn earlier,
+-- a slow contender could be granted a token older than one granted
+-- meanwhile to a faster contender that has since released.
+WITH xl AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtext($7::text || $1::text), hashtext($1::text || $7::text))
+), lk AS MATERIALIZED (
     SELECT CASE WHEN $5::bool
                 THEN pg_try_advisory_lock(hashtextextended($7::text || $1::text, 0))
                 ELSE false END AS got
+      FROM xl
 ), old AS (
     SELECT l."owner", l."token", l."session_pid" IS NOT NULL AS "session_bound",
-           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms"
+           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms"
       FROM {{table}} AS l WHERE l."name" = $1::text
 ), ins AS (
     INSERT INTO {{table}} AS l
@@ -91,11 +101,12 @@ WITH lk AS MATERIALIZED (
 -- Not acquired: the holder as this statement saw it; remaining -1 when the
 -- row appeared concurrently and could not be seen.
 SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
-       coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint
+       coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint
   FROM ins LEFT JOIN old ON true
 UNION ALL
 SELECT false, 0::bigint, coalesce(old."session_bound", false), (SELECT got FROM lk),
-       coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1)
+       coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
+       coalesce(old."heartbeat_ms", 0)
   FROM (SELECT 1) AS one LEFT JOIN old ON true
  WHERE NOT EXISTS (SELECT 1 FROM ins)
 
