@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pglease/pglease/internal/store"
 )
 
@@ -275,7 +277,15 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 			r.res, r.epoch, r.err = c.acquireInSession(args)
 		} else {
 			sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
-			r.res, r.err = c.st.Acquire(sctx, c.db, args)
+			for try := 0; ; try++ {
+				r.res, r.err = c.st.Acquire(sctx, c.db, args)
+				// A pooled connection that died while idle fails before
+				// anything is sent: retrying then cannot acquire twice.
+				if r.err == nil || try == 2 || !pgconn.SafeToRetry(r.err) || sctx.Err() != nil {
+					break
+				}
+				r.sent = time.Now()
+			}
 			cancel()
 		}
 		if state.CompareAndSwap(0, 1) {
