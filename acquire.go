@@ -105,6 +105,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lea
 	case <-ctx.Done():
 		c.putSlot(name, slot, false)
 		return nil, gaveUp(ctx, c.localHolder(name))
+	case <-c.bg.Done():
+		c.putSlot(name, slot, false)
+		return nil, ErrClosed
 	}
 	l, err := c.wait(ctx, name, o, slot)
 	if err != nil {
@@ -186,6 +189,9 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 		case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
 			unsubscribe()
 			return nil, gaveUp(ctx, last)
+		case c.bg.Err() != nil:
+			unsubscribe()
+			return nil, ErrClosed
 		case err != nil && !IsRetryable(err):
 			unsubscribe()
 			return nil, err
@@ -206,6 +212,7 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 		case <-woken:
 		case <-t.C:
 		case <-ctx.Done():
+		case <-c.bg.Done():
 		}
 		t.Stop()
 		if sessCancel != nil {
@@ -214,6 +221,9 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 		unsubscribe()
 		if ctx.Err() != nil {
 			return nil, gaveUp(ctx, last)
+		}
+		if c.bg.Err() != nil {
+			return nil, ErrClosed
 		}
 	}
 }

@@ -237,3 +237,30 @@ func TestAlertOnOldHeartbeat(t *testing.T) {
 		t.Fatal("no alert")
 	}
 }
+
+// Close wakes a blocked Acquire, which returns ErrClosed.
+func TestCloseWakesWaiters(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{})
+	b := testClient(t, Config{Table: a.cfg.Table, PollInterval: time.Hour})
+	l, err := a.TryAcquire(ctx, "w", WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	done := make(chan error, 2)
+	go func() { _, err := b.Acquire(ctx, "w"); done <- err }()
+	go func() { _, err := b.Acquire(ctx, "w"); done <- err }() // queued locally
+	waitContended(t, b, "w")
+	_ = b.Close()
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("Acquire after Close: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not wake a waiter")
+		}
+	}
+}

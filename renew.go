@@ -88,29 +88,31 @@ func (c *Client) heldLeases() []*Lease {
 
 // renew renews leases in one statement on the dedicated connection and
 // returns those found lost (taken over or force-released), which it ends.
-// The statement never runs past the earliest local deadline of the batch.
+// The statement never runs past the last local deadline of the batch.
 func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err error) {
 	s, err := c.session()
 	if err != nil {
 		return nil, err
 	}
 	batch := make([]store.NameToken, 0, len(leases))
-	var first time.Time
+	var last time.Time
 	for _, l := range leases {
 		if l.Err() != nil {
 			continue
 		}
 		batch = append(batch, store.NameToken{Name: l.name, Token: l.token})
-		if dl := l.Deadline(); first.IsZero() || dl.Before(first) {
-			first = dl
+		if dl := l.Deadline(); dl.After(last) {
+			last = dl
 		}
 	}
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	timeout := time.Until(first)
+	// Past the last deadline of the batch the reply is useless: each
+	// lease's own timer has ended it, and a late reply cannot revive it.
+	timeout := min(time.Until(last), c.cfg.StatementTimeout)
 	if timeout <= 0 {
-		return nil, nil // the deadline timers end them
+		return nil, nil
 	}
 	var renewed map[string]bool
 	var epoch uint64

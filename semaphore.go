@@ -58,6 +58,9 @@ func (c *Client) waitSlots(ctx context.Context, name string, o leaseOptions) (*L
 			b.reset()
 			delay = c.expiryWait(soonest)
 		case ctx.Err() != nil:
+		case c.bg.Err() != nil:
+			unsubscribe()
+			return nil, ErrClosed
 		case !IsRetryable(err):
 			unsubscribe()
 			return nil, err
@@ -69,11 +72,15 @@ func (c *Client) waitSlots(ctx context.Context, name string, o leaseOptions) (*L
 		case <-woken:
 		case <-t.C:
 		case <-ctx.Done():
+		case <-c.bg.Done():
 		}
 		t.Stop()
 		unsubscribe()
 		if ctx.Err() != nil {
 			return nil, gaveUp(ctx, last)
+		}
+		if c.bg.Err() != nil {
+			return nil, ErrClosed
 		}
 	}
 }
