@@ -197,6 +197,9 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 			return nil, err
 		case err != nil:
 			delay = b.next()
+			if _, seenHeld := last.(*HeldError); !seenHeld {
+				last = fmt.Errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
+			}
 			c.cfg.Logger.Warn("pglease: acquire failed; retrying", "name", name, "err", err, "in", delay)
 		default:
 			b.reset()
@@ -367,6 +370,15 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (store.AcquireResult, 
 		res, err = c.st.Acquire(ctx, q, args)
 		if err == nil && !res.Acquired && res.LockTaken {
 			err = c.st.Unlock(ctx, q, args.Name)
+		}
+		// Acquired, but another session held the name's lock for an instant
+		// (a contender's attempt, a waiter passing through): bind the lease
+		// once the lock is free, so that it fails over fast too.
+		for try := 0; err == nil && res.Acquired && !res.SessionBound && try < 20; try++ {
+			if try > 0 {
+				time.Sleep(time.Duration(try) * time.Millisecond)
+			}
+			res.SessionBound, err = c.st.Bind(ctx, q, args.Name, res.Token)
 		}
 		epoch = st.epoch
 		return err

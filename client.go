@@ -72,7 +72,10 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, opError("connect", err)
+		if store.SQLState(err) != "" {
+			return nil, opError("connect", err)
+		}
+		return nil, fmt.Errorf("pglease: connect: %w (is the server running and the DSN right?)", err)
 	}
 	c := newClient(cfg, st, store.Pgx(pool))
 	c.ownPool = pool

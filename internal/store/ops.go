@@ -62,21 +62,26 @@ func (e *SchemaError) Error() string { return e.Msg }
 // exist nothing is created, so a role without CREATE rights works. An
 // existing table of another shape is reported and left untouched.
 func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
-	exists, err := s.exists(ctx, db)
+	exists, _, err := s.exists(ctx, db)
 	if err != nil {
 		return err
 	}
 	if !exists {
 		err = db.InTx(ctx, func(q Querier) error {
-			if err := q.Query(ctx, s.Q.SchemaLock, []any{"pglease schema " + s.Names.QualifiedTable()}, func(Row) error { return nil }); err != nil {
+			// One lock per schema: tables of one new schema are created
+			// one after the other, so CREATE SCHEMA never races.
+			key := "pglease schema " + s.Names.QuotedSchema()
+			if err := q.Query(ctx, s.Q.SchemaLock, []any{key}, func(Row) error { return nil }); err != nil {
 				return err
 			}
-			exists, err := s.exists(ctx, q)
+			exists, schemaExists, err := s.exists(ctx, q)
 			if err != nil || exists {
 				return err
 			}
 			stmts := []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.CommentTable}
-			if s.Names.Schema != "" {
+			if !schemaExists {
+				// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE
+				// on the database even when the schema is there.
 				stmts = append([]string{s.Q.CreateSchema}, stmts...)
 			}
 			for _, st := range stmts {
@@ -93,11 +98,13 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 	return s.CheckShape(ctx, db)
 }
 
-func (s *Store) exists(ctx context.Context, q Querier) (bool, error) {
+// exists reports whether the table and its sequence exist, and whether
+// their schema does.
+func (s *Store) exists(ctx context.Context, q Querier) (objects, schema bool, err error) {
 	var table, seq bool
-	err := q.Query(ctx, s.Q.TableExists, []any{s.Names.QualifiedTable(), s.Names.QualifiedSeq()},
-		func(r Row) error { return r.Scan(&table, &seq) })
-	return table && seq, err
+	err = q.Query(ctx, s.Q.TableExists, []any{s.Names.QualifiedTable(), s.Names.QualifiedSeq(), s.Names.QuotedSchema()},
+		func(r Row) error { return r.Scan(&table, &seq, &schema) })
+	return table && seq, schema, err
 }
 
 // CheckShape compares the existing table with the layout this version
@@ -189,6 +196,17 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 // acquire, or when a session-bound lease was lost).
 func (s *Store) Unlock(ctx context.Context, q Querier, name string) error {
 	return q.Query(ctx, s.Q.Unlock, []any{name, s.Names.LockNamespace()}, func(Row) error { return nil })
+}
+
+// Bind ties a lease acquired without its session lock to this session, if
+// the lock can be taken now. It reports whether the lease is now bound.
+func (s *Store) Bind(ctx context.Context, q Querier, name string, token int64) (bool, error) {
+	var got, bound bool
+	err := q.Query(ctx, s.Q.Bind, []any{name, token, s.Names.LockNamespace()}, func(r Row) error { return r.Scan(&got, &bound) })
+	if err == nil && got && !bound {
+		err = s.Unlock(ctx, q, name)
+	}
+	return bound, err
 }
 
 // NameToken identifies one held lease.

@@ -40,7 +40,9 @@ COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 1'
 SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
 
 -- name: TableExists
-SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL
+-- $3 the schema ('' for the search_path's first): does it exist already?
+SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
+       $3::text = '' OR to_regnamespace($3::text) IS NOT NULL
 
 -- name: Columns
 SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull
@@ -109,6 +111,18 @@ SELECT false, 0::bigint, coalesce(old."session_bound", false), (SELECT got FROM 
        coalesce(old."heartbeat_ms", 0)
   FROM (SELECT 1) AS one LEFT JOIN old ON true
  WHERE NOT EXISTS (SELECT 1 FROM ins)
+
+-- name: Bind
+-- Binds a lease acquired without its session lock (another session held the
+-- lock for an instant) to this session once the lock is free.
+WITH lk AS MATERIALIZED (
+    SELECT pg_try_advisory_lock(hashtextextended($3::text || $1::text, 0)) AS got
+), upd AS (
+    UPDATE {{table}} SET "session_pid" = pg_backend_pid()
+     WHERE "name" = $1::text AND "token" = $2::bigint AND (SELECT got FROM lk)
+    RETURNING 1
+)
+SELECT (SELECT got FROM lk), EXISTS (SELECT 1 FROM upd)
 
 -- name: Unlock
 SELECT pg_advisory_unlock(hashtextextended($2::text || $1::text, 0))

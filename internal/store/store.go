@@ -90,6 +90,14 @@ func (n Names) qualified(obj string) string {
 	return quote(n.Schema) + "." + quote(obj)
 }
 
+// QuotedSchema is the schema's name as to_regnamespace reads it, or "".
+func (n Names) QuotedSchema() string {
+	if n.Schema == "" {
+		return ""
+	}
+	return quote(n.Schema)
+}
+
 // QualifiedTable is the table's name as to_regclass reads it.
 func (n Names) QualifiedTable() string { return n.qualified(n.Table) }
 
@@ -106,7 +114,7 @@ type Queries struct {
 	SchemaLock, TableExists, Columns, SchemaVersion         string
 	Acquire, Unlock, Renew, Release, Guard                  string
 	Get, List, ForceRelease, Cleanup, Listen                string
-	SessionKeepalive, AwaitSession                          string
+	SessionKeepalive, AwaitSession, Bind                    string
 }
 
 // Build renders the statements for the given names.
@@ -135,7 +143,7 @@ func Build(n Names) Queries {
 		Acquire: get("Acquire"), Unlock: get("Unlock"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
-		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"),
+		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"), Bind: get("Bind"),
 	}
 }
 

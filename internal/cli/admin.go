@@ -1,0 +1,349 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/pglease/pglease"
+)
+
+var (
+	jsonFlag     = flagSpec{name: "json", kind: boolFlag, usage: "print JSON instead of a table"}
+	lsFlags      = append([]flagSpec{jsonFlag}, connFlags...)
+	statusFlags  = append([]flagSpec{jsonFlag}, connFlags...)
+	releaseFlags = append([]flagSpec{{name: "force", kind: boolFlag, usage: "required: take the lease whoever holds it"}}, connFlags...)
+	schemaFlags  = connFlags[1:]
+)
+
+// adminTimeout bounds an administrative command.
+const adminTimeout = 30 * time.Second
+
+// connect validates the connection flags and opens a client.
+func (e *env) connect(ctx context.Context, cmd string, fs *flagSet) (*pglease.Client, int, bool) {
+	table := fs.str("table")
+	if err := checkTable(table); err != nil {
+		return nil, e.usage(cmd, err), false
+	}
+	dsn := e.resolveDSN(fs.str("dsn"), fs.isSet("dsn"))
+	if err := e.checkDSN(dsn); err != nil {
+		return nil, e.usage(cmd, err), false
+	}
+	c, err := pglease.Open(ctx, dsn, pglease.Config{Table: table, Owner: "admin-" + hostname()})
+	if err != nil {
+		return nil, e.fail(err), false
+	}
+	if err := migrate(ctx, c); err != nil {
+		c.Close()
+		return nil, e.fail(err), false
+	}
+	return c, 0, true
+}
+
+// nameArg checks that a command got exactly one valid lease name.
+func nameArg(fs *flagSet) (string, error) {
+	args := append(fs.args, fs.rest...)
+	if len(args) != 1 {
+		return "", usagef("expected one lease NAME, got %d arguments", len(args))
+	}
+	return args[0], checkName(args[0])
+}
+
+func noArgs(fs *flagSet) error {
+	if args := append(fs.args, fs.rest...); len(args) > 0 {
+		return usagef("unexpected argument %s", quoteArg(args[0]))
+	}
+	return nil
+}
+
+func (e *env) cmdList(ctx context.Context, args []string) int {
+	fs, code, done := e.parse("ls", lsFlags, args)
+	if done {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return e.usage("ls", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	c, code, ok := e.connect(ctx, "ls", fs)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	infos, err := c.List(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	if fs.boolean("json") {
+		out := make([]leaseJSON, len(infos))
+		for i, in := range infos {
+			out[i] = toJSON(in)
+		}
+		return e.printJSON(out)
+	}
+	if len(infos) == 0 {
+		fmt.Fprintln(e.stdout, "no leases")
+		return exitOK
+	}
+	e.printTable(infos)
+	return exitOK
+}
+
+func (e *env) printTable(infos []pglease.Info) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tHEARTBEAT AGE\tSTATE")
+	for _, in := range infos {
+		expires := human(in.Remaining)
+		if !in.Held() {
+			expires = "expired " + human(-in.Remaining) + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
+			in.Token, human(in.HeldFor), expires, human(in.HeartbeatAge), state(in))
+	}
+	tw.Flush()
+}
+
+func (e *env) printJSON(v any) int {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "%s\n", b)
+	return exitOK
+}
+
+// state is "held", "stale" (held, but no heartbeat for more than half the
+// TTL: renewals run every third of it, so at least one was missed) or
+// "expired".
+func state(in pglease.Info) string {
+	switch {
+	case !in.Held():
+		return "expired"
+	case in.Stale(in.TTL / 2):
+		return "stale"
+	}
+	return "held"
+}
+
+type leaseJSON struct {
+	Name           string          `json:"name"`
+	Owner          string          `json:"owner"`
+	Token          int64           `json:"token"`
+	State          string          `json:"state"`
+	AcquiredAt     time.Time       `json:"acquired_at"`
+	RenewedAt      time.Time       `json:"renewed_at"`
+	ExpiresAt      time.Time       `json:"expires_at"`
+	TTLSeconds     float64         `json:"ttl_seconds"`
+	HeldForSeconds float64         `json:"held_for_seconds"`
+	ExpiresInSecs  float64         `json:"expires_in_seconds"`
+	HeartbeatAge   float64         `json:"heartbeat_age_seconds"`
+	SessionBound   bool            `json:"session_bound"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+}
+
+func toJSON(in pglease.Info) leaseJSON {
+	j := leaseJSON{Name: in.Name, Owner: in.Owner, Token: in.Token, State: state(in),
+		AcquiredAt: in.AcquiredAt, RenewedAt: in.RenewedAt, ExpiresAt: in.ExpiresAt,
+		TTLSeconds: in.TTL.Seconds(), HeldForSeconds: in.HeldFor.Seconds(),
+		ExpiresInSecs: in.Remaining.Seconds(), HeartbeatAge: in.HeartbeatAge.Seconds(),
+		SessionBound: in.SessionBound}
+	if json.Valid([]byte(in.Metadata)) {
+		j.Metadata = json.RawMessage(in.Metadata)
+	}
+	return j
+}
+
+func (e *env) cmdStatus(ctx context.Context, args []string) int {
+	fs, code, done := e.parse("status", statusFlags, args)
+	if done {
+		return code
+	}
+	name, err := nameArg(fs)
+	if err != nil {
+		return e.usage("status", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	c, code, ok := e.connect(ctx, "status", fs)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	in, err := c.Get(ctx, name)
+	switch {
+	case errors.Is(err, pglease.ErrNoLease):
+		if fs.boolean("json") {
+			e.printJSON(map[string]any{"name": name, "state": "free"})
+		} else {
+			fmt.Fprintf(e.stdout, "%s is free\n", display(name, 255))
+		}
+		return exitFree
+	case err != nil:
+		return e.fail(err)
+	}
+	if fs.boolean("json") {
+		e.printJSON(toJSON(in))
+	} else {
+		e.printTable([]pglease.Info{in})
+	}
+	if !in.Held() {
+		return exitFree
+	}
+	return exitOK
+}
+
+func (e *env) cmdRelease(ctx context.Context, args []string) int {
+	fs, code, done := e.parse("release", releaseFlags, args)
+	if done {
+		return code
+	}
+	name, err := nameArg(fs)
+	if err != nil {
+		return e.usage("release", err)
+	}
+	if !fs.boolean("force") {
+		return e.usage("release", usagef("release takes a lease from its holder: add --force to confirm"))
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	c, code, ok := e.connect(ctx, "release", fs)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	in, err := c.ForceRelease(ctx, name)
+	switch {
+	case errors.Is(err, pglease.ErrNoLease):
+		fmt.Fprintf(e.stderr, "pglease: no lease named %s\n", display(name, 255))
+		return exitFree
+	case err != nil:
+		return e.fail(err)
+	}
+	what := "held"
+	if !in.Held() {
+		what = "expired"
+	}
+	fmt.Fprintf(e.stdout, "released %s: owner %s, token %d, %s for %s\n",
+		display(in.Name, 255), display(in.Owner, 255), in.Token, what, human(in.HeldFor))
+	return exitOK
+}
+
+func (e *env) cmdMigrate(ctx context.Context, args []string) int {
+	fs, code, done := e.parse("migrate", connFlags, args)
+	if done {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return e.usage("migrate", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	c, code, ok := e.connect(ctx, "migrate", fs)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	if err := c.Migrate(ctx); err != nil {
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "lease table %s is ready\n", tableName(fs.str("table")))
+	return exitOK
+}
+
+func (e *env) cmdSchema(args []string) int {
+	fs, code, done := e.parse("schema", schemaFlags, args)
+	if done {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return e.usage("schema", err)
+	}
+	ddl, err := pglease.DDL(fs.str("table"))
+	if err != nil {
+		return e.usage("schema", checkTable(fs.str("table")))
+	}
+	fmt.Fprintln(e.stdout, strings.TrimRight(ddl, "\n"))
+	return exitOK
+}
+
+func (e *env) cmdCleanup(ctx context.Context, args []string) int {
+	fs, code, done := e.parse("cleanup", connFlags, args)
+	if done {
+		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return e.usage("cleanup", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	c, code, ok := e.connect(ctx, "cleanup", fs)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	n, err := c.Cleanup(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "deleted %d expired lease(s)\n", n)
+	return exitOK
+}
+
+func tableName(t string) string {
+	if t == "" {
+		return "pglease_leases"
+	}
+	return t
+}
+
+// display makes a name safe for a terminal: control characters, invalid
+// UTF-8 and quotes are escaped (the whole value is then quoted), and
+// values longer than limit runes are shortened with "…".
+func display(s string, limit int) string {
+	safe := true
+	for _, r := range s {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) || r == '"' {
+			safe = false
+			break
+		}
+	}
+	if !safe {
+		s = strconv.Quote(s)
+	}
+	if r := []rune(s); len(r) > limit {
+		s = string(r[:limit-1]) + "…"
+	}
+	return s
+}
+
+// human formats a duration for people: 850ms, 12.3s, 4m05s, 2h03m, 3d04h.
+func human(d time.Duration) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Second:
+		s = fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		s = fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		s = fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}

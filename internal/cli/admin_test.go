@@ -1,0 +1,154 @@
+//go:build unix
+
+package cli_test
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+type lsEntry struct {
+	Name         string  `json:"name"`
+	Owner        string  `json:"owner"`
+	Token        int64   `json:"token"`
+	State        string  `json:"state"`
+	TTL          float64 `json:"ttl_seconds"`
+	SessionBound bool    `json:"session_bound"`
+}
+
+func lsJSON(t *testing.T, env []string, table string) map[string]lsEntry {
+	t.Helper()
+	code, stdout, stderr := run(t, env, "ls", "--json", "--table", table)
+	if code != 0 {
+		t.Fatalf("ls --json: exit %d: %s", code, stderr)
+	}
+	var list []lsEntry
+	if err := json.Unmarshal([]byte(stdout), &list); err != nil {
+		t.Fatalf("ls --json: %v\n%s", err, stdout)
+	}
+	m := map[string]lsEntry{}
+	for _, e := range list {
+		m[e.Name] = e
+	}
+	return m
+}
+
+func TestAdminCommands(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	if code, stdout, stderr := run(t, env, "migrate", "--table", table); code != 0 || !strings.Contains(stdout, "ready") {
+		t.Fatalf("migrate: %d %s %s", code, stdout, stderr)
+	}
+	if code, stdout, _ := run(t, env, "ls", "--table", table); code != 0 || !strings.Contains(stdout, "no leases") {
+		t.Fatalf("ls on an empty table: %d %q", code, stdout)
+	}
+
+	holder := holdLease(t, env, table, "nightly-report", "--owner", "host-a", "--fast-failover", "--ttl", "3s")
+	evil := "evil\x1b[31mred\nline"
+	holdLease(t, env, table, evil)
+	long := strings.Repeat("L", 255)
+	holdLease(t, env, table, long)
+	// An expired row: its holder is SIGKILLed and it is not session-bound.
+	gone := holdLease(t, env, table, "abandoned", "--ttl", "1s")
+	gone.signal(syscall.SIGKILL)
+	gone.wait(5 * time.Second)
+
+	code, stdout, stderr := run(t, env, "ls", "--table", table)
+	if code != 0 {
+		t.Fatalf("ls: %d %s", code, stderr)
+	}
+	t.Logf("pglease ls:\n%s", stdout)
+	for _, want := range []string{"NAME", "OWNER", "TOKEN", "HELD FOR", "EXPIRES IN", "HEARTBEAT AGE", "STATE",
+		"nightly-report", "host-a", "held", `"evil\x1b[31mred\nline"`, "…"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("ls output lacks %q", want)
+		}
+	}
+	if strings.ContainsAny(stdout, "\x1b") || strings.Contains(stdout, long) {
+		t.Error("ls printed a control character or an unshortened long name")
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	col := strings.Index(lines[0], "OWNER")
+	for _, l := range lines[1:] {
+		if len([]rune(l)) > col && strings.Contains(l, "host-a") && strings.Index(l, "host-a") != col {
+			t.Errorf("columns not aligned:\n%s", stdout)
+		}
+	}
+
+	leases := lsJSON(t, env, table)
+	if e := leases["nightly-report"]; e.Owner != "host-a" || e.State != "held" || e.Token <= 0 || !e.SessionBound || e.TTL != 3 {
+		t.Errorf("ls --json entry: %+v", e)
+	}
+	if _, ok := leases[evil]; !ok {
+		t.Error("ls --json lacks the control-character name")
+	}
+	if _, ok := leases[long]; !ok {
+		t.Error("ls --json lacks the full long name")
+	}
+
+	if code, _, _ := run(t, env, "status", "nightly-report", "--table", table); code != 0 {
+		t.Errorf("status of a held lease: exit %d", code)
+	}
+	if code, stdout, _ := run(t, env, "status", "never-taken", "--table", table); code != 3 || !strings.Contains(stdout, "free") {
+		t.Errorf("status of a free lease: exit %d %q", code, stdout)
+	}
+	waitFor(t, 5*time.Second, "the abandoned lease to expire", func() bool {
+		return lsJSON(t, env, table)["abandoned"].State == "expired"
+	})
+	if code, _, _ := run(t, env, "status", "abandoned", "--table", table); code != 3 {
+		t.Errorf("status of an expired lease: exit %d", code)
+	}
+	if code, stdout, _ := run(t, env, "cleanup", "--table", table); code != 0 || !strings.Contains(stdout, "deleted 1 ") {
+		t.Errorf("cleanup: exit %d %q", code, stdout)
+	}
+
+	code, stdout, _ = run(t, env, "release", "--force", "nightly-report", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "released nightly-report: owner host-a, token") {
+		t.Errorf("release: exit %d %q", code, stdout)
+	}
+	if code := holder.wait(10 * time.Second); code != 76 {
+		t.Errorf("holder of a force-released lease: exit %d, want 76", code)
+	}
+	if code, _, stderr := run(t, env, "release", "--force", "nightly-report", "--table", table); code != 3 || !strings.Contains(stderr, "no lease") {
+		t.Errorf("release of a missing lease: exit %d %q", code, stderr)
+	}
+}
+
+func TestAdminShowsStaleLease(t *testing.T) {
+	t.Parallel()
+	_, table := tableEnv(t)
+	direct := []string{"PGLEASE_DSN=" + pgtest.DSN(t)}
+	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
+	viaProxy := []string{"PGLEASE_DSN=" + proxy.DSN(pgtest.DSN(t))}
+	holdLease(t, viaProxy, table, "zombie", "--ttl", "3s")
+	proxy.Blackhole(true)
+	waitFor(t, 5*time.Second, "the lease to show as stale", func() bool {
+		return lsJSON(t, direct, table)["zombie"].State == "stale"
+	})
+}
+
+// TestBadInputChangesNothing runs every bad command line through the
+// binary with a reachable database: each exits 2 with a message, and
+// nothing was created.
+func TestBadInputChangesNothing(t *testing.T) {
+	env := []string{"PGLEASE_DSN=" + pgtest.DSN(t)}
+	before := query[int](t, "SELECT count(*)::int FROM pg_class") + query[int](t, "SELECT count(*)::int FROM pg_namespace")
+	for _, tc := range badRunInputs {
+		code, stdout, stderr := run(t, env, tc.args...)
+		if code != 2 || !strings.Contains(stderr, tc.msg) || stdout != "" {
+			t.Errorf("%s: exit %d, stderr %q, stdout %q", tc.name, code, stderr, stdout)
+		}
+		if strings.Contains(stderr, "hunter2") {
+			t.Errorf("%s: password in stderr", tc.name)
+		}
+	}
+	after := query[int](t, "SELECT count(*)::int FROM pg_class") + query[int](t, "SELECT count(*)::int FROM pg_namespace")
+	if before != after {
+		t.Errorf("bad input changed the database: %d relations and schemas before, %d after", before, after)
+	}
+}

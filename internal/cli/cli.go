@@ -1,0 +1,167 @@
+// Package cli implements the pglease command-line tool. Main takes the
+// arguments, stdout and stderr and returns the exit status, so that the tool
+// can be tested in-process; cmd/pglease only calls it.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/pglease/pglease"
+)
+
+// Exit statuses of the tool (see docs/CLI.md).
+const (
+	exitOK       = 0
+	exitError    = 1  // database unreachable or refusing us, other errors
+	exitUsage    = 2  // bad flags, names, durations, identifiers, DSN
+	exitFree     = 3  // status: the lease is not held
+	exitHeld     = 75 // the lease was seen held by another owner
+	exitLost     = 76 // the lease was lost while the command ran
+	exitNoExec   = 126
+	exitNotFound = 127
+)
+
+// env is what a command may use of the outside world.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	secrets        []string // passwords to redact from every message
+}
+
+// Main runs the tool with args (without the program name) and returns the
+// exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, mainHelp)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return e.cmdRun(ctx, rest)
+	case "ls", "list":
+		return e.cmdList(ctx, rest)
+	case "status":
+		return e.cmdStatus(ctx, rest)
+	case "release":
+		return e.cmdRelease(ctx, rest)
+	case "migrate":
+		return e.cmdMigrate(ctx, rest)
+	case "schema":
+		return e.cmdSchema(rest)
+	case "cleanup":
+		return e.cmdCleanup(ctx, rest)
+	case "version", "--version":
+		return e.cmdVersion(rest)
+	case "completion":
+		return e.cmdCompletion(rest)
+	case "demo":
+		return e.cmdDemo(ctx, rest)
+	case "help", "-h", "--help", "-help":
+		if len(rest) > 0 {
+			if h, ok := helpTexts[rest[0]]; ok {
+				fmt.Fprint(stdout, h)
+				return exitOK
+			}
+		}
+		fmt.Fprint(stdout, mainHelp)
+		return exitOK
+	case superviseCmd:
+		return supervise(rest, stderr)
+	case demoJobCmd:
+		return demoJob(ctx, rest, stdout)
+	}
+	return e.usage("", usagef("unknown command %s", quoteArg(cmd)))
+}
+
+// usage reports a usage error of command cmd and returns exit status 2.
+func (e *env) usage(cmd string, err error) int {
+	fmt.Fprintf(e.stderr, "pglease: %s\n", e.redact(err.Error()))
+	if cmd == "" {
+		fmt.Fprintln(e.stderr, "Run 'pglease --help' for usage.")
+	} else {
+		fmt.Fprintf(e.stderr, "Run 'pglease %s --help' for usage.\n", cmd)
+	}
+	return exitUsage
+}
+
+// fail reports an error (passwords redacted) and returns exit status 1.
+func (e *env) fail(err error) int {
+	msg := e.redact(err.Error())
+	if !strings.HasPrefix(msg, "pglease: ") {
+		msg = "pglease: " + msg
+	}
+	fmt.Fprintln(e.stderr, msg)
+	return exitError
+}
+
+// parse parses the flags of cmd; it prints the help when asked for.
+// done reports that the command should return code at once.
+func (e *env) parse(cmd string, specs []flagSpec, args []string) (fs *flagSet, code int, done bool) {
+	fs, err := parseFlags(specs, args)
+	if fs != nil && fs.help {
+		fmt.Fprint(e.stdout, helpTexts[cmd])
+		return fs, exitOK, true
+	}
+	if err != nil {
+		return fs, e.usage(cmd, err), true
+	}
+	return fs, 0, false
+}
+
+// checkTable validates a --table value without connecting.
+func checkTable(table string) error {
+	if _, err := pglease.DDL(table); err != nil {
+		return usagef("invalid --table %s: each part of [SCHEMA.]TABLE must match [a-z_][a-z0-9_]{0,62}", quoteArg(table))
+	}
+	return nil
+}
+
+// checkName validates a lease name without connecting.
+func checkName(name string) error {
+	if strings.HasPrefix(name, "-") {
+		return usagef("invalid lease name %s: it must not start with '-'", quoteArg(name))
+	}
+	if err := pglease.CheckName(name); err != nil {
+		return usagef("invalid lease name %s: %s", quoteArg(name), strings.TrimPrefix(err.Error(), "pglease: invalid lease name: "))
+	}
+	return nil
+}
+
+var connFlags = []flagSpec{
+	{name: "dsn", kind: stringFlag, arg: "DSN", usage: "connection string (default $PGLEASE_DSN, $DATABASE_URL, then the PG* variables)"},
+	{name: "table", kind: stringFlag, arg: "[SCHEMA.]TABLE", usage: "lease table (default pglease_leases)"},
+}
+
+func (e *env) cmdVersion(args []string) int {
+	if _, code, done := e.parse("version", nil, args); done {
+		return code
+	}
+	fmt.Fprintf(e.stdout, "pglease %s (%s %s/%s)\n", pglease.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitOK
+}
+
+func (e *env) cmdCompletion(args []string) int {
+	fs, code, done := e.parse("completion", nil, args)
+	if done {
+		return code
+	}
+	if len(fs.args) != 1 {
+		return e.usage("completion", usagef("completion needs one shell: bash or zsh"))
+	}
+	switch fs.args[0] {
+	case "bash":
+		fmt.Fprint(e.stdout, bashCompletion)
+	case "zsh":
+		fmt.Fprint(e.stdout, zshCompletion)
+	default:
+		return e.usage("completion", usagef("unsupported shell %s: use bash or zsh", quoteArg(fs.args[0])))
+	}
+	return exitOK
+}

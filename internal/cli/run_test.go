@@ -1,0 +1,422 @@
+//go:build unix
+
+package cli_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// readInt polls a file written by a test command until it holds a number.
+func readInt(t *testing.T, path string) int {
+	t.Helper()
+	var n int
+	waitFor(t, 10*time.Second, "a number in "+filepath.Base(path), func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
+		}
+		n, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	return n
+}
+
+// query runs a one-value query on the shared server, bypassing any proxy.
+func query[T any](t *testing.T, sql string, args ...any) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v T
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// holdLease starts a pglease run that holds name until the test ends and
+// waits until its command runs.
+func holdLease(t *testing.T, env []string, table, name string, extra ...string) *proc {
+	t.Helper()
+	mark := filepath.Join(t.TempDir(), "held")
+	args := append([]string{"run", name, "--table", table}, extra...)
+	args = append(args, "--", "sh", "-c", "echo $$ > "+mark+"; exec sleep 300")
+	p := start(t, env, args...)
+	readInt(t, mark)
+	return p
+}
+
+func TestRunExitStatus(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	noExec := filepath.Join(dir, "not-executable")
+	if err := os.WriteFile(noExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	holdLease(t, env, table, "busy", "--owner", "same-owner")
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"ChildsOwnStatus", []string{"run", "a", "--", "sh", "-c", "exit 3"}, 3},
+		{"ChildSuccess", []string{"run", "a", "--", "true"}, 0},
+		{"KilledBySignal", []string{"run", "a", "--", "sh", "-c", "kill -9 $$"}, 128 + 9},
+		{"NotFound", []string{"run", "a", "--", "no-such-command-pglease"}, 127},
+		{"NotExecutable", []string{"run", "a", "--", noExec}, 126},
+		{"Directory", []string{"run", "a", "--", dir}, 126},
+		{"HeldByAnother", []string{"run", "busy", "--", "true"}, 75},
+		{"SameOwnerStillExcluded", []string{"run", "busy", "--owner", "same-owner", "--", "true"}, 75},
+		{"WaitTimeoutWhileHeld", []string{"run", "busy", "--wait", "--timeout", "300ms", "--", "true"}, 75},
+		{"Usage", []string{"run", "a", "--ttl", "0", "--", "true"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{tc.args[0], tc.args[1], "--table", table}, tc.args[2:]...)
+			code, stdout, stderr := run(t, env, args...)
+			if code != tc.want {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.want, stdout, stderr)
+			}
+			if tc.want == 75 && !strings.Contains(stderr, "same-owner") {
+				t.Errorf("stderr does not name the holder: %q", stderr)
+			}
+		})
+	}
+}
+
+func TestRunSkipsHeldLeaseInUnderASecond(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	holdLease(t, env, table, "nightly")
+	p := start(t, env, "run", "nightly", "--table", table, "--", "true")
+	if code := p.wait(5 * time.Second); code != 75 {
+		t.Fatalf("exit %d, want 75: %s", code, p.stderr)
+	}
+	if p.elapsed > time.Second {
+		t.Errorf("skipping took %s, want under a second", p.elapsed)
+	}
+}
+
+func TestRunUnreachableDatabaseIsError1(t *testing.T) {
+	t.Parallel()
+	for _, wait := range []bool{false, true} {
+		args := []string{"run", "x", "--dsn", "postgres://bob:s3cr3t-pw@127.0.0.1:1/db?connect_timeout=2", "--", "true"}
+		if wait {
+			args = append([]string{"run", "--wait"}, args[1:]...)
+		}
+		code, stdout, stderr := run(t, nil, args...)
+		if code != 1 {
+			t.Errorf("wait=%v: exit %d, want 1: %s", wait, code, stderr)
+		}
+		if strings.Contains(stdout+stderr, "s3cr3t") {
+			t.Errorf("password in output: %s%s", stdout, stderr)
+		}
+	}
+}
+
+func TestRunChildEnvironmentAndIncreasingTokens(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	var last int64
+	for i := 0; i < 3; i++ {
+		code, stdout, stderr := run(t, env, "run", "tok", "--owner", "job-host-1", "--table", table, "--",
+			"sh", "-c", `echo "$PGLEASE_NAME|$PGLEASE_OWNER|$PGLEASE_TOKEN"`)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		f := strings.Split(strings.TrimSpace(stdout), "|")
+		if len(f) != 3 || f[0] != "tok" || f[1] != "job-host-1" {
+			t.Fatalf("child saw %q", stdout)
+		}
+		tok, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil || tok <= last {
+			t.Fatalf("token %q after %d: want a greater positive integer", f[2], last)
+		}
+		last = tok
+	}
+}
+
+func TestRunKillsWholeGroupWhenPgleaseIsKilled(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	child, grandchild := filepath.Join(dir, "child"), filepath.Join(dir, "grandchild")
+	p := start(t, env, "run", "grp", "--table", table, "--", "sh", "-c",
+		"sleep 300 & echo $! > "+grandchild+"; echo $$ > "+child+"; wait")
+	cpid, gpid := readInt(t, child), readInt(t, grandchild)
+	p.signal(syscall.SIGKILL)
+	p.wait(5 * time.Second)
+	killed := time.Now()
+	waitFor(t, time.Second, "the child and grandchild to die", func() bool { return !alive(cpid) && !alive(gpid) })
+	t.Logf("group gone %s after pglease died", time.Since(killed))
+}
+
+func TestRunForceReleaseTerminatesCommand(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	child, grandchild := filepath.Join(dir, "child"), filepath.Join(dir, "grandchild")
+	// The command ignores SIGTERM, so SIGKILL after the grace is needed.
+	p := start(t, env, "run", "victim", "--ttl", "3s", "--kill-grace", "500ms", "--table", table, "--", "sh", "-c",
+		"trap '' TERM; sleep 300 & echo $! > "+grandchild+"; echo $$ > "+child+"; wait")
+	cpid, gpid := readInt(t, child), readInt(t, grandchild)
+
+	code, stdout, stderr := run(t, env, "release", "victim", "--force", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "released victim") || !strings.Contains(stdout, "token") {
+		t.Fatalf("release: exit %d\n%s%s", code, stdout, stderr)
+	}
+	released := time.Now()
+	// Detected at the next renewal (TTL/3 = 1s), then SIGTERM, SIGKILL
+	// after 500ms.
+	if code := p.wait(5 * time.Second); code != 76 {
+		t.Fatalf("exit %d, want 76: %s", code, p.stderr)
+	}
+	took := time.Since(released)
+	if alive(cpid) || alive(gpid) {
+		t.Fatal("the command's group outlived pglease")
+	}
+	if took > 2500*time.Millisecond {
+		t.Errorf("exit 76 %s after the force-release, want under 2.5s", took)
+	}
+	t.Logf("exit 76 %s after the force-release; stderr: %s", took, p.stderr)
+}
+
+func TestRunDatabaseUnreachableWhileHolding(t *testing.T) {
+	t.Parallel()
+	_, table := tableEnv(t)
+	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
+	env := []string{"PGLEASE_DSN=" + proxy.DSN(pgtest.DSN(t))}
+	dir := t.TempDir()
+	child, grandchild := filepath.Join(dir, "child"), filepath.Join(dir, "grandchild")
+	p := start(t, env, "run", "cut-off", "--ttl", "2s", "--kill-grace", "400ms", "--table", table, "--", "sh", "-c",
+		"trap '' TERM; sleep 300 & echo $! > "+grandchild+"; echo $$ > "+child+"; wait")
+	cpid, gpid := readInt(t, child), readInt(t, grandchild)
+	proxy.Blackhole(true)
+	cut := time.Now()
+	if code := p.wait(8 * time.Second); code != 76 {
+		t.Fatalf("exit %d, want 76: %s", code, p.stderr)
+	}
+	exited := time.Now()
+	if alive(cpid) || alive(gpid) {
+		t.Fatal("the command's group outlived pglease")
+	}
+	// The server's expiry of the row (the database is local: same clock)
+	// must come after the group was dead: nobody else could have had the
+	// lease while the command ran.
+	expires := query[time.Time](t, "SELECT expires_at FROM "+table+" WHERE name = 'cut-off'")
+	if !exited.Before(expires) {
+		t.Errorf("pglease exited at %s, after the server-side expiry %s", exited.Format(time.StampMicro), expires.Format(time.StampMicro))
+	}
+	t.Logf("exit 76 %s after the cut; %s before the server-side expiry", exited.Sub(cut), expires.Sub(exited))
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	ready, got := filepath.Join(dir, "ready"), filepath.Join(dir, "got")
+	script := `for s in HUP QUIT USR1 USR2 INT; do trap "echo $s >> ` + got + `" $s; done
+trap 'echo TERM >> ` + got + `; exit 7' TERM
+echo $$ > ` + ready + `
+while :; do sleep 0.02; done`
+	p := start(t, env, "run", "sig", "--table", table, "--", "sh", "-c", script)
+	readInt(t, ready)
+	var want []string
+	for _, s := range []struct {
+		sig  syscall.Signal
+		name string
+	}{{syscall.SIGHUP, "HUP"}, {syscall.SIGQUIT, "QUIT"}, {syscall.SIGUSR1, "USR1"}, {syscall.SIGUSR2, "USR2"}, {syscall.SIGINT, "INT"}} {
+		p.signal(s.sig)
+		want = append(want, s.name)
+		waitFor(t, 5*time.Second, s.name+" to reach the command", func() bool {
+			b, _ := os.ReadFile(got)
+			return strings.Join(strings.Fields(string(b)), " ") == strings.Join(want, " ")
+		})
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code != 7 {
+		t.Fatalf("exit %d, want the command's 7: %s", code, p.stderr)
+	}
+
+	// A command killed by a forwarded signal: 128+signal.
+	p = start(t, env, "run", "sig", "--table", table, "--", "sh", "-c", "echo $$ > "+ready+"2; exec sleep 300")
+	readInt(t, ready+"2")
+	p.signal(syscall.SIGINT)
+	if code := p.wait(5 * time.Second); code != 130 {
+		t.Fatalf("exit %d, want 130: %s", code, p.stderr)
+	}
+}
+
+func TestRunSignalWhileWaiting(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	holdLease(t, env, table, "queue")
+	ran := filepath.Join(t.TempDir(), "ran")
+	p := start(t, env, "run", "queue", "--wait", "--owner", "patient-waiter", "--table", table, "--", "touch", ran)
+	waitFor(t, 10*time.Second, "the waiter to connect", func() bool {
+		return query[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease patient-waiter'") > 0
+	})
+	time.Sleep(100 * time.Millisecond) // let it reach the wait
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code != 128+15 {
+		t.Fatalf("exit %d, want 143: %s", code, p.stderr)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the command ran although the wait was interrupted")
+	}
+}
+
+// TestRunHandOffGap measures how soon a waiting "run --wait" starts its
+// command after the holder's command exits.
+func TestRunHandOffGap(t *testing.T) {
+	env, table := tableEnv(t)
+	job := []string{"--", bin, "__demo-job", "300ms"}
+	var best time.Duration
+	for round := 0; round < 3; round++ {
+		name := "handoff-" + strconv.Itoa(round)
+		a := start(t, env, append([]string{"run", name, "--wait", "--table", table}, job...)...)
+		b := start(t, env, append([]string{"run", name, "--wait", "--table", table}, job...)...)
+		for _, p := range []*proc{a, b} {
+			if code := p.wait(10 * time.Second); code != 0 {
+				t.Fatalf("exit %d: %s", code, p.stderr)
+			}
+		}
+		var starts, ends []int64
+		for _, p := range []*proc{a, b} {
+			for _, line := range strings.Split(p.stdout.String(), "\n") {
+				f := strings.Fields(line)
+				if len(f) < 2 {
+					continue
+				}
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				switch f[0] {
+				case "start":
+					starts = append(starts, n)
+				case "end":
+					ends = append(ends, n)
+				}
+			}
+		}
+		if len(starts) != 2 || len(ends) != 2 {
+			t.Fatalf("unexpected job output: %q %q", a.stdout, b.stdout)
+		}
+		first, second := 0, 1
+		if starts[1] < starts[0] {
+			first, second = 1, 0
+		}
+		if starts[second] < ends[first] {
+			t.Fatal("the two commands overlapped")
+		}
+		gap := time.Duration(starts[second] - ends[first])
+		t.Logf("round %d: hand-off gap %s", round, gap)
+		if round == 0 || gap < best {
+			best = gap
+		}
+	}
+	if best > 100*time.Millisecond {
+		t.Errorf("best hand-off gap %s, want under 100ms", best)
+	}
+}
+
+func TestRunCreatesTableSchema(t *testing.T) {
+	t.Parallel()
+	env, _ := tableEnv(t)
+	schema := fmt.Sprintf("cli_new_%d", time.Now().UnixNano()%1e9)
+	defer func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+		if err == nil {
+			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			conn.Close(ctx)
+		}
+	}()
+	if code, _, stderr := run(t, env, "run", "s", "--table", schema+".leases", "--", "true"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !query[bool](t, "SELECT to_regclass($1) IS NOT NULL", schema+".leases") {
+		t.Fatal("table not created")
+	}
+
+	// A role that may not create schemas gets a clear error, exit 1.
+	role := schema + "_role"
+	exec := func(sql string) {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("CREATE ROLE " + role + " LOGIN")
+	t.Cleanup(func() { exec("DROP ROLE IF EXISTS " + role) })
+	dsn := strings.Replace(pgtest.DSN(t), "postgres://postgres@", "postgres://"+role+"@", 1)
+	code, _, stderr := run(t, nil, "run", "s", "--dsn", dsn, "--table", schema+"_denied.leases", "--", "true")
+	if code != 1 || !strings.Contains(stderr, "privilege") {
+		t.Fatalf("exit %d, want 1 with a privilege hint: %s", code, stderr)
+	}
+}
+
+// TestRunWaitTimeoutWithPersistentErrorsIsError1: when every attempt fails
+// (here: the role may have only one connection, so the session that a
+// fast-failover lease needs cannot be opened) the wait ends at --timeout
+// with exit 1, not 75: the lease was never seen held.
+func TestRunWaitTimeoutWithPersistentErrorsIsError1(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	role := schema + "_r"
+	if len(role) > 63 {
+		role = "r" + role[len(role)-62:]
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if code, _, stderr := run(t, []string{"PGLEASE_DSN=" + pgtest.DSN(t)}, "migrate", "--table", schema+".leases"); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	for _, sql := range []string{
+		"CREATE ROLE " + role + " LOGIN CONNECTION LIMIT 1",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT ALL ON ALL TABLES IN SCHEMA " + schema + " TO " + role,
+		"GRANT ALL ON ALL SEQUENCES IN SCHEMA " + schema + " TO " + role,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, pgtest.DSN(t))
+		if err == nil {
+			_, _ = c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE; DROP ROLE IF EXISTS "+role)
+			c.Close(ctx)
+		}
+	})
+	dsn := strings.Replace(pgtest.DSN(t), "postgres://postgres@", "postgres://"+role+"@", 1)
+	p := start(t, nil, "run", "x", "--wait", "--timeout", "1s", "--fast-failover", "--dsn", dsn, "--table", schema+".leases", "--", "true")
+	code := p.wait(15 * time.Second)
+	if code != 1 || !strings.Contains(p.stderr.String(), "--timeout") {
+		t.Fatalf("exit %d, want 1: %s", code, p.stderr)
+	}
+}

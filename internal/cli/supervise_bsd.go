@@ -1,0 +1,12 @@
+//go:build unix && !linux
+
+package cli
+
+import "syscall"
+
+// becomeSubreaper is Linux-only; elsewhere orphans go to init, which reaps
+// them, so the group still empties.
+func becomeSubreaper() {}
+
+// setPdeathsig is Linux-only.
+func setPdeathsig(*syscall.SysProcAttr) {}

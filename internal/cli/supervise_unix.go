@@ -1,0 +1,248 @@
+//go:build unix
+
+package cli
+
+// The command runs under a small supervisor: pglease re-executes itself as
+// "pglease __supervise", which starts the command in a process group of its
+// own and is the only process that waits for it.
+//
+//	pglease run ──(ctrl pipe)──▶ pglease __supervise ──▶ COMMAND's process group
+//	            ◀─(status pipe)─
+//
+// pglease holds the only write end of the ctrl pipe. When pglease dies, even
+// by SIGKILL, the kernel closes it and the supervisor reads EOF at once and
+// SIGKILLs the whole group, grandchildren included (a parent-death signal
+// would reach only the direct child). On Linux the supervisor is also a
+// child subreaper, so orphaned members of the group are re-parented to it
+// and reaped: "the group is gone" then means every member is dead and
+// reaped. The supervisor exits only when the group is gone, so pglease
+// releases the lease exactly then.
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+const supported = true
+
+// forwarded are the signals passed on to the command; received while
+// waiting they end the wait with exit status 128+signal.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+const superviseCmd = "__supervise"
+
+// supervisor is pglease's side of a running supervisor.
+type supervisor struct {
+	cmd  *exec.Cmd
+	ctrl *os.File
+	done chan struct{} // closed when the command's group is gone
+	code int           // the command's exit status (valid after done)
+	err  error         // why the command could not run, if it could not
+}
+
+func startSupervisor(o runOptions, env []string, e *env) (*supervisor, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find the pglease executable to supervise the command: %w", err)
+	}
+	ctrlR, ctrlW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		ctrlR.Close()
+		ctrlW.Close()
+		return nil, err
+	}
+	args := append([]string{superviseCmd, o.grace.String(), o.path}, o.command...)
+	cmd := exec.Command(self, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
+	cmd.Env = env
+	cmd.ExtraFiles = []*os.File{ctrlR, statW} // fds 3 and 4
+	// When stdout is not a file (in-process use), a process that escaped
+	// the group could hold the copying pipe open forever.
+	cmd.WaitDelay = time.Second
+	err = cmd.Start()
+	ctrlR.Close()
+	statW.Close()
+	if err != nil {
+		ctrlW.Close()
+		statR.Close()
+		return nil, fmt.Errorf("start the supervisor: %w", err)
+	}
+	s := &supervisor{cmd: cmd, ctrl: ctrlW, done: make(chan struct{}), code: exitError}
+	go s.read(statR)
+	return s, nil
+}
+
+// read follows the status pipe until the supervisor exits.
+func (s *supervisor) read(statR *os.File) {
+	defer close(s.done)
+	defer s.ctrl.Close()
+	sc := bufio.NewScanner(statR)
+	got := false
+	for sc.Scan() {
+		kind, rest, _ := strings.Cut(sc.Text(), " ")
+		switch kind {
+		case "exit":
+			s.code, _ = strconv.Atoi(rest)
+			got = true
+		case "error":
+			c, msg, _ := strings.Cut(rest, " ")
+			s.code, _ = strconv.Atoi(c)
+			s.err = errors.New(msg)
+			got = true
+		}
+	}
+	statR.Close()
+	err := s.cmd.Wait()
+	if !got {
+		s.code = exitError
+		s.err = fmt.Errorf("the supervisor of the command failed: %v", err)
+	}
+}
+
+func (s *supervisor) send(b ...byte) { _, _ = s.ctrl.Write(b) }
+
+// terminate sends SIGTERM to the command's whole group.
+func (s *supervisor) terminate() { s.send('T') }
+
+// kill sends SIGKILL to the command's whole group.
+func (s *supervisor) kill() { s.send('K') }
+
+// forward passes a signal on to the command.
+func (s *supervisor) forward(sig syscall.Signal) { s.send('s', byte(sig)) }
+
+// supervise is the supervisor process: args are GRACE PATH ARGV0 [ARG...].
+func supervise(args []string, stderr io.Writer) int {
+	if len(args) < 3 {
+		fmt.Fprintln(stderr, "pglease: __supervise is internal to pglease run")
+		return exitUsage
+	}
+	grace, err := time.ParseDuration(args[0])
+	ctrl, stat := os.NewFile(3, "ctrl"), os.NewFile(4, "status")
+	if err != nil || ctrl == nil || stat == nil {
+		fmt.Fprintln(stderr, "pglease: __supervise is internal to pglease run")
+		return exitUsage
+	}
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
+	becomeSubreaper()
+	// Terminal signals reach this process too (it shares pglease's process
+	// group); pglease forwards what the command should get.
+	signal.Notify(make(chan os.Signal, 1), forwarded...)
+
+	cmd := &exec.Cmd{Path: args[1], Args: args[2:], Env: os.Environ(),
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+	if err := cmd.Start(); err != nil {
+		code := exitNoExec
+		if errors.Is(err, fs.ErrNotExist) {
+			code = exitNotFound
+		}
+		fmt.Fprintf(stat, "error %d %s\n", code, strings.ReplaceAll(err.Error(), "\n", " "))
+		return code
+	}
+	pgid := cmd.Process.Pid
+	fmt.Fprintf(stat, "pid %d\n", pgid)
+
+	var orphaned atomic.Bool
+	go func() {
+		r := bufio.NewReader(ctrl)
+		for {
+			b, err := r.ReadByte()
+			if err != nil { // pglease is gone: so is the lease
+				orphaned.Store(true)
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				return
+			}
+			switch b {
+			case 'T':
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			case 'K':
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			case 's':
+				if n, err := r.ReadByte(); err == nil {
+					_ = cmd.Process.Signal(syscall.Signal(n))
+				}
+			}
+		}
+	}()
+	_ = cmd.Wait()
+	code := exitStatus(cmd.ProcessState)
+	fmt.Fprintf(stat, "exit %d\n", code)
+	if orphaned.Load() {
+		grace = 0
+	}
+	if !cleanupGroup(pgid, grace) {
+		fmt.Fprintf(stderr, "pglease: processes of the command's group %d survived SIGKILL\n", pgid)
+	}
+	return code
+}
+
+// exitStatus is the shell's view of a process's end: its exit code, or
+// 128+N when signal N killed it.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// cleanupGroup sends SIGTERM to whatever is left of the process group,
+// SIGKILL after grace, and returns once the group is gone (false if it
+// survived SIGKILL for 10 seconds).
+func cleanupGroup(pgid int, grace time.Duration) bool {
+	reapOrphans()
+	if !groupAlive(pgid) {
+		return true
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	killAt := time.Now().Add(grace)
+	var giveUp time.Time
+	pause := time.Millisecond
+	for groupAlive(pgid) {
+		now := time.Now()
+		if giveUp.IsZero() && !now.Before(killAt) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			giveUp = now.Add(10 * time.Second)
+		}
+		if !giveUp.IsZero() && now.After(giveUp) {
+			return false
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 20*time.Millisecond)
+		reapOrphans()
+	}
+	return true
+}
+
+// groupAlive reports whether the process group has members (zombies count
+// until reaped).
+func groupAlive(pgid int) bool {
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// reapOrphans reaps exited descendants re-parented to this process.
+func reapOrphans() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/pglease/pglease/internal/cli"
+)
+
+// main runs cli.Main in-process.
+func mainInProcess(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = cli.Main(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// badRunInputs are invalid command lines of pglease run, each with a piece
+// of the message that must explain it.
+var badRunInputs = []struct {
+	name string
+	args []string
+	msg  string
+}{
+	{"NoArgs", []string{"run"}, "missing lease NAME"},
+	{"EmptyName", []string{"run", "", "--", "true"}, "name is empty"},
+	{"LongName", []string{"run", strings.Repeat("n", 300), "--", "true"}, "300 bytes"},
+	{"InvalidUTF8Name", []string{"run", "a\xffb", "--", "true"}, "UTF-8"},
+	{"NameStartsWithDash", []string{"run", "--", "-x"}, "missing lease NAME"},
+	{"DashName", []string{"run", "-x", "--", "true"}, "unknown flag -x"},
+	{"TwoNames", []string{"run", "a", "b", "--", "true"}, "put the command after --"},
+	{"NoCommand", []string{"run", "a"}, "missing COMMAND"},
+	{"EmptyCommand", []string{"run", "a", "--"}, "missing COMMAND"},
+	{"TTLZero", []string{"run", "a", "--ttl", "0", "--", "true"}, "--ttl"},
+	{"TTLNegative", []string{"run", "a", "--ttl", "-1s", "--", "true"}, "--ttl"},
+	{"TTLWord", []string{"run", "a", "--ttl", "abc", "--", "true"}, "not a duration"},
+	{"TTLTooShort", []string{"run", "a", "--ttl", "500ms", "--", "true"}, "at least 1s"},
+	{"TTLMissingValue", []string{"run", "a", "--ttl"}, "needs a value"},
+	{"TableHostile", []string{"run", "a", "--table", "x; DROP TABLE users", "--", "true"}, "--table"},
+	{"TableQuoted", []string{"run", "a", "--table", `"Leases"`, "--", "true"}, "--table"},
+	{"TableMixedCase", []string{"run", "a", "--table", "Leases", "--", "true"}, "--table"},
+	{"SchemaMixedCase", []string{"run", "a", "--table", "Ops.leases", "--", "true"}, "--table"},
+	{"TableThreeParts", []string{"run", "a", "--table", "a.b.c", "--", "true"}, "--table"},
+	{"TableTooLong", []string{"run", "a", "--table", strings.Repeat("t", 64), "--", "true"}, "--table"},
+	{"TimeoutWithoutWait", []string{"run", "a", "--timeout", "5s", "--", "true"}, "--timeout needs --wait"},
+	{"TimeoutZero", []string{"run", "a", "--wait", "--timeout", "0", "--", "true"}, "--timeout"},
+	{"TimeoutNegative", []string{"run", "a", "--wait", "--timeout", "-1s", "--", "true"}, "--timeout"},
+	{"KillGraceZero", []string{"run", "a", "--kill-grace", "0s", "--", "true"}, "--kill-grace"},
+	{"KillGraceHalfTTL", []string{"run", "a", "--ttl", "10s", "--kill-grace", "5s", "--", "true"}, "below half the TTL"},
+	{"UnknownFlag", []string{"run", "a", "--frobnicate", "--", "true"}, "unknown flag"},
+	{"BoolWithValue", []string{"run", "a", "--wait=maybe", "--", "true"}, "--wait"},
+	{"OwnerEmpty", []string{"run", "a", "--owner", "", "--", "true"}, "--owner"},
+	{"OwnerControl", []string{"run", "a", "--owner", "a\nb", "--", "true"}, "--owner"},
+	{"MalformedDSN", []string{"run", "a", "--dsn", "postgres://u:hunter2@host:notaport/db", "--", "true"}, "invalid connection string"},
+	{"MalformedKeywordDSN", []string{"run", "a", "--dsn", "host=x password=hunter2 port=abc", "--", "true"}, "invalid connection string"},
+}
+
+func TestUsageErrorsInProcess(t *testing.T) {
+	t.Setenv("PGLEASE_DSN", "postgres://nobody@127.0.0.1:1/none") // never reached
+	cases := append(badRunInputs, []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"NoCommandAtAll", nil, "Usage"},
+		{"UnknownCommand", []string{"frob"}, "unknown command"},
+		{"StatusNoName", []string{"status"}, "expected one lease NAME"},
+		{"StatusBadName", []string{"status", ""}, "name is empty"},
+		{"ReleaseWithoutForce", []string{"release", "a"}, "--force"},
+		{"ReleaseDashName", []string{"release", "--force", "--", "-a"}, "must not start with '-'"},
+		{"LsExtraArg", []string{"ls", "x"}, "unexpected argument"},
+		{"LsBadTable", []string{"ls", "--table", "bad-name"}, "--table"},
+		{"SchemaBadTable", []string{"schema", "--table", "Bad"}, "--table"},
+		{"MigrateBadDSN", []string{"migrate", "--dsn", "postgres://:99999999/"}, "invalid connection string"},
+		{"CleanupExtra", []string{"cleanup", "now"}, "unexpected argument"},
+		{"CompletionNoShell", []string{"completion"}, "bash or zsh"},
+		{"CompletionFish", []string{"completion", "fish"}, "bash or zsh"},
+		{"DemoWorkers", []string{"demo", "--workers", "1"}, "--workers"},
+	}...)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := mainInProcess(t, tc.args...)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2\nstdout: %s\nstderr: %s", code, stdout, stderr)
+			}
+			if !strings.Contains(stderr, tc.msg) {
+				t.Errorf("stderr %q does not contain %q", stderr, tc.msg)
+			}
+			if strings.Contains(stderr, "hunter2") {
+				t.Errorf("password in stderr: %q", stderr)
+			}
+			if stdout != "" && tc.args != nil {
+				t.Errorf("stdout not empty: %q", stdout)
+			}
+		})
+	}
+}
+
+func TestHelpInProcess(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"help"}, {"help", "run"},
+		{"run", "--help"}, {"run", "NAME", "-h"}, {"ls", "--help"}, {"status", "--help"},
+		{"release", "--help"}, {"migrate", "--help"}, {"schema", "--help"}, {"cleanup", "--help"},
+		{"version", "--help"}, {"completion", "--help"}, {"demo", "--help"},
+	} {
+		code, stdout, stderr := mainInProcess(t, args...)
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "Usage") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+		if len(args) > 1 && args[0] != "help" && !strings.Contains(stdout, "Example") {
+			t.Errorf("%v: help without examples", args)
+		}
+	}
+}
+
+func TestOfflineCommandsInProcess(t *testing.T) {
+	code, stdout, _ := mainInProcess(t, "version")
+	if code != 0 || !strings.HasPrefix(stdout, "pglease ") {
+		t.Errorf("version: %d %q", code, stdout)
+	}
+	code, stdout, _ = mainInProcess(t, "schema", "--table", "ops.leases")
+	if code != 0 || !strings.Contains(stdout, `CREATE TABLE IF NOT EXISTS "ops"."leases"`) || !strings.Contains(stdout, "CREATE SCHEMA") {
+		t.Errorf("schema: %d %q", code, stdout)
+	}
+	for _, sh := range []string{"bash", "zsh"} {
+		code, stdout, _ = mainInProcess(t, "completion", sh)
+		if code != 0 || !strings.Contains(stdout, "pglease") || !strings.Contains(stdout, "--fast-failover") {
+			t.Errorf("completion %s: %d", sh, code)
+		}
+	}
+}
