@@ -177,6 +177,7 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 	}
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last error
+	unbound := 0
 	for {
 		woken, unsubscribe := c.hub.subscribe(name)
 		l, res, err := c.attempt(ctx, name, o, slot)
@@ -205,6 +206,15 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 			b.reset()
 			last = heldError(name, res)
 			delay = c.expiryWait(res.OtherRemaining)
+			if o.session && !res.HolderInSession && unbound < 3 {
+				// A fast-failover holder binds its lease to its session a
+				// moment after acquiring it; look again shortly so as to
+				// wait on its session rather than its expiry.
+				unbound++
+				delay = min(delay, 100*time.Millisecond)
+			} else if res.HolderInSession {
+				unbound = 0
+			}
 		}
 		var sessCancel context.CancelFunc
 		if err == nil && o.session && res.HolderInSession {

@@ -98,6 +98,11 @@ WITH xl AS MATERIALIZED (
      WHERE l."expires_at" <= now()
         OR (l."session_pid" IS NOT NULL AND (SELECT got FROM lk))
     RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
+), unlocked AS (
+    -- Not acquired: give the session lock back within this statement, so
+    -- that the next contender (queued on the transaction lock) can take it.
+    SELECT pg_advisory_unlock(hashtextextended($7::text || $1::text, 0)) AS ok
+      FROM lk WHERE lk.got AND NOT EXISTS (SELECT 1 FROM ins)
 )
 -- Acquired: the new token, and the row taken over if any (as it was before).
 -- Not acquired: the holder as this statement saw it; remaining -1 when the
@@ -106,7 +111,8 @@ SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
        coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint
   FROM ins LEFT JOIN old ON true
 UNION ALL
-SELECT false, 0::bigint, coalesce(old."session_bound", false), (SELECT got FROM lk),
+SELECT false, 0::bigint, coalesce(old."session_bound", false),
+       (SELECT got FROM lk) AND NOT EXISTS (SELECT 1 FROM unlocked),
        coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
        coalesce(old."heartbeat_ms", 0)
   FROM (SELECT 1) AS one LEFT JOIN old ON true
