@@ -67,7 +67,6 @@ func TestLibraryFastFailoverLeaseNotSessionBound(t *testing.T) {
 // clients that create different tables in the same new schema at the same
 // time fail with SQLSTATE 23505 on pg_namespace_nspname_index, because the
 // CREATE SCHEMA IF NOT EXISTS runs under a per-table, not per-schema, lock.
-//
 func TestLibraryConcurrentMigrateSameNewSchema(t *testing.T) {
 	ctx := context.Background()
 	for round := 0; round < 5; round++ {

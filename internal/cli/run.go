@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/pglease/pglease"
 )
 
