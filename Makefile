@@ -8,7 +8,7 @@ race:
 demo:
 	go run ./cmd/pglease demo
 soak:
-	PGLEASE_SOAK=1 go test -race -timeout 60m ./internal/chaos/
+	PGLEASE_SOAK=1 go test -run TestSoak -timeout 30m -v ./internal/chaos/
 bench:
 	cd bench && ./run.sh
 ci:

@@ -162,6 +162,10 @@ func heldError(name string, r store.AcquireResult) error {
 		Remaining: r.OtherRemaining, SessionBound: r.HolderInSession}}
 }
 
+// errLate: an acquisition succeeded, but its reply came after the lease's
+// safety deadline, so it was released at once. Acquire tries again.
+var errLate = errors.New("the reply came after the lease's safety deadline; the lease was released (retry)")
+
 func gaveUp(ctx context.Context, last error) error {
 	if last == nil {
 		last = ErrNotAcquired
@@ -193,6 +197,8 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 		case c.bg.Err() != nil:
 			unsubscribe()
 			return nil, ErrClosed
+		case errors.Is(err, errLate):
+			delay = 0
 		case err != nil && !IsRetryable(err):
 			unsubscribe()
 			return nil, err
@@ -342,6 +348,13 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		return nil, r.res, nil
 	}
 	l := c.newLease(name, r.res.Token, o, r.sent, r.epoch, r.res.SessionBound, slot)
+	if !time.Now().Before(l.Deadline()) {
+		// The reply came so late (a partition that healed, a pause) that
+		// the lease's safety deadline has passed: it cannot be trusted.
+		_ = c.releaseRow(context.Background(), l)
+		l.end(&lostError{"the acquisition's reply arrived after its safety deadline"})
+		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errLate)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 // A waiter is woken by the release notification, not by polling: the
@@ -250,4 +251,27 @@ func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
 	}
 	_ = l2.Release(ctx)
 	_ = plain.Release(ctx)
+}
+
+// A fast-failover session tells the server not to declare it dead before
+// the lease's TTL has passed, and not to end it for idling.
+func TestFastFailoverSessionBoundsDeadPeerDetection(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	l, err := c.TryAcquire(ctx, "ka", FastFailover(), WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	var idle, user, idleSession string
+	err = c.sess.do(ctx, time.Second, func(ctx context.Context, q store.Querier, _ *sessState) error {
+		return q.Query(ctx, `SELECT current_setting('tcp_keepalives_idle'), current_setting('tcp_user_timeout'), current_setting('idle_session_timeout')`, nil,
+			func(r store.Row) error { return r.Scan(&idle, &user, &idleSession) })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle != "10" || user != "20000" || idleSession != "0" {
+		t.Fatalf("keepalive idle %q, user timeout %q, idle_session_timeout %q", idle, user, idleSession)
+	}
 }

@@ -35,7 +35,8 @@ type Lease struct {
 
 func (c *Client) newLease(name string, token int64, o leaseOptions, sent time.Time, epoch uint64, sessionBound bool, slot *localSlot) *Lease {
 	l := &Lease{c: c, name: name, token: token, ttl: o.ttl, session: sessionBound, epoch: epoch, slot: slot, sent: sent}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	inner, cancel := context.WithCancelCause(context.Background())
+	l.ctx, l.cancel = leaseContext{inner, l}, cancel
 	l.deadline = sent.Add(o.ttl - c.margin(o.ttl))
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
 	return l
@@ -68,12 +69,38 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Err returns nil while the lease is held, and afterwards an error matching
-// [ErrReleased], [ErrLeaseLost] or [ErrClosed].
+// [ErrReleased], [ErrLeaseLost] or [ErrClosed]. Past the local deadline it
+// never returns nil, even if the process was paused and the deadline timer
+// has not run yet.
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
 	}
 	return context.Cause(l.ctx)
+}
+
+// leaseContext is the lease's context. Its Err checks the local deadline
+// itself, so that a goroutine resuming from a pause (GC, SIGSTOP) sees the
+// lease as lost before the deadline timer's goroutine gets to run.
+type leaseContext struct {
+	context.Context
+	l *Lease
+}
+
+func (c leaseContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if c.l.pastDeadline() {
+		c.l.expire()
+	}
+	return c.Context.Err()
+}
+
+func (l *Lease) pastDeadline() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.ended && !time.Now().Before(l.deadline)
 }
 
 // Deadline returns the local safety deadline: the lease is valid until then
@@ -89,8 +116,8 @@ func (l *Lease) Deadline() time.Time {
 func (l *Lease) extend(sent time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended {
-		return false
+	if l.ended || !time.Now().Before(l.deadline) {
+		return false // too late: the deadline timer ends it, if it has not yet
 	}
 	if d := sent.Add(l.ttl - l.c.margin(l.ttl)); d.After(l.deadline) {
 		l.sent, l.deadline = sent, d

@@ -136,6 +136,8 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 		case renewed[l.name]:
 			if l.extend(sent) {
 				c.events.send(Event{Kind: EventRenewed, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Latency: latency})
+			} else if l.Err() == nil {
+				l.expire() // renewed after its deadline: it stays lost
 			}
 		case l.Err() == nil:
 			l.lose(&lostError{"its row was taken over or force-released"})

@@ -159,6 +159,8 @@ func Retryable(err error) bool {
 		return true
 	case code == "53300", code == "40001", code == "40P01", code == "25006": // too many connections, serialization, deadlock, read-only (standby)
 		return true
+	case code == "57014", code == "55P03": // statement timeout or cancel, lock not available
+		return true
 	default:
 		return false
 	}

@@ -62,11 +62,11 @@ func (e *SchemaError) Error() string { return e.Msg }
 // exist nothing is created, so a role without CREATE rights works. An
 // existing table of another shape is reported and left untouched.
 func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
-	exists, _, err := s.exists(ctx, db)
+	ex, err := s.exists(ctx, db)
 	if err != nil {
 		return err
 	}
-	if !exists {
+	if !ex.table || !ex.seq {
 		err = db.InTx(ctx, func(q Querier) error {
 			// One lock per schema: tables of one new schema are created
 			// one after the other, so CREATE SCHEMA never races.
@@ -74,15 +74,28 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 			if err := q.Query(ctx, s.Q.SchemaLock, []any{key}, func(Row) error { return nil }); err != nil {
 				return err
 			}
-			exists, schemaExists, err := s.exists(ctx, q)
-			if err != nil || exists {
+			ex, err := s.exists(ctx, q)
+			if err != nil {
 				return err
 			}
-			stmts := []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.CommentTable}
-			if !schemaExists {
+			if ex.table {
+				// Someone else's table by that name: check it before
+				// creating anything beside it.
+				if err := s.CheckShape(ctx, q); err != nil {
+					return err
+				}
+			}
+			var stmts []string
+			if !ex.schema {
 				// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE
 				// on the database even when the schema is there.
-				stmts = append([]string{s.Q.CreateSchema}, stmts...)
+				stmts = append(stmts, s.Q.CreateSchema)
+			}
+			if !ex.seq {
+				stmts = append(stmts, s.Q.CreateSequence)
+			}
+			if !ex.table {
+				stmts = append(stmts, s.Q.CreateTable, s.Q.CommentTable)
 			}
 			for _, st := range stmts {
 				if err := q.Exec(ctx, st); err != nil {
@@ -98,13 +111,13 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 	return s.CheckShape(ctx, db)
 }
 
-// exists reports whether the table and its sequence exist, and whether
-// their schema does.
-func (s *Store) exists(ctx context.Context, q Querier) (objects, schema bool, err error) {
-	var table, seq bool
+type existing struct{ table, seq, schema bool }
+
+// exists reports which of the table, its sequence and their schema exist.
+func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) {
 	err = q.Query(ctx, s.Q.TableExists, []any{s.Names.QualifiedTable(), s.Names.QualifiedSeq(), s.Names.QuotedSchema()},
-		func(r Row) error { return r.Scan(&table, &seq, &schema) })
-	return table && seq, schema, err
+		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema) })
+	return ex, err
 }
 
 // CheckShape compares the existing table with the layout this version

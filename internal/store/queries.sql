@@ -226,11 +226,13 @@ LISTEN {{channel}}
 -- name: SessionKeepalive
 -- Bounds dead-peer detection of a session holding session-bound leases from
 -- below: the server must not end the session (and so free its advisory
--- locks) before the holder's own deadline. $1 seconds, $2 milliseconds.
+-- locks) before the holder's own deadline, and must not end it for being
+-- idle between renewals. $1 seconds, $2 milliseconds.
 SELECT set_config('tcp_keepalives_idle', $1::text, false),
        set_config('tcp_keepalives_interval', $1::text, false),
        set_config('tcp_keepalives_count', '2', false),
-       set_config('tcp_user_timeout', $2::text, false)
+       set_config('tcp_user_timeout', $2::text, false),
+       set_config('idle_session_timeout', '0', false)
 
 -- name: AwaitSession
 -- Blocks until no session holds the session-bound lease of $1 (its holder

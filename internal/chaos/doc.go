@@ -1,0 +1,24 @@
+// Package chaos is pglease's fault-injection suite: it runs lease holders as
+// real separate processes (the test binary re-executed), injects faults
+// (SIGKILL, SIGSTOP/SIGCONT, network partitions through a TCP proxy,
+// pg_terminate_backend, server restarts, statement timeouts, a saturated
+// pool, PgBouncer, a minimal-privilege role, a database failover to a
+// streaming standby) and checks the recorded history of critical sections
+// against SPEC §1 with [Check].
+//
+// Every holder appends one JSON line per event to a file of its own with
+// write(2), so a SIGKILL loses at most the event being written. All holders
+// run on one machine and stamp events with the wall clock in nanoseconds,
+// which is shared by every process (the tests never step it); Go's monotonic
+// clock readings cannot be compared across processes.
+//
+// Run the CI suite with
+//
+//	go test -race ./internal/chaos/
+//
+// and the soak (at least 10,000 critical sections with faults) with
+//
+//	PGLEASE_SOAK=1 go test -run TestSoak -timeout 30m -v ./internal/chaos/
+//
+// See docs/FAILURE-MODES.md for what each fault proves.
+package chaos

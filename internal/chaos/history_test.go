@@ -1,0 +1,75 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func belief(pid int, name string, tok int64, t int64) Event {
+	return Event{K: KindBelief, Pid: pid, Name: name, Tok: tok, T: t}
+}
+
+func TestCheckerFindsEachViolation(t *testing.T) {
+	ms := int64(time.Millisecond)
+	clean := []Event{
+		{K: KindAcquired, Pid: 1, Name: "a", Tok: 1, T: 0},
+		belief(1, "a", 1, 1*ms), belief(1, "a", 1, 50*ms),
+		{K: KindAcquired, Pid: 2, Name: "a", Tok: 2, T: 60 * ms},
+		belief(2, "a", 2, 61*ms), belief(2, "a", 2, 90*ms),
+		belief(1, "b", 7, 10*ms),
+	}
+	okWrites := []Write{{1, "a", 1, 1}, {2, "a", 2, 2}, {3, "a", 2, 2}}
+	if rep := Check(clean, okWrites, nil, Options{}); !rep.OK() || rep.Sections != 3 || rep.Beliefs != 5 {
+		t.Fatalf("clean history: %s", rep)
+	}
+	for _, tc := range []struct {
+		name   string
+		events []Event
+		writes []Write
+		faults []Fault
+		opt    Options
+		want   string
+	}{
+		{"overlap", append(clean[:len(clean):len(clean)], belief(1, "a", 1, 70*ms)), nil, nil, Options{}, "overlap"},
+		{"token order", append(clean[:len(clean):len(clean)], belief(3, "a", 1, 100*ms)), nil, nil, Options{}, "token order"},
+		{"duplicate", append(clean[:len(clean):len(clean)], belief(3, "a", 2, 100*ms)), nil, nil, Options{}, "duplicate token"},
+		{"stale belief", append(clean[:len(clean):len(clean)], Event{K: KindStale, Pid: 1, Name: "a", Tok: 1, Gap: int64(time.Second)}), nil, nil, Options{}, "stale belief"},
+		{"resume", append(clean[:len(clean):len(clean)], Event{K: KindResume, Pid: 1, Name: "a", Tok: 1}), nil, nil, Options{}, "resumed holder"},
+		{"guard vs fence", append(clean[:len(clean):len(clean)], Event{K: KindWrite, Pid: 1, Name: "a", Tok: 1, Msg: "fence"}), nil, nil, Options{}, "guard passed"},
+		{"stale write", clean, []Write{{1, "a", 2, 2}, {2, "a", 1, 1}}, nil, Options{}, "stale write accepted"},
+		{"liveness", clean, nil, []Fault{{Kind: "x", End: 95 * ms}}, Options{Names: []string{"a"}, Liveness: time.Second, End: int64(10 * time.Second)}, "liveness"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(tc.events, tc.writes, tc.faults, tc.opt)
+			if rep.OK() || !strings.Contains(strings.Join(rep.Violations, "\n"), tc.want) {
+				t.Fatalf("want a %q violation, got %s", tc.want, rep)
+			}
+		})
+	}
+	// Tolerated: an overlap in the documented window, a late cancel within
+	// tolerance, a fault healed too close to the end for liveness.
+	events := append(clean[:len(clean):len(clean)], belief(1, "a", 1, 70*ms),
+		Event{K: KindStale, Pid: 1, Name: "a", Tok: 1, Gap: int64(time.Millisecond)})
+	rep := Check(events, nil, []Fault{{Kind: "x", End: 95 * ms}}, Options{AllowOverlap: map[int]bool{1: true},
+		StaleTolerance: 10 * time.Millisecond, Names: []string{"a"}, Liveness: time.Second, End: 100 * ms})
+	if !rep.OK() || rep.AllowedOverl != 1 || rep.LateCancels != 1 {
+		t.Fatalf("tolerated history: %s", rep)
+	}
+}
+
+func TestRecorderSurvivesTornLines(t *testing.T) {
+	dir := t.TempDir()
+	r, err := NewRecorder(dir+"/h.log", "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Record(belief(0, "a", 1, 5))
+	r.Record(Event{K: KindAcquired, Name: "a", Tok: 1, T: 1})
+	_, _ = r.f.WriteString(`{"k":"b","n":"a","to`) // a holder killed mid-line
+	r.Close()
+	ev, err := LoadDir(dir)
+	if err != nil || len(ev) != 2 || ev[0].K != KindAcquired || ev[1].Owner != "o" {
+		t.Fatalf("LoadDir = %+v, %v", ev, err)
+	}
+}

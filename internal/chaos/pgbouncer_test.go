@@ -1,0 +1,144 @@
+package chaos
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// startPgBouncer starts PgBouncer in transaction pooling mode in front of
+// the server of dsn and returns a DSN through it. It skips the test when
+// PgBouncer is not installed (CI installs Debian's pgbouncer package).
+func startPgBouncer(t *testing.T, dsn string) string {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/local/bin/pgbouncer"} {
+			if _, err2 := os.Stat(p); err2 == nil {
+				bin, err = p, nil
+				break
+			}
+		}
+	}
+	if err != nil {
+		t.Skip("pgbouncer is not installed (Debian/Ubuntu: apt-get install pgbouncer); skipping the PgBouncer scenario")
+	}
+	host, port, err := net.SplitHostPort(pgtest.HostPort(t, dsn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "pglease-pgbouncer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lport := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	users := filepath.Join(dir, "users.txt")
+	if err := os.WriteFile(users, []byte(`"postgres" ""`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "pgbouncer.ini")
+	ini := fmt.Sprintf(`[databases]
+* = host=%s port=%s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+pool_mode = transaction
+max_client_conn = 500
+default_pool_size = 20
+logfile = %s
+server_reset_query =
+ignore_startup_parameters = extra_float_digits
+`, host, port, lport, users, filepath.Join(dir, "pgbouncer.log"))
+	if err := os.WriteFile(conf, []byte(ini), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, conf)
+	cmd.Dir = dir
+	if os.Geteuid() == 0 { // PgBouncer refuses to run as root
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Skipf("running as root and no postgres OS user for pgbouncer: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, Pdeathsig: syscall.SIGKILL}
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start pgbouncer: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lport))
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			t.Fatalf("pgbouncer exited: %s\n%s", out.String(), log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgbouncer did not listen on %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+}
+
+// TestPgBouncerTransactionPooling runs plain-mode holders (notifications
+// off: LISTEN needs a session) through PgBouncer in transaction pooling
+// mode, killing holders and resetting PgBouncer's server connections.
+func TestPgBouncerTransactionPooling(t *testing.T) {
+	bouncer := startPgBouncer(t, pgtest.DSN(t))
+	r := startRun(t, scenario{holders: 3, names: []string{"a", "b"}, dsn: bouncer, noNotify: true})
+	r.waitBeliefs(5, 30*time.Second)
+	for i := range 3 {
+		p, _ := r.holderOf(r.sc.names[i%2], 15*time.Second)
+		r.kill(p)
+		r.spawn()
+		time.Sleep(r.sc.ttl + time.Second)
+	}
+	start := Now()
+	n := pgtest.TerminateBackends(t, "%") // PgBouncer's server connections and everything else
+	r.addFault("terminate-all", start, 0)
+	t.Logf("terminated %d backends behind PgBouncer", n)
+	time.Sleep(r.sc.ttl + 2*time.Second)
+	r.finish(Options{Liveness: r.sc.ttl + 7*time.Second}) // waiters poll: no notifications
+}

@@ -1,0 +1,143 @@
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+var soak = flag.Bool("soak", false, "run the long soak (also PGLEASE_SOAK=1)")
+
+// TestSoak runs holder processes on six names under a rotation of every
+// fault until at least PGLEASE_SOAK_SECTIONS (default 10,000) critical
+// sections were recorded, then checks the whole history. Run it with
+//
+//	PGLEASE_SOAK=1 go test -run TestSoak -timeout 30m -v ./internal/chaos/
+func TestSoak(t *testing.T) {
+	if !*soak && os.Getenv("PGLEASE_SOAK") == "" {
+		t.Skip("soak: set PGLEASE_SOAK=1 or pass -soak")
+	}
+	target := 10000
+	if s := os.Getenv("PGLEASE_SOAK_SECTIONS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target = n
+	}
+	cl := pgtest.RequireCluster(t)
+	r := startRun(t, scenario{holders: 4, names: []string{"n1", "n2", "n3", "n4", "n5", "n6"}, proxy: true,
+		csMin: 10 * time.Millisecond, csMax: 60 * time.Millisecond})
+	r.waitBeliefs(20, time.Minute)
+	ttl := r.sc.ttl
+	pick := func() *proc {
+		ps := r.live()
+		return ps[rand.N(len(ps))]
+	}
+	injected := map[string]int{}
+	faults := []struct {
+		kind string
+		do   func()
+	}{
+		{"sigkill", func() { r.kill(pick()); r.spawn() }},
+		{"sigstop", func() {
+			p := pick()
+			start := Now()
+			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+			time.Sleep(3 * ttl / 2)
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			r.addFault("sigstop", start, p.pid())
+		}},
+		{"partition", func() {
+			p := pick()
+			start := Now()
+			p.proxy.Blackhole(true)
+			time.Sleep(2 * ttl)
+			p.proxy.Blackhole(false)
+			r.addFault("partition", start, p.pid())
+		}},
+		{"terminate", func() {
+			p := pick()
+			start := Now()
+			pgtest.TerminateBackends(t, "pglease "+p.owner)
+			r.addFault("terminate", start, p.pid())
+		}},
+		{"delay", func() {
+			p := pick()
+			start := Now()
+			p.proxy.SetDelay(time.Duration(rand.N(1500)) * time.Millisecond)
+			time.Sleep(2 * ttl)
+			p.proxy.SetDelay(0)
+			r.addFault("delay", start, p.pid())
+		}},
+		{"reset", func() {
+			p := pick()
+			start := Now()
+			p.proxy.ResetAll()
+			r.addFault("reset", start, p.pid())
+		}},
+		{"restart-fast", func() {
+			start := Now()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := cl.Restart(ctx, "fast"); err != nil {
+				t.Fatal(err)
+			}
+			r.addFault("restart-fast", start, 0)
+		}},
+		{"restart-immediate", func() {
+			start := Now()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := cl.Restart(ctx, "immediate"); err != nil {
+				t.Fatal(err)
+			}
+			r.addFault("restart-immediate", start, 0)
+		}},
+	}
+	begin := time.Now()
+	for i := 0; ; i++ {
+		ev, _ := LoadDir(r.dir)
+		secs, _ := Sections(ev)
+		if len(secs) >= target && i >= len(faults) {
+			break
+		}
+		if i%len(faults) == 0 {
+			t.Logf("%v: %d sections so far", time.Since(begin).Round(time.Second), len(secs))
+		}
+		f := faults[i%len(faults)]
+		f.do()
+		injected[f.kind]++
+		time.Sleep(ttl + time.Duration(rand.N(1000))*time.Millisecond)
+	}
+	time.Sleep(ttl + 2*time.Second)
+	rep := r.finish(Options{})
+	var kinds []string
+	total := 0
+	for k, n := range injected {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	byKind := map[string]int{}
+	for _, v := range rep.Violations {
+		k, _, _ := strings.Cut(v, ":")
+		byKind[k]++
+	}
+	t.Logf("SOAK: %v, %d critical sections checked (%d beliefs, %d fenced writes), %d faults injected (%s), overlaps %d, violations %d %v, pauses noticed %d, stale writes rejected %d of %d",
+		time.Since(begin).Round(time.Second), rep.Sections, rep.Beliefs, rep.Writes, total, strings.Join(kinds, ", "),
+		byKind["overlap"], len(rep.Violations), byKind, rep.Resumes, rep.StaleRejected, rep.StaleRejected+rep.StaleAccepted)
+	if rep.Sections < target {
+		t.Errorf("only %d sections, want %d", rep.Sections, target)
+	}
+}
