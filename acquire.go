@@ -351,6 +351,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	if !time.Now().Before(l.Deadline()) {
 		// The reply came so late (a partition that healed, a pause) that
 		// the lease's safety deadline has passed: it cannot be trusted.
+		l.slot = nil // the caller frees the local slot
 		_ = c.releaseRow(context.Background(), l)
 		l.end(&lostError{"the acquisition's reply arrived after its safety deadline"})
 		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errLate)
@@ -363,6 +364,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		return nil, r.res, ErrClosed
 	}
 	c.held[name] = l
+	l.arm()
 	c.startRenewer()
 	c.mu.Unlock()
 	c.events.send(Event{Kind: EventAcquired, Name: name, Owner: c.cfg.Owner, Token: l.token})

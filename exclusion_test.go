@@ -395,3 +395,33 @@ func TestCloseReleasesLeases(t *testing.T) {
 		t.Fatalf("lease not released by Close: %v", err)
 	}
 }
+
+// An acquisition whose reply arrives after the lease's safety deadline is
+// not handed out: the row is released by token, the error is retryable,
+// and the name is free again in this client and on the server.
+func TestLateAcquireReplyIsNotHandedOut(t *testing.T) {
+	ctx := testCtx(t)
+	table := pgtest.Schema(t) + ".leases"
+	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
+	c, err := Open(ctx, proxy.DSN(pgtest.DSN(t)), Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetDelay(600 * time.Millisecond) // round trip ≥ 1.2 s > TTL − margin
+	_, err = c.TryAcquire(ctx, "late", WithTTL(time.Second))
+	if err == nil || !IsRetryable(err) {
+		t.Fatalf("late TryAcquire = %v, want a retryable error", err)
+	}
+	proxy.SetDelay(0)
+	l, err := c.TryAcquire(ctx, "late", WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("TryAcquire after a late reply: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

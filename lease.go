@@ -38,8 +38,16 @@ func (c *Client) newLease(name string, token int64, o leaseOptions, sent time.Ti
 	inner, cancel := context.WithCancelCause(context.Background())
 	l.ctx, l.cancel = leaseContext{inner, l}, cancel
 	l.deadline = sent.Add(o.ttl - c.margin(o.ttl))
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
 	return l
+}
+
+// arm starts the deadline timer of a lease handed to the caller. Leases
+// that are only built to be released at once (an abandoned or late
+// attempt) are never armed, so they never free the local slot.
+func (l *Lease) arm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
 }
 
 // Name returns the lease's name.
@@ -121,7 +129,9 @@ func (l *Lease) extend(sent time.Time) bool {
 	}
 	if d := sent.Add(l.ttl - l.c.margin(l.ttl)); d.After(l.deadline) {
 		l.sent, l.deadline = sent, d
-		l.timer.Reset(time.Until(d))
+		if l.timer != nil {
+			l.timer.Reset(time.Until(d))
+		}
 	}
 	return true
 }
@@ -144,7 +154,9 @@ func (l *Lease) end(cause error) bool {
 		return false
 	}
 	l.ended = true
-	l.timer.Stop()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
 	l.mu.Unlock()
 	l.cancel(cause)
 	l.c.mu.Lock()
@@ -165,7 +177,9 @@ func (l *Lease) lose(cause error) {
 	if l.session {
 		l.c.unlockAsync(l.name, l.epoch)
 	}
-	l.c.putSlot(l.name, l.slot, true)
+	if l.slot != nil {
+		l.c.putSlot(l.name, l.slot, true)
+	}
 }
 
 // Release ends the lease and deletes its row (scoped by name and token), so
@@ -182,7 +196,9 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	if !l.end(cause) {
 		return nil
 	}
-	defer l.c.putSlot(l.name, l.slot, true)
+	if l.slot != nil {
+		defer l.c.putSlot(l.name, l.slot, true)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	c := l.c

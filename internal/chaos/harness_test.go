@@ -314,14 +314,23 @@ func (r *run) stopAll() {
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	timeout := time.After(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for _, p := range procs {
 		select {
 		case <-p.done:
-		case <-timeout:
+		case <-time.After(time.Until(deadline)):
+			// A holder that ignores SIGTERM is a bug: dump its goroutines
+			// (SIGQUIT) into its stderr log, report it, then kill it.
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-p.done:
+			case <-time.After(2 * time.Second):
+			}
 			p.killed = true
 			_ = p.cmd.Process.Kill()
 			<-p.done
+			tail, _ := os.ReadFile(p.errLog)
+			r.t.Errorf("holder %d did not stop within 15s of SIGTERM:\n%s", p.id, tail)
 		}
 	}
 }
