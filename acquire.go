@@ -226,25 +226,35 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 		if err == nil && o.session && res.HolderInSession {
 			sessCancel = c.awaitSession(ctx, name, woken)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-woken:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-c.bg.Done():
-		}
-		t.Stop()
+		err = c.pause(ctx, woken, delay, last)
 		if sessCancel != nil {
 			sessCancel()
 		}
 		unsubscribe()
-		if ctx.Err() != nil {
-			return nil, gaveUp(ctx, last)
-		}
-		if c.bg.Err() != nil {
-			return nil, ErrClosed
+		if err != nil {
+			return nil, err
 		}
 	}
+}
+
+// pause waits for a wake-up, the delay, the caller's context or the
+// client's Close, and says which of the last two ended the wait.
+func (c *Client) pause(ctx context.Context, woken <-chan struct{}, delay time.Duration, last error) error {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-woken:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-c.bg.Done():
+	}
+	switch {
+	case ctx.Err() != nil:
+		return gaveUp(ctx, last)
+	case c.bg.Err() != nil:
+		return ErrClosed
+	}
+	return nil
 }
 
 // expiryWait is how long to sleep before the next attempt when the holder's

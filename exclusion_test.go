@@ -199,13 +199,8 @@ func TestTakeoverAndForceReleaseDetectedAtNextRenewal(t *testing.T) {
 // its local deadline and before anyone else acquires.
 func TestBlockedRenewalsLoseBeforeAnotherAcquires(t *testing.T) {
 	ctx := testCtx(t)
-	table := pgtest.Schema(t) + ".leases"
-	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
-	holder, err := Open(ctx, proxy.DSN(pgtest.DSN(t)), Config{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
+	holder, proxy := proxiedClient(t, Config{})
+	table := holder.cfg.Table
 	other := testClient(t, Config{Table: table})
 
 	const ttl = 2 * time.Second
@@ -401,18 +396,12 @@ func TestCloseReleasesLeases(t *testing.T) {
 // and the name is free again in this client and on the server.
 func TestLateAcquireReplyIsNotHandedOut(t *testing.T) {
 	ctx := testCtx(t)
-	table := pgtest.Schema(t) + ".leases"
-	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
-	c, err := Open(ctx, proxy.DSN(pgtest.DSN(t)), Config{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, proxy := proxiedClient(t, Config{})
 	if err := c.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	proxy.SetDelay(600 * time.Millisecond) // round trip ≥ 1.2 s > TTL − margin
-	_, err = c.TryAcquire(ctx, "late", WithTTL(time.Second))
+	_, err := c.TryAcquire(ctx, "late", WithTTL(time.Second))
 	if err == nil || !IsRetryable(err) {
 		t.Fatalf("late TryAcquire = %v, want a retryable error", err)
 	}

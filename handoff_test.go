@@ -177,13 +177,8 @@ func TestPlainFailoverAtExpiry(t *testing.T) {
 // session dead earlier.
 func TestPartitionedFastFailoverHolderLosesFirst(t *testing.T) {
 	ctx := testCtx(t)
-	table := pgtest.Schema(t) + ".leases"
-	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
-	holder, err := Open(ctx, proxy.DSN(pgtest.DSN(t)), Config{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
+	holder, proxy := proxiedClient(t, Config{})
+	table := holder.cfg.Table
 	waiter := testClient(t, Config{Table: table})
 	const ttl = 2 * time.Second
 	l, err := holder.TryAcquire(ctx, "part", FastFailover(), WithTTL(ttl))

@@ -94,6 +94,24 @@ func testClient(t testing.TB, cfg Config) *Client {
 	return c
 }
 
+// proxiedClient returns a client on a fresh table that reaches the server
+// through a fault proxy, and the proxy.
+func proxiedClient(t testing.TB, cfg Config) (*Client, *pgtest.Proxy) {
+	t.Helper()
+	if cfg.Table == "" {
+		cfg.Table = pgtest.Schema(t) + ".leases"
+	}
+	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Open(ctx, proxy.DSN(pgtest.DSN(t)), cfg)
+	if err != nil {
+		t.Fatalf("Open through the proxy: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, proxy
+}
+
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

@@ -67,20 +67,10 @@ func (c *Client) waitSlots(ctx context.Context, name string, o leaseOptions) (*L
 		default:
 			delay = b.next()
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-woken:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-c.bg.Done():
-		}
-		t.Stop()
+		err = c.pause(ctx, woken, delay, last)
 		unsubscribe()
-		if ctx.Err() != nil {
-			return nil, gaveUp(ctx, last)
-		}
-		if c.bg.Err() != nil {
-			return nil, ErrClosed
+		if err != nil {
+			return nil, err
 		}
 	}
 }

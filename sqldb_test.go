@@ -206,13 +206,7 @@ func TestObserverEventsInOrderAndPanicsRecovered(t *testing.T) {
 // a renewal was sent, however late its reply arrives.
 func TestSlowSuccessfulRenewDoesNotExtendTrust(t *testing.T) {
 	ctx := testCtx(t)
-	table := pgtest.Schema(t) + ".leases"
-	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
-	c, err := Open(ctx, proxy.DSN(pgtest.DSN(t)), Config{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, proxy := proxiedClient(t, Config{})
 	const ttl = 5 * time.Second
 	l, err := c.TryAcquire(ctx, "slow", WithTTL(ttl))
 	if err != nil {
