@@ -149,7 +149,7 @@ func quoteArg(s string) string {
 		s = s[:limit] + "…"
 	}
 	q := strconv.Quote(s)
-	if q[1:len(q)-1] == s && !strings.ContainsAny(s, " \t'") {
+	if s != "" && q[1:len(q)-1] == s && !strings.ContainsAny(s, " \t'") {
 		return s
 	}
 	return q
