@@ -377,7 +377,6 @@ func (c *Client) namedConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
 	// that connection's buffer; let pgx install this connection's own.
 	cfg.OnNotification = nil
 	cfg.RuntimeParams["application_name"] = appName(c.cfg.Owner)
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	return cfg
 }
 

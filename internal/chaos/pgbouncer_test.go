@@ -119,7 +119,9 @@ ignore_startup_parameters = extra_float_digits
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+	// PgBouncer 1.18 in transaction pooling mode cannot keep named prepared
+	// statements: tell pgx to use the unnamed one, as docs/OPERATIONS.md says.
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&default_query_exec_mode=exec", addr)
 }
 
 // TestPgBouncerTransactionPooling runs plain-mode holders (notifications

@@ -37,16 +37,18 @@ type PgxQueryer interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Pgx adapts a pgx pool, connection or transaction. Statements use the
-// unnamed prepared statement (QueryExecModeExec): one round trip, no
-// server-side statement cache, so they work through PgBouncer in transaction
-// pooling mode.
+// Pgx adapts a pgx pool, connection or transaction. Statements run in the
+// connection's own DefaultQueryExecMode: by default pgx prepares and caches
+// them, which saves the server parsing and planning pglease's statements
+// on every call (more than half the cost of an uncontended acquire). Behind
+// PgBouncer in transaction pooling mode (before 1.21, or without
+// max_prepared_statements) set default_query_exec_mode=exec in the DSN.
 func Pgx(q PgxQueryer) DB { return pgxDB{q} }
 
 type pgxDB struct{ q PgxQueryer }
 
 func (d pgxDB) Query(ctx context.Context, sql string, args []any, scan func(Row) error) error {
-	rows, err := d.q.Query(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+	rows, err := d.q.Query(ctx, sql, args...)
 	if err != nil {
 		return err
 	}

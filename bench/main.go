@@ -1,0 +1,325 @@
+// Command bench compares pglease with other lock services side by side:
+// cirello.io/pglock, raw PostgreSQL advisory locks, a single-statement
+// lease-table upsert (the physical limit of table leases), redsync and
+// bsm/redislock on Redis, and etcd's concurrency.Mutex. It starts its own
+// servers on loopback (a throwaway PostgreSQL cluster, Redis on port 16379,
+// etcd on 12379/12380), runs scenarios S1–S6 of issue 3, and writes a
+// markdown report and a PNG chart of hand-off latencies.
+//
+//	go run . [-quick] [-out DIR] [-scenarios S1,S3] [-peers pglease,etcd]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	quick     bool
+	scenarios map[string]bool
+	peers     map[string]bool
+
+	s1Dur    time.Duration
+	s1Warmup int
+
+	s2Dur time.Duration
+
+	s3Samples int
+	s3Cap     time.Duration
+	s3Hold    time.Duration
+
+	s4Default bool
+	s4Short   int // samples at the ~2 s TTL
+	s4Fast    int // samples for session-bound peers
+
+	s5Waiters, s5Multi, s5Procs int
+	s5Settle, s5Window          time.Duration
+	s5LongWindow                time.Duration   // for the peers in s5Long
+	s5Long                      map[string]bool // peers whose waiting cost is a few statements per poll interval
+	s5MultiPeers                map[string]bool
+
+	s6N     int
+	s6NFor  map[string]int // peers that run with fewer leases
+	s6TTL   time.Duration
+	s6Small map[string]bool
+}
+
+// waitTTL is the TTL a peer uses in the waiting scenarios (S2, S3, S5).
+// pglock's blocked waiters sleep a whole lease duration between attempts
+// (20 s by default), so it gets a 2 s lease there; every other peer keeps
+// its default.
+func (c *config) waitTTL(p *peer) time.Duration {
+	if p.id == "pglock" {
+		return 2 * time.Second
+	}
+	return 0
+}
+
+func fullConfig() *config {
+	return &config{
+		s1Dur: 2 * time.Second, s1Warmup: 50,
+		s2Dur:     5 * time.Second,
+		s3Samples: 200, s3Cap: 3 * time.Second, s3Hold: 10 * time.Millisecond,
+		s4Default: true, s4Short: 3, s4Fast: 5,
+		s5Waiters: 200, s5Multi: 1000, s5Procs: 10,
+		s5Settle: time.Second, s5Window: 5 * time.Second,
+		s5LongWindow: 10 * time.Second, s5Long: set("pglease", "pglease-ff", "etcd"),
+		s5MultiPeers: set("pglease", "pglease-ff", "redislock", "etcd"),
+		s6N:          10000, s6TTL: 6 * time.Second,
+		// pglock renews each lock with two statements of its own: 10,000 of
+		// them every 2 s saturate this 2-core server.
+		s6NFor:  map[string]int{"pglock": 2000},
+		s6Small: set("pglease", "pglease-ff", "etcd"),
+	}
+}
+
+func quickConfig() *config {
+	return &config{
+		quick: true,
+		s1Dur: 150 * time.Millisecond, s1Warmup: 5,
+		s2Dur:     250 * time.Millisecond,
+		s3Samples: 10, s3Cap: 300 * time.Millisecond, s3Hold: 5 * time.Millisecond,
+		s4Default: false, s4Short: 1, s4Fast: 1,
+		s5Waiters: 20, s5Multi: 20, s5Procs: 2,
+		s5Settle: 200 * time.Millisecond, s5Window: 300 * time.Millisecond,
+		s5LongWindow: 300 * time.Millisecond,
+		s5MultiPeers: set("pglease"),
+		s6N:          100, s6TTL: 1200 * time.Millisecond,
+		s6Small: set("pglease"),
+	}
+}
+
+func set(xs ...string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range xs {
+		if x = strings.TrimSpace(x); x != "" {
+			m[x] = true
+		}
+	}
+	return m
+}
+
+func main() {
+	var (
+		quick     = flag.Bool("quick", false, "smoke run: every scenario, tiny durations")
+		out       = flag.String("out", "out", "directory for results.md and handoff.png")
+		scenarios = flag.String("scenarios", "S1,S2,S3,S4,S5,S6", "scenarios to run")
+		peerList  = flag.String("peers", "", "peers to run (default all): "+peerIDs())
+		child     = flag.String("child", "", "internal: child role (hold, wait)")
+		cPeer     = flag.String("peer", "", "internal: child's peer")
+		cName     = flag.String("name", "", "internal: child's lease name")
+		cTTL      = flag.Duration("ttl", 0, "internal: child's TTL")
+		cWaiters  = flag.Int("waiters", 0, "internal: child's waiter count")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *child != "" {
+		os.Exit(runChild(ctx, *child, *cPeer, *cName, *cTTL, *cWaiters))
+	}
+	cfg := fullConfig()
+	if *quick {
+		cfg = quickConfig()
+	}
+	cfg.scenarios = set(strings.Split(strings.ToUpper(*scenarios), ",")...)
+	if *peerList != "" {
+		cfg.peers = set(strings.Split(*peerList, ",")...)
+		for id := range cfg.peers {
+			if peerByID(id) == nil {
+				fmt.Fprintf(os.Stderr, "bench: unknown peer %q (known: %s)\n", id, peerIDs())
+				os.Exit(2)
+			}
+		}
+	}
+	if err := run(ctx, cfg, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func peerIDs() string {
+	var ids []string
+	for _, p := range peers {
+		ids = append(ids, p.id)
+	}
+	return strings.Join(ids, ",")
+}
+
+func runChild(ctx context.Context, role, peerID, name string, ttl time.Duration, waiters int) int {
+	e := &env{dsn: os.Getenv("BENCH_DSN"), etcdURL: os.Getenv("BENCH_ETCD")}
+	go reportRequests()
+	var err error
+	switch role {
+	case "hold":
+		err = childHold(ctx, e, peerID, name, ttl)
+	case "wait":
+		err = childWait(ctx, e, peerID, name, waiters)
+	default:
+		err = fmt.Errorf("unknown child role %q", role)
+	}
+	fmt.Fprintf(os.Stderr, "bench child %s %s: %v\n", role, peerID, err)
+	return 1
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// selected returns the peers to run, in report order, that pass keep.
+func (c *config) selected(keep func(*peer) bool) []*peer {
+	var out []*peer
+	for _, p := range peers {
+		if (c.peers == nil || c.peers[p.id]) && (keep == nil || keep(p)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func run(ctx context.Context, cfg *config, outDir string) error {
+	start := time.Now()
+	needRedis := len(cfg.selected(func(p *peer) bool { return p.backend == "redis" })) > 0
+	needEtcd := len(cfg.selected(func(p *peer) bool { return p.backend == "etcd" })) > 0
+	e, err := startEnv(ctx, logf, needRedis, needEtcd)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	rep := &report{cfg: cfg, machine: machineInfo(ctx, e)}
+
+	if cfg.scenarios["S1"] {
+		for _, p := range cfg.selected(nil) {
+			r := runS1(ctx, e, cfg, p)
+			logf("S1 %-10s n=%d pair p50=%v p99=%v ops/s=%.0f err=%v", p.id, r.n, r.pair.pct(50), r.pair.pct(99), r.opsPerSec, r.err)
+			rep.s1 = append(rep.s1, r)
+		}
+	}
+	if cfg.scenarios["S2"] {
+		for _, p := range cfg.selected(nil) {
+			for _, shared := range []bool{true, false} {
+				if !shared && p.id != "pglease" && p.id != "pglease-ff" {
+					continue
+				}
+				r := runS2(ctx, e, cfg, p, shared)
+				if !shared {
+					r.label = " (16 clients)"
+				}
+				logf("S2 %-10s%s acq/s=%.1f jain=%.2f min=%d max=%d viol=%d errs=%d %v %v", p.id, r.label, r.acqPerSec, r.jain, r.minC, r.maxC, r.violations, r.errs, r.firstErr, r.err)
+				rep.s2 = append(rep.s2, r)
+			}
+		}
+	}
+	if cfg.scenarios["S3"] {
+		for _, w := range []int{1, 8} {
+			for _, p := range cfg.selected(nil) {
+				r := runS3(ctx, e, cfg, p, w)
+				logf("S3 %-10s waiters=%d n=%d p50=%v p99=%v viol=%d err=%v", p.id, w, len(r.lat), r.lat.pct(50), r.lat.pct(99), r.violations, r.err)
+				rep.s3 = append(rep.s3, r)
+			}
+		}
+	}
+	if cfg.scenarios["S4"] {
+		rep.s4 = runS4All(ctx, e, cfg)
+	}
+	if cfg.scenarios["S5"] {
+		for _, p := range cfg.selected(func(p *peer) bool { return p.id != "ref" }) {
+			r := runS5(ctx, e, cfg, p, cfg.s5Waiters, 1)
+			logf("S5 %-10s waiters=%d stmts/s=%.1f cpu=%.1f%% conns=%d err=%v", p.id, r.waiters, r.d.stmtsPerSec(), r.d.cpuPercent(), r.d.conns, r.err)
+			rep.s5 = append(rep.s5, r)
+			if cfg.s5MultiPeers[p.id] {
+				r := runS5(ctx, e, cfg, p, cfg.s5Multi, cfg.s5Procs)
+				logf("S5 %-10s waiters=%d/%d procs stmts/s=%.1f cpu=%.1f%% conns=%d err=%v", p.id, r.waiters, r.procs, r.d.stmtsPerSec(), r.d.cpuPercent(), r.d.conns, r.err)
+				rep.s5 = append(rep.s5, r)
+			}
+		}
+	}
+	if cfg.scenarios["S6"] {
+		for _, p := range cfg.selected(func(p *peer) bool { return p.id != "ref" }) {
+			r := runS6(ctx, e, cfg, p)
+			logf("S6 %-10s n=%d acquire=%v stmts/interval=%.1f bytes/lease=%.0f cpu=%.1f%% err=%v", p.id, r.n, r.acquireTime.Round(time.Millisecond),
+				float64(r.d.stmts)/2, r.perLease, r.d.cpuPercent(), r.err)
+			rep.s6 = append(rep.s6, r)
+		}
+	}
+	rep.elapsed = time.Since(start)
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	png := filepath.Join(outDir, "handoff.png")
+	if len(rep.s3) > 0 {
+		if err := drawChart(png, rep.s3); err != nil {
+			return err
+		}
+		rep.chart = "handoff.png"
+	}
+	md := filepath.Join(outDir, "results.md")
+	if err := os.WriteFile(md, []byte(rep.markdown()), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s and %s in %v", md, png, rep.elapsed.Round(time.Second))
+	return nil
+}
+
+// runS4All runs the failover scenario of every peer concurrently: most of
+// it is waiting for TTLs to run out.
+func runS4All(ctx context.Context, e *env, cfg *config) []s4Row {
+	type job struct {
+		p       *peer
+		setting string
+		ttl     time.Duration
+		n       int
+	}
+	var jobsByPeer [][]job
+	for _, p := range cfg.selected(func(p *peer) bool { return p.id != "ref" }) {
+		var js []job
+		session := p.id == "pglease-ff" || p.id == "advisory"
+		if p.id == "advisory" {
+			js = append(js, job{p, "session", 0, cfg.s4Fast})
+		} else {
+			if p.defTTL > 0 && (cfg.s4Default || session) {
+				n := 1
+				if session {
+					n = cfg.s4Fast
+				}
+				js = append(js, job{p, "default", p.defTTL, n})
+			}
+			n := cfg.s4Short
+			if session {
+				n = cfg.s4Fast
+			}
+			js = append(js, job{p, "2s", 2 * time.Second, n})
+		}
+		jobsByPeer = append(jobsByPeer, js)
+	}
+	var mu sync.Mutex
+	var rows []s4Row
+	var wg sync.WaitGroup
+	for _, js := range jobsByPeer {
+		for _, j := range js {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := runS4(ctx, e, cfg, j.p, j.setting, j.ttl, j.n)
+				logf("S4 %-10s %-7s n=%d p50=%v max=%v err=%v", j.p.id, j.setting, len(r.lat), r.lat.pct(50), r.lat.pct(100), r.err)
+				mu.Lock()
+				rows = append(rows, r)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	order := func(r s4Row) int {
+		return slices.IndexFunc(peers, func(p *peer) bool { return p == r.peer })*10 + map[string]int{"default": 0, "2s": 1, "session": 2}[r.setting]
+	}
+	slices.SortFunc(rows, func(a, b s4Row) int { return order(a) - order(b) })
+	return rows
+}
