@@ -179,28 +179,33 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 	if _, err := c.session(); err != nil { // starts the listener
 		return nil, err
 	}
+	// One subscription for the whole wait, taken before the first attempt:
+	// a release between an attempt and the pause still wakes the pause.
+	woken, unsubscribe := c.hub.subscribe(name)
+	defer unsubscribe()
+	var awaiter *sessionAwaiter
+	defer func() {
+		if awaiter != nil {
+			awaiter.stop()
+		}
+	}()
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last error
 	unbound := 0
 	for {
-		woken, unsubscribe := c.hub.subscribe(name)
 		l, res, err := c.attempt(ctx, name, o, slot)
 		if l != nil {
-			unsubscribe()
 			return l, nil
 		}
 		var delay time.Duration
 		switch {
 		case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
-			unsubscribe()
 			return nil, gaveUp(ctx, last)
 		case c.bg.Err() != nil:
-			unsubscribe()
 			return nil, ErrClosed
 		case errors.Is(err, errLate):
 			delay = 0
 		case err != nil && !IsRetryable(err):
-			unsubscribe()
 			return nil, err
 		case err != nil:
 			delay = b.next()
@@ -222,16 +227,14 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 				unbound = 0
 			}
 		}
-		var sessCancel context.CancelFunc
 		if err == nil && o.session && res.HolderInSession {
-			sessCancel = c.awaitSession(ctx, name, woken)
+			if awaiter == nil {
+				awaiter = c.awaitSession(ctx, name, woken)
+			} else {
+				awaiter.rearm()
+			}
 		}
-		err = c.pause(ctx, woken, delay, last)
-		if sessCancel != nil {
-			sessCancel()
-		}
-		unsubscribe()
-		if err != nil {
+		if err := c.pause(ctx, woken, delay, last); err != nil {
 			return nil, err
 		}
 	}
@@ -269,28 +272,76 @@ func (c *Client) expiryWait(remaining time.Duration) time.Duration {
 	return min(d, c.cfg.PollInterval)
 }
 
-// awaitSession blocks, on a connection of its own, on the advisory lock of
-// a session-bound holder, and wakes the waiter the moment the holder's
-// session releases it or ends. The returned function stops it.
-func (c *Client) awaitSession(ctx context.Context, name string, woken chan struct{}) context.CancelFunc {
+// sessionAwaiter waits, on a connection of its own kept for the whole
+// wait, on the advisory lock of a session-bound holder, and wakes the
+// waiter the moment the holder's session releases it or ends (a crash sends
+// no notification).
+type sessionAwaiter struct {
+	again  chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (c *Client) awaitSession(ctx context.Context, name string, woken chan struct{}) *sessionAwaiter {
 	ctx, cancel := context.WithCancel(ctx)
-	cfg, err := c.dedicatedConfig(ctx)
-	if err != nil || cfg == nil {
-		return cancel
-	}
+	a := &sessionAwaiter{again: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	a.again <- struct{}{}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		conn, err := connectPgx(ctx, cfg, c.connectTimeout())
-		if err != nil {
-			return
-		}
-		defer conn.close()
-		if err := c.st.AwaitSession(ctx, conn.querier(), name); err == nil {
+		defer close(a.done)
+		var conn *pgxConn
+		defer func() {
+			if conn != nil {
+				conn.close()
+			}
+		}()
+		b := newBackoff(50*time.Millisecond, 2*time.Second)
+		for {
+			select {
+			case <-a.again:
+			case <-ctx.Done():
+				return
+			}
+			if conn == nil {
+				cfg, err := c.dedicatedConfig(ctx)
+				if err != nil || cfg == nil {
+					return
+				}
+				pc, err := connectPgx(ctx, cfg, c.connectTimeout())
+				if err != nil {
+					wake(a.again)
+					select {
+					case <-time.After(b.next()):
+					case <-ctx.Done():
+					}
+					continue
+				}
+				conn = &pc
+			}
+			if err := c.st.AwaitSession(ctx, conn.querier(), name); err != nil {
+				conn.close()
+				conn = nil
+				if ctx.Err() != nil {
+					return
+				}
+				wake(a.again)
+				continue
+			}
+			b.reset()
 			wake(woken)
 		}
 	}()
-	return cancel
+	return a
+}
+
+// rearm makes the awaiter wait for the (new) holder's session again.
+func (a *sessionAwaiter) rearm() { wake(a.again) }
+
+// stop ends the awaiter and waits for it.
+func (a *sessionAwaiter) stop() {
+	a.cancel()
+	<-a.done
 }
 
 // attempt runs one acquisition statement. The statement runs on a detached
