@@ -426,7 +426,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	}
 	c.held[name] = l
 	l.arm()
-	c.startRenewer()
+	c.startRenewer(l)
 	c.mu.Unlock()
 	c.events.send(Event{Kind: EventAcquired, Name: name, Owner: c.cfg.Owner, Token: l.token})
 	if r.res.OtherToken != 0 {

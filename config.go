@@ -254,9 +254,7 @@ const maxSlots = 1000
 const Version = "0.1.0"
 
 func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
-	host, _ := os.Hostname()
-	meta, _ := json.Marshal(map[string]any{"host": host, "pid": os.Getpid(), "version": Version})
-	o := leaseOptions{ttl: c.cfg.TTL, metadata: meta}
+	o := leaseOptions{ttl: c.cfg.TTL, metadata: c.meta}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -277,6 +275,13 @@ func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 		return o, fmt.Errorf("%w: RenewInterval %s leaves fewer than two renewals before the deadline of a %s TTL", ErrInvalidTTL, c.cfg.RenewInterval, o.ttl)
 	}
 	return o, nil
+}
+
+// defaultMetadata is recorded with every lease of a client.
+func defaultMetadata() []byte {
+	host, _ := os.Hostname()
+	meta, _ := json.Marshal(map[string]any{"host": host, "pid": os.Getpid(), "version": Version})
+	return meta
 }
 
 // margin is the safety margin of a lease with the given TTL.

@@ -264,3 +264,25 @@ func TestCloseWakesWaiters(t *testing.T) {
 		}
 	}
 }
+
+// A short-TTL lease acquired while a long-TTL lease is held is renewed on
+// its own schedule: one batch, but due at the earliest lease's time.
+func TestShortLeaseRenewedBesideLongLease(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	long, err := c.TryAcquire(ctx, "long", WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Release(ctx)
+	time.Sleep(50 * time.Millisecond) // the renew loop settles on the long lease
+	short, err := c.TryAcquire(ctx, "short", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Release(ctx)
+	time.Sleep(2500 * time.Millisecond)
+	if err := short.Err(); err != nil {
+		t.Fatalf("short lease not renewed: %v", err)
+	}
+}

@@ -7,14 +7,17 @@ import (
 	"github.com/pglease/pglease/internal/store"
 )
 
-// startRenewer starts the renewal loop once; c.mu is held.
-func (c *Client) startRenewer() {
+// startRenewer starts the renewal loop once, and tells it about a new
+// lease that needs renewing before the loop's next round; c.mu is held.
+func (c *Client) startRenewer(l *Lease) {
 	if c.renewer == nil {
 		c.renewer = make(chan struct{}, 1)
 		c.wg.Add(1)
 		go c.renewLoop()
 	}
-	wake(c.renewer)
+	if c.nextDue.IsZero() || l.sent.Add(c.renewEvery(l.ttl)).Before(c.nextDue) {
+		wake(c.renewer)
+	}
 }
 
 // renewLoop renews every held lease with one statement when the first of
@@ -25,6 +28,11 @@ func (c *Client) renewLoop() {
 	b := newBackoff(100*time.Millisecond, time.Second)
 	var retryAt time.Time
 	for {
+		// While this round computes, nextDue is unknown: every new lease
+		// kicks the loop, and the kick waits in the channel.
+		c.mu.Lock()
+		c.nextDue = time.Time{}
+		c.mu.Unlock()
 		leases := c.heldLeases()
 		var due time.Time
 		for _, l := range leases {
@@ -38,6 +46,9 @@ func (c *Client) renewLoop() {
 		if !retryAt.IsZero() && (due.IsZero() || retryAt.Before(due)) {
 			due = retryAt
 		}
+		c.mu.Lock()
+		c.nextDue = due
+		c.mu.Unlock()
 		var timer <-chan time.Time
 		var t *time.Timer
 		if !due.IsZero() {
