@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,32 @@ var defaultSettings = map[string]string{
 	"checkpoint_timeout": "30min",
 }
 
+const ownerFile = "owner.pid"
+
+// reapStale stops and removes clusters under parent left behind by
+// processes that died without closing them. A directory whose owner is
+// alive, or that records no owner, is left alone.
+func reapStale(parent string, usr serverUser, logf func(string, ...any)) {
+	dirs, _ := filepath.Glob(filepath.Join(parent, "pglease-pg-*"))
+	for _, root := range dirs {
+		b, err := os.ReadFile(filepath.Join(root, ownerFile))
+		if err != nil {
+			continue
+		}
+		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || owner <= 0 || exists(owner) {
+			continue
+		}
+		c := &Cluster{root: root, dataDir: filepath.Join(root, "data"), user: usr, logf: func(string, ...any) {}}
+		if err := c.kill(); err == nil {
+			_ = os.RemoveAll(root)
+			if logf != nil {
+				logf("pgcluster: removed the stale cluster %s of dead process %d", root, owner)
+			}
+		}
+	}
+}
+
 // Start creates a new cluster in a fresh temporary directory and starts it.
 // The caller must Close it to stop the server and remove the directory.
 func Start(ctx context.Context, opt Options) (_ *Cluster, err error) {
@@ -75,8 +102,15 @@ func Start(ctx context.Context, opt Options) (_ *Cluster, err error) {
 	if parent == "" {
 		parent = os.TempDir()
 	}
+	reapStale(parent, usr, opt.Logf)
 	root, err := os.MkdirTemp(parent, "pglease-pg-")
 	if err != nil {
+		return nil, fmt.Errorf("pglease: create cluster dir: %w", err)
+	}
+	// Whoever finds this directory after our process died (a test binary
+	// killed by its timeout) may stop the server and remove it.
+	if err := os.WriteFile(filepath.Join(root, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(root)
 		return nil, fmt.Errorf("pglease: create cluster dir: %w", err)
 	}
 	c := &Cluster{

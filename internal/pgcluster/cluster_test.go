@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -149,4 +151,36 @@ func TestFixedPortConflict(t *testing.T) {
 		t.Fatal("second cluster on same port started")
 	}
 	t.Logf("expected error: %v", err)
+}
+
+// A cluster whose owning process died is stopped and removed by the next
+// Start in the same parent directory.
+func TestStaleClusterIsReaped(t *testing.T) {
+	parent, err := os.MkdirTemp("", "pgcluster-reap-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(parent)
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := startCluster(t, Options{Dir: parent})
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale.root, ownerFile), []byte(strconv.Itoa(dead.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pid := stale.pid()
+	fresh := startCluster(t, Options{Dir: parent})
+	if _, err := os.Stat(stale.root); !os.IsNotExist(err) {
+		t.Fatalf("stale cluster directory still there: %v", err)
+	}
+	if alive(pid) {
+		t.Fatalf("stale postmaster %d still running", pid)
+	}
+	if _, err := os.Stat(fresh.root); err != nil {
+		t.Fatalf("fresh cluster: %v", err)
+	}
 }
