@@ -80,3 +80,29 @@ func ExampleWithSlots() {
 	b.Release(ctx)
 	// Output: true true true true
 }
+
+// Observe lease events (acquired, renewed with latency, lost, alert…) for
+// logs or metrics; pgleaseprom adapts them to Prometheus.
+func ExampleObserverFunc() {
+	ctx := context.Background()
+	events := make(chan pglease.Event, 16)
+	client, err := pglease.Open(ctx, os.Getenv("DATABASE_URL"), pglease.Config{
+		Observer: pglease.ObserverFunc(func(e pglease.Event) { events <- e }),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := client.TryAcquire(ctx, "example-observed")
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease.Release(ctx)
+	client.Close() // delivers pending events before returning
+	close(events)
+	for e := range events {
+		fmt.Println(e.Kind, e.Name)
+	}
+	// Output:
+	// acquired example-observed
+	// released example-observed
+}

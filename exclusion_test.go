@@ -15,6 +15,15 @@ import (
 // proves that no two critical sections overlap, and tokens are observed in
 // strictly increasing order.
 func TestManyClientsMutualExclusionAndTokenOrder(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"Plain", nil}, {"FastFailover", []Option{FastFailover()}}} {
+		t.Run(mode.name, func(t *testing.T) { hammer(t, mode.opts) })
+	}
+}
+
+func hammer(t *testing.T, opts []Option) {
 	ctx := testCtx(t)
 	first := testClient(t, Config{})
 	clients := []*Client{first}
@@ -33,7 +42,7 @@ func TestManyClientsMutualExclusionAndTokenOrder(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 8; i++ {
-					l, err := c.Acquire(ctx, "counter", WithTTL(5*time.Second))
+					l, err := c.Acquire(ctx, "counter", append([]Option{WithTTL(5 * time.Second)}, opts...)...)
 					if err != nil {
 						errs <- err
 						return
