@@ -90,6 +90,8 @@ func opError(op string, err error) error {
 		hint = " (authentication failed: check the user and password)"
 	case "3D000":
 		hint = " (the database does not exist: check the DSN)"
+	case "53200":
+		hint = " (the server's lock table is full: each FastFailover lease holds an advisory lock; raise max_locks_per_transaction or use plain leases for large numbers of names)"
 	}
 	if hint == "" && IsRetryable(err) {
 		hint = " (the database is unreachable or restarting; it will be retried where safe)"
