@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -176,17 +175,9 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		return c.Acquire(actx, o.name, opts...)
 	}
 	lease, err := acquire()
-	// A FastFailover lease must be bound to the session, or failover waits
-	// for the TTL. Library versions before 92cc559 could return an unbound
-	// one when two contenders' attempts raced (pg_try_advisory_lock lost to
-	// the other's momentary lock); should that happen, give the lease back
-	// and try again, a few times.
-	for try := 0; o.fast && err == nil && !lease.SessionBound() && try < 5 && (o.timeout == 0 || time.Since(began) < o.timeout/2); try++ {
-		_ = lease.Release(ctx)
-		time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
-		lease, err = acquire()
-	}
 	if o.fast && err == nil && !lease.SessionBound() {
+		// The library binds it unless another session kept the name's lock
+		// (e.g. a force-released holder that has not noticed yet).
 		fmt.Fprintln(e.stderr, "pglease: warning: the lease is not bound to the database session; failover will take up to the TTL")
 	}
 	sig, signalled := stopWatch()
