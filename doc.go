@@ -81,9 +81,12 @@
 //     when a renewal finds the row taken over or force-released, the lease is
 //     lost at once. Either way [Lease.Done] is closed and [Lease.Err] wraps
 //     [ErrLeaseLost].
-//   - A cancelled acquire leaves nothing behind: if an insert may have
-//     committed while its reply was lost, the row is released by token on a
-//     detached, bounded context.
+//   - A cancelled acquire leaves nothing behind: its statement runs to
+//     completion on a detached, bounded context, and if it acquired, the row
+//     is released by token at once. A reply that arrives after the lease's
+//     own deadline is treated the same way. (If the connection breaks after
+//     the statement committed, the row cannot be told apart from another
+//     holder's with the same owner label, and is left to expire.)
 //   - [Client.Close] releases every lease (bounded by a timeout; past the TTL,
 //     expiry is the safety net), stops every goroutine and waits for them.
 //
