@@ -76,6 +76,9 @@ func (c *Client) tryName(ctx context.Context, name string, o leaseOptions) (*Lea
 		return nil, store.AcquireResult{OtherRemaining: c.cfg.PollInterval}, c.localHolder(name)
 	}
 	l, res, err := c.attempt(ctx, name, o, slot)
+	if errors.Is(err, errOrphan) {
+		l, res, err = c.attempt(ctx, name, o, slot)
+	}
 	if l != nil {
 		return l, res, nil
 	}
@@ -166,6 +169,10 @@ func heldError(name string, r store.AcquireResult) error {
 // safety deadline, so it was released at once. Acquire tries again.
 var errLate = errors.New("the reply came after the lease's safety deadline; the lease was released (retry)")
 
+// errOrphan: the attempt found, and released, a row this client wrote in
+// an acquisition whose reply was lost. Trying again is expected to succeed.
+var errOrphan = errors.New("released a row of this client whose acquisition reply was lost (retry)")
+
 func gaveUp(ctx context.Context, last error) error {
 	if last == nil {
 		last = ErrNotAcquired
@@ -203,7 +210,7 @@ func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *lo
 			return nil, gaveUp(ctx, last)
 		case c.bg.Err() != nil:
 			return nil, ErrClosed
-		case errors.Is(err, errLate):
+		case errors.Is(err, errLate), errors.Is(err, errOrphan):
 			delay = 0
 		case err != nil && !IsRetryable(err):
 			return nil, err
@@ -355,7 +362,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		epoch uint64
 		err   error
 	}
-	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata}
+	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id}
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	ch := make(chan result, 1)
 	c.wg.Add(1)
@@ -400,6 +407,19 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	if r.err != nil {
 		return nil, r.res, opError(fmt.Sprintf("acquire %q", name), r.err)
 	}
+	if c.orphan(r.res) {
+		// A row of this client that no lease of it holds (the caller holds
+		// the name's local slot): an earlier acquisition of ours committed
+		// but its reply was lost. Free it by token; the caller retries.
+		c.cfg.Logger.Warn("pglease: releasing a lease row whose acquisition reply was lost", "name", name, "token", r.res.OtherToken)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StatementTimeout)
+		_, err := c.st.Release(rctx, c.db, name, r.res.OtherToken, false)
+		cancel()
+		if err != nil {
+			return nil, r.res, opError(fmt.Sprintf("release an orphaned row of %q", name), err)
+		}
+		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errOrphan)
+	}
 	if !r.res.Acquired {
 		c.events.send(Event{Kind: EventContended, Name: name, Owner: c.cfg.Owner, Previous: r.res.OtherOwner, Token: r.res.OtherToken})
 		if c.cfg.AlertAfter > 0 && r.res.OtherHeartbeatAge > c.cfg.AlertAfter && r.res.OtherRemaining > 0 {
@@ -433,6 +453,14 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		c.events.send(Event{Kind: EventStaleReclaimed, Name: name, Owner: c.cfg.Owner, Token: l.token, Previous: r.res.OtherOwner})
 	}
 	return l, r.res, nil
+}
+
+// orphan reports whether a failed attempt found a row written by this
+// client. The caller holds the name's local slot, so no lease of this
+// client holds the name: the row is left from an acquisition whose reply
+// was lost (the connection failed after the commit).
+func (c *Client) orphan(r store.AcquireResult) bool {
+	return !r.Acquired && r.OtherClient == c.id && r.OtherToken != 0 && r.OtherRemaining > 0
 }
 
 // acquireInSession runs a session-bound acquisition on the dedicated

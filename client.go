@@ -42,6 +42,7 @@ type Client struct {
 	renewer chan struct{} // kicks the renew loop; nil until started
 	nextDue time.Time     // when the renew loop will next renew; under mu
 	meta    []byte        // default lease metadata
+	id      string        // random id of this client, recorded with its leases
 }
 
 // Open connects to the database named by dsn (a URL or key=value string;
@@ -120,7 +121,7 @@ func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 }
 
 func newClient(cfg Config, st *store.Store, db store.DB) *Client {
-	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, meta: defaultMetadata()}
+	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, meta: defaultMetadata(), id: randomID()}
 	c.bg, c.stop = context.WithCancel(context.Background())
 	c.events = &eventQueue{obs: cfg.Observer, wg: &c.wg, onPanic: func(r any) {
 		c.cfg.Logger.Error("pglease: observer panicked", "panic", r)

@@ -159,6 +159,13 @@ func CheckName(name string) error {
 	return nil
 }
 
+// randomID identifies one Client among all processes.
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 func defaultOwner() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {

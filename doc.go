@@ -84,9 +84,11 @@
 //   - A cancelled acquire leaves nothing behind: its statement runs to
 //     completion on a detached, bounded context, and if it acquired, the row
 //     is released by token at once. A reply that arrives after the lease's
-//     own deadline is treated the same way. (If the connection breaks after
-//     the statement committed, the row cannot be told apart from another
-//     holder's with the same owner label, and is left to expire.)
+//     own deadline is treated the same way. If the connection breaks after
+//     the statement committed, the row carries the client's random id (in
+//     its metadata): the client's next attempt on the name recognises it as
+//     its own, frees it by token and tries again. Another client is never
+//     affected, even with the same owner label.
 //   - [Client.Close] releases every lease (bounded by a timeout; past the TTL,
 //     expiry is the safety net), stops every goroutine and waits for them.
 //

@@ -62,7 +62,9 @@ func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 // IsRetryable reports whether err is transient (connection lost, server
 // restarting or failing over, too many connections) so that the same call
 // may succeed later.
-func IsRetryable(err error) bool { return store.Retryable(err) || errors.Is(err, errLate) }
+func IsRetryable(err error) bool {
+	return store.Retryable(err) || errors.Is(err, errLate) || errors.Is(err, errOrphan)
+}
 
 // lostError is the cause of a lost lease: it matches ErrLeaseLost and says
 // why.

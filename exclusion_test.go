@@ -423,3 +423,38 @@ func TestLateAcquireReplyIsNotHandedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A row this client wrote in an acquisition whose reply was lost (here
+// written directly) is recognised by the client's id and freed; a row of
+// another client with the same owner label is not.
+func TestOrphanedRowOfThisClientIsFreed(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{Owner: "shared-label"})
+	other := testClient(t, Config{Table: c.cfg.Table, Owner: "shared-label"})
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	table := c.st.Names.QualifiedTable()
+	insert := `INSERT INTO ` + table + ` (name, owner, token, acquired_at, renewed_at, expires_at, hold_until, ttl, metadata)
+		VALUES ($1, 'shared-label', nextval('` + c.st.Names.QualifiedSeq() + `'), now(), now(), now() + interval '1 hour', now(), interval '1 hour', jsonb_build_object('client', $2::text))`
+	query(t, insert, []any{"mine", c.id})
+	query(t, insert, []any{"theirs", other.id})
+
+	l, err := c.TryAcquire(ctx, "mine")
+	if err != nil {
+		t.Fatalf("TryAcquire over this client's orphaned row: %v", err)
+	}
+	_ = l.Release(ctx)
+	if _, err := c.TryAcquire(ctx, "theirs"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("TryAcquire over another client's row with the same owner: %v", err)
+	}
+	// A row kept for its minimum hold is not an orphan either.
+	l, err = c.TryAcquire(ctx, "held-min", WithMinHold(time.Minute), WithTTL(2*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	if _, err := c.TryAcquire(ctx, "held-min"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("TryAcquire during this client's own minimum hold: %v", err)
+	}
+}

@@ -160,6 +160,7 @@ type AcquireArgs struct {
 	TTL, MinHold time.Duration
 	Session      bool   // bind the lease to this database session
 	Metadata     []byte // JSON object
+	Client       string // the client's random id, added to the metadata
 }
 
 // AcquireResult is the outcome of one attempt.
@@ -177,6 +178,8 @@ type AcquireResult struct {
 	OtherOwner     string
 	OtherToken     int64
 	OtherRemaining time.Duration
+	// OtherClient is the holder's client id (from its metadata).
+	OtherClient string
 	// OtherHeartbeatAge is the holder's time since its last renewal.
 	OtherHeartbeatAge time.Duration
 	HolderInSession   bool
@@ -191,9 +194,9 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 	if len(meta) == 0 {
 		meta = []byte("{}")
 	}
-	err := q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), s.Names.LockNamespace()},
+	err := q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), s.Names.LockNamespace(), a.Client},
 		func(row Row) error {
-			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS)
+			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient)
 		})
 	r.OtherRemaining = time.Duration(remMS) * time.Millisecond
 	r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond

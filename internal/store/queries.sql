@@ -56,7 +56,9 @@ SELECT coalesce(substring(obj_description(to_regclass($1::text), 'pg_class')
 
 -- name: Acquire
 -- $1 name, $2 owner, $3 ttl ms, $4 min-hold ms, $5 session-bound?,
--- $6 metadata json, $7 advisory-lock namespace (schema.table).
+-- $6 metadata json, $7 advisory-lock namespace (schema.table), $8 the
+-- client's random id, recorded in the metadata so that the client can
+-- recognise a row of its own whose reply it never got.
 -- A session-bound acquire first takes a session advisory lock keyed by the
 -- name; holding it proves that no other live session holds a session-bound
 -- lease on the name, so a session-bound row may be taken over at once.
@@ -76,7 +78,8 @@ WITH xl AS MATERIALIZED (
 ), old AS (
     SELECT l."owner", l."token", l."session_pid" IS NOT NULL AS "session_bound",
            (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
-           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms"
+           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+           l."metadata" ->> 'client' AS "client"
       FROM {{table}} AS l WHERE l."name" = $1::text
 ), ins AS (
     INSERT INTO {{table}} AS l
@@ -87,7 +90,7 @@ WITH xl AS MATERIALIZED (
            now() + $4::bigint * interval '1 millisecond',
            $3::bigint * interval '1 millisecond',
            CASE WHEN lk.got THEN pg_backend_pid() END,
-           $6::jsonb
+           $6::jsonb || jsonb_build_object('client', $8::text)
     FROM lk
     ON CONFLICT ("name") DO UPDATE
        SET "owner" = excluded."owner", "token" = excluded."token",
@@ -108,13 +111,13 @@ WITH xl AS MATERIALIZED (
 -- Not acquired: the holder as this statement saw it; remaining -1 when the
 -- row appeared concurrently and could not be seen.
 SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
-       coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint
+       coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, ''
   FROM ins LEFT JOIN old ON true
 UNION ALL
 SELECT false, 0::bigint, coalesce(old."session_bound", false),
        (SELECT got FROM lk) AND NOT EXISTS (SELECT 1 FROM unlocked),
        coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
-       coalesce(old."heartbeat_ms", 0)
+       coalesce(old."heartbeat_ms", 0), coalesce(old."client", '')
   FROM (SELECT 1) AS one LEFT JOIN old ON true
  WHERE NOT EXISTS (SELECT 1 FROM ins)
 
@@ -150,7 +153,10 @@ RETURNING l."name"
 -- (and stays held) until then; afterwards it is deleted and waiters are
 -- notified.
 WITH keep AS (
-    UPDATE {{table}} SET "expires_at" = "hold_until", "session_pid" = NULL
+    -- The kept row no longer belongs to a client's live lease: drop the
+    -- client id so that the client does not take it for a lost reply's row.
+    UPDATE {{table}} SET "expires_at" = "hold_until", "session_pid" = NULL,
+                         "metadata" = "metadata" - 'client'
      WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" > now()
     RETURNING "name"
 ), del AS (
