@@ -78,6 +78,9 @@ func TestDroppedListenerIsRecovered(t *testing.T) {
 	}()
 	waitContended(t, b, "n")
 	before := b.sess.currentEpoch()
+	for ; before == 0; before = b.sess.currentEpoch() { // the listener is connecting
+		time.Sleep(time.Millisecond)
+	}
 	if n := pgtest.TerminateBackends(t, "pglease listener-victim"); n == 0 {
 		t.Fatal("no backend of the waiter's client to terminate")
 	}
@@ -268,5 +271,36 @@ func TestFastFailoverSessionBoundsDeadPeerDetection(t *testing.T) {
 	}
 	if idle != "10" || user != "20000" || idleSession != "0" {
 		t.Fatalf("keepalive idle %q, user timeout %q, idle_session_timeout %q", idle, user, idleSession)
+	}
+}
+
+// Every connection of the session gets a new epoch, so that leases bound
+// to a lost connection never match a later one.
+func TestSessionEpochsAreNeverReused(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{Owner: "epoch-victim"})
+	l, err := c.TryAcquire(ctx, "e", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	seen := map[uint64]bool{}
+	for i := 0; i < 3; i++ {
+		if err := l.Renew(ctx); err != nil { // (re)connects the session
+			t.Fatal(err)
+		}
+		before := c.sess.currentEpoch()
+		seen[before] = true
+		pgtest.TerminateBackends(t, "pglease epoch-victim")
+		deadline := time.Now().Add(10 * time.Second)
+		for e := c.sess.currentEpoch(); e == 0 || e == before; e = c.sess.currentEpoch() {
+			if seen[e] && e != before && e != 0 {
+				t.Fatalf("epoch %d reused", e)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no new connection after terminating epoch %d (now %d)", before, e)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 }

@@ -86,8 +86,10 @@ type session struct {
 	ops  []*sessOp
 	kick chan struct{}
 	stop context.CancelFunc // interrupts the current notification wait
-	// epoch numbers connections; 0 means not connected.
+	// epoch numbers connections, never reusing a number; 0 means not
+	// connected. conns counts the connections made.
 	epoch     uint64
+	conns     uint64
 	keepalive time.Duration // TTL the current connection's keepalive covers
 	lastErr   error
 	done      chan struct{}
@@ -222,7 +224,8 @@ func (s *session) loop() {
 			}
 			backoff.reset()
 			s.mu.Lock()
-			s.epoch++
+			s.conns++
+			s.epoch = s.conns
 			s.keepalive = 0
 			s.lastErr = nil
 			s.mu.Unlock()
