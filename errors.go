@@ -48,6 +48,7 @@ type HeldError struct {
 	Holder Info
 }
 
+// Error describes the holder.
 func (e *HeldError) Error() string {
 	if e.Holder.Owner == "" {
 		return "pglease: lease is held by another owner"

@@ -18,7 +18,7 @@ import (
 	"github.com/pglease/pglease"
 )
 
-// EnvHolder, when set in a process's environment to a JSON HolderConfig,
+// EnvHolder is the environment variable that, set to a JSON HolderConfig,
 // makes the chaos test binary run as a holder process (see RunHolder).
 const EnvHolder = "PGLEASE_CHAOS_HOLDER"
 

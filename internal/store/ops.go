@@ -52,7 +52,7 @@ var wantColumns = []column{
 	{"metadata", "jsonb", true},
 }
 
-// ErrSchema wraps every problem with an existing table's layout.
+// SchemaError describes a problem with an existing table's layout.
 type SchemaError struct{ Msg string }
 
 func (e *SchemaError) Error() string { return e.Msg }
