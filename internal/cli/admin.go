@@ -39,7 +39,7 @@ func (e *env) connect(ctx context.Context, cmd string, fs *flagSet) (*pglease.Cl
 	if err != nil {
 		return nil, e.fail(err), false
 	}
-	if err := migrate(ctx, c); err != nil {
+	if err := c.Migrate(ctx); err != nil {
 		c.Close()
 		return nil, e.fail(err), false
 	}

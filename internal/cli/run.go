@@ -151,7 +151,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	defer closeBounded(c, 2*time.Second)
-	if err := migrate(waitCtx, c); err != nil {
+	if err := c.Migrate(waitCtx); err != nil {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
 		}
@@ -332,9 +332,4 @@ func hostname() string {
 		return "unknown"
 	}
 	return h
-}
-
-// migrate creates the lease table (and schema) before first use.
-func migrate(ctx context.Context, c *pglease.Client) error {
-	return c.Migrate(ctx)
 }
