@@ -207,23 +207,28 @@ func TestTakeoverAndForceReleaseDetectedAtNextRenewal(t *testing.T) {
 // Renewals blocked by a partition: the holder reports the loss no later than
 // its local deadline and before anyone else acquires.
 func TestBlockedRenewalsLoseBeforeAnotherAcquires(t *testing.T) {
+	partitionedHolderLosesFirst(t)
+}
+
+// partitionedHolderLosesFirst partitions a holder from the server while a
+// waiter of another client waits: the holder must report the loss no later
+// than its local deadline, and before the waiter acquires.
+func partitionedHolderLosesFirst(t *testing.T, opts ...Option) {
 	ctx := testCtx(t)
 	holder, proxy := proxiedClient(t, Config{})
-	table := holder.cfg.Table
-	other := testClient(t, Config{Table: table})
-
+	waiter := testClient(t, Config{Table: holder.cfg.Table})
 	const ttl = 2 * time.Second
-	l, err := holder.TryAcquire(ctx, "p", WithTTL(ttl))
+	opts = append(opts, WithTTL(ttl))
+	l, err := holder.TryAcquire(ctx, "p", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(ttl / 2) // let a renewal or two through
-	proxy.Blackhole(true)
-	deadline := l.Deadline()
-
+	if o, _ := holder.leaseOptions(opts); o.session && !l.SessionBound() {
+		t.Fatal("lease not session-bound")
+	}
 	acquired := make(chan time.Time, 1)
 	go func() {
-		l2, err := other.Acquire(ctx, "p", WithTTL(ttl))
+		l2, err := waiter.Acquire(ctx, "p", opts...)
 		if err != nil {
 			t.Error(err)
 			close(acquired)
@@ -232,6 +237,11 @@ func TestBlockedRenewalsLoseBeforeAnotherAcquires(t *testing.T) {
 		acquired <- time.Now()
 		_ = l2.Release(context.Background())
 	}()
+	waitContended(t, waiter, "p")
+	time.Sleep(ttl / 2) // let a renewal or two through
+	proxy.Blackhole(true)
+	defer proxy.Blackhole(false)
+	deadline := l.Deadline()
 	<-l.Done()
 	lostAt := time.Now()
 	if !errors.Is(l.Err(), ErrLeaseLost) {
@@ -240,14 +250,9 @@ func TestBlockedRenewalsLoseBeforeAnotherAcquires(t *testing.T) {
 	if late := lostAt.Sub(deadline); late > 250*time.Millisecond {
 		t.Fatalf("loss reported %s after the local deadline", late)
 	}
-	at, ok := <-acquired
-	if !ok {
-		return
+	if at, ok := <-acquired; ok && !at.After(lostAt) {
+		t.Fatalf("the waiter acquired at %v, before the holder noticed the loss at %v", at, lostAt)
 	}
-	if !at.After(lostAt) {
-		t.Fatalf("another client acquired at %v, before the holder noticed the loss at %v", at, lostAt)
-	}
-	proxy.Blackhole(false)
 }
 
 // The dedicated connection keeps renewals going when the application

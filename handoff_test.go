@@ -179,41 +179,7 @@ func TestPlainFailoverAtExpiry(t *testing.T) {
 // deadline) before the waiter gets it: the server cannot declare the
 // session dead earlier.
 func TestPartitionedFastFailoverHolderLosesFirst(t *testing.T) {
-	ctx := testCtx(t)
-	holder, proxy := proxiedClient(t, Config{})
-	table := holder.cfg.Table
-	waiter := testClient(t, Config{Table: table})
-	const ttl = 2 * time.Second
-	l, err := holder.TryAcquire(ctx, "part", FastFailover(), WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !l.SessionBound() {
-		t.Fatal("lease not session-bound")
-	}
-	acquired := make(chan time.Time, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, "part", FastFailover(), WithTTL(ttl))
-		if err != nil {
-			t.Error(err)
-			close(acquired)
-			return
-		}
-		acquired <- time.Now()
-		_ = l2.Release(context.Background())
-	}()
-	waitContended(t, waiter, "part")
-	proxy.Blackhole(true)
-	<-l.Done()
-	lostAt := time.Now()
-	if !errors.Is(l.Err(), ErrLeaseLost) {
-		t.Fatalf("Err = %v", l.Err())
-	}
-	at, ok := <-acquired
-	if ok && !at.After(lostAt) {
-		t.Fatalf("waiter acquired at %v before the partitioned holder noticed at %v", at, lostAt)
-	}
-	proxy.Blackhole(false)
+	partitionedHolderLosesFirst(t, FastFailover())
 }
 
 // When the server ends a fast-failover holder's session, the holder's

@@ -21,14 +21,8 @@ func haPair(t *testing.T, opt pgcluster.StandbyOptions) (primary, standby *pgclu
 		t.Skip(err)
 	}
 	ctx := ctxT(t, 2*time.Minute)
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{Logf: t.Logf, Settings: map[string]string{
-		"wal_level": "replica", "max_wal_senders": "5", "wal_keep_size": "256MB",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = primary.Close() })
-	standby, err = primary.AddStandby(ctx, opt)
+	primary = startPrimary(ctx, t)
+	standby, err := primary.AddStandby(ctx, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,13 +76,7 @@ func TestFailoverAsyncReplication(t *testing.T) {
 		t.Skip(err)
 	}
 	ctx := ctxT(t, 2*time.Minute)
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{Logf: t.Logf, Settings: map[string]string{
-		"wal_level": "replica", "max_wal_senders": "5", "wal_keep_size": "256MB",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = primary.Close() })
+	primary := startPrimary(ctx, t)
 	repl := pgtest.NewProxy(t, fmt.Sprintf("%s:%d", primary.Host(), primary.Port()))
 	standby, err := primary.AddStandby(ctx, pgcluster.StandbyOptions{PrimaryAddr: repl.Addr()})
 	if err != nil {
@@ -158,4 +146,18 @@ func maxToken(t *testing.T, dsn, schema string) int64 {
 		t.Logf("maxToken: %v", err)
 	}
 	return n
+}
+
+// startPrimary starts a throwaway cluster configured to stream WAL to a
+// standby.
+func startPrimary(ctx context.Context, t *testing.T) *pgcluster.Cluster {
+	t.Helper()
+	primary, err := pgcluster.Start(ctx, pgcluster.Options{Logf: t.Logf, Settings: map[string]string{
+		"wal_level": "replica", "max_wal_senders": "5", "wal_keep_size": "256MB",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = primary.Close() })
+	return primary
 }
