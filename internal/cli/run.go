@@ -150,7 +150,10 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		}
 		return e.fail(err)
 	}
-	defer closeBounded(c, 2*time.Second)
+	// Closing waits for the database at most this long; after a lost lease
+	// not at all (SPEC: exit 76 without waiting for the database).
+	closeWait := 2 * time.Second
+	defer func() { closeBounded(c, closeWait) }()
 	if err := c.Migrate(waitCtx); err != nil {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
@@ -200,7 +203,11 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		}
 		return e.fail(err)
 	}
-	return e.hold(ctx, o, lease, sigs)
+	code = e.hold(ctx, o, lease, sigs)
+	if code == exitLost {
+		closeWait = 0
+	}
+	return code
 }
 
 // hold runs the command under a held lease and returns the exit status.
@@ -268,13 +275,17 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 // finish runs once the command and everything in its group are gone.
 func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, sup *supervisor, terminating bool) int {
 	if terminating || errors.Is(lease.Err(), pglease.ErrLeaseLost) {
-		// Nothing to release (or the release would have to wait for a
-		// database that is not answering): exit without waiting.
-		done := make(chan struct{})
-		go func() { _ = lease.Release(context.Background()); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(time.Second):
+		// Exit without waiting for the database: a lost lease has nothing
+		// to release, and one whose renewals were failing expires by
+		// itself. A lease still valid (a late renewal got through) gets one
+		// short release attempt so that a waiter need not wait out the TTL.
+		if lease.Err() == nil {
+			done := make(chan struct{})
+			go func() { _ = lease.Release(ctx); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(300 * time.Millisecond):
+			}
 		}
 		return exitLost
 	}
