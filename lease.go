@@ -267,7 +267,12 @@ func (l *Lease) Renew(ctx context.Context) error {
 // the lease protects; a stale holder's transaction then fails instead of
 // committing. It returns an error matching [ErrNotHeld] otherwise. Keep
 // guarded transactions shorter than the TTL: the lock also delays this
-// lease's renewal.
+// lease's renewal. For the rest of tx, Guard lowers the server's
+// idle_in_transaction_session_timeout to the time left until the lease's
+// local deadline (a stricter setting of the caller's is kept): a
+// transaction whose client stops talking (a partition) then cannot hold
+// the row lock, and block every takeover, past that deadline; the server
+// ends its session and it cannot commit.
 func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	return l.guard(ctx, store.Pgx(tx))
 }
@@ -281,7 +286,7 @@ func (l *Lease) guard(ctx context.Context, q store.Querier) error {
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, err)
 	}
-	ok, err := l.c.st.Guard(ctx, q, l.name, l.token)
+	ok, err := l.c.st.Guard(ctx, q, l.name, l.token, time.Until(l.Deadline()))
 	if err != nil {
 		return opError("guard", err)
 	}

@@ -261,13 +261,15 @@ func (s *Store) Release(ctx context.Context, q Querier, name string, token int64
 }
 
 // Guard checks, inside the caller's transaction, that name is held with
-// token, and locks the row until that transaction ends.
-func (s *Store) Guard(ctx context.Context, q Querier, name string, token int64) (bool, error) {
+// token, and locks the row until that transaction ends; the server ends
+// the transaction's session if it then sits idle for longer than idle.
+func (s *Store) Guard(ctx context.Context, q Querier, name string, token int64, idle time.Duration) (bool, error) {
 	found := false
-	err := q.Query(ctx, s.Q.Guard, []any{name, token}, func(r Row) error {
+	err := q.Query(ctx, s.Q.Guard, []any{name, token, max(idle.Milliseconds(), 1)}, func(r Row) error {
 		var t int64
+		var setting string
 		found = true
-		return r.Scan(&t)
+		return r.Scan(&t, &setting)
 	})
 	return found, err
 }

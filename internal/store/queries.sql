@@ -180,9 +180,20 @@ SELECT (SELECT count(*) FROM keep) + (SELECT count(*) FROM del),
 -- Inside the caller's transaction: succeeds only while the lease is held
 -- with this token, and locks the row so that no takeover, release or
 -- cleanup can commit before the caller's transaction ends.
-SELECT l."token" FROM {{table}} AS l
+-- $3 ms until the lease's local deadline: for the rest of the transaction
+-- the server ends the session if the transaction sits idle that long (the
+-- caller's own idle_in_transaction_session_timeout is kept when stricter).
+-- Otherwise a client partitioned mid-transaction would hold the row lock,
+-- and block every takeover, until the server noticed the dead connection.
+SELECT l."token",
+       set_config('idle_in_transaction_session_timeout',
+                  (SELECT CASE WHEN s.setting::bigint BETWEEN 1 AND $3::bigint THEN s.setting
+                               ELSE $3::bigint::text END
+                     FROM pg_settings AS s WHERE s.name = 'idle_in_transaction_session_timeout'),
+                  true)
+  FROM {{table}} AS l
  WHERE l."name" = $1::text AND l."token" = $2::bigint AND l."expires_at" > clock_timestamp()
-   FOR SHARE
+   FOR SHARE OF l
 
 -- name: Get
 SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
