@@ -54,7 +54,14 @@ func ms(d time.Duration) string {
 	}
 }
 
-func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
+// secs formats d in seconds, or in milliseconds below a second (fast
+// failover is a few milliseconds, which "0.00 s" would hide).
+func secs(d time.Duration) string {
+	if d > -time.Second && d < time.Second {
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
 
 func ratio(a, b float64) string {
 	if b == 0 || a == 0 || math.IsNaN(a) || math.IsNaN(b) {
