@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pglease/pglease/internal/pgtest"
@@ -104,13 +105,14 @@ func TestDatabaseSQL(t *testing.T) {
 	}
 }
 
-// Guard keeps a takeover (here a force-release) from committing while the
-// guarded transaction is open, and fails once the token is stale.
-func TestGuardBlocksTakeoverUntilCommit(t *testing.T) {
+// guardedTx acquires "g" with ttl on a new client and opens a transaction
+// of the test pool in which the lease's Guard passed (rolled back at the
+// end of the test unless committed).
+func guardedTx(t *testing.T, ttl time.Duration) (*Client, *Lease, *pgxpool.Pool, pgx.Tx) {
+	t.Helper()
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
-	admin := testClient(t, Config{Table: c.cfg.Table})
-	l, err := c.TryAcquire(ctx, "g", WithTTL(5*time.Second))
+	l, err := c.TryAcquire(ctx, "g", WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +121,19 @@ func TestGuardBlocksTakeoverUntilCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	if err := l.Guard(ctx, tx); err != nil {
 		t.Fatalf("Guard: %v", err)
 	}
+	return c, l, pool, tx
+}
+
+// Guard keeps a takeover (here a force-release) from committing while the
+// guarded transaction is open, and fails once the token is stale.
+func TestGuardBlocksTakeoverUntilCommit(t *testing.T) {
+	ctx := testCtx(t)
+	c, l, pool, tx := guardedTx(t, 5*time.Second)
+	admin := testClient(t, Config{Table: c.cfg.Table})
 	forced := make(chan error, 1)
 	go func() {
 		_, err := admin.ForceRelease(ctx, "g")
@@ -138,7 +150,7 @@ func TestGuardBlocksTakeoverUntilCommit(t *testing.T) {
 	if err := <-forced; err != nil {
 		t.Fatal(err)
 	}
-	tx, err = pool.Begin(ctx)
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,21 +252,8 @@ func TestSlowSuccessfulRenewDoesNotExtendTrust(t *testing.T) {
 // cannot commit.
 func TestAbandonedGuardedTransactionDoesNotBlockTakeover(t *testing.T) {
 	ctx := testCtx(t)
-	c := testClient(t, Config{})
+	c, l, _, tx := guardedTx(t, 2*time.Second)
 	other := testClient(t, Config{Table: c.cfg.Table})
-	l, err := c.TryAcquire(ctx, "g", WithTTL(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := pgtest.Pool(t)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if err := l.Guard(ctx, tx); err != nil {
-		t.Fatalf("Guard: %v", err)
-	}
 	// The transaction now sits idle, as when its client is partitioned.
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
