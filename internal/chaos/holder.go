@@ -161,7 +161,10 @@ func randDur(lo, hi time.Duration) time.Duration {
 // guarded, fenced write.
 func (h *holder) section(ctx context.Context, l *pglease.Lease) {
 	end := time.Now().Add(randDur(h.hc.CSMin, h.hc.CSMax))
-	prev := time.Now() // end of the previous step's work, before its sleep
+	// prev is when the previous step's write began: a pause that lands in
+	// the write (the commonest place, and one where the server may end the
+	// paused transaction) counts as a gap like one that lands in the sleep.
+	prev := time.Now()
 	for ctx.Err() == nil {
 		t := time.Now()
 		held := l.Err() == nil
@@ -187,8 +190,8 @@ func (h *holder) section(ctx context.Context, l *pglease.Lease) {
 			return
 		}
 		h.rec.Record(Event{K: KindBelief, Name: h.name, Tok: l.Token(), T: t.UnixNano()})
-		h.write(l)
 		prev = time.Now()
+		h.write(l)
 		sleep(ctx, h.hc.Step)
 	}
 }
