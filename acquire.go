@@ -59,10 +59,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 	}
 	if o.slots > 1 {
 		l, _, err := c.trySlots(ctx, name, o)
-		return l, err
+		return l, c.closedErr(err)
 	}
 	l, _, err := c.tryName(ctx, name, o)
-	return l, err
+	return l, c.closedErr(err)
 }
 
 // tryName makes one attempt on one name, honouring the local mutex.
@@ -134,7 +134,7 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 		}
 	}
 	if err := c.prepare(ctx); err != nil {
-		return o, err
+		return o, c.closedErr(err)
 	}
 	if o.session {
 		ok, err := c.sessionAvailable(ctx)
@@ -293,9 +293,7 @@ func (c *Client) awaitSession(ctx context.Context, name string, woken chan struc
 	ctx, cancel := context.WithCancel(ctx)
 	a := &sessionAwaiter{again: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	a.again <- struct{}{}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	started := c.goBackground(func() {
 		defer close(a.done)
 		var conn *pgxConn
 		defer func() {
@@ -338,7 +336,10 @@ func (c *Client) awaitSession(ctx context.Context, name string, woken chan struc
 			b.reset()
 			wake(woken)
 		}
-	}()
+	})
+	if !started {
+		close(a.done)
+	}
 	return a
 }
 
@@ -365,9 +366,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id}
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	ch := make(chan result, 1)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	started := c.goBackground(func() {
 		var r result
 		r.sent = time.Now()
 		if o.session {
@@ -394,7 +393,10 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 			_ = c.releaseRow(context.Background(), l)
 			l.end(ErrReleased)
 		}
-	}()
+	})
+	if !started {
+		return nil, store.AcquireResult{}, ErrClosed
+	}
 	var r result
 	select {
 	case r = <-ch:

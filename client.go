@@ -29,7 +29,9 @@ type Client struct {
 
 	bg     context.Context // lifetime of background work
 	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // background goroutines, started by goBackground
+	wgMu   sync.Mutex     // orders wg.Add before Close's wg.Wait
+	wgDone bool           // under wgMu: Close waits; nothing more may start
 	hub    hub
 	sess   *session // dedicated connection, created lazily
 	schema sync.Mutex
@@ -192,6 +194,31 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 	return c.Migrate(ctx)
 }
 
+// goBackground runs fn on a goroutine that Close waits for. Once Close has
+// begun waiting it starts nothing and returns false.
+func (c *Client) goBackground(fn func()) bool {
+	c.wgMu.Lock()
+	defer c.wgMu.Unlock()
+	if c.wgDone {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// closedErr reports a failure caused by Close (a cancelled statement, a
+// closed pool) as [ErrClosed].
+func (c *Client) closedErr(err error) error {
+	if err != nil && !errors.Is(err, ErrClosed) && c.bg.Err() != nil {
+		return ErrClosed
+	}
+	return err
+}
+
 func (c *Client) checkOpen() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -234,6 +261,9 @@ func (c *Client) Close() error {
 	}
 	wg.Wait()
 	c.stop()
+	c.wgMu.Lock()
+	c.wgDone = true
+	c.wgMu.Unlock()
 	c.wg.Wait()
 	if c.sess != nil {
 		c.sess.wait()

@@ -178,9 +178,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 		close(out)
 		return out
 	}
-	e.c.wg.Add(1)
-	go func() {
-		defer e.c.wg.Done()
+	started := e.c.goBackground(func() {
 		defer close(out)
 		woken, unsubscribe := e.c.hub.subscribe(e.name)
 		defer unsubscribe()
@@ -228,6 +226,9 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 			}
 			t.Stop()
 		}
-	}()
+	})
+	if !started {
+		close(out)
+	}
 	return out
 }

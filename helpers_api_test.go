@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,5 +285,53 @@ func TestShortLeaseRenewedBesideLongLease(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	if err := short.Err(); err != nil {
 		t.Fatalf("short lease not renewed: %v", err)
+	}
+}
+
+// Close racing with goroutines that keep starting acquisitions: every call
+// returns (acquired, held elsewhere or ErrClosed), and Close waits for all
+// the background work they started (the race detector flags a background
+// goroutine registered while Close waits).
+func TestCloseRacesWithAcquisitions(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{})
+	l, err := a.TryAcquire(ctx, "busy", WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for round := range 10 {
+		b := testClient(t, Config{Table: a.cfg.Table})
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					var err error
+					if g%2 == 0 {
+						_, err = b.TryAcquire(ctx, "busy")
+					} else {
+						var l *Lease
+						l, err = b.TryAcquire(ctx, fmt.Sprintf("free-%d-%d-%d", round, g, i))
+						if err == nil {
+							_ = l.Release(ctx)
+						}
+					}
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+					if err != nil && !errors.Is(err, ErrNotAcquired) {
+						t.Errorf("during Close: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round) * 3 * time.Millisecond)
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		wg.Wait()
 	}
 }

@@ -11,9 +11,10 @@ import (
 // lease that needs renewing before the loop's next round; c.mu is held.
 func (c *Client) startRenewer(l *Lease) {
 	if c.renewer == nil {
+		// The client is open (c.mu is held and the caller checked), so
+		// Close has not begun waiting and the loop starts.
 		c.renewer = make(chan struct{}, 1)
-		c.wg.Add(1)
-		go c.renewLoop()
+		c.goBackground(c.renewLoop)
 	}
 	if c.nextDue.IsZero() || l.sent.Add(c.renewEvery(l.ttl)).Before(c.nextDue) {
 		wake(c.renewer)
@@ -24,7 +25,6 @@ func (c *Client) startRenewer(l *Lease) {
 // them is due (a third of its TTL after its last renewal, by default), so
 // the load on the server grows with clients, not leases.
 func (c *Client) renewLoop() {
-	defer c.wg.Done()
 	b := newBackoff(100*time.Millisecond, time.Second)
 	var retryAt time.Time
 	for {
@@ -174,14 +174,12 @@ func (c *Client) unlockAsync(name string, epoch uint64) {
 	if err != nil {
 		return
 	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.goBackground(func() {
 		_ = s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
 			if st.epoch != epoch {
 				return nil
 			}
 			return c.st.Unlock(ctx, q, name)
 		})
-	}()
+	})
 }
