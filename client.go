@@ -125,7 +125,7 @@ func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 func newClient(cfg Config, st *store.Store, db store.DB) *Client {
 	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, meta: defaultMetadata(), id: randomID()}
 	c.bg, c.stop = context.WithCancel(context.Background())
-	c.events = &eventQueue{obs: cfg.Observer, wg: &c.wg, onPanic: func(r any) {
+	c.events = &eventQueue{obs: cfg.Observer, start: c.goBackground, onPanic: func(r any) {
 		c.cfg.Logger.Error("pglease: observer panicked", "panic", r)
 	}}
 	c.hub.init()

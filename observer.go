@@ -68,7 +68,7 @@ type eventQueue struct {
 	pending []Event
 	running bool
 	dropped uint64
-	wg      *sync.WaitGroup
+	start   func(func()) bool // runs the drain goroutine; false once the client has closed
 }
 
 const maxQueued = 10000
@@ -85,14 +85,13 @@ func (q *eventQueue) send(e Event) {
 	}
 	q.pending = append(q.pending, e)
 	if !q.running {
-		q.running = true
-		q.wg.Add(1)
-		go q.drain()
+		// Once the client has closed (and waited for its last drain),
+		// nothing is delivered any more.
+		q.running = q.start(q.drain)
 	}
 }
 
 func (q *eventQueue) drain() {
-	defer q.wg.Done()
 	for {
 		q.mu.Lock()
 		if len(q.pending) == 0 {
