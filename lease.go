@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,7 +32,12 @@ type Lease struct {
 	deadline time.Time // local safety deadline (monotonic)
 	timer    *time.Timer
 	ended    bool
+	cause    error // why it ended, set with ended
 }
+
+// testHookEnding, when set by a test, runs in end between marking the
+// lease ended and cancelling its context.
+var testHookEnding atomic.Pointer[func(*Lease)]
 
 func (c *Client) newLease(name string, token int64, o leaseOptions, sent time.Time, epoch uint64, sessionBound bool, slot *localSlot) *Lease {
 	l := &Lease{c: c, name: name, token: token, ttl: o.ttl, session: sessionBound, epoch: epoch, slot: slot, sent: sent}
@@ -99,16 +105,27 @@ func (c leaseContext) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	if c.l.pastDeadline() {
-		c.l.expire()
-	}
+	c.l.settle()
 	return c.Context.Err()
 }
 
-func (l *Lease) pastDeadline() bool {
+// settle ends the lease if its deadline has passed, and cancels the
+// context of a lease that has ended but whose context another goroutine
+// (the deadline timer, a renewal, Release) has not cancelled yet: the
+// lease never looks held after its end or its deadline.
+func (l *Lease) settle() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.ended && !time.Now().Before(l.deadline)
+	past := !l.ended && !time.Now().Before(l.deadline)
+	l.mu.Unlock()
+	if past {
+		l.expire()
+	}
+	l.mu.Lock()
+	cause := l.cause
+	l.mu.Unlock()
+	if cause != nil {
+		l.cancel(cause) // idempotent: the first cause wins
+	}
 }
 
 // Deadline returns the local safety deadline: the lease is valid until then
@@ -153,11 +170,14 @@ func (l *Lease) end(cause error) bool {
 		l.mu.Unlock()
 		return false
 	}
-	l.ended = true
+	l.ended, l.cause = true, cause
 	if l.timer != nil {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
+	if hook := testHookEnding.Load(); hook != nil {
+		(*hook)(l)
+	}
 	l.cancel(cause)
 	l.c.mu.Lock()
 	if l.c.held[l.name] == l {

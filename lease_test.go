@@ -48,3 +48,42 @@ func TestTryAcquireRelease(t *testing.T) {
 		t.Fatalf("token %d not above %d", l2.Token(), l.Token())
 	}
 }
+
+// A lease that another goroutine is in the middle of ending (marked ended,
+// context not cancelled yet) never looks held: on a resumed process the
+// deadline timer and the holder's own check of Err race exactly there.
+func TestLeaseEndingElsewhereIsNotHeld(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	l, err := c.TryAcquire(ctx, "ending", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, proceed := make(chan struct{}), make(chan struct{})
+	hook := func(e *Lease) {
+		if e == l {
+			close(inside)
+			<-proceed
+		}
+	}
+	testHookEnding.Store(&hook)
+	t.Cleanup(func() { testHookEnding.Store(nil) })
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	<-inside
+	if err := l.Err(); !errors.Is(err, ErrReleased) {
+		t.Errorf("Err while another goroutine ends the lease: %v, want ErrReleased", err)
+	}
+	if err := l.Context().Err(); err == nil {
+		t.Error("Context().Err() is nil while another goroutine ends the lease")
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Error("Done not closed once Err reported the end")
+	}
+	close(proceed)
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+}
