@@ -289,9 +289,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 // guarded transactions shorter than the TTL: the lock also delays this
 // lease's renewal. For the rest of tx, Guard lowers the server's
 // idle_in_transaction_session_timeout to the time left until the lease's
-// local deadline (a stricter setting of the caller's is kept): a
-// transaction whose client stops talking (a partition) then cannot hold
-// the row lock, and block every takeover, past that deadline; the server
+// row could expire (its local deadline plus the safety margin; a stricter
+// setting of the caller's is kept): a transaction whose client stops
+// talking (a partition) then cannot hold the row lock, and block every
+// takeover, past the moment a takeover could first happen; the server
 // ends its session and it cannot commit.
 func (l *Lease) Guard(ctx context.Context, tx pgx.Tx) error {
 	return l.guard(ctx, store.Pgx(tx))
@@ -306,7 +307,10 @@ func (l *Lease) guard(ctx context.Context, q store.Querier) error {
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, err)
 	}
-	ok, err := l.c.st.Guard(ctx, q, l.name, l.token, time.Until(l.Deadline()))
+	// Until the row could expire on the server: the local deadline plus
+	// the safety margin. No takeover could happen sooner anyway, and a
+	// tighter bound would end slow but healthy transactions.
+	ok, err := l.c.st.Guard(ctx, q, l.name, l.token, time.Until(l.Deadline())+l.c.margin(l.ttl))
 	if err != nil {
 		return opError("guard", err)
 	}

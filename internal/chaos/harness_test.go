@@ -428,3 +428,52 @@ func (r *run) writes() []Write {
 	}
 	return ws
 }
+
+// activity returns the server's view of every other session of the test
+// database, with what it waits for and the locks it waits on: the first
+// thing to read when a scenario makes no progress.
+func (r *run) activity() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.base)
+	if err != nil {
+		return "activity: " + err.Error()
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `
+SELECT a.pid, a.application_name, coalesce(a.state, ''), coalesce(a.wait_event_type || '/' || a.wait_event, ''),
+       coalesce(extract(epoch FROM now() - a.state_change)::numeric(10,3)::text, ''),
+       coalesce(pg_blocking_pids(a.pid)::text, ''), left(regexp_replace(coalesce(a.query, ''), '\s+', ' ', 'g'), 70)
+  FROM pg_stat_activity AS a
+ WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
+ ORDER BY a.application_name, a.pid`)
+	if err != nil {
+		return "activity: " + err.Error()
+	}
+	var b strings.Builder
+	for rows.Next() {
+		var pid int
+		var app, state, wait, since, blockers, query string
+		if err := rows.Scan(&pid, &app, &state, &wait, &since, &blockers, &query); err != nil {
+			return "activity: " + err.Error()
+		}
+		fmt.Fprintf(&b, "  pid %d %q %s %s for %ss blocked by %s: %s\n", pid, app, state, wait, since, blockers, query)
+	}
+	rows.Close()
+	for _, q := range []string{
+		`SELECT format('  lease %s: owner %s token %s expires in %s', name, owner, token, expires_at - now()) FROM ` + pgx.Identifier{r.schema, "leases"}.Sanitize(),
+		`SELECT format('  fence %s: last token %s', name, last_token) FROM ` + pgx.Identifier{r.schema, "fence"}.Sanitize(),
+	} {
+		rows, err := conn.Query(ctx, q)
+		if err != nil {
+			return b.String() + "  " + err.Error()
+		}
+		for rows.Next() {
+			var line string
+			_ = rows.Scan(&line)
+			b.WriteString(line + "\n")
+		}
+		rows.Close()
+	}
+	return b.String()
+}

@@ -180,7 +180,7 @@ SELECT (SELECT count(*) FROM keep) + (SELECT count(*) FROM del),
 -- Inside the caller's transaction: succeeds only while the lease is held
 -- with this token, and locks the row so that no takeover, release or
 -- cleanup can commit before the caller's transaction ends.
--- $3 ms until the lease's local deadline: for the rest of the transaction
+-- $3 ms until the lease row could expire: for the rest of the transaction
 -- the server ends the session if the transaction sits idle that long (the
 -- caller's own idle_in_transaction_session_timeout is kept when stricter).
 -- Otherwise a client partitioned mid-transaction would hold the row lock,
