@@ -95,13 +95,13 @@ func TestPartition(t *testing.T) {
 		p, tok := r.holderOf("job", 10*time.Second)
 		start := Now()
 		p.proxy.Blackhole(true)
-		took := r.waitWrite("job", tok, r.sc.ttl+1500*time.Millisecond)
-		if !took {
-			t.Logf("no successor yet %v into the partition of pid %d:\n%s", time.Duration(Now()-start).Round(time.Millisecond), p.pid(), r.activity())
-			took = r.waitWrite("job", tok, r.sc.ttl+1500*time.Millisecond)
-		}
-		if !took {
-			t.Errorf("no successor wrote while pid %d (token %d) was partitioned; the server's sessions:\n%s", p.pid(), tok, r.activity())
+		// Progress is a successor's acquisition. Its first write may take
+		// longer: the proxy drops what it does not forward, so a process
+		// that was partitioned in an earlier round may still hold a wedged
+		// application connection until its 5 s write timeout (the history
+		// check covers writes after the fault heals).
+		if !r.waitAcquired("job", tok, 2*r.sc.ttl+3*time.Second) {
+			t.Errorf("no successor acquired while pid %d (token %d) was partitioned; the server's sessions:\n%s", p.pid(), tok, r.activity())
 		}
 		time.Sleep(time.Until(time.Unix(0, start).Add(2 * r.sc.ttl)))
 		p.proxy.Blackhole(false)

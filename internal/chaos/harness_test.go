@@ -253,13 +253,23 @@ func (r *run) holderOf(name string, timeout time.Duration) (*proc, int64) {
 // waitWrite waits until a write with a token above tok was committed for
 // name, and reports whether it was.
 func (r *run) waitWrite(name string, tok int64, timeout time.Duration) bool {
+	return r.waitNewer(`SELECT last_token FROM `+pgx.Identifier{r.schema, "fence"}.Sanitize()+` WHERE name = $1`, name, tok, timeout)
+}
+
+// waitAcquired waits until the lease row of name carries a token newer
+// than tok: someone acquired it (whether or not it has written yet).
+func (r *run) waitAcquired(name string, tok int64, timeout time.Duration) bool {
+	return r.waitNewer(`SELECT token FROM `+pgx.Identifier{r.schema, "leases"}.Sanitize()+` WHERE name = $1`, name, tok, timeout)
+}
+
+func (r *run) waitNewer(query, name string, tok int64, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var last int64
 		conn, err := pgx.Connect(ctx, r.base)
 		if err == nil {
-			err = conn.QueryRow(ctx, `SELECT last_token FROM `+pgx.Identifier{r.schema, "fence"}.Sanitize()+` WHERE name = $1`, name).Scan(&last)
+			err = conn.QueryRow(ctx, query, name).Scan(&last)
 			conn.Close(ctx)
 		}
 		cancel()
