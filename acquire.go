@@ -5,118 +5,45 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/store"
 )
 
-// localSlot makes a name a mutex between the goroutines of one client: the
-// goroutine holding tok is the only one contending for or holding the name.
-// Channel receivers queue in FIFO order, so local waiters are served in
-// turn and only the first of them queries the server.
-type localSlot struct {
-	tok  chan struct{}
-	refs int
-}
-
-func (c *Client) getSlot(name string) *localSlot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.locals[name]
-	if s == nil {
-		s = &localSlot{tok: make(chan struct{}, 1)}
-		s.tok <- struct{}{}
-		c.locals[name] = s
-	}
-	s.refs++
-	return s
-}
-
-// putSlot drops a reference, first handing the token back when held.
-func (c *Client) putSlot(name string, s *localSlot, holding bool) {
-	if holding {
-		s.tok <- struct{}{}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s.refs--
-	if s.refs == 0 && c.locals[name] == s {
-		delete(c.locals, name)
-	}
-}
-
-// TryAcquire makes one attempt to acquire name and returns at once. When the
-// lease is held elsewhere (or by another goroutine of this client) the error
-// is a *[HeldError] matching [ErrNotAcquired]. ctx bounds this call only,
-// never the lease.
+// TryAcquire makes one attempt to acquire name (with [WithSlots], one on
+// every slot) and returns at once. When the lease is held elsewhere (or by
+// another goroutine of this client) the error is a *[HeldError] matching
+// [ErrNotAcquired]. A transient error on a connection (a server restart, a
+// dropped pooled connection) is retried a few times first, as nothing can
+// have been acquired twice: a row of this client's whose reply was lost is
+// recognised and freed. ctx bounds this call only, never the lease.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	o, err := c.begin(ctx, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	if o.slots > 1 {
-		l, _, err := c.trySlots(ctx, name, o)
-		return l, c.closedErr(err)
-	}
-	l, _, err := c.tryName(ctx, name, o)
+	l, err := c.acquire(ctx, name, o, false)
 	return l, c.closedErr(err)
-}
-
-// tryName makes one attempt on one name, honouring the local mutex.
-func (c *Client) tryName(ctx context.Context, name string, o leaseOptions) (*Lease, store.AcquireResult, error) {
-	slot := c.getSlot(name)
-	select {
-	case <-slot.tok:
-	default:
-		c.putSlot(name, slot, false)
-		// Held by another goroutine of this client: its release notifies.
-		return nil, store.AcquireResult{OtherRemaining: c.cfg.PollInterval}, c.localHolder(name)
-	}
-	l, res, err := c.attempt(ctx, name, o, slot)
-	if errors.Is(err, errOrphan) {
-		l, res, err = c.attempt(ctx, name, o, slot)
-	}
-	if l != nil {
-		return l, res, nil
-	}
-	c.putSlot(name, slot, true)
-	if err != nil {
-		return nil, res, err
-	}
-	return nil, res, heldError(name, res)
 }
 
 // Acquire blocks until name is acquired or ctx ends. Waiting is driven by
 // notifications when a holder releases, by a timer at the moment the
-// holder's lease would expire, and by a slow fallback poll. When ctx ends
-// first the error matches both [ErrNotAcquired] and ctx.Err(), and nothing of
-// the attempt is left behind. ctx bounds this call only, never the lease.
+// holder's lease would expire, by the end of a fast-failover holder's
+// session, and by a slow fallback poll. When ctx ends first the error
+// matches both [ErrNotAcquired] and ctx.Err(), and nothing of the attempt
+// is left behind. ctx bounds this call only, never the lease.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	o, err := c.begin(ctx, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	if o.slots > 1 {
-		return c.waitSlots(ctx, name, o)
+	l, err := c.acquire(ctx, name, o, true)
+	if errors.Is(err, ErrNotAcquired) && ctx.Err() != nil {
+		return nil, err // gave up: keep the holder and ctx.Err()
 	}
-	slot := c.getSlot(name)
-	select {
-	case <-slot.tok:
-	case <-ctx.Done():
-		c.putSlot(name, slot, false)
-		return nil, gaveUp(ctx, c.localHolder(name))
-	case <-c.bg.Done():
-		c.putSlot(name, slot, false)
-		return nil, ErrClosed
-	}
-	l, err := c.wait(ctx, name, o, slot)
-	if err != nil {
-		c.putSlot(name, slot, true)
-	}
-	return l, err
+	return l, c.closedErr(err)
 }
 
 // begin validates a call and makes sure the table exists.
@@ -148,6 +75,225 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 	return o, nil
 }
 
+// slotName is the lease name of slot i of a semaphore.
+func slotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
+
+// errLate: an acquisition succeeded, but its reply came after the lease's
+// safety deadline, so it was released at once. Acquire tries again.
+var errLate = errors.New("the reply came after the lease's safety deadline; the lease was released (retry)")
+
+// errOrphan: the attempt found, and released, a row this client wrote in
+// an acquisition whose reply was lost. Trying again is expected to succeed.
+var errOrphan = errors.New("released a row of this client whose acquisition reply was lost (retry)")
+
+// errSessionGone: a session-bound acquisition committed, but the session
+// ended before the lease was registered, so a waiter may already hold it.
+var errSessionGone = errors.New("the database session ended right after the acquisition; the lease was given up (retry)")
+
+// errShared: FastFailover was asked for on a connection whose server
+// backend is shared with other clients.
+var errShared = fmt.Errorf("%w: FastFailover needs a database session of its own, and this client's connection reaches a server backend shared with other clients (a transaction- or statement-pooling proxy such as PgBouncer answered for it); connect FastFailover clients to PostgreSQL directly (or through a plain TCP proxy), or use plain leases", ErrSessionUnavailable)
+
+// sessionLockTimeout bounds the lock waits of every statement on the
+// dedicated connection, and acquireLockTimeout those of a session-bound
+// acquisition: the connection also renews, and must not sit behind a row
+// lock (a guarded transaction) or a contender's acquisition for long.
+const (
+	sessionLockTimeout = 200 * time.Millisecond
+	acquireLockTimeout = 50 * time.Millisecond
+)
+
+// redo reports an attempt that acquired or found a row of this client's
+// and undid it: trying again at once is expected to succeed.
+func redo(err error) bool {
+	return errors.Is(err, errLate) || errors.Is(err, errOrphan) || errors.Is(err, errSessionGone)
+}
+
+func gaveUp(ctx context.Context, last error) error {
+	if last == nil {
+		last = ErrNotAcquired
+	}
+	return fmt.Errorf("%w (gave up waiting: %w)", last, ctx.Err())
+}
+
+// acquire is the one acquisition loop, for a name or for any slot of a
+// semaphore, once (TryAcquire) or until ctx ends (Acquire). A single name is
+// queued on locally for the whole wait (FIFO between the goroutines of this
+// client); the slots of a semaphore are each tried only while no other
+// goroutine of this client holds them.
+func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait bool) (*Lease, error) {
+	names := []string{name}
+	if o.slots > 1 {
+		names = make([]string, o.slots)
+		for i := range names {
+			names[i] = slotName(name, i)
+		}
+	}
+	var woken chan struct{}
+	if wait {
+		if _, err := c.session(); err != nil { // starts the listener
+			return nil, err
+		}
+		// One subscription for the whole wait, taken before the first
+		// attempt: a release between an attempt and the pause still wakes
+		// the pause.
+		var unsubscribe func()
+		woken, unsubscribe = c.hub.subscribe(names...)
+		defer unsubscribe()
+	}
+	var mine *localSlot // the single name's local slot, held for the whole wait
+	if len(names) == 1 {
+		if mine = c.tryTake(name); mine == nil && !wait {
+			return nil, c.localHolder(name)
+		}
+		if mine == nil {
+			mine = c.getSlot(name)
+			select {
+			case <-mine.tok:
+			case <-ctx.Done():
+				c.putSlot(name, mine, false)
+				return nil, gaveUp(ctx, c.localHolder(name))
+			case <-c.bg.Done():
+				c.putSlot(name, mine, false)
+				return nil, ErrClosed
+			}
+		}
+	}
+	var awaiter *sessionAwaiter
+	defer func() {
+		if awaiter != nil {
+			awaiter.stop()
+		}
+	}()
+	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	var last error
+	unbound, retries := 0, 0
+	for {
+		r := c.round(ctx, names, o, mine)
+		if r.lease != nil {
+			return r.lease, nil
+		}
+		var delay time.Duration
+		switch err := r.err; {
+		case err == nil:
+			b.reset()
+			last = r.held
+			delay = c.expiryWait(r.soonest)
+			if o.session && r.unbound && unbound < 3 {
+				// A fast-failover holder binds its lease to its session a
+				// moment after acquiring it; look again shortly so as to
+				// wait on its session rather than its expiry.
+				unbound++
+				delay = min(delay, 100*time.Millisecond)
+			} else if r.inSession != "" {
+				unbound = 0
+			}
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			err = gaveUp(ctx, last)
+			fallthrough
+		case c.bg.Err() != nil, !IsRetryable(err), !wait && (retries >= 2 || !redo(err)):
+			if mine != nil {
+				c.putSlot(name, mine, true)
+			}
+			if c.bg.Err() != nil && ctx.Err() == nil {
+				return nil, ErrClosed
+			}
+			return nil, err
+		case redo(err):
+			retries++
+		default:
+			retries++
+			delay = b.next()
+			if _, seenHeld := last.(*HeldError); !seenHeld {
+				last = fmt.Errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
+			}
+			c.cfg.Logger.Warn("pglease: acquire failed; retrying", "name", name, "err", err, "in", delay)
+		}
+		if !wait && r.err == nil {
+			if mine != nil {
+				c.putSlot(name, mine, true)
+			}
+			return nil, r.held
+		}
+		if wait && r.inSession != "" {
+			if awaiter == nil {
+				awaiter = c.awaitSession(ctx, r.inSession, woken)
+			} else {
+				awaiter.rearm(r.inSession)
+			}
+		}
+		if err := c.pause(ctx, woken, delay, last); err != nil {
+			if mine != nil {
+				c.putSlot(name, mine, true)
+			}
+			return nil, err
+		}
+	}
+}
+
+// roundResult is the outcome of one attempt on each candidate name.
+type roundResult struct {
+	lease *Lease
+	err   error // an attempt failed (not: the name is held)
+	// When every name is held: the holder that expires first, its
+	// remaining time, one name whose holder is bound to a session of this
+	// server incarnation (to await), and whether a holder was seen that
+	// may bind its session in a moment.
+	held      error
+	soonest   time.Duration
+	inSession string
+	unbound   bool
+}
+
+// round makes one attempt on each of names, in random order so that the
+// contenders for a semaphore spread out, and returns the first lease
+// acquired. mine is the local slot of a single name, held by the caller.
+func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine *localSlot) roundResult {
+	r := roundResult{soonest: -1}
+	for _, i := range rand.Perm(len(names)) {
+		name := names[i]
+		slot := mine
+		if slot == nil {
+			if slot = c.tryTake(name); slot == nil {
+				// Held by another goroutine of this client: its release
+				// notifies.
+				r.note(c.localHolder(name), c.cfg.PollInterval)
+				continue
+			}
+		}
+		l, res, err := c.attempt(ctx, name, o, slot)
+		if errors.Is(err, errOrphan) {
+			l, res, err = c.attempt(ctx, name, o, slot)
+		}
+		if l != nil {
+			r.lease = l
+			return r
+		}
+		if mine == nil {
+			c.putSlot(name, slot, true)
+		}
+		if err != nil {
+			r.err = err
+			return r
+		}
+		r.note(heldError(name, res), res.OtherRemaining)
+		if res.HolderInSession && r.inSession == "" {
+			r.inSession = name
+		}
+		if o.session && !res.HolderInSession && !res.busy {
+			r.unbound = true
+		}
+	}
+	return r
+}
+
+// note records a holder; the one that expires first is reported.
+func (r *roundResult) note(held error, remaining time.Duration) {
+	if r.held == nil || (remaining >= 0 && (r.soonest < 0 || remaining < r.soonest)) {
+		r.held, r.soonest = held, remaining
+	}
+}
+
 func (c *Client) localHolder(name string) error {
 	c.mu.Lock()
 	l := c.held[name]
@@ -160,91 +306,9 @@ func (c *Client) localHolder(name string) error {
 	return &HeldError{Holder: info}
 }
 
-func heldError(name string, r store.AcquireResult) error {
+func heldError(name string, r acquireResult) error {
 	return &HeldError{Holder: Info{Name: name, Owner: r.OtherOwner, Token: r.OtherToken,
 		Remaining: r.OtherRemaining, SessionBound: r.HolderInSession}}
-}
-
-// errLate: an acquisition succeeded, but its reply came after the lease's
-// safety deadline, so it was released at once. Acquire tries again.
-var errLate = errors.New("the reply came after the lease's safety deadline; the lease was released (retry)")
-
-// errOrphan: the attempt found, and released, a row this client wrote in
-// an acquisition whose reply was lost. Trying again is expected to succeed.
-var errOrphan = errors.New("released a row of this client whose acquisition reply was lost (retry)")
-
-func gaveUp(ctx context.Context, last error) error {
-	if last == nil {
-		last = ErrNotAcquired
-	}
-	return fmt.Errorf("%w (gave up waiting: %w)", last, ctx.Err())
-}
-
-// wait is the blocking acquire loop of the one local goroutine holding the
-// name's slot.
-func (c *Client) wait(ctx context.Context, name string, o leaseOptions, slot *localSlot) (*Lease, error) {
-	if _, err := c.session(); err != nil { // starts the listener
-		return nil, err
-	}
-	// One subscription for the whole wait, taken before the first attempt:
-	// a release between an attempt and the pause still wakes the pause.
-	woken, unsubscribe := c.hub.subscribe(name)
-	defer unsubscribe()
-	var awaiter *sessionAwaiter
-	defer func() {
-		if awaiter != nil {
-			awaiter.stop()
-		}
-	}()
-	b := newBackoff(50*time.Millisecond, 2*time.Second)
-	var last error
-	unbound := 0
-	for {
-		l, res, err := c.attempt(ctx, name, o, slot)
-		if l != nil {
-			return l, nil
-		}
-		var delay time.Duration
-		switch {
-		case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
-			return nil, gaveUp(ctx, last)
-		case c.bg.Err() != nil:
-			return nil, ErrClosed
-		case errors.Is(err, errLate), errors.Is(err, errOrphan):
-			delay = 0
-		case err != nil && !IsRetryable(err):
-			return nil, err
-		case err != nil:
-			delay = b.next()
-			if _, seenHeld := last.(*HeldError); !seenHeld {
-				last = fmt.Errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
-			}
-			c.cfg.Logger.Warn("pglease: acquire failed; retrying", "name", name, "err", err, "in", delay)
-		default:
-			b.reset()
-			last = heldError(name, res)
-			delay = c.expiryWait(res.OtherRemaining)
-			if o.session && !res.HolderInSession && unbound < 3 {
-				// A fast-failover holder binds its lease to its session a
-				// moment after acquiring it; look again shortly so as to
-				// wait on its session rather than its expiry.
-				unbound++
-				delay = min(delay, 100*time.Millisecond)
-			} else if res.HolderInSession {
-				unbound = 0
-			}
-		}
-		if err == nil && o.session && res.HolderInSession {
-			if awaiter == nil {
-				awaiter = c.awaitSession(ctx, name, woken)
-			} else {
-				awaiter.rearm()
-			}
-		}
-		if err := c.pause(ctx, woken, delay, last); err != nil {
-			return nil, err
-		}
-	}
 }
 
 // pause waits for a wake-up, the delay, the caller's context or the
@@ -272,93 +336,29 @@ func (c *Client) pause(ctx context.Context, woken <-chan struct{}, delay time.Du
 // jitter so that contenders of several processes do not collide, at most
 // the fallback poll interval.
 func (c *Client) expiryWait(remaining time.Duration) time.Duration {
-	if remaining < 0 { // the holder's row appeared concurrently
+	if remaining < 0 { // the holder's row appeared concurrently, or is busy
 		return 5*time.Millisecond + rand.N(20*time.Millisecond)
 	}
 	d := remaining + time.Millisecond + rand.N(remaining/50+5*time.Millisecond)
 	return min(d, c.cfg.PollInterval)
 }
 
-// sessionAwaiter waits, on a connection of its own kept for the whole
-// wait, on the advisory lock of a session-bound holder, and wakes the
-// waiter the moment the holder's session releases it or ends (a crash sends
-// no notification).
-type sessionAwaiter struct {
-	again  chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (c *Client) awaitSession(ctx context.Context, name string, woken chan struct{}) *sessionAwaiter {
-	ctx, cancel := context.WithCancel(ctx)
-	a := &sessionAwaiter{again: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
-	a.again <- struct{}{}
-	started := c.goBackground(func() {
-		defer close(a.done)
-		var conn *pgxConn
-		defer func() {
-			if conn != nil {
-				conn.close()
-			}
-		}()
-		b := newBackoff(50*time.Millisecond, 2*time.Second)
-		for {
-			select {
-			case <-a.again:
-			case <-ctx.Done():
-				return
-			}
-			if conn == nil {
-				cfg, err := c.dedicatedConfig(ctx)
-				if err != nil || cfg == nil {
-					return
-				}
-				pc, err := connectPgx(ctx, cfg, c.connectTimeout())
-				if err != nil {
-					wake(a.again)
-					select {
-					case <-time.After(b.next()):
-					case <-ctx.Done():
-					}
-					continue
-				}
-				conn = &pc
-			}
-			if err := c.st.AwaitSession(ctx, conn.querier(), name); err != nil {
-				conn.close()
-				conn = nil
-				if ctx.Err() != nil {
-					return
-				}
-				wake(a.again)
-				continue
-			}
-			b.reset()
-			wake(woken)
-		}
-	})
-	if !started {
-		close(a.done)
-	}
-	return a
-}
-
-// rearm makes the awaiter wait for the (new) holder's session again.
-func (a *sessionAwaiter) rearm() { wake(a.again) }
-
-// stop ends the awaiter and waits for it.
-func (a *sessionAwaiter) stop() {
-	a.cancel()
-	<-a.done
+// acquireResult is one attempt's outcome as the client sees it.
+type acquireResult struct {
+	store.AcquireResult
+	// busy: a session-bound attempt gave up waiting for a lock on the row
+	// (a guarded transaction, a contender's acquisition); the holder is
+	// unknown.
+	busy bool
 }
 
 // attempt runs one acquisition statement. The statement runs on a detached
 // context: when ctx ends first, attempt returns at once with ctx.Err() and
 // a lease the statement may still grant is released by token, so nothing
 // of a cancelled attempt is left behind.
-func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot *localSlot) (*Lease, store.AcquireResult, error) {
+func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot *localSlot) (*Lease, acquireResult, error) {
 	type result struct {
-		res   store.AcquireResult
+		res   acquireResult
 		sent  time.Time
 		epoch uint64
 		err   error
@@ -368,22 +368,28 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	ch := make(chan result, 1)
 	started := c.goBackground(func() {
 		var r result
-		r.sent = time.Now()
-		if o.session {
-			r.res, r.epoch, r.err = c.acquireInSession(args)
-		} else {
-			sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
-			for try := 0; ; try++ {
-				r.res, r.err = c.st.Acquire(sctx, c.db, args)
-				// A pooled connection that died while idle fails before
-				// anything is sent: retrying then cannot acquire twice.
-				if r.err == nil || try == 2 || !pgconn.SafeToRetry(r.err) || sctx.Err() != nil {
-					break
-				}
-				r.sent = time.Now()
+		sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+		b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
+		for try := 0; ; try++ {
+			r.sent = time.Now()
+			if o.session {
+				r.res, r.epoch, r.err = c.acquireInSession(sctx, args)
+			} else {
+				r.res.AcquireResult, r.err = c.st.Acquire(sctx, c.db, args)
 			}
-			cancel()
+			// A connection that failed (a pooled one that died while idle,
+			// a server restart) is retried on another. Even if the failed
+			// statement committed, a retry cannot acquire twice: it finds
+			// the row as this client's own and frees it (errOrphan).
+			if r.err == nil || try == 2 || !store.ConnectionFailed(r.err) || sctx.Err() != nil {
+				break
+			}
+			select {
+			case <-time.After(b.next()):
+			case <-sctx.Done():
+			}
 		}
+		cancel()
 		if state.CompareAndSwap(0, 1) {
 			ch <- r
 			return
@@ -395,21 +401,24 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		}
 	})
 	if !started {
-		return nil, store.AcquireResult{}, ErrClosed
+		return nil, acquireResult{}, ErrClosed
 	}
 	var r result
 	select {
 	case r = <-ch:
 	case <-ctx.Done():
 		if state.CompareAndSwap(0, 2) {
-			return nil, store.AcquireResult{}, ctx.Err()
+			return nil, acquireResult{}, ctx.Err()
 		}
 		r = <-ch
 	}
 	if r.err != nil {
+		if errors.Is(r.err, ErrSessionUnavailable) {
+			return nil, r.res, r.err
+		}
 		return nil, r.res, opError(fmt.Sprintf("acquire %q", name), r.err)
 	}
-	if c.orphan(r.res) {
+	if c.orphan(r.res.AcquireResult) {
 		// A row of this client that no lease of it holds (the caller holds
 		// the name's local slot): an earlier acquisition of ours committed
 		// but its reply was lost. Free it by token; the caller retries.
@@ -423,28 +432,38 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errOrphan)
 	}
 	if !r.res.Acquired {
-		c.events.send(Event{Kind: EventContended, Name: name, Owner: c.cfg.Owner, Previous: r.res.OtherOwner, Token: r.res.OtherToken})
+		if !r.res.busy {
+			c.events.send(Event{Kind: EventContended, Name: name, Owner: c.cfg.Owner, Previous: r.res.OtherOwner, Token: r.res.OtherToken})
+		}
 		if c.cfg.AlertAfter > 0 && r.res.OtherHeartbeatAge > c.cfg.AlertAfter && r.res.OtherRemaining > 0 {
 			c.cfg.Logger.Warn("pglease: holder's heartbeat is old", "name", name, "holder", r.res.OtherOwner, "age", r.res.OtherHeartbeatAge)
 			c.events.send(Event{Kind: EventAlert, Name: name, Owner: r.res.OtherOwner, Token: r.res.OtherToken, Age: r.res.OtherHeartbeatAge})
 		}
 		return nil, r.res, nil
 	}
+	if hook := testHookAcquired.Load(); hook != nil {
+		(*hook)(name, r.epoch)
+	}
 	l := c.newLease(name, r.res.Token, o, r.sent, r.epoch, r.res.SessionBound, slot)
 	if !time.Now().Before(l.Deadline()) {
 		// The reply came so late (a partition that healed, a pause) that
 		// the lease's safety deadline has passed: it cannot be trusted.
-		l.slot = nil // the caller frees the local slot
-		_ = c.releaseRow(context.Background(), l)
-		l.end(&lostError{"the acquisition's reply arrived after its safety deadline"})
-		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errLate)
+		return nil, r.res, c.giveUp(l, &lostError{"the acquisition's reply arrived after its safety deadline"}, errLate)
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		l.slot = nil // the caller frees the local slot
 		_ = c.releaseRow(context.Background(), l)
 		l.end(ErrClosed)
 		return nil, r.res, ErrClosed
+	}
+	if l.session && c.sess.currentEpoch() != l.epoch {
+		// The session ended between the commit and now, and sessionLost
+		// ran without this lease (it checks the held leases under c.mu,
+		// after the session's epoch changed): a waiter may hold the name.
+		c.mu.Unlock()
+		return nil, r.res, c.giveUp(l, &lostError{"its database session ended right after the acquisition"}, errSessionGone)
 	}
 	c.held[name] = l
 	l.arm()
@@ -457,6 +476,20 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	return l, r.res, nil
 }
 
+// testHookAcquired, when set by a test, runs in attempt between an
+// acquisition's reply and the lease's registration.
+var testHookAcquired atomic.Pointer[func(name string, epoch uint64)]
+
+// giveUp ends a lease that was acquired but cannot be handed out, frees its
+// row by token, and returns why (for the caller, which frees the local
+// slot, to retry).
+func (c *Client) giveUp(l *Lease, cause error, why error) error {
+	l.slot = nil // the caller frees the local slot
+	_ = c.releaseRow(context.Background(), l)
+	l.end(cause)
+	return fmt.Errorf("pglease: acquire %q: %w", l.name, why)
+}
+
 // orphan reports whether a failed attempt found a row written by this
 // client. The caller holds the name's local slot, so no lease of this
 // client holds the name: the row is left from an acquisition whose reply
@@ -467,15 +500,21 @@ func (c *Client) orphan(r store.AcquireResult) bool {
 
 // acquireInSession runs a session-bound acquisition on the dedicated
 // connection, first making sure the server will not declare that session
-// dead before the lease's own deadline.
-func (c *Client) acquireInSession(args store.AcquireArgs) (store.AcquireResult, uint64, error) {
+// dead before the lease's own deadline. Each statement is an operation of
+// its own, so that renewals run between them.
+func (c *Client) acquireInSession(ctx context.Context, args store.AcquireArgs) (acquireResult, uint64, error) {
 	s, err := c.session()
 	if err != nil {
-		return store.AcquireResult{}, 0, err
+		return acquireResult{}, 0, err
 	}
-	var res store.AcquireResult
+	args.LockTimeout = acquireLockTimeout
+	var res acquireResult
 	var epoch uint64
-	err = s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+	err = s.do(ctx, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
+		if st.shared {
+			return errShared
+		}
+		epoch = st.epoch
 		if *st.keepalive < args.TTL {
 			if err := c.st.SessionKeepalive(ctx, q, args.TTL); err != nil {
 				return err
@@ -483,21 +522,32 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (store.AcquireResult, 
 			*st.keepalive = args.TTL
 		}
 		var err error
-		res, err = c.st.Acquire(ctx, q, args)
-		if err == nil && !res.Acquired && res.LockTaken {
-			err = c.st.Unlock(ctx, q, args.Name)
+		res.AcquireResult, err = c.st.Acquire(ctx, q, args)
+		if store.SQLState(err) == "55P03" { // lock_timeout: the row or name is busy
+			res, err = acquireResult{busy: true}, nil
+			res.OtherRemaining = -1
 		}
-		// Acquired, but another session held the name's lock for an instant
-		// (a contender's attempt, a waiter passing through): bind the lease
-		// once the lock is free, so that it fails over fast too.
-		for try := 0; err == nil && res.Acquired && !res.SessionBound && try < 20; try++ {
-			if try > 0 {
-				time.Sleep(time.Duration(try) * time.Millisecond)
+		if err != nil || (!res.Acquired && res.LockTaken) || res.busy {
+			// Not acquired: the session lock this statement may have
+			// taken is given back (a failed statement does not undo it).
+			if uerr := c.st.Unlock(ctx, q, args.Name); err == nil {
+				err = uerr
 			}
-			res.SessionBound, err = c.st.Bind(ctx, q, args.Name, res.Token)
 		}
-		epoch = st.epoch
 		return err
 	})
+	// Acquired, but another session held the name's lock for an instant
+	// (a contender's attempt, a waiter passing through): bind the lease
+	// once the lock is free, so that it fails over fast too.
+	for try := 1; err == nil && res.Acquired && !res.SessionBound && try <= 20; try++ {
+		time.Sleep(time.Duration(try) * time.Millisecond)
+		err = s.do(ctx, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
+			var err error
+			if res.SessionBound, err = c.st.Bind(ctx, q, args.Name, res.Token); res.SessionBound {
+				epoch = st.epoch
+			}
+			return err
+		})
+	}
 	return res, epoch, err
 }

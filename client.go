@@ -316,7 +316,12 @@ func (c *Client) Get(ctx context.Context, name string) (Info, error) {
 	if err := c.prepare(ctx); err != nil {
 		return Info{}, err
 	}
-	rec, ok, err := c.st.Get(ctx, c.db, name)
+	var rec store.Record
+	var ok bool
+	err := c.retry(ctx, func() (err error) {
+		rec, ok, err = c.st.Get(ctx, c.db, name)
+		return err
+	})
 	if err != nil {
 		return Info{}, opError("read lease", err)
 	}
@@ -331,7 +336,11 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 	if err := c.prepare(ctx); err != nil {
 		return nil, err
 	}
-	recs, err := c.st.List(ctx, c.db)
+	var recs []store.Record
+	err := c.retry(ctx, func() (err error) {
+		recs, err = c.st.List(ctx, c.db)
+		return err
+	})
 	if err != nil {
 		return nil, opError("list leases", err)
 	}
@@ -368,11 +377,33 @@ func (c *Client) Cleanup(ctx context.Context) (int64, error) {
 	if err := c.prepare(ctx); err != nil {
 		return 0, err
 	}
-	n, err := c.st.Cleanup(ctx, c.db)
+	var n int64
+	err := c.retry(ctx, func() (err error) {
+		n, err = c.st.Cleanup(ctx, c.db)
+		return err
+	})
 	if err != nil {
 		return 0, opError("clean up", err)
 	}
 	return n, nil
+}
+
+// retry runs a statement that may be sent again when its connection failed
+// (a server restart leaves stale connections in the pool; the first use of
+// each fails): reads, and deletes of expired rows. At most three tries.
+func (c *Client) retry(ctx context.Context, fn func() error) error {
+	b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
+	for try := 0; ; try++ {
+		err := fn()
+		if err == nil || try == 2 || !store.ConnectionFailed(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(b.next()):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
 // prepare checks that the client is open and its table usable.

@@ -64,7 +64,7 @@ func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 // restarting or failing over, too many connections) so that the same call
 // may succeed later.
 func IsRetryable(err error) bool {
-	return store.Retryable(err) || errors.Is(err, errLate) || errors.Is(err, errOrphan)
+	return store.Retryable(err) || redo(err) || errors.Is(err, errRowBusy)
 }
 
 // lostError is the cause of a lost lease: it matches ErrLeaseLost and says

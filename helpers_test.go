@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ func runHolder() int {
 	if os.Getenv("PGLEASE_TEST_FAST") == "1" {
 		opts = append(opts, FastFailover())
 	}
+	if n, _ := strconv.Atoi(os.Getenv("PGLEASE_TEST_SLOTS")); n > 1 {
+		opts = append(opts, WithSlots(n))
+	}
 	ttl, _ := time.ParseDuration(os.Getenv("PGLEASE_TEST_TTL"))
 	l, err := c.Acquire(ctx, os.Getenv("PGLEASE_TEST_HOLDER"), append(opts, WithTTL(ttl))...)
 	if err != nil {
@@ -50,13 +54,26 @@ func runHolder() int {
 // startHolder runs a holder process and waits until it holds the lease.
 func startHolder(t *testing.T, table, name string, ttl time.Duration, fast bool) (*exec.Cmd, int64) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	f := "0"
 	if fast {
 		f = "1"
 	}
+	return startHolderEnv(t, table, name, ttl, "PGLEASE_TEST_FAST="+f)
+}
+
+// startSlotHolder runs a holder process of one of slots fast-failover
+// slots of name and waits until it holds one.
+func startSlotHolder(t *testing.T, table, name string, slots int, ttl time.Duration) (*exec.Cmd, int64) {
+	t.Helper()
+	return startHolderEnv(t, table, name, ttl, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_SLOTS="+strconv.Itoa(slots))
+}
+
+func startHolderEnv(t *testing.T, table, name string, ttl time.Duration, env ...string) (*exec.Cmd, int64) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "PGLEASE_TEST_HOLDER="+name, "PGLEASE_TEST_TABLE="+table,
-		"PGLEASE_TEST_DSN_HOLDER="+pgtest.DSN(t), "PGLEASE_TEST_TTL="+ttl.String(), "PGLEASE_TEST_FAST="+f)
+		"PGLEASE_TEST_DSN_HOLDER="+pgtest.DSN(t), "PGLEASE_TEST_TTL="+ttl.String())
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

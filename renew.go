@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/pglease/pglease/internal/store"
@@ -97,26 +98,33 @@ func (c *Client) heldLeases() []*Lease {
 	return out
 }
 
+// errRowBusy: a renewal skipped a lease whose row a guarded transaction
+// holds locked; it is still held and is renewed again shortly.
+var errRowBusy = errors.New("pglease: a lease row is locked by a guarded transaction; its renewal is retried shortly")
+
 // renew renews leases in one statement on the dedicated connection and
 // returns those found lost (taken over or force-released), which it ends.
-// The statement never runs past the last local deadline of the batch.
+// The statement never runs past the last local deadline of the batch, and
+// runs before any queued acquisition. A session-bound lease is renewed only
+// from the session that holds its lock. When a guarded transaction has a
+// row locked, the others are renewed and the error is errRowBusy.
 func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err error) {
 	s, err := c.session()
 	if err != nil {
 		return nil, err
 	}
-	batch := make([]store.NameToken, 0, len(leases))
+	live := make([]*Lease, 0, len(leases))
 	var last time.Time
 	for _, l := range leases {
 		if l.Err() != nil {
 			continue
 		}
-		batch = append(batch, store.NameToken{Name: l.name, Token: l.token})
+		live = append(live, l)
 		if dl := l.Deadline(); dl.After(last) {
 			last = dl
 		}
 	}
-	if len(batch) == 0 {
+	if len(live) == 0 {
 		return nil, nil
 	}
 	// Past the last deadline of the batch the reply is useless: each
@@ -125,21 +133,30 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 	if timeout <= 0 {
 		return nil, nil
 	}
-	var renewed map[string]bool
+	var renewed, busy map[string]bool
 	var epoch uint64
 	sent := time.Now()
-	err = s.do(ctx, timeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+	err = s.doFirst(ctx, timeout, func(ctx context.Context, q store.Querier, st *sessState) error {
 		sent = time.Now()
 		epoch = st.epoch
+		batch := make([]store.NameToken, 0, len(live))
+		for _, l := range live {
+			if !l.session || l.epoch == st.epoch {
+				batch = append(batch, store.NameToken{Name: l.name, Token: l.token})
+			}
+		}
+		if len(batch) == 0 {
+			return nil
+		}
 		var err error
-		renewed, err = c.st.Renew(ctx, q, batch)
+		renewed, busy, err = c.st.Renew(ctx, q, batch, c.id)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	latency := time.Since(sent)
-	for _, l := range leases {
+	for _, l := range live {
 		switch {
 		case l.session && l.epoch != epoch:
 			l.lose(&lostError{"its database session ended"})
@@ -150,10 +167,15 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 			} else if l.Err() == nil {
 				l.expire() // renewed after its deadline: it stays lost
 			}
+		case busy[l.name]:
+			// Still held; a guarded transaction has its row locked.
 		case l.Err() == nil:
-			l.lose(&lostError{"its row was taken over or force-released"})
+			l.lose(&lostError{"its row was taken over, force-released or expired"})
 			lost = append(lost, l)
 		}
+	}
+	if len(busy) > 0 {
+		return lost, errRowBusy
 	}
 	return lost, nil
 }

@@ -3,11 +3,15 @@ package pglease
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/pglease/pglease/internal/store"
 )
@@ -75,11 +79,18 @@ func (h *hub) notifyAll() {
 }
 
 // session is the client's dedicated connection. One goroutine owns it: it
-// runs queued operations (renewals, session-bound acquires and releases) and,
-// while idle, waits for notifications, which also makes it notice at once
-// when the server ends the session. When the connection fails, every
-// session-bound lease of that connection (its epoch) is lost immediately and
-// the connection is re-opened with backoff.
+// runs queued operations (renewals first, then session-bound acquires and
+// releases) and, while idle, waits for notifications, which also makes it
+// notice at once when the server ends the session. When the connection
+// fails, every session-bound lease of that connection (its epoch) is lost
+// immediately and the connection is re-opened with backoff.
+//
+// The client never closes this connection under a held session-bound lease
+// on its own initiative: statements are bounded by the server's
+// statement_timeout (an error that leaves the session intact), errors do not
+// close it, and when a statement outlives its client-side bound as well (the
+// server does not answer), every session-bound lease of the connection is
+// ended locally before pgx closes the socket (sessionWatch).
 type session struct {
 	c    *Client
 	mu   sync.Mutex
@@ -91,12 +102,16 @@ type session struct {
 	epoch     uint64
 	conns     uint64
 	keepalive time.Duration // TTL the current connection's keepalive covers
-	lastErr   error
-	done      chan struct{}
+	// shared: the connection's server backend is not its own (a
+	// transaction-pooling proxy); it cannot hold session-bound leases.
+	shared  bool
+	lastErr error
+	done    chan struct{}
 }
 
 type sessOp struct {
 	timeout time.Duration
+	urgent  bool // runs before queued non-urgent operations (renewals)
 	fn      func(ctx context.Context, q store.Querier, s *sessState) error
 	res     chan error
 }
@@ -105,7 +120,31 @@ type sessOp struct {
 type sessState struct {
 	epoch     uint64
 	keepalive *time.Duration
+	shared    bool
 }
+
+// errOverdue is the cause of an operation's context when the operation
+// outlives its bound on the dedicated connection.
+var errOverdue = errors.New("pglease: statement on the dedicated connection overdue")
+
+// sessionWatch is the dedicated connection's context watcher. pgx closes a
+// connection whose statement outlives its context, which frees the session
+// advisory locks of every session-bound lease on it; so before the socket
+// is cut, those leases are ended locally. An idle wait for notifications,
+// interrupted to run an operation, does not close the connection.
+type sessionWatch struct {
+	conn    net.Conn
+	overdue func()
+}
+
+func (w *sessionWatch) HandleCancel(ctx context.Context) {
+	if errors.Is(context.Cause(ctx), errOverdue) {
+		w.overdue()
+	}
+	_ = w.conn.SetDeadline(time.Now())
+}
+
+func (w *sessionWatch) HandleUnwatchAfterCancel() { _ = w.conn.SetDeadline(time.Time{}) }
 
 // dconn is one dedicated connection: pgx (with notifications) or a pinned
 // database/sql connection (without).
@@ -116,9 +155,15 @@ type dconn interface {
 	wait(ctx context.Context) (string, error)
 	close()
 	alive() bool
+	// shared reports that the connection's server backend is shared with
+	// other clients (a transaction-pooling proxy).
+	shared() bool
 }
 
-type pgxConn struct{ c *pgx.Conn }
+type pgxConn struct {
+	c        *pgx.Conn
+	isShared bool
+}
 
 func (p pgxConn) querier() store.Querier { return store.Pgx(p.c) }
 func (p pgxConn) wait(ctx context.Context) (string, error) {
@@ -136,7 +181,8 @@ func (p pgxConn) close() {
 	defer cancel()
 	_ = p.c.Close(ctx)
 }
-func (p pgxConn) alive() bool { return !p.c.IsClosed() }
+func (p pgxConn) alive() bool  { return !p.c.IsClosed() }
+func (p pgxConn) shared() bool { return p.isShared }
 
 type sqlConn struct {
 	c    *sql.Conn
@@ -150,6 +196,7 @@ func (s *sqlConn) wait(ctx context.Context) (string, error) {
 }
 func (s *sqlConn) close()      { _ = s.c.Close() }
 func (s *sqlConn) alive() bool { return !s.dead }
+func (s *sqlConn) shared() bool { return false }
 
 // session returns the client's session, starting it on first use.
 func (c *Client) session() (*session, error) {
@@ -169,9 +216,23 @@ func (c *Client) session() (*session, error) {
 // gets a context of its own bounded by timeout: cancelling a statement would
 // close the connection and with it every session-bound lease.
 func (s *session) do(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, q store.Querier, st *sessState) error) error {
-	op := &sessOp{timeout: timeout, fn: fn, res: make(chan error, 1)}
+	return s.run(ctx, &sessOp{timeout: timeout, fn: fn, res: make(chan error, 1)})
+}
+
+// doFirst is do for an operation that must not wait behind others: renewals.
+func (s *session) doFirst(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, q store.Querier, st *sessState) error) error {
+	return s.run(ctx, &sessOp{timeout: timeout, urgent: true, fn: fn, res: make(chan error, 1)})
+}
+
+func (s *session) run(ctx context.Context, op *sessOp) error {
 	s.mu.Lock()
-	s.ops = append(s.ops, op)
+	i := len(s.ops)
+	for op.urgent && i > 0 && !s.ops[i-1].urgent {
+		i--
+	}
+	s.ops = append(s.ops, nil)
+	copy(s.ops[i+1:], s.ops[i:])
+	s.ops[i] = op
 	if s.stop != nil {
 		s.stop()
 	}
@@ -227,6 +288,7 @@ func (s *session) loop() {
 			s.conns++
 			s.epoch = s.conns
 			s.keepalive = 0
+			s.shared = conn.shared()
 			s.lastErr = nil
 			s.mu.Unlock()
 			c.hub.notifyAll() // notifications may have been missed while down
@@ -243,17 +305,17 @@ func (s *session) loop() {
 			wctx, cancel = context.WithCancel(c.bg)
 			s.stop = cancel
 		}
-		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive}
+		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, shared: s.shared}
 		s.mu.Unlock()
 
 		if op != nil {
-			ctx, cancel := context.WithTimeout(c.bg, op.timeout)
+			ctx, cancel := context.WithTimeoutCause(c.bg, op.timeout, errOverdue)
 			err := op.fn(ctx, conn.querier(), st)
 			cancel()
-			if err != nil && (!conn.alive() || store.Retryable(err)) {
-				if sc, ok := conn.(*sqlConn); ok {
-					sc.dead = true
-				}
+			if sc, ok := conn.(*sqlConn); ok && err != nil && store.Retryable(err) {
+				sc.dead = true // database/sql: no session-bound leases here
+			}
+			if err != nil && !conn.alive() {
 				conn = s.lost(conn, err)
 			}
 			op.res <- err
@@ -276,19 +338,26 @@ func (s *session) loop() {
 }
 
 // lost handles a failed connection: it ends every session-bound lease of
-// its epoch at once and returns nil so that the loop reconnects.
+// its epoch, then closes the connection, and returns nil so that the loop
+// reconnects.
 func (s *session) lost(conn dconn, err error) dconn {
-	conn.close()
 	s.mu.Lock()
 	epoch := s.epoch
 	s.epoch = 0
 	s.mu.Unlock()
+	s.c.sessionLost(epoch, err)
+	conn.close()
 	if s.c.bg.Err() == nil {
 		s.c.cfg.Logger.Warn("pglease: dedicated connection lost; reconnecting", "err", err)
 	}
-	s.c.sessionLost(epoch, err)
 	s.c.hub.notifyAll()
 	return nil
+}
+
+// overdue ends the session-bound leases of the current connection: a
+// statement outlived its bound and pgx is about to close the connection.
+func (s *session) overdue() {
+	s.c.sessionLost(s.currentEpoch(), errOverdue)
 }
 
 func (s *session) failOps(err error) {
@@ -317,8 +386,27 @@ func (s *session) connect() (dconn, error) {
 		}
 		return &sqlConn{c: sc}, nil
 	}
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &sessionWatch{conn: pc.Conn(), overdue: s.overdue}
+	}
 	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
+		return nil, err
+	}
+	// A transaction-pooling proxy (PgBouncer, and others) answers the
+	// startup with a backend key of its own and runs each transaction on
+	// any server backend: the session is not ours, so neither are its
+	// advisory locks, and session settings would leak to other clients.
+	var pid uint32
+	shared := false
+	if err := pc.QueryRow(ctx, c.st.Q.BackendPID, pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		_ = pc.Close(ctx)
+		return nil, err
+	}
+	if pid != pc.PgConn().PID() {
+		shared = true
+	} else if err := c.st.SessionSettings(ctx, store.Pgx(pc), c.cfg.StatementTimeout, sessionLockTimeout); err != nil {
+		_ = pc.Close(ctx)
 		return nil, err
 	}
 	if !c.cfg.DisableNotify {
@@ -327,7 +415,7 @@ func (s *session) connect() (dconn, error) {
 			return nil, err
 		}
 	}
-	return pgxConn{pc}, nil
+	return pgxConn{c: pc, isShared: shared}, nil
 }
 
 func (c *Client) connectTimeout() time.Duration {
@@ -408,5 +496,5 @@ func connectPgx(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pc, err := pgx.ConnectConfig(cctx, cfg)
-	return pgxConn{pc}, err
+	return pgxConn{c: pc}, err
 }

@@ -183,6 +183,23 @@ func Retryable(err error) bool {
 		errors.Is(err, net.ErrClosed) || isConnClosed(err)
 }
 
+// ConnectionFailed reports whether err means that the statement's
+// connection failed or that the server ended it (a restart, a terminated
+// backend, a failover), rather than that the statement failed on a working
+// connection: the same statement may be sent again on another connection.
+func ConnectionFailed(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch code := SQLState(err); {
+	case code == "":
+		return Retryable(err)
+	case code[:2] == "08", code == "57P01", code == "57P02", code == "57P03":
+		return true
+	}
+	return false
+}
+
 func isConnClosed(err error) bool {
 	// pgx reports use of a closed connection with a plain error string.
 	for e := err; e != nil; e = errors.Unwrap(e) {

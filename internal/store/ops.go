@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,6 +13,7 @@ import (
 type Store struct {
 	Names Names
 	Q     Queries
+	ns    atomic.Pointer[string] // lock namespace, resolved by CheckShape
 }
 
 // New returns the Store of a "[schema.]table" spec.
@@ -49,66 +51,124 @@ var wantColumns = []column{
 	{"expires_at", "timestamp with time zone", true},
 	{"hold_until", "timestamp with time zone", true},
 	{"ttl", "interval", true}, {"session_pid", "integer", false},
-	{"metadata", "jsonb", true},
+	{"metadata", "jsonb", true}, {"session_server", "text", false},
 }
+
+// addedInV2 is the column schema version 2 added; UpgradeTable adds it.
+const addedInV2 = "session_server"
 
 // SchemaError describes a problem with an existing table's layout.
 type SchemaError struct{ Msg string }
 
 func (e *SchemaError) Error() string { return e.Msg }
 
-// EnsureSchema creates the table and sequence when missing. Concurrent
-// callers serialize on a transaction-scoped advisory lock; when the objects
-// exist nothing is created, so a role without CREATE rights works. An
-// existing table of another shape is reported and left untouched.
+// EnsureSchema creates the table and sequence when missing, upgrades a
+// table of an older schema version, and moves a sequence that is behind the
+// table's tokens past them. Concurrent callers serialize on a
+// transaction-scoped advisory lock; when everything is in place nothing is
+// changed, so a role without CREATE rights works. An existing table of
+// another shape is reported and left untouched.
 func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 	ex, err := s.exists(ctx, db)
 	if err != nil {
 		return err
 	}
-	if !ex.table || !ex.seq {
-		err = db.InTx(ctx, func(q Querier) error {
-			// One lock per schema: tables of one new schema are created
-			// one after the other, so CREATE SCHEMA never races.
-			key := "pglease schema " + s.Names.QuotedSchema()
-			if err := q.Query(ctx, s.Q.SchemaLock, []any{key}, func(Row) error { return nil }); err != nil {
-				return err
-			}
-			ex, err := s.exists(ctx, q)
-			if err != nil {
-				return err
-			}
-			if ex.table {
-				// Someone else's table by that name: check it before
-				// creating anything beside it.
-				if err := s.CheckShape(ctx, q); err != nil {
-					return err
-				}
-			}
-			var stmts []string
-			if !ex.schema {
-				// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE
-				// on the database even when the schema is there.
-				stmts = append(stmts, s.Q.CreateSchema)
-			}
-			if !ex.seq {
-				stmts = append(stmts, s.Q.CreateSequence)
-			}
-			if !ex.table {
-				stmts = append(stmts, s.Q.CreateTable, s.Q.CommentTable)
-			}
-			for _, st := range stmts {
-				if err := q.Exec(ctx, st); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	if ex.table && ex.seq {
+		if err := s.checkColumns(ctx, db, true); err != nil {
+			return err
+		}
+		v, err := s.version(ctx, db)
 		if err != nil {
 			return err
 		}
+		behind, err := s.tokensBehind(ctx, db)
+		if err != nil {
+			return err
+		}
+		if v >= SchemaVersion && !behind {
+			return s.CheckShape(ctx, db)
+		}
+	}
+	err = db.InTx(ctx, func(q Querier) error {
+		// One lock per schema: tables of one new schema are created
+		// one after the other, so CREATE SCHEMA never races.
+		key := "pglease schema " + s.Names.QuotedSchema()
+		if err := q.Query(ctx, s.Q.SchemaLock, []any{key}, func(Row) error { return nil }); err != nil {
+			return err
+		}
+		ex, err := s.exists(ctx, q)
+		if err != nil {
+			return err
+		}
+		var stmts []string
+		if ex.table {
+			// Someone else's table by that name: check it before
+			// creating anything beside it or changing it.
+			if err := s.checkColumns(ctx, q, true); err != nil {
+				return err
+			}
+			v, err := s.version(ctx, q)
+			if err != nil {
+				return err
+			}
+			if v < SchemaVersion {
+				stmts = append(stmts, s.Q.UpgradeTable, s.Q.CommentTable)
+			}
+		}
+		if !ex.schema {
+			// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE
+			// on the database even when the schema is there.
+			stmts = append(stmts, s.Q.CreateSchema)
+		}
+		if !ex.seq {
+			stmts = append(stmts, s.Q.CreateSequence)
+		}
+		if !ex.table {
+			stmts = append(stmts, s.Q.CreateTable, s.Q.CommentTable)
+		}
+		for _, st := range stmts {
+			if err := q.Exec(ctx, st); err != nil {
+				return err
+			}
+		}
+		if !ex.table {
+			return nil
+		}
+		// A sequence created beside a table that has rows (or one left
+		// behind by a restore) must start above every token handed out.
+		behind, err := s.tokensBehind(ctx, q)
+		if err != nil || !behind {
+			return err
+		}
+		if err := q.Exec(ctx, s.Q.LockTable); err != nil {
+			return err
+		}
+		return q.Query(ctx, s.Q.RepairSequence, nil, func(Row) error { return nil })
+	})
+	if err != nil {
+		return err
 	}
 	return s.CheckShape(ctx, db)
+}
+
+// tokensBehind reports whether the token sequence is behind the largest
+// token in the table, so that it would hand out a token already used.
+func (s *Store) tokensBehind(ctx context.Context, q Querier) (bool, error) {
+	var maxTok, last int64
+	err := q.Query(ctx, s.Q.TokenState, nil, func(r Row) error { return r.Scan(&maxTok, &last) })
+	return maxTok > last, err
+}
+
+// TokenSequenceBehindError: the table holds tokens the sequence has not
+// reached; Migrate (as a role that may alter the sequence) repairs it.
+func tokenSequenceBehind(s *Store) error {
+	return &SchemaError{fmt.Sprintf("the token sequence %s is behind the largest token in %s (a table-only restore or a replication cutover?): new leases would get old fencing tokens; run `pglease migrate` (or Client.Migrate) as a role that owns the table to repair it", s.Names.QualifiedSeq(), s.Names.QualifiedTable())}
+}
+
+func (s *Store) version(ctx context.Context, q Querier) (int, error) {
+	var v int
+	err := q.Query(ctx, s.Q.SchemaVersion, []any{s.Names.QualifiedTable()}, func(r Row) error { return r.Scan(&v) })
+	return v, err
 }
 
 type existing struct{ table, seq, schema bool }
@@ -121,8 +181,44 @@ func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) 
 }
 
 // CheckShape compares the existing table with the layout this version
-// expects and returns a *SchemaError naming the first mismatch.
+// expects and returns a *SchemaError naming the first mismatch (or an older
+// schema version, or a token sequence behind the table, which Migrate
+// repairs). It also resolves the table's lock namespace.
 func (s *Store) CheckShape(ctx context.Context, q Querier) error {
+	if err := s.checkColumns(ctx, q, false); err != nil {
+		return err
+	}
+	v, err := s.version(ctx, q)
+	if err != nil {
+		return err
+	}
+	if v > SchemaVersion {
+		return &SchemaError{fmt.Sprintf("table %s has schema version %d, newer than this pglease (%d); upgrade pglease", s.Names.QualifiedTable(), v, SchemaVersion)}
+	}
+	if v < SchemaVersion {
+		return &SchemaError{fmt.Sprintf("table %s has schema version %d, this pglease needs %d; run `pglease migrate` (or Client.Migrate) as a role that owns the table", s.Names.QualifiedTable(), v, SchemaVersion)}
+	}
+	behind, err := s.tokensBehind(ctx, q)
+	if err != nil {
+		return err
+	}
+	if behind {
+		return tokenSequenceBehind(s)
+	}
+	var ns string
+	if err := q.Query(ctx, s.Q.LockNamespace, []any{s.Names.QualifiedTable()}, func(r Row) error { return r.Scan(&ns) }); err != nil {
+		return err
+	}
+	if ns == "" {
+		return &SchemaError{fmt.Sprintf("table %s does not exist; run `pglease migrate`", s.Names.QualifiedTable())}
+	}
+	s.ns.Store(&ns)
+	return nil
+}
+
+// checkColumns compares the table's columns with this version's; with
+// upgradable, a column a schema upgrade adds may be missing.
+func (s *Store) checkColumns(ctx context.Context, q Querier, upgradable bool) error {
 	got := map[string]column{}
 	err := q.Query(ctx, s.Q.Columns, []any{s.Names.QualifiedTable()}, func(r Row) error {
 		var c column
@@ -138,20 +234,24 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 	for _, w := range wantColumns {
 		g, ok := got[w.name]
 		switch {
+		case !ok && upgradable && w.name == addedInV2:
 		case !ok:
 			return &SchemaError{fmt.Sprintf("table %s exists but has no column %q; it was not created by pglease or by this version (nothing was changed; pick another table or migrate it)", s.Names.QualifiedTable(), w.name)}
 		case g.typ != w.typ || g.notNull != w.notNull:
 			return &SchemaError{fmt.Sprintf("table %s column %q is %s (not null: %v), pglease needs %s (not null: %v); nothing was changed", s.Names.QualifiedTable(), w.name, g.typ, g.notNull, w.typ, w.notNull)}
 		}
 	}
-	var v int
-	if err := q.Query(ctx, s.Q.SchemaVersion, []any{s.Names.QualifiedTable()}, func(r Row) error { return r.Scan(&v) }); err != nil {
-		return err
-	}
-	if v > SchemaVersion {
-		return &SchemaError{fmt.Sprintf("table %s has schema version %d, newer than this pglease (%d); upgrade pglease", s.Names.QualifiedTable(), v, SchemaVersion)}
-	}
 	return nil
+}
+
+// lockNS is the table's advisory-lock namespace: its schema and name as the
+// server resolved them in CheckShape, whatever spelling the client was
+// configured with, so that every client of one table shares one key space.
+func (s *Store) lockNS() (string, error) {
+	if ns := s.ns.Load(); ns != nil {
+		return *ns, nil
+	}
+	return "", &SchemaError{fmt.Sprintf("table %s was not checked before use (a pglease bug)", s.Names.QualifiedTable())}
 }
 
 // AcquireArgs are the inputs of one acquisition attempt.
@@ -161,6 +261,9 @@ type AcquireArgs struct {
 	Session      bool   // bind the lease to this database session
 	Metadata     []byte // JSON object
 	Client       string // the client's random id, added to the metadata
+	// LockTimeout bounds this statement's waits for locks (0: the
+	// session's setting).
+	LockTimeout time.Duration
 }
 
 // AcquireResult is the outcome of one attempt.
@@ -194,7 +297,11 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 	if len(meta) == 0 {
 		meta = []byte("{}")
 	}
-	err := q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), s.Names.LockNamespace(), a.Client},
+	ns, err := s.lockNS()
+	if err != nil {
+		return r, err
+	}
+	err = q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds()},
 		func(row Row) error {
 			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient)
 		})
@@ -211,14 +318,22 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 // Unlock drops the session advisory lock of name (after a failed session
 // acquire, or when a session-bound lease was lost).
 func (s *Store) Unlock(ctx context.Context, q Querier, name string) error {
-	return q.Query(ctx, s.Q.Unlock, []any{name, s.Names.LockNamespace()}, func(Row) error { return nil })
+	ns, err := s.lockNS()
+	if err != nil {
+		return err
+	}
+	return q.Query(ctx, s.Q.Unlock, []any{name, ns}, func(Row) error { return nil })
 }
 
 // Bind ties a lease acquired without its session lock to this session, if
 // the lock can be taken now. It reports whether the lease is now bound.
 func (s *Store) Bind(ctx context.Context, q Querier, name string, token int64) (bool, error) {
 	var got, bound bool
-	err := q.Query(ctx, s.Q.Bind, []any{name, token, s.Names.LockNamespace()}, func(r Row) error { return r.Scan(&got, &bound) })
+	ns, err := s.lockNS()
+	if err != nil {
+		return false, err
+	}
+	err = q.Query(ctx, s.Q.Bind, []any{name, token, ns}, func(r Row) error { return r.Scan(&got, &bound) })
 	if err == nil && got && !bound {
 		err = s.Unlock(ctx, q, name)
 	}
@@ -231,23 +346,31 @@ type NameToken struct {
 	Token int64  `json:"token"`
 }
 
-// Renew extends every lease in batch that is still held with its token and
-// returns the set of names renewed.
-func (s *Store) Renew(ctx context.Context, q Querier, batch []NameToken) (map[string]bool, error) {
+// Renew extends every lease in batch that the client (its random id) still
+// holds with its token. It returns the names renewed, and the names still
+// held but not renewed because a guarded transaction has their row locked;
+// a name in neither was lost.
+func (s *Store) Renew(ctx context.Context, q Querier, batch []NameToken, client string) (renewed, busy map[string]bool, err error) {
 	arg, err := json.Marshal(batch)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	renewed := make(map[string]bool, len(batch))
-	err = q.Query(ctx, s.Q.Renew, []any{string(arg)}, func(r Row) error {
+	renewed = make(map[string]bool, len(batch))
+	busy = map[string]bool{}
+	err = q.Query(ctx, s.Q.Renew, []any{string(arg), client}, func(r Row) error {
 		var name string
-		if err := r.Scan(&name); err != nil {
+		var done bool
+		if err := r.Scan(&name, &done); err != nil {
 			return err
 		}
-		renewed[name] = true
+		if done {
+			renewed[name] = true
+		} else {
+			busy[name] = true
+		}
 		return nil
 	})
-	return renewed, err
+	return renewed, busy, err
 }
 
 // Release deletes (or, before the minimum hold time, keeps until then) the
@@ -255,7 +378,11 @@ func (s *Store) Renew(ctx context.Context, q Querier, batch []NameToken) (map[st
 // still ours.
 func (s *Store) Release(ctx context.Context, q Querier, name string, token int64, unlock bool) (bool, error) {
 	var n, notified, unlocked int64
-	err := q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, unlock, s.Names.LockNamespace()},
+	ns, err := s.lockNS()
+	if err != nil {
+		return false, err
+	}
+	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, unlock, ns},
 		func(r Row) error { return r.Scan(&n, &notified, &unlocked) })
 	return n > 0, err
 }
@@ -340,7 +467,18 @@ func (s *Store) SessionKeepalive(ctx context.Context, q Querier, ttl time.Durati
 	return q.Query(ctx, s.Q.SessionKeepalive, []any{fmt.Sprint(secs), fmt.Sprint(2 * ttl.Milliseconds())}, func(Row) error { return nil })
 }
 
+// SessionSettings bounds every statement of the dedicated connection on the
+// server side: statement and lock waits end in an error, never in a broken
+// session.
+func (s *Store) SessionSettings(ctx context.Context, q Querier, statement, lock time.Duration) error {
+	return q.Query(ctx, s.Q.SessionSettings, []any{fmt.Sprint(statement.Milliseconds()), fmt.Sprint(lock.Milliseconds())}, func(Row) error { return nil })
+}
+
 // AwaitSession blocks until no session holds name's session-bound lease.
 func (s *Store) AwaitSession(ctx context.Context, q Querier, name string) error {
-	return q.Query(ctx, s.Q.AwaitSession, []any{name, s.Names.LockNamespace()}, func(Row) error { return nil })
+	ns, err := s.lockNS()
+	if err != nil {
+		return err
+	}
+	return q.Query(ctx, s.Q.AwaitSession, []any{name, ns}, func(Row) error { return nil })
 }

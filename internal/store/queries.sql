@@ -9,6 +9,18 @@
 -- All times are computed here with the server clock (now() is the start of
 -- the statement's transaction; every statement below runs alone in its own
 -- transaction unless the caller's transaction is used on purpose).
+--
+-- {{server}} names the server incarnation that runs the statement: the
+-- postmaster's start time and the time its shared statistics were last reset,
+-- which a crash-recovery cycle (every backend killed, shared memory and with it
+-- every advisory lock reinitialised, the postmaster kept) also renews. A
+-- standby promoted to primary has a postmaster of its own. Session advisory
+-- locks live exactly as long as one incarnation, so a session-bound row is
+-- trusted to be free when its lock is free only where that lock was granted.
+--
+-- Advisory-lock keys are prefixed by the lock namespace ($ns below): the
+-- table's schema and name as the catalog resolves them, never as a user
+-- spelled them, so every spelling of one table shares one key space.
 
 -- name: CreateSchema
 CREATE SCHEMA IF NOT EXISTS {{schema}}
@@ -28,13 +40,14 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     "ttl"           interval    NOT NULL,
     "session_pid"   integer,
     "metadata"      jsonb       NOT NULL DEFAULT '{}',
+    "session_server" text,
     PRIMARY KEY ("name"),
     CHECK (octet_length("name") BETWEEN 1 AND 255),
     CHECK ("token" > 0)
 )
 
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 1'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 2'
 
 -- name: SchemaLock
 SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
@@ -54,14 +67,45 @@ ORDER BY a.attnum
 SELECT coalesce(substring(obj_description(to_regclass($1::text), 'pg_class')
                           FROM 'schema version ([0-9]+)'), '0')::int
 
+-- name: LockNamespace
+-- The table as the server resolves it ($1 as the client spells it).
+SELECT n.nspname::text || '.' || c.relname::text || E'\n'
+  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+ WHERE c.oid = to_regclass($1::text)
+
+-- name: UpgradeTable
+-- Schema version 1 to 2: the server incarnation of a session-bound lease.
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text
+
+-- name: TokenState
+-- The largest token in the table and the sequence's last value (0 when the
+-- sequence was never used): a sequence behind the table (a table-only
+-- restore, a logical-replication cutover) would hand out old tokens.
+SELECT coalesce((SELECT max("token") FROM {{table}}), 0),
+       coalesce(pg_sequence_last_value('{{seq}}'::regclass), 0)
+
+-- name: LockTable
+-- Held while the sequence is repaired: no acquisition draws a token meanwhile.
+LOCK TABLE {{table}} IN EXCLUSIVE MODE
+
+-- name: RepairSequence
+-- Moves the sequence past the largest token in the table; never backwards.
+SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
+ WHERE m > coalesce(pg_sequence_last_value('{{seq}}'::regclass), 0)
+
 -- name: Acquire
 -- $1 name, $2 owner, $3 ttl ms, $4 min-hold ms, $5 session-bound?,
--- $6 metadata json, $7 advisory-lock namespace (schema.table), $8 the
--- client's random id, recorded in the metadata so that the client can
--- recognise a row of its own whose reply it never got.
+-- $6 metadata json, $7 advisory-lock namespace, $8 the client's random id,
+-- recorded in the metadata so that the client can recognise a row of its own
+-- whose reply it never got, $9 lock_timeout ms for this statement (0 keeps
+-- the session's): a session-bound acquire runs on the connection that also
+-- renews, and must not sit behind a row lock (a guarded transaction).
 -- A session-bound acquire first takes a session advisory lock keyed by the
--- name; holding it proves that no other live session holds a session-bound
--- lease on the name, so a session-bound row may be taken over at once.
+-- name; holding it proves that no other live session of this server
+-- incarnation holds a session-bound lease on the name, so a session-bound row
+-- granted by this incarnation may be taken over at once. A row granted by
+-- another incarnation (a restart, a promoted standby) is trusted no further
+-- than a plain row: it is taken over when it expires.
 --
 -- Tokens: acquisitions of one name first serialize on a transaction-scoped
 -- advisory lock (the two-int4 key space, which never meets the bigint keys
@@ -69,14 +113,18 @@ SELECT coalesce(substring(obj_description(to_regclass($1::text), 'pg_class')
 -- a slow contender could be granted a token older than one granted
 -- meanwhile to a faster contender that has since released.
 WITH xl AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock(hashtext($7::text || $1::text), hashtext($1::text || $7::text))
+    SELECT CASE WHEN $9::int > 0 THEN set_config('lock_timeout', $9::int::text, true) END,
+           pg_advisory_xact_lock(hashtext($7::text || $1::text), hashtext($1::text || $7::text))
+), srv AS MATERIALIZED (
+    SELECT {{server}} AS id
 ), lk AS MATERIALIZED (
     SELECT CASE WHEN $5::bool
                 THEN pg_try_advisory_lock(hashtextextended($7::text || $1::text, 0))
                 ELSE false END AS got
       FROM xl
 ), old AS (
-    SELECT l."owner", l."token", l."session_pid" IS NOT NULL AS "session_bound",
+    SELECT l."owner", l."token",
+           l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
            (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
            (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
            l."metadata" ->> 'client' AS "client"
@@ -84,12 +132,13 @@ WITH xl AS MATERIALIZED (
 ), ins AS (
     INSERT INTO {{table}} AS l
         ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-         "hold_until", "ttl", "session_pid", "metadata")
+         "hold_until", "ttl", "session_pid", "session_server", "metadata")
     SELECT $1::text, $2::text, nextval('{{seq}}'), now(), now(),
            now() + $3::bigint * interval '1 millisecond',
            now() + $4::bigint * interval '1 millisecond',
            $3::bigint * interval '1 millisecond',
            CASE WHEN lk.got THEN pg_backend_pid() END,
+           CASE WHEN lk.got THEN (SELECT id FROM srv) END,
            $6::jsonb || jsonb_build_object('client', $8::text)
     FROM lk
     ON CONFLICT ("name") DO UPDATE
@@ -97,9 +146,10 @@ WITH xl AS MATERIALIZED (
            "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
            "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
            "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
-           "metadata" = excluded."metadata"
+           "session_server" = excluded."session_server", "metadata" = excluded."metadata"
      WHERE l."expires_at" <= now()
-        OR (l."session_pid" IS NOT NULL AND (SELECT got FROM lk))
+        OR (l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv)
+            AND (SELECT got FROM lk))
     RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
 ), unlocked AS (
     -- Not acquired: give the session lock back within this statement, so
@@ -127,8 +177,9 @@ SELECT false, 0::bigint, coalesce(old."session_bound", false),
 WITH lk AS MATERIALIZED (
     SELECT pg_try_advisory_lock(hashtextextended($3::text || $1::text, 0)) AS got
 ), upd AS (
-    UPDATE {{table}} SET "session_pid" = pg_backend_pid()
-     WHERE "name" = $1::text AND "token" = $2::bigint AND (SELECT got FROM lk)
+    UPDATE {{table}} SET "session_pid" = pg_backend_pid(), "session_server" = {{server}}
+     WHERE "name" = $1::text AND "token" = $2::bigint AND "expires_at" > now()
+       AND (SELECT got FROM lk)
     RETURNING 1
 )
 SELECT (SELECT got FROM lk), EXISTS (SELECT 1 FROM upd)
@@ -137,15 +188,35 @@ SELECT (SELECT got FROM lk), EXISTS (SELECT 1 FROM upd)
 SELECT pg_advisory_unlock(hashtextextended($2::text || $1::text, 0))
 
 -- name: Renew
--- $1 a JSON array of {"name":…, "token":…}. Renews every lease of the batch
--- still held with that token; a session-bound lease only from its own
--- session. Returns the names renewed; a missing name was lost.
-UPDATE {{table}} AS l
-   SET "renewed_at" = now(), "expires_at" = now() + l."ttl"
-  FROM jsonb_to_recordset($1::jsonb) AS r("name" text, "token" bigint)
- WHERE l."name" = r."name" AND l."token" = r."token"
-   AND (l."session_pid" IS NULL OR l."session_pid" = pg_backend_pid())
-RETURNING l."name"
+-- $1 a JSON array of {"name":…, "token":…}, $2 the client's random id.
+-- Renews every lease of the batch still held with that token by this client
+-- and not yet expired (a late renewal never revives a row; a row kept for a
+-- minimum hold after its release has no client id and is never extended); a
+-- session-bound lease only from its own session, which then also stamps the
+-- server incarnation it is on (the same one that granted its lock: a new
+-- incarnation would have broken the session). A row locked by a guarded
+-- transaction is skipped, not waited for, so that one guard does not stall
+-- the client's other leases. Returns each name of the batch still held, and
+-- whether it was renewed; a missing name was lost.
+WITH r AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r("name" text, "token" bigint)
+), held AS (
+    SELECT l."name"
+      FROM {{table}} AS l JOIN r ON l."name" = r."name" AND l."token" = r."token"
+     WHERE l."expires_at" > now() AND l."metadata" ->> 'client' = $2::text
+       AND (l."session_pid" IS NULL OR l."session_pid" = pg_backend_pid())
+), mine AS (
+    SELECT l."name" FROM {{table}} AS l JOIN held ON l."name" = held."name"
+       FOR NO KEY UPDATE OF l SKIP LOCKED
+), upd AS (
+    UPDATE {{table}} AS l
+       SET "renewed_at" = now(), "expires_at" = now() + l."ttl",
+           "session_server" = CASE WHEN l."session_pid" IS NULL THEN NULL ELSE {{server}} END
+      FROM mine
+     WHERE l."name" = mine."name" AND l."expires_at" > now()
+    RETURNING l."name"
+)
+SELECT held."name", EXISTS (SELECT 1 FROM upd WHERE upd."name" = held."name") FROM held
 
 -- name: Release
 -- $1 name, $2 token, $3 notification channel, $4 unlock session lock?,
@@ -155,7 +226,7 @@ RETURNING l."name"
 WITH keep AS (
     -- The kept row no longer belongs to a client's live lease: drop the
     -- client id so that the client does not take it for a lost reply's row.
-    UPDATE {{table}} SET "expires_at" = "hold_until", "session_pid" = NULL,
+    UPDATE {{table}} SET "expires_at" = "hold_until", "session_pid" = NULL, "session_server" = NULL,
                          "metadata" = "metadata" - 'client'
      WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" > now()
     RETURNING "name"
@@ -250,6 +321,18 @@ SELECT set_config('tcp_keepalives_idle', $1::text, false),
        set_config('tcp_keepalives_count', '2', false),
        set_config('tcp_user_timeout', $2::text, false),
        set_config('idle_session_timeout', '0', false)
+
+-- name: BackendPID
+-- Compared with the backend key of the connection's startup: a
+-- transaction-pooling proxy answers with a key of its own.
+SELECT pg_backend_pid()
+
+-- name: SessionSettings
+-- The dedicated connection's own bounds: a statement the server cancels
+-- (statement_timeout, lock_timeout) fails without ending the session, and so
+-- without freeing the session advisory locks of its leases. $1, $2 ms.
+SELECT set_config('statement_timeout', $1::text, false),
+       set_config('lock_timeout', $2::text, false)
 
 -- name: AwaitSession
 -- Blocks until no session holds the session-bound lease of $1 (its holder

@@ -15,7 +15,7 @@ var queriesSQL string
 
 // SchemaVersion is the version of the table layout this package writes and
 // expects. It is recorded in the table's comment.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -104,18 +104,22 @@ func (n Names) QualifiedTable() string { return n.qualified(n.Table) }
 // QualifiedSeq is the sequence's name as to_regclass and nextval read it.
 func (n Names) QualifiedSeq() string { return n.qualified(n.Seq) }
 
-// LockNamespace prefixes lease names in advisory-lock keys so that two
-// tables never share keys.
-func (n Names) LockNamespace() string { return n.Schema + "." + n.Table + "\n" }
-
 // Queries is the SQL text of every statement, with identifiers filled in.
 type Queries struct {
 	CreateSchema, CreateSequence, CreateTable, CommentTable string
 	SchemaLock, TableExists, Columns, SchemaVersion         string
+	LockNamespace, UpgradeTable, TokenState, LockTable      string
+	RepairSequence                                          string
 	Acquire, Unlock, Renew, Release, Guard                  string
 	Get, List, ForceRelease, Cleanup, Listen                string
 	SessionKeepalive, AwaitSession, Bind                    string
+	BackendPID, SessionSettings                             string
 }
+
+// serverIncarnation is the SQL expression naming the server incarnation a
+// statement runs on (see queries.sql).
+const serverIncarnation = `(extract(epoch FROM pg_postmaster_start_time())::text || ' ' || ` +
+	`coalesce(extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time())::text, '-'))`
 
 // Build renders the statements for the given names.
 func Build(n Names) Queries {
@@ -127,6 +131,7 @@ func Build(n Names) Queries {
 		"{{seq}}", n.QualifiedSeq(),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
+		"{{server}}", serverIncarnation,
 	)
 	get := func(name string) string {
 		s, ok := stmts[name]
@@ -140,10 +145,13 @@ func Build(n Names) Queries {
 		CreateTable: get("CreateTable"), CommentTable: get("CommentTable"),
 		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
+		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),
+		TokenState: get("TokenState"), LockTable: get("LockTable"), RepairSequence: get("RepairSequence"),
 		Acquire: get("Acquire"), Unlock: get("Unlock"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"), Bind: get("Bind"),
+		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 	}
 }
 

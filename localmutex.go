@@ -1,0 +1,49 @@
+package pglease
+
+// localSlot makes a name a mutex between the goroutines of one client: the
+// goroutine holding tok is the only one contending for or holding the name.
+// Channel receivers queue in FIFO order, so local waiters are served in
+// turn and only the first of them queries the server.
+type localSlot struct {
+	tok  chan struct{}
+	refs int
+}
+
+func (c *Client) getSlot(name string) *localSlot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.locals[name]
+	if s == nil {
+		s = &localSlot{tok: make(chan struct{}, 1)}
+		s.tok <- struct{}{}
+		c.locals[name] = s
+	}
+	s.refs++
+	return s
+}
+
+// tryTake takes the name's local slot if no other goroutine of this client
+// holds it, and returns it, or nil.
+func (c *Client) tryTake(name string) *localSlot {
+	s := c.getSlot(name)
+	select {
+	case <-s.tok:
+		return s
+	default:
+		c.putSlot(name, s, false)
+		return nil
+	}
+}
+
+// putSlot drops a reference, first handing the token back when held.
+func (c *Client) putSlot(name string, s *localSlot, holding bool) {
+	if holding {
+		s.tok <- struct{}{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.refs--
+	if s.refs == 0 && c.locals[name] == s {
+		delete(c.locals, name)
+	}
+}
