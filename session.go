@@ -194,8 +194,8 @@ func (s *sqlConn) wait(ctx context.Context) (string, error) {
 	<-ctx.Done()
 	return "", ctx.Err()
 }
-func (s *sqlConn) close()      { _ = s.c.Close() }
-func (s *sqlConn) alive() bool { return !s.dead }
+func (s *sqlConn) close()       { _ = s.c.Close() }
+func (s *sqlConn) alive() bool  { return !s.dead }
 func (s *sqlConn) shared() bool { return false }
 
 // session returns the client's session, starting it on first use.
