@@ -98,17 +98,55 @@
 // database session through a session advisory lock. When the holder process
 // dies, its session ends and a waiting contender (blocked on the same
 // advisory lock, not polling) takes over within milliseconds instead of
-// waiting out the TTL. This does not weaken the guarantees above for network
-// partitions: the session's TCP keepalive and user timeout are set so that
-// the server cannot declare the session dead before the holder's own local
-// deadline, and a holder whose session connection fails cancels its
-// session-bound leases at once. One window remains: an operator or the
-// server itself terminating a live holder's session (pg_terminate_backend,
-// idle_session_timeout) hands the lease over while the holder may still be
-// working, until it notices the broken connection, which it does at once
-// when idle and after its current statement otherwise. Fencing tokens cover
-// that window. Fast failover needs a real session, so it does not work
-// through PgBouncer in transaction pooling mode.
+// waiting out the TTL. The rules that keep the guarantees above:
+//
+//   - The server must not declare a live holder's session dead before the
+//     holder's own local deadline: the session's TCP keepalive and user
+//     timeout are set to at least the TTL, and idle_session_timeout to off.
+//   - A session-bound row is taken over early only by the server
+//     incarnation that granted its lock (recorded with the row). After a
+//     restart, a crash-recovery cycle or a standby promotion the new
+//     incarnation holds no session locks, so such rows fall back to the
+//     plain expiry rule: a partitioned old holder still believes in its
+//     lease until its local deadline, and nobody takes it over before the
+//     row expires.
+//   - Lock keys come from the table as the server resolves it (schema and
+//     name from the catalog), so every spelling of one table
+//     ("pglease_leases", "public.pglease_leases", another search_path)
+//     shares one key space.
+//   - The client never closes its session under a held session-bound lease
+//     on its own initiative: statements on it are bounded by the server's
+//     statement_timeout and lock_timeout, which end in an error, not a
+//     closed session; when a statement outlives its client-side bound too
+//     (the server does not answer), every session-bound lease of the
+//     connection is ended locally before the socket is closed. A holder
+//     whose session connection fails cancels its session-bound leases at
+//     once, and a lease whose session ended between the acquisition's
+//     commit and its registration is never handed out.
+//   - The mode needs a session of its own. Behind a transaction- or
+//     statement-pooling proxy (PgBouncer) another client could share the
+//     server backend and re-enter its advisory lock; the client detects
+//     such a proxy (the backend key of the connection's startup is not the
+//     backend's own) and refuses the mode with [ErrSessionUnavailable].
+//
+// What remains, each covered by fencing tokens ([Lease.Token],
+// [Lease.Guard]) rather than by the lease alone:
+//
+//   - An operator or the server itself ending a live holder's session
+//     (pg_terminate_backend) hands
+//     the lease over while the holder may still be working, until it
+//     notices the broken connection: at once when idle, after its current
+//     statement otherwise. (A backend that crashes takes the whole server
+//     through crash recovery: a new incarnation, so the rule above applies.)
+//   - A proxy or NAT between client and server that ends the server side of
+//     the connection on its own (an idle timeout) is the same case.
+//   - With asynchronous replication a failover may lose the last
+//     acquisitions and renewals (see docs/FAILURE-MODES.md); this is true of
+//     plain leases as well.
+//
+// Release commits without waiting for its WAL flush (synchronous_commit off
+// for that one statement): a server crash right after a release can bring
+// the row back until it expires. That costs availability, never safety.
 //
 // # Concurrency
 //
