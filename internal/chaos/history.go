@@ -173,9 +173,9 @@ type Report struct {
 	// Windows are, per fast-failover session terminated by the server, how
 	// long after the successor's acquisition the old holder's lease Done
 	// fired (negative: before the successor acquired).
-	Windows       []time.Duration
-	LateCancels   int // checks that saw a lease held past its deadline, within StaleTolerance
-	Violations    []string
+	Windows     []time.Duration
+	LateCancels int // checks that saw a lease held past its deadline, within StaleTolerance
+	Violations  []string
 }
 
 // OK reports whether no property was violated.
