@@ -22,7 +22,7 @@ const (
 	KindResume   = "resume" // the holder found a gap (a pause) in its loop; OK = lease already ended
 	KindStaleW   = "sw"     // a plain fenced write (no Guard) after a pause; OK = accepted
 	KindLost     = "lost"   // the lease ended on its own (Msg = cause)
-	KindReleased = "rel"    // the holder released the lease
+	KindReleased = "rel"    // the holder calls Release (it no longer believes in the lease)
 	KindError    = "err"    // an acquire or write failed (Msg)
 	KindStart    = "start"  // the holder process started
 	KindDone     = "done"   // the lease's Done fired (its context was cancelled); Dl = its local deadline then, Msg = cause
@@ -255,12 +255,14 @@ func Check(events []Event, writes []Write, faults []Fault, opt Options) Report {
 		tok  int64
 		pid  int
 	}
-	acqAt, doneAt := map[lkey]Event{}, map[lkey]Event{}
+	acqAt, doneAt, relAt := map[lkey]Event{}, map[lkey]Event{}, map[lkey]Event{}
 	for _, e := range events {
 		k := lkey{e.Name, e.Tok, e.Pid}
 		switch e.K {
 		case KindAcquired:
 			acqAt[k] = e
+		case KindReleased:
+			relAt[k] = e
 		case KindDone:
 			if _, dup := doneAt[k]; !dup {
 				doneAt[k] = e
@@ -328,11 +330,13 @@ func Check(events []Event, writes []Write, faults []Fault, opt Options) Report {
 		}
 	}
 
-	// A holder believes in its lease from Acquire's return until Done
-	// fires or its local deadline passes, whichever is first (Err checks the
-	// deadline itself), whether or not it is checking at that moment (a
-	// partitioned holder may be stuck in a write). No other holder may
-	// acquire the name inside that interval.
+	// A holder believes in its lease from Acquire's return until it calls
+	// Release, Done fires or its local deadline passes, whichever is first
+	// (Err checks the deadline itself), whether or not it is checking at
+	// that moment (a partitioned holder may be stuck in a write). No other
+	// holder may acquire the name inside that interval. Done is recorded by
+	// a goroutine of its own, a little after it fired: a release, whose
+	// Done precedes the successor's grant, is bounded by its Release call.
 	type lease struct {
 		k          lkey
 		acq, until int64 // until: 0 if the holder never recorded the end (killed)
@@ -344,6 +348,9 @@ func Check(events []Event, writes []Write, faults []Fault, opt Options) Report {
 			l.until = d.T
 			if d.Dl > 0 && d.Dl < l.until {
 				l.until = d.Dl
+			}
+			if rel, ok := relAt[k]; ok && rel.T < l.until {
+				l.until = rel.T
 			}
 		}
 		leases[k.name] = append(leases[k.name], l)

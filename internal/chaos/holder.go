@@ -146,6 +146,9 @@ func (h *holder) loop(ctx context.Context) {
 		h.rec.Record(Event{K: KindAcquired, Name: h.name, Tok: l.Token(), Dl: l.Deadline().UnixNano()})
 		h.watch(l)
 		h.section(ctx, l)
+		// The holder stops believing in the lease here, before the release
+		// lets a successor in (Done is recorded later, by another goroutine).
+		h.rec.Record(Event{K: KindReleased, Name: h.name, Tok: l.Token()})
 		if err := l.Release(context.Background()); err != nil {
 			h.rec.Record(Event{K: KindError, Name: h.name, Tok: l.Token(), Msg: "release: " + err.Error()})
 		}

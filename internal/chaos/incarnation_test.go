@@ -30,7 +30,7 @@ func TestSessionTakeoverNeedsSameIncarnation(t *testing.T) {
 			incarnation(t, fast, incarnationSetup{
 				admin: dsn, waiter: dsn, holder: primary.DSN(""),
 				holderTarget: fmt.Sprintf("%s:%d", primary.Host(), primary.Port()),
-				fault: "stop -m immediate + promote",
+				fault:        "stop -m immediate + promote",
 				do: func(ctx context.Context) error {
 					if err := primary.Shutdown(ctx, "immediate"); err != nil {
 						return err
