@@ -42,7 +42,7 @@ func TestSessionTakeoverNeedsSameIncarnation(t *testing.T) {
 	})
 	cl := pgtest.RequireCluster(t)
 	base := pgtest.DSN(t)
-	same := incarnationSetup{admin: base, waiter: base, holder: base, holderTarget: pgtest.HostPort(t, base)}
+	same := incarnationSetup{waiter: base, holder: base, holderTarget: pgtest.HostPort(t, base)}
 	t.Run("restart-immediate", func(t *testing.T) {
 		s := same
 		s.fault = "stop -m immediate + start"
@@ -65,7 +65,7 @@ func TestSessionTakeoverNeedsSameIncarnation(t *testing.T) {
 // incarnationSetup says where the processes of one incarnation scenario
 // connect and how the server is replaced.
 type incarnationSetup struct {
-	admin        string // superuser DSN that follows the current primary
+	admin        string // superuser DSN that follows the current primary (default: the shared cluster, a schema per test)
 	waiter       string // the waiter's DSN (reaches the new server)
 	holder       string // the holder's DSN (rewritten to its proxy)
 	holderTarget string // host:port behind the holder's proxy
