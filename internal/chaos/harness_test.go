@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,6 +52,7 @@ type proc struct {
 	done   chan struct{}
 	err    error // exit status, valid after done
 	killed bool  // we SIGKILLed it
+	fast   bool  // FastFailover leases
 	errLog string
 }
 
@@ -145,22 +147,53 @@ func startRun(t *testing.T, sc scenario) *run {
 	return r
 }
 
-// spawn starts one more holder process.
-func (r *run) spawn() *proc {
+// bothModes runs body as two subtests: with plain leases and with
+// FastFailover (session-bound) leases.
+func bothModes(t *testing.T, body func(t *testing.T, fast bool)) {
+	t.Run("plain", func(t *testing.T) { body(t, false) })
+	t.Run("fast-failover", func(t *testing.T) { body(t, true) })
+}
+
+// modeName names a lease mode in logs.
+func modeName(fast bool) string {
+	if fast {
+		return "fast-failover"
+	}
+	return "plain"
+}
+
+// spawn starts one more holder process in the scenario's lease mode.
+func (r *run) spawn() *proc { return r.spawnWith(spawnOpt{fast: r.sc.fast}) }
+
+// spawnOpt varies one holder process from its scenario.
+type spawnOpt struct {
+	fast    bool   // FastFailover leases
+	dsn     string // default: the scenario's
+	proxyTo string // put the holder behind a proxy of its own to this host:port (default with sc.proxy: the DSN's)
+}
+
+// spawnWith starts one more holder process.
+func (r *run) spawnWith(o spawnOpt) *proc {
 	r.mu.Lock()
 	r.nextID++
 	id := r.nextID
 	r.mu.Unlock()
-	p := &proc{id: id, owner: fmt.Sprintf("chaos-h%d-%d", id, os.Getpid()%100000), done: make(chan struct{})}
+	p := &proc{id: id, owner: fmt.Sprintf("chaos-h%d-%d", id, os.Getpid()%100000), done: make(chan struct{}), fast: o.fast}
 	dsn := r.sc.dsn
-	if r.sc.proxy {
-		p.proxy = pgtest.NewProxy(r.t, pgtest.HostPort(r.t, dsn))
+	if o.dsn != "" {
+		dsn = o.dsn
+	}
+	if o.proxyTo == "" && r.sc.proxy {
+		o.proxyTo = pgtest.HostPort(r.t, dsn)
+	}
+	if o.proxyTo != "" {
+		p.proxy = pgtest.NewProxy(r.t, o.proxyTo)
 		dsn = p.proxy.DSN(dsn)
 	}
 	hc := HolderConfig{
 		DSN: dsn, Table: r.table, Fence: r.schema, Names: r.sc.names, Owner: p.owner,
 		Log: filepath.Join(r.dir, fmt.Sprintf("h%d.log", id)), TTL: r.sc.ttl,
-		CSMin: r.sc.csMin, CSMax: r.sc.csMax, FastFailover: r.sc.fast,
+		CSMin: r.sc.csMin, CSMax: r.sc.csMax, FastFailover: o.fast,
 		DisableNotify: r.sc.noNotify, MaxConns: int32(len(r.sc.names) + 2),
 	}
 	b, _ := json.Marshal(hc)
@@ -393,6 +426,14 @@ func (r *run) finish(opt Options) Report {
 	opt.End = end
 	r.mu.Lock()
 	faults := append([]Fault(nil), r.faults...)
+	if opt.FastPids == nil {
+		opt.FastPids = map[int]bool{}
+		for _, p := range r.procs {
+			if p.fast {
+				opt.FastPids[p.pid()] = true
+			}
+		}
+	}
 	r.mu.Unlock()
 	rep := Check(events, writes, faults, opt)
 	for _, e := range events {
@@ -407,6 +448,9 @@ func (r *run) finish(opt Options) Report {
 		r.t.Logf("errors seen by holders (not violations by themselves):\n  %s", strings.Join(problems, "\n  "))
 	}
 	r.t.Logf("history: %s", rep)
+	if len(rep.Windows) > 0 {
+		r.t.Logf("fast-failover sessions terminated by the server: the old holder's lease ended %s after the successor acquired", windowStats(rep.Windows))
+	}
 	if !rep.OK() {
 		r.t.Errorf("history violates SPEC §1:\n%s\n%s", rep, r.stderrTails())
 	}
@@ -486,4 +530,14 @@ SELECT a.pid, a.application_name, coalesce(a.state, ''), coalesce(a.wait_event_t
 		rows.Close()
 	}
 	return b.String()
+}
+
+// windowStats summarises durations as "p50 X, max Y (n N)".
+func windowStats(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "n/a (n 0)"
+	}
+	s := append([]time.Duration(nil), ds...)
+	slices.Sort(s)
+	return fmt.Sprintf("p50 %v, max %v (n %d)", s[len(s)/2].Round(time.Microsecond), s[len(s)-1].Round(time.Microsecond), len(s))
 }

@@ -22,9 +22,10 @@ const (
 	KindResume   = "resume" // the holder found a gap (a pause) in its loop; OK = lease already ended
 	KindStaleW   = "sw"     // a plain fenced write (no Guard) after a pause; OK = accepted
 	KindLost     = "lost"   // the lease ended on its own (Msg = cause)
-	KindReleased = "rel"    // the holder released the lease
+	KindReleased = "rel"    // the holder calls Release (it no longer believes in the lease)
 	KindError    = "err"    // an acquire or write failed (Msg)
 	KindStart    = "start"  // the holder process started
+	KindDone     = "done"   // the lease's Done fired (its context was cancelled); Dl = its local deadline then, Msg = cause
 )
 
 // Event is one line of a holder's history file.
@@ -38,6 +39,7 @@ type Event struct {
 	OK    bool   `json:"ok,omitempty"`
 	Gap   int64  `json:"gap,omitempty"` // nanoseconds (resume: the pause; stale: past the deadline)
 	Last  int64  `json:"last,omitempty"`
+	Dl    int64  `json:"dl,omitempty"` // acq, done: the lease's local deadline (wall clock, Unix nanoseconds)
 	Msg   string `json:"msg,omitempty"`
 }
 
@@ -143,10 +145,13 @@ type Options struct {
 	// End is when the run stopped; faults healed less than Liveness before
 	// End are not checked for liveness.
 	End int64
-	// AllowOverlap lists pids whose sections may overlap others' (the
-	// documented fast-failover window after pg_terminate_backend). Overlaps
-	// involving them are counted, not reported as violations.
-	AllowOverlap map[int]bool
+	// FastPids lists the pids of holders with FastFailover leases. When a
+	// "terminate" fault (pg_terminate_backend) targets one of them, the
+	// lease it held then may overlap its successor's until its Done fires:
+	// the documented window (doc.go, "Fast failover"). Such overlaps are
+	// counted, not reported, and the window is measured; every other
+	// overlap is a violation.
+	FastPids map[int]bool
 	// StaleTolerance is how far past its local deadline a holder not known
 	// to be paused may still see its lease held (timer latency) before it
 	// counts as a violation; within it, mutual exclusion still holds since
@@ -164,9 +169,13 @@ type Report struct {
 	Resumes       int // pauses the holders noticed
 	StaleRejected int // stale writes after a pause that the fence rejected
 	StaleAccepted int // stale writes after a pause the fence accepted (no newer write yet)
-	AllowedOverl  int // overlaps inside the documented window (AllowOverlap)
-	LateCancels   int // checks that saw a lease held past its deadline, within StaleTolerance
-	Violations    []string
+	AllowedOverl  int // overlaps inside the documented window (FastPids)
+	// Windows are, per fast-failover session terminated by the server, how
+	// long after the successor's acquisition the old holder's lease Done
+	// fired (negative: before the successor acquired).
+	Windows     []time.Duration
+	LateCancels int // checks that saw a lease held past its deadline, within StaleTolerance
+	Violations  []string
 }
 
 // OK reports whether no property was violated.
@@ -239,6 +248,56 @@ func Check(events []Event, writes []Write, faults []Fault, opt Options) Report {
 	violate := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
 	ns := func(t int64) string { return time.Unix(0, t).Format("15:04:05.000000") }
 
+	// Leases as the holders saw them: acquired (Acquire returned) and
+	// ended (Done fired, or the local deadline passed if that was earlier).
+	type lkey struct {
+		name string
+		tok  int64
+		pid  int
+	}
+	acqAt, doneAt, relAt := map[lkey]Event{}, map[lkey]Event{}, map[lkey]Event{}
+	for _, e := range events {
+		k := lkey{e.Name, e.Tok, e.Pid}
+		switch e.K {
+		case KindAcquired:
+			acqAt[k] = e
+		case KindReleased:
+			relAt[k] = e
+		case KindDone:
+			if _, dup := doneAt[k]; !dup {
+				doneAt[k] = e
+			}
+		}
+	}
+	// inWindow reports whether the lease k (of a fast-failover holder) was
+	// held when the server terminated its session, and succ began after
+	// that: the documented window.
+	inWindow := func(k lkey, start, succ int64) bool {
+		if !opt.FastPids[k.pid] {
+			return false
+		}
+		if a, ok := acqAt[k]; ok {
+			start = min(start, a.T)
+		}
+		for _, f := range faults {
+			if f.Kind == "terminate" && f.Pid == k.pid && start <= f.End && succ >= f.Start {
+				return true
+			}
+		}
+		return false
+	}
+	type pair struct {
+		name     string
+		old, new int64
+	}
+	allowed := map[pair]bool{}
+	allow := func(name string, old, new int64) {
+		if p := (pair{name, old, new}); !allowed[p] {
+			allowed[p] = true
+			r.AllowedOverl++
+		}
+	}
+
 	byName := map[string][]Section{}
 	for _, s := range secs {
 		r.Beliefs += s.Beliefs
@@ -258,8 +317,8 @@ func Check(events []Event, writes []Write, faults []Fault, opt Options) Report {
 					name, s.Token, s.Pid, ns(s.Start), ss[i-1].Token, ss[i-1].Pid, ns(ss[i-1].Start))
 			}
 			if prev != nil && s.Start <= prev.End {
-				if opt.AllowOverlap[s.Pid] || opt.AllowOverlap[prev.Pid] {
-					r.AllowedOverl++
+				if inWindow(lkey{name, prev.Token, prev.Pid}, prev.Start, s.Start) {
+					allow(name, prev.Token, s.Token)
 				} else {
 					violate("overlap: %q token %d (pid %d) believed held until %s, token %d (pid %d) from %s (%v overlap)",
 						name, prev.Token, prev.Pid, ns(prev.End), s.Token, s.Pid, ns(s.Start), time.Duration(prev.End-s.Start))
@@ -267,6 +326,69 @@ func Check(events []Event, writes []Write, faults []Fault, opt Options) Report {
 			}
 			if prev == nil || s.End > prev.End {
 				prev = &ss[i]
+			}
+		}
+	}
+
+	// A holder believes in its lease from Acquire's return until it calls
+	// Release, Done fires or its local deadline passes, whichever is first
+	// (Err checks the deadline itself), whether or not it is checking at
+	// that moment (a partitioned holder may be stuck in a write). No other
+	// holder may acquire the name inside that interval. Done is recorded by
+	// a goroutine of its own, a little after it fired: a release, whose
+	// Done precedes the successor's grant, is bounded by its Release call.
+	type lease struct {
+		k          lkey
+		acq, until int64 // until: 0 if the holder never recorded the end (killed)
+	}
+	leases := map[string][]lease{}
+	for k, a := range acqAt {
+		l := lease{k: k, acq: a.T}
+		if d, ok := doneAt[k]; ok {
+			l.until = d.T
+			if d.Dl > 0 && d.Dl < l.until {
+				l.until = d.Dl
+			}
+			if rel, ok := relAt[k]; ok && rel.T < l.until {
+				l.until = rel.T
+			}
+		}
+		leases[k.name] = append(leases[k.name], l)
+	}
+	for name, ls := range leases {
+		sort.Slice(ls, func(i, j int) bool { return ls[i].k.tok < ls[j].k.tok })
+		var last *lease // the earlier lease that ended latest
+		for i := range ls {
+			l := ls[i]
+			if last != nil && last.k.pid != l.k.pid && l.acq < last.until {
+				if inWindow(last.k, last.acq, l.acq) {
+					allow(name, last.k.tok, l.k.tok)
+				} else {
+					violate("lease overlap: %q token %d (pid %d) held until %s (its Done or local deadline), token %d (pid %d) acquired at %s (%v before)",
+						name, last.k.tok, last.k.pid, ns(last.until), l.k.tok, l.k.pid, ns(l.acq), time.Duration(last.until-l.acq))
+				}
+			}
+			if l.until > 0 && (last == nil || l.until > last.until) {
+				last = &ls[i]
+			}
+		}
+		// The documented window, measured: from the successor's
+		// acquisition to the moment the terminated holder's lease ended.
+		for _, f := range faults {
+			if f.Kind != "terminate" || !opt.FastPids[f.Pid] {
+				continue
+			}
+			for i, l := range ls {
+				d, ok := doneAt[l.k]
+				if l.k.pid != f.Pid || l.acq > f.End || !ok || d.T < f.Start {
+					continue
+				}
+				for _, succ := range ls[i+1:] {
+					if succ.acq >= f.Start {
+						r.Windows = append(r.Windows, time.Duration(d.T-succ.acq))
+						break
+					}
+				}
 			}
 		}
 	}

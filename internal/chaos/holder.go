@@ -101,6 +101,8 @@ func RunHolder(cfgJSON string) int {
 			}
 		}
 	}
+	var watchers sync.WaitGroup
+	defer watchers.Wait() // after c.Close: every lease has ended
 	defer c.Close()
 
 	var wg sync.WaitGroup
@@ -108,7 +110,7 @@ func RunHolder(cfgJSON string) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h := &holder{hc: hc, c: c, app: app, rec: rec, name: name}
+			h := &holder{wg: &watchers, hc: hc, c: c, app: app, rec: rec, name: name}
 			h.loop(ctx)
 		}()
 	}
@@ -117,6 +119,7 @@ func RunHolder(cfgJSON string) int {
 }
 
 type holder struct {
+	wg   *sync.WaitGroup // watch goroutines; waited for before the recorder closes
 	hc   HolderConfig
 	c    *pglease.Client
 	app  *pgxpool.Pool
@@ -140,14 +143,30 @@ func (h *holder) loop(ctx context.Context) {
 			}
 			continue
 		}
-		h.rec.Record(Event{K: KindAcquired, Name: h.name, Tok: l.Token()})
+		h.rec.Record(Event{K: KindAcquired, Name: h.name, Tok: l.Token(), Dl: l.Deadline().UnixNano()})
+		h.watch(l)
 		h.section(ctx, l)
+		// The holder stops believing in the lease here, before the release
+		// lets a successor in (Done is recorded later, by another goroutine).
+		h.rec.Record(Event{K: KindReleased, Name: h.name, Tok: l.Token()})
 		if err := l.Release(context.Background()); err != nil {
 			h.rec.Record(Event{K: KindError, Name: h.name, Tok: l.Token(), Msg: "release: " + err.Error()})
 		}
 		// A short rest so that other processes get a turn.
 		sleep(ctx, time.Duration(rand.N(int64(20*time.Millisecond))))
 	}
+}
+
+// watch records the moment the lease's Done fires (its context is
+// cancelled), with its local deadline then, whatever ends it: released,
+// lost (deadline, renewal, session ended) or the client closed.
+func (h *holder) watch(l *pglease.Lease) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		<-l.Done()
+		h.rec.Record(Event{K: KindDone, Name: h.name, Tok: l.Token(), Dl: l.Deadline().UnixNano(), Msg: fmt.Sprint(l.Err())})
+	}()
 }
 
 func randDur(lo, hi time.Duration) time.Duration {

@@ -20,7 +20,9 @@ var soak = flag.Bool("soak", false, "run the long soak (also PGLEASE_SOAK=1)")
 
 // TestSoak runs holder processes on six names under a rotation of every
 // fault until at least PGLEASE_SOAK_SECTIONS (default 10,000) critical
-// sections were recorded, then checks the whole history. Run it with
+// sections were recorded, then checks the whole history. It runs in two
+// phases of half the sections each, one per lease mode (plain, then
+// fast-failover), on tables of their own, and reports each. Run it with
 //
 //	PGLEASE_SOAK=1 go test -run TestSoak -timeout 30m -v ./internal/chaos/
 func TestSoak(t *testing.T) {
@@ -35,8 +37,24 @@ func TestSoak(t *testing.T) {
 		}
 		target = n
 	}
+	var lines []string
+	sections := 0
+	bothModes(t, func(t *testing.T, fast bool) {
+		rep, line := soakPhase(t, fast, (target+1)/2)
+		sections += rep.Sections
+		lines = append(lines, line)
+	})
+	t.Logf("SOAK, %d critical sections in all:\n  %s", sections, strings.Join(lines, "\n  "))
+	if sections < target {
+		t.Errorf("only %d sections, want %d", sections, target)
+	}
+}
+
+// soakPhase runs the soak in one lease mode until target sections, and
+// returns the history report and a summary line.
+func soakPhase(t *testing.T, fast bool, target int) (Report, string) {
 	cl := pgtest.RequireCluster(t)
-	r := startRun(t, scenario{holders: 4, names: []string{"n1", "n2", "n3", "n4", "n5", "n6"}, proxy: true,
+	r := startRun(t, scenario{holders: 4, names: []string{"n1", "n2", "n3", "n4", "n5", "n6"}, proxy: true, fast: fast,
 		csMin: 10 * time.Millisecond, csMax: 60 * time.Millisecond})
 	r.waitBeliefs(20, time.Minute)
 	ttl := r.sc.ttl
@@ -61,9 +79,9 @@ func TestSoak(t *testing.T) {
 		{"partition", func() {
 			p := pick()
 			start := Now()
-			p.proxy.Blackhole(true)
+			p.proxy.Partition(true)
 			time.Sleep(2 * ttl)
-			p.proxy.Blackhole(false)
+			p.proxy.Partition(false)
 			r.addFault("partition", start, p.pid())
 		}},
 		{"terminate", func() {
@@ -134,10 +152,13 @@ func TestSoak(t *testing.T) {
 		k, _, _ := strings.Cut(v, ":")
 		byKind[k]++
 	}
-	t.Logf("SOAK: %v, %d critical sections checked (%d beliefs, %d fenced writes), %d faults injected (%s), overlaps %d, violations %d %v, pauses noticed %d, stale writes rejected %d of %d",
-		time.Since(begin).Round(time.Second), rep.Sections, rep.Beliefs, rep.Writes, total, strings.Join(kinds, ", "),
-		byKind["overlap"], len(rep.Violations), byKind, rep.Resumes, rep.StaleRejected, rep.StaleRejected+rep.StaleAccepted)
+	line := fmt.Sprintf("%s: %v, %d critical sections checked (%d beliefs, %d fenced writes), %d faults injected (%s), overlaps %d (allowed in the terminate window %d; window %s), violations %d %v, pauses noticed %d, stale writes rejected %d of %d",
+		modeName(fast), time.Since(begin).Round(time.Second), rep.Sections, rep.Beliefs, rep.Writes, total, strings.Join(kinds, ", "),
+		byKind["overlap"]+byKind["lease overlap"], rep.AllowedOverl, windowStats(rep.Windows), len(rep.Violations), byKind,
+		rep.Resumes, rep.StaleRejected, rep.StaleRejected+rep.StaleAccepted)
+	t.Logf("SOAK %s", line)
 	if rep.Sections < target {
 		t.Errorf("only %d sections, want %d", rep.Sections, target)
 	}
+	return rep, line
 }

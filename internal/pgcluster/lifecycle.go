@@ -103,6 +103,26 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return c.stop(ctx)
 }
 
+// Shutdown stops the server with pg_ctl's shutdown mode ("smart", "fast"
+// or "immediate": every process quits at once, without a checkpoint, as in
+// a crash) and no fallback. Start starts it again.
+func (c *Cluster) Shutdown(ctx context.Context, mode string) error {
+	switch mode {
+	case "smart", "fast", "immediate":
+	default:
+		return fmt.Errorf("pglease: invalid shutdown mode %q", mode)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("pglease: cluster is closed")
+	}
+	if _, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-m", mode, "-w", "-t", "60", "-s"); err != nil {
+		return c.withLog(err)
+	}
+	return nil
+}
+
 // Kill simulates a crash: it SIGKILLs the postmaster and its child
 // processes and waits until they are gone.
 func (c *Cluster) Kill() error {

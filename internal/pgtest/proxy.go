@@ -20,6 +20,7 @@ type Proxy struct {
 
 	delay     atomic.Int64 // time.Duration per forwarded chunk
 	blackhole atomic.Bool
+	partition atomic.Bool
 	refuse    atomic.Bool
 
 	mu     sync.Mutex
@@ -96,6 +97,17 @@ func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 // Blackhole stops (on) or resumes forwarding in both directions without
 // closing connections. Data received while blackholed is dropped.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// Partition cuts the network between client and server (on) or heals it:
+// like Blackhole, and in addition a connection whose other side closes
+// while partitioned is held open, without FIN or RST, until the partition
+// heals (it is then closed). Neither side learns anything of the other
+// during a partition, as when a cable is cut: a server that restarts or
+// ends the session meanwhile is not noticed by the client.
+func (p *Proxy) Partition(on bool) {
+	p.partition.Store(on)
+	p.blackhole.Store(on)
+}
 
 // Refuse makes the proxy close new connections immediately (on) or accept
 // them again.
@@ -191,6 +203,7 @@ func (p *Proxy) handle(client net.Conn) {
 // fails; it then closes both connections so the other direction ends too.
 func (p *Proxy) pipe(pc *proxyConn, dst, src net.Conn) {
 	defer pc.close()
+	defer p.holdWhilePartitioned(pc)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -212,6 +225,20 @@ func (p *Proxy) pipe(pc *proxyConn, dst, src net.Conn) {
 		}
 		if err != nil {
 			return
+		}
+	}
+}
+
+// holdWhilePartitioned delays the teardown of a connection until a
+// partition heals, the connection is reset or the proxy closes.
+func (p *Proxy) holdWhilePartitioned(pc *proxyConn) {
+	for p.partition.Load() {
+		select {
+		case <-pc.done:
+			return
+		case <-p.done:
+			return
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

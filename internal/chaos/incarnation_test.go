@@ -1,0 +1,209 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/pgcluster"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// TestSessionTakeoverNeedsSameIncarnation: SPEC §3.5 — a session-bound
+// takeover (the advisory lock is free, so the holder's session looks gone)
+// is allowed only by the server incarnation that granted the lease. A
+// promoted standby, or a server after a crash-restart or a crash-recovery
+// cycle, holds no session locks at all: a free advisory lock there says
+// nothing about the holder, whose lease must fall back to the row's expiry.
+// The holder is partitioned (no FIN, no RST: it keeps believing in its
+// lease until its local deadline), the server is replaced under it, and a
+// waiter that reaches the new server must not acquire before the holder's
+// local deadline.
+func TestSessionTakeoverNeedsSameIncarnation(t *testing.T) {
+	t.Run("promotion", func(t *testing.T) {
+		bothModes(t, func(t *testing.T, fast bool) {
+			primary, standby, dsn := haPair(t, pgcluster.StandbyOptions{Sync: true})
+			incarnation(t, fast, incarnationSetup{
+				admin: dsn, waiter: dsn, holder: primary.DSN(""),
+				holderTarget: fmt.Sprintf("%s:%d", primary.Host(), primary.Port()),
+				fault:        "stop -m immediate + promote",
+				do: func(ctx context.Context) error {
+					if err := primary.Shutdown(ctx, "immediate"); err != nil {
+						return err
+					}
+					return standby.Promote(ctx)
+				},
+			})
+		})
+	})
+	cl := pgtest.RequireCluster(t)
+	base := pgtest.DSN(t)
+	same := incarnationSetup{waiter: base, holder: base, holderTarget: pgtest.HostPort(t, base)}
+	t.Run("restart-immediate", func(t *testing.T) {
+		s := same
+		s.fault = "stop -m immediate + start"
+		s.do = func(ctx context.Context) error {
+			if err := cl.Shutdown(ctx, "immediate"); err != nil {
+				return err
+			}
+			return cl.Start(ctx)
+		}
+		incarnation(t, true, s)
+	})
+	t.Run("backend-crash", func(t *testing.T) {
+		s := same
+		s.fault = "SIGKILL of one backend (crash recovery of every session)"
+		s.do = func(ctx context.Context) error { return crashBackend(ctx, base) }
+		incarnation(t, true, s)
+	})
+}
+
+// incarnationSetup says where the processes of one incarnation scenario
+// connect and how the server is replaced.
+type incarnationSetup struct {
+	admin        string // superuser DSN that follows the current primary (default: the shared cluster, a schema per test)
+	waiter       string // the waiter's DSN (reaches the new server)
+	holder       string // the holder's DSN (rewritten to its proxy)
+	holderTarget string // host:port behind the holder's proxy
+	fault        string
+	do           func(ctx context.Context) error
+}
+
+func incarnation(t *testing.T, fast bool, s incarnationSetup) {
+	// A long TTL so that the server is replaced well before the holder's
+	// local deadline (TTL − margin after its last renewal), and sections
+	// that outlast the scenario so that the holder still holds when cut off.
+	r := startRun(t, scenario{holders: 0, fast: fast, ttl: 8 * time.Second, csMin: time.Minute, csMax: time.Minute,
+		dsn: s.waiter, admin: s.admin})
+	a := r.spawnWith(spawnOpt{fast: fast, dsn: s.holder, proxyTo: s.holderTarget})
+	_, tok := r.holderOf("job", 30*time.Second)
+	b := r.spawnWith(spawnOpt{fast: fast})
+	r.waitSession(b.owner, 30*time.Second)
+	time.Sleep(300 * time.Millisecond) // let the waiter reach its wait (advisory lock or expiry timer)
+
+	start := Now()
+	a.proxy.Partition(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	err := s.do(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("%s: %v", s.fault, err)
+	}
+	r.addFault("incarnation", start, 0)
+	replaced := Now()
+	if !r.waitAcquired("job", tok, 2*r.sc.ttl+10*time.Second) {
+		t.Errorf("the waiter never acquired after %s; the server's sessions:\n%s", s.fault, r.activity())
+	}
+	// The holder's lease ends at its local deadline at the latest.
+	done := r.waitEvent(func(e Event) bool { return e.K == KindDone && e.Pid == a.pid() && e.Tok == tok }, r.sc.ttl+5*time.Second)
+	events, _ := LoadDir(r.dir)
+	var acq *Event
+	for i, e := range events {
+		if e.K == KindAcquired && e.Pid == b.pid() && e.Tok > tok {
+			acq = &events[i]
+			break
+		}
+	}
+	ms := func(t int64) time.Duration { return time.Duration(t - start).Round(time.Millisecond) }
+	switch {
+	case done == nil:
+		t.Errorf("the partitioned holder recorded no end of its lease (token %d)", tok)
+	case acq == nil:
+		t.Errorf("the waiter recorded no acquisition")
+	default:
+		t.Logf("%s, %s leases, times from the partition: server replaced +%v, holder's local deadline +%v (its Done +%v: %s), waiter acquired token %d at +%v",
+			s.fault, modeName(fast), ms(replaced), ms(done.Dl), ms(done.T), done.Msg, acq.Tok, ms(acq.T))
+		if replaced >= done.Dl {
+			t.Errorf("the server was replaced only after the holder's local deadline: the scenario cannot tell a session-bound takeover from expiry")
+		}
+		if acq.T < done.Dl {
+			t.Errorf("the waiter acquired %v before the partitioned holder's local deadline (session-bound takeover on a new server incarnation)",
+				time.Duration(done.Dl-acq.T).Round(time.Millisecond))
+		}
+	}
+	a.proxy.Partition(false)
+	r.finish(Options{})
+}
+
+// waitSession waits until the server shows a session of the holder owner.
+func (r *run) waitSession(owner string, timeout time.Duration) {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var n int
+		conn, err := pgx.Connect(ctx, r.base)
+		if err == nil {
+			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, "pglease "+owner).Scan(&n)
+			conn.Close(ctx)
+		}
+		cancel()
+		if err == nil && n > 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.t.Fatalf("no session of %s within %v\n%s", owner, timeout, r.stderrTails())
+}
+
+// waitEvent waits until some holder recorded an event matching f and
+// returns it, or nil after timeout.
+func (r *run) waitEvent(f func(Event) bool, timeout time.Duration) *Event {
+	deadline := time.Now().Add(timeout)
+	for {
+		ev, _ := LoadDir(r.dir)
+		for i := range ev {
+			if f(ev[i]) {
+				return &ev[i]
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// crashBackend SIGKILLs one backend of the server at dsn: the postmaster
+// then ends every session and reinitialises shared memory (all advisory
+// locks are gone) without restarting. It waits until the server accepts
+// connections again.
+func crashBackend(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	var pid int
+	err = conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+	if err != nil {
+		conn.Close(ctx)
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		conn.Close(ctx)
+		return fmt.Errorf("kill backend %d: %w", pid, err)
+	}
+	conn.Close(ctx)
+	// Wait for the crash cycle to begin (new connections are refused
+	// while it runs), then for the server to accept connections again.
+	time.Sleep(100 * time.Millisecond)
+	for {
+		c, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			err = c.Ping(ctx)
+			c.Close(ctx)
+			if err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server did not come back after the backend crash: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
