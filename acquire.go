@@ -277,7 +277,9 @@ func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine
 			return r
 		}
 		r.note(heldError(name, res), res.OtherRemaining)
-		if res.HolderInSession && r.inSession == "" {
+		if o.session && res.HolderInSession && r.inSession == "" {
+			// Only a session-bound contender may take over when the
+			// holder's session ends; a plain one waits for the expiry.
 			r.inSession = name
 		}
 		if o.session && !res.HolderInSession && !res.busy {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -361,5 +362,32 @@ func TestSlotWaiterGetsFastFailover(t *testing.T) {
 		_ = l.Release(ctx)
 	case <-time.After(20 * time.Second):
 		t.Fatal("no slot taken over within 20s after its fast-failover holder died (TTL 1m)")
+	}
+}
+
+// A plain waiter cannot take a session-bound lease over when the holder's
+// session ends, so it waits for the row's expiry: it neither awaits the
+// holder's session nor polls while it waits.
+func TestPlainWaiterOnDeadSessionHolderWaitsForExpiry(t *testing.T) {
+	ctx := testCtx(t)
+	table := pgtest.Schema(t) + ".leases"
+	var attempts atomic.Int64
+	w := testClient(t, Config{Table: table, Observer: ObserverFunc(func(e Event) {
+		if e.Kind == EventContended {
+			attempts.Add(1)
+		}
+	})})
+	cmd, _ := startHolder(t, table, "p", 3*time.Second, true)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	l, err := w.Acquire(ctx, "p", WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// One attempt, the expiry timer's, and a few for jitter; a waiter
+	// woken by the free session lock would make hundreds.
+	if n := attempts.Load(); n > 5 {
+		t.Fatalf("a plain waiter made %d attempts while a dead fast-failover holder's row expired", n)
 	}
 }
