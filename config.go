@@ -26,16 +26,19 @@ type Config struct {
 	// "hostname-pid-random", unique per client.
 	Owner string
 	// TTL is the default time-to-live of a lease; [WithTTL] overrides it
-	// per lease. Default 30s; minimum 1s.
+	// per lease. Default 30s; minimum 1s; a whole number of milliseconds
+	// (the server counts it in milliseconds).
 	TTL time.Duration
 	// SafetyMargin is subtracted from the TTL to get the local deadline of a
 	// lease (see the package documentation). It bounds the process pause the
 	// mutual exclusion guarantee tolerates. Default TTL/5 of each lease;
-	// must be below TTL/2.
+	// must be below TTL/2 and a whole number of milliseconds.
 	SafetyMargin time.Duration
 	// RenewInterval is how often held leases are renewed. Default a third
 	// of the shortest TTL held; must leave at least two renewal attempts
-	// before the local deadline.
+	// before the local deadline (TTL minus SafetyMargin), defaults
+	// included: a SafetyMargin of TTL/3 or more with the default interval
+	// is refused. A whole number of milliseconds.
 	RenewInterval time.Duration
 	// PollInterval bounds how long a blocked [Client.Acquire] waits between
 	// checks when no notification arrives (lost notifications, PgBouncer).
@@ -118,6 +121,18 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 	if cfg.SafetyMargin < 0 || cfg.RenewInterval < 0 {
 		return cfg, nil, fmt.Errorf("%w: SafetyMargin and RenewInterval must not be negative", ErrInvalidTTL)
 	}
+	if err := wholeMillis("SafetyMargin", cfg.SafetyMargin); err != nil {
+		return cfg, nil, err
+	}
+	if err := wholeMillis("RenewInterval", cfg.RenewInterval); err != nil {
+		return cfg, nil, err
+	}
+	// The default TTL must be usable with the margin and interval: a
+	// client whose every default lease would be refused is refused here,
+	// before it connects.
+	if err := cfg.checkTiming(cfg.TTL); err != nil {
+		return cfg, nil, err
+	}
 	if cfg.MaxConns < 0 {
 		return cfg, nil, fmt.Errorf("pglease: MaxConns must not be negative, got %d", cfg.MaxConns)
 	}
@@ -136,6 +151,45 @@ func checkTTL(ttl time.Duration) error {
 	}
 	if ttl > maxTTL {
 		return fmt.Errorf("%w: TTL must be at most 100 years, got %s", ErrInvalidTTL, ttl)
+	}
+	return wholeMillis("TTL", ttl)
+}
+
+// wholeMillis refuses a duration finer than a millisecond. The server is
+// sent lease times in whole milliseconds, so a finer value would be
+// rounded there but not in the client's own deadline arithmetic, and the
+// two would disagree about when the lease ends.
+func wholeMillis(what string, d time.Duration) error {
+	if d%time.Millisecond != 0 {
+		return fmt.Errorf("%w: %s %s is not a whole number of milliseconds: the server counts lease times in milliseconds and would round it differently from the client; round it to a millisecond (e.g. %s)",
+			ErrInvalidTTL, what, d, d.Truncate(time.Millisecond))
+	}
+	return nil
+}
+
+// checkTiming refuses a TTL that the configured (or default) safety margin
+// and renewal interval cannot keep safely: the margin must be below half
+// the TTL, and at least two renewal attempts must start before the local
+// deadline (TTL minus the margin), so that one failed or slow renewal does
+// not lose the lease.
+func (cfg *Config) checkTiming(ttl time.Duration) error {
+	margin, renew := marginFor(cfg, ttl), renewFor(cfg, ttl)
+	what := func(name string, set bool, d time.Duration, def string) string {
+		if set {
+			return fmt.Sprintf("%s %s", name, d)
+		}
+		return fmt.Sprintf("%s %s (the default, %s)", name, d, def)
+	}
+	ms := what("SafetyMargin", cfg.SafetyMargin > 0, margin, "TTL/5")
+	ri := what("RenewInterval", cfg.RenewInterval > 0, renew, "TTL/3")
+	// Compared without multiplying first: 2*d could overflow.
+	if margin >= ttl || margin >= ttl-margin {
+		return fmt.Errorf("%w: %s must be below half the TTL %s: raise the TTL or lower SafetyMargin",
+			ErrInvalidTTL, ms, ttl)
+	}
+	if deadline := ttl - margin; renew >= deadline || renew >= deadline-renew {
+		return fmt.Errorf("%w: %s leaves fewer than two renewal attempts before the local deadline of a %s TTL (TTL minus %s = %s), so one failed renewal would lose the lease: lower RenewInterval or SafetyMargin, or raise the TTL",
+			ErrInvalidTTL, ri, ttl, ms, deadline)
 	}
 	return nil
 }
@@ -186,8 +240,9 @@ type leaseOptions struct {
 	slots        int
 }
 
-// WithTTL sets the lease's time-to-live (at least 1s) instead of
-// [Config.TTL].
+// WithTTL sets the lease's time-to-live (at least 1s, a whole number of
+// milliseconds) instead of [Config.TTL]. The client's SafetyMargin and
+// RenewInterval must suit it as they must suit [Config.TTL].
 func WithTTL(ttl time.Duration) Option {
 	return func(o *leaseOptions) error {
 		if err := checkTTL(ttl); err != nil {
@@ -200,11 +255,15 @@ func WithTTL(ttl time.Duration) Option {
 
 // WithMinHold keeps the lease held until d after acquisition even when it
 // is released earlier (ShedLock's lockAtLeastFor), so that a job scheduled on
-// several hosts with slightly different clocks runs once.
+// several hosts with slightly different clocks runs once. d is a whole
+// number of milliseconds, at most the lease's TTL.
 func WithMinHold(d time.Duration) Option {
 	return func(o *leaseOptions) error {
 		if d < 0 || d > maxTTL {
 			return fmt.Errorf("%w: minimum hold must be between 0 and 100 years, got %s", ErrInvalidTTL, d)
+		}
+		if err := wholeMillis("minimum hold", d); err != nil {
+			return err
 		}
 		o.minHold = d
 		return nil
@@ -275,11 +334,8 @@ func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 		// longer hold than TTL would need renewals nobody sends.
 		return o, fmt.Errorf("%w: minimum hold %s exceeds the TTL %s", ErrInvalidTTL, o.minHold, o.ttl)
 	}
-	if c.cfg.SafetyMargin >= o.ttl/2 {
-		return o, fmt.Errorf("%w: SafetyMargin %s must be below half the TTL %s", ErrInvalidTTL, c.cfg.SafetyMargin, o.ttl)
-	}
-	if c.cfg.RenewInterval > 0 && c.cfg.RenewInterval*2 > o.ttl-c.margin(o.ttl) {
-		return o, fmt.Errorf("%w: RenewInterval %s leaves fewer than two renewals before the deadline of a %s TTL", ErrInvalidTTL, c.cfg.RenewInterval, o.ttl)
+	if err := c.cfg.checkTiming(o.ttl); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -292,17 +348,21 @@ func defaultMetadata() []byte {
 }
 
 // margin is the safety margin of a lease with the given TTL.
-func (c *Client) margin(ttl time.Duration) time.Duration {
-	if c.cfg.SafetyMargin > 0 {
-		return c.cfg.SafetyMargin
+func (c *Client) margin(ttl time.Duration) time.Duration { return marginFor(&c.cfg, ttl) }
+
+// renewEvery is the renewal interval for a lease with the given TTL.
+func (c *Client) renewEvery(ttl time.Duration) time.Duration { return renewFor(&c.cfg, ttl) }
+
+func marginFor(cfg *Config, ttl time.Duration) time.Duration {
+	if cfg.SafetyMargin > 0 {
+		return cfg.SafetyMargin
 	}
 	return ttl / 5
 }
 
-// renewEvery is the renewal interval for a lease with the given TTL.
-func (c *Client) renewEvery(ttl time.Duration) time.Duration {
-	if c.cfg.RenewInterval > 0 {
-		return c.cfg.RenewInterval
+func renewFor(cfg *Config, ttl time.Duration) time.Duration {
+	if cfg.RenewInterval > 0 {
+		return cfg.RenewInterval
 	}
 	return ttl / 3
 }

@@ -33,7 +33,9 @@ var errResigned = errors.New("pglease: resigned leadership")
 // NewElector returns an elector for name. Each time this instance is
 // elected, lead is called with a context that is cancelled when leadership
 // ends (lease lost, [Elector.Resign], or Run's context cancelled); lead
-// should return promptly then. When lead returns, the lease is released and
+// should return promptly then. Like [Lease.Context], its Err reports a
+// lost lease as soon as the local deadline has passed, even to a goroutine
+// resuming from a pause before the deadline timer ran. When lead returns, the lease is released and
 // the instance campaigns again. Options apply to every term's lease
 // ([WithTTL], [FastFailover]…).
 func (c *Client) NewElector(name string, lead func(ctx context.Context) error, opts ...Option) (*Elector, error) {
@@ -89,13 +91,12 @@ func (e *Elector) Run(ctx context.Context) error {
 
 // serve runs one term and reports whether it ended by Resign.
 func (e *Elector) serve(ctx context.Context, l *Lease) bool {
-	tctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	// Like the lease's own context, tctx checks the deadline on Err.
+	tctx, cancel := withLease(ctx, l)
 	e.mu.Lock()
 	e.term, e.resign = l, cancel
 	e.mu.Unlock()
 	err := e.callLead(tctx)
-	stop()
 	resigned := errors.Is(context.Cause(tctx), errResigned)
 	cancel(nil)
 	e.mu.Lock()

@@ -3,6 +3,7 @@ package pglease
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pglease/pglease/internal/store"
@@ -73,6 +74,15 @@ type lostError struct{ why string }
 
 func (e *lostError) Error() string        { return "pglease: lease lost: " + e.why }
 func (e *lostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// guardRefused reports whether err is the server's refusal of the Guard
+// statement: the lease is not held with the token. The statement raises
+// it by giving ErrNotHeld's text to set_config as an invalid value
+// (invalid_parameter_value, 22023); the text is matched rather than the
+// surrounding message, which the server may translate.
+func guardRefused(err error) bool {
+	return store.SQLState(err) == "22023" && strings.Contains(err.Error(), ErrNotHeld.Error())
+}
 
 // opError prefixes a database error with what pglease was doing.
 func opError(op string, err error) error {

@@ -210,7 +210,7 @@ func TestSlotsAllowNHolders(t *testing.T) {
 func TestAlertOnOldHeartbeat(t *testing.T) {
 	ctx := testCtx(t)
 	events := make(chan Event, 16)
-	holder := testClient(t, Config{RenewInterval: time.Hour, SafetyMargin: time.Second})
+	holder := testClient(t, Config{TTL: 3 * time.Hour, RenewInterval: time.Hour, SafetyMargin: time.Second})
 	watcher := testClient(t, Config{Table: holder.cfg.Table, AlertAfter: 300 * time.Millisecond,
 		Observer: ObserverFunc(func(e Event) {
 			if e.Kind == EventAlert {
@@ -218,7 +218,7 @@ func TestAlertOnOldHeartbeat(t *testing.T) {
 			}
 		})})
 	_ = holder
-	// RenewInterval one hour is rejected for a short TTL; hold with a long
+	// RenewInterval one hour is refused with a short TTL; hold with a long
 	// TTL so no renewal happens during the test.
 	l, err := holder.TryAcquire(ctx, "stuck", WithTTL(3*time.Hour))
 	if err != nil {

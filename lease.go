@@ -284,10 +284,15 @@ func (l *Lease) Renew(ctx context.Context) error {
 // Guard verifies, inside the caller's transaction tx, that the lease is
 // still held with its token, and locks the lease row so that no takeover,
 // release or cleanup can commit before tx ends. Call it before the writes
-// the lease protects; a stale holder's transaction then fails instead of
-// committing. It returns an error matching [ErrNotHeld] otherwise. Keep
-// guarded transactions shorter than the TTL: the lock also delays this
-// lease's renewal. For the rest of tx, Guard lowers the server's
+// the lease protects. When the lease is not held with its token, Guard
+// returns an error matching [ErrNotHeld] and tx is aborted on the server:
+// it cannot commit even if the error is ignored, so a stale holder's write
+// never lands. A lease that the server reports as no longer held is also
+// lost locally ([Lease.Done] is closed, [Lease.Err] matches
+// [ErrLeaseLost]); a transient failure (network error, cancelled ctx)
+// leaves the lease alone and returns the error. Keep guarded transactions
+// shorter than the TTL: the lock also delays this lease's renewal. For the
+// rest of tx, Guard lowers the server's
 // idle_in_transaction_session_timeout to the time left until the lease's
 // row could expire (its local deadline plus the safety margin; a stricter
 // setting of the caller's is kept): a transaction whose client stops
@@ -304,18 +309,30 @@ func (l *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
 }
 
 func (l *Lease) guard(ctx context.Context, q store.Querier) error {
-	if err := l.Err(); err != nil {
-		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, err)
+	ended := l.Err()
+	if ended != nil {
+		// Known to have ended: the statement is still sent, told to
+		// fail, so that tx is aborted even if the caller ignores the
+		// error. It runs even when ctx is done, briefly, for the same
+		// reason.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.c.cfg.StatementTimeout)
+		defer cancel()
 	}
 	// Until the row could expire on the server: the local deadline plus
 	// the safety margin. No takeover could happen sooner anyway, and a
 	// tighter bound would end slow but healthy transactions.
-	ok, err := l.c.st.Guard(ctx, q, l.name, l.token, time.Until(l.Deadline())+l.c.margin(l.ttl))
-	if err != nil {
+	err := l.c.st.Guard(ctx, q, l.name, l.token, ended == nil, time.Until(l.Deadline())+l.c.margin(l.ttl))
+	switch {
+	case ended != nil:
+		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, ended)
+	case guardRefused(err):
+		// The server says the row is gone or has another token: the
+		// lease is lost, whatever the renewals last saw.
+		l.lose(&lostError{"a Guard found the lease no longer held with its token"})
+		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, l.Err())
+	case err != nil:
 		return opError("guard", err)
-	}
-	if !ok {
-		return fmt.Errorf("%w: %q token %d", ErrNotHeld, l.name, l.token)
 	}
 	return nil
 }

@@ -8,7 +8,10 @@ import (
 
 // TryRun runs fn on exactly one instance: it makes one attempt to acquire
 // name and, if that succeeds, calls fn with a context that ends when ctx
-// ends or the lease is lost, then releases the lease. When the lease is held
+// ends or the lease is lost, then releases the lease. Like
+// [Lease.Context], fn's context reports the loss (Err non-nil, cause
+// matching [ErrLeaseLost]) as soon as the lease's local deadline has
+// passed, even when checked by a goroutine resuming from a pause. When the lease is held
 // elsewhere fn is not called and the error matches [ErrNotAcquired] (a
 // *[HeldError]). Otherwise it returns fn's error, joined with the loss cause
 // if the lease was lost while fn ran (fn may then have overlapped with the
@@ -32,11 +35,9 @@ func (c *Client) Run(ctx context.Context, name string, fn func(ctx context.Conte
 }
 
 func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
-	fctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	fctx, end := withLease(ctx, l)
 	defer func() {
-		stop()
-		cancel(nil)
+		end(nil)
 		lost := l.Err()
 		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil {
 			err = errors.Join(err, rerr)
@@ -46,4 +47,39 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 		}
 	}()
 	return fn(fctx)
+}
+
+// withLease returns a context that ends when ctx ends or when l ends (its
+// cause then is [Lease.Err]), and a function that ends it with a cause and
+// frees its resources. Like [Lease.Context], its Err checks the lease's
+// local deadline itself.
+func withLease(ctx context.Context, l *Lease) (context.Context, context.CancelCauseFunc) {
+	inner, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	return boundContext{inner, l, cancel}, func(cause error) {
+		stop()
+		cancel(cause)
+	}
+}
+
+// boundContext is a context bound to a lease. The lease's end cancels it
+// from another goroutine (the deadline timer, then an AfterFunc), which a
+// goroutine resuming from a pause (GC, SIGSTOP) may run before; so Err
+// asks the lease, which checks its deadline, and cancels the context at
+// once when the lease has ended. Done, Value and Cause are the embedded
+// context's.
+type boundContext struct {
+	context.Context
+	l      *Lease
+	cancel context.CancelCauseFunc
+}
+
+func (c boundContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if err := c.l.Err(); err != nil {
+		c.cancel(err) // idempotent: the first cause wins
+	}
+	return c.Context.Err()
 }

@@ -390,15 +390,14 @@ func (s *Store) Release(ctx context.Context, q Querier, name string, token int64
 // Guard checks, inside the caller's transaction, that name is held with
 // token, and locks the row until that transaction ends; the server ends
 // the transaction's session if it then sits idle for longer than idle.
-func (s *Store) Guard(ctx context.Context, q Querier, name string, token int64, idle time.Duration) (bool, error) {
-	found := false
-	err := q.Query(ctx, s.Q.Guard, []any{name, token, max(idle.Milliseconds(), 1)}, func(r Row) error {
-		var t int64
+// When the row is not held with token, or held is false (the client knows
+// the lease ended), the statement fails with the server's error and the
+// transaction is aborted: it cannot commit whatever the caller does.
+func (s *Store) Guard(ctx context.Context, q Querier, name string, token int64, held bool, idle time.Duration) error {
+	return q.Query(ctx, s.Q.Guard, []any{name, token, max(idle.Milliseconds(), 1), held}, func(r Row) error {
 		var setting string
-		found = true
-		return r.Scan(&t, &setting)
+		return r.Scan(&setting)
 	})
-	return found, err
 }
 
 // Record is one row as read with the server clock.

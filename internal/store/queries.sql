@@ -256,15 +256,27 @@ SELECT (SELECT count(*) FROM keep) + (SELECT count(*) FROM del),
 -- caller's own idle_in_transaction_session_timeout is kept when stricter).
 -- Otherwise a client partitioned mid-transaction would hold the row lock,
 -- and block every takeover, until the server noticed the dead connection.
-SELECT l."token",
-       set_config('idle_in_transaction_session_timeout',
-                  (SELECT CASE WHEN s.setting::bigint BETWEEN 1 AND $3::bigint THEN s.setting
-                               ELSE $3::bigint::text END
-                     FROM pg_settings AS s WHERE s.name = 'idle_in_transaction_session_timeout'),
+-- $4 is false when the client already knows the lease ended.
+-- When the lease is not held with this token the statement fails, and so
+-- does the caller's transaction: a caller that ignores Guard's error still
+-- cannot commit a stale write. The failure is the server refusing the
+-- message below as a value of the setting; the client recognises the
+-- message (it is ErrNotHeld's text). It is raised by set_config, a
+-- volatile function, so the planner never evaluates it ahead of time.
+SELECT set_config('idle_in_transaction_session_timeout',
+                  CASE WHEN g."token" IS NULL
+                       THEN 'pglease: lease is no longer held with this token'
+                       ELSE (SELECT CASE WHEN s.setting::bigint BETWEEN 1 AND $3::bigint THEN s.setting
+                                         ELSE $3::bigint::text END
+                               FROM pg_settings AS s WHERE s.name = 'idle_in_transaction_session_timeout')
+                  END,
                   true)
-  FROM {{table}} AS l
- WHERE l."name" = $1::text AND l."token" = $2::bigint AND l."expires_at" > clock_timestamp()
-   FOR SHARE OF l
+  FROM (SELECT) AS one
+  LEFT JOIN (SELECT l."token"
+               FROM {{table}} AS l
+              WHERE $4::boolean AND l."name" = $1::text AND l."token" = $2::bigint
+                AND l."expires_at" > clock_timestamp()
+                FOR SHARE OF l) AS g ON true
 
 -- name: Get
 SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",

@@ -1,0 +1,114 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// Configurations that cannot keep a lease safely are refused by every
+// constructor, before anything is sent, with an error matching
+// ErrInvalidTTL that names the problem; the same rule applies to a lease's
+// own TTL.
+func TestUnsafeConfigRefused(t *testing.T) {
+	ctx := testCtx(t)
+	pool := pgtest.Pool(t)
+	db := openSQL(t, false)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // substring of the error; "" when the config is valid
+	}{
+		{"Defaults", Config{}, ""},
+		{"MarginJustBelowDefaultLimit", Config{TTL: 30 * time.Second, SafetyMargin: 9999 * time.Millisecond}, ""},
+		{"ShortIntervalAllowsLargeMargin", Config{TTL: 30 * time.Second, SafetyMargin: 14 * time.Second, RenewInterval: time.Second}, ""},
+		// The default interval TTL/3 leaves only one renewal before a
+		// deadline of TTL - 14s = 16s.
+		{"MarginNearHalfWithDefaultInterval", Config{TTL: 30 * time.Second, SafetyMargin: 14 * time.Second}, "fewer than two renewal attempts"},
+		{"MarginAtThirdWithDefaultInterval", Config{TTL: 30 * time.Second, SafetyMargin: 10 * time.Second}, "fewer than two renewal attempts"},
+		{"MarginHalf", Config{TTL: 30 * time.Second, SafetyMargin: 15 * time.Second, RenewInterval: time.Second}, "below half the TTL"},
+		{"MarginAboveTTL", Config{TTL: 30 * time.Second, SafetyMargin: time.Hour, RenewInterval: time.Second}, "below half the TTL"},
+		{"IntervalTooLong", Config{TTL: 30 * time.Second, RenewInterval: 12 * time.Second}, "fewer than two renewal attempts"},
+		{"IntervalHuge", Config{RenewInterval: time.Duration(1<<63 - 1).Truncate(time.Millisecond)}, "fewer than two renewal attempts"},
+		{"DefaultTTLWithLongInterval", Config{RenewInterval: time.Hour}, "fewer than two renewal attempts"},
+		{"SubMillisecondTTL", Config{TTL: 30*time.Second + 500*time.Microsecond}, "TTL 30.0005s is not a whole number of milliseconds"},
+		{"SubMillisecondMargin", Config{SafetyMargin: 2*time.Second + 1}, "SafetyMargin 2.000000001s is not a whole number of milliseconds"},
+		{"SubMillisecondInterval", Config{RenewInterval: 5*time.Second + time.Microsecond}, "RenewInterval 5.000001s is not a whole number of milliseconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Table = pgtest.Schema(t) + ".leases"
+			for _, open := range []struct {
+				name string
+				open func() (*Client, error)
+			}{
+				{"NewFromPool", func() (*Client, error) { return NewFromPool(pool, tc.cfg) }},
+				{"NewFromDB", func() (*Client, error) { return NewFromDB(db, tc.cfg) }},
+				// Port 1 is closed: a valid config fails to connect instead.
+				{"Open", func() (*Client, error) {
+					return Open(ctx, "postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=1", tc.cfg)
+				}},
+			} {
+				c, err := open.open()
+				if c != nil {
+					_ = c.Close()
+				}
+				switch {
+				case tc.want == "" && errors.Is(err, ErrInvalidTTL):
+					t.Errorf("%s refused a safe config: %v", open.name, err)
+				case tc.want == "":
+				case !errors.Is(err, ErrInvalidTTL):
+					t.Errorf("%s: %v, want ErrInvalidTTL", open.name, err)
+				case !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "pglease: "):
+					t.Errorf("%s: %q, want it to say %q", open.name, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// The per-lease TTL and minimum hold obey the same rules, with the same
+// messages, and a refused lease leaves no row behind.
+func TestUnsafeLeaseTimingRefused(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{SafetyMargin: 5 * time.Second})
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		// Margin 5s, default interval 4s: a deadline at 7s leaves one
+		// renewal.
+		{"DefaultIntervalTooLongForShortTTL", []Option{WithTTL(12 * time.Second)}, "fewer than two renewal attempts"},
+		{"MarginAboveHalf", []Option{WithTTL(9 * time.Second)}, "below half the TTL"},
+		{"SubMillisecondTTL", []Option{WithTTL(time.Minute + time.Nanosecond)}, "TTL 1m0.000000001s is not a whole number of milliseconds"},
+		{"SubMillisecondMinHold", []Option{WithMinHold(time.Second + 100*time.Microsecond)}, "minimum hold 1.0001s is not a whole number of milliseconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.TryAcquire(ctx, "n", tc.opts...)
+			if !errors.Is(err, ErrInvalidTTL) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("TryAcquire: %v, want ErrInvalidTTL saying %q", err, tc.want)
+			}
+			if _, err := c.NewElector("n", func(context.Context) error { return nil }, tc.opts...); !errors.Is(err, ErrInvalidTTL) {
+				t.Errorf("NewElector: %v, want ErrInvalidTTL", err)
+			}
+		})
+	}
+	// The same config message at Open and per lease.
+	_, cerr := NewFromPool(pgtest.Pool(t), Config{Table: c.cfg.Table, TTL: 12 * time.Second, SafetyMargin: 5 * time.Second})
+	_, lerr := c.TryAcquire(ctx, "n", WithTTL(12*time.Second))
+	if cerr == nil || lerr == nil || cerr.Error() != lerr.Error() {
+		t.Errorf("config and lease messages differ:\n%v\n%v", cerr, lerr)
+	}
+	if l, err := c.TryAcquire(ctx, "n", WithTTL(20*time.Second)); err != nil {
+		t.Errorf("a safe lease TTL was refused: %v", err)
+	} else {
+		_ = l.Release(ctx)
+	}
+	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
+		t.Errorf("rows after refused leases: %v, %v", infos, err)
+	}
+}
