@@ -391,3 +391,35 @@ func TestPlainWaiterOnDeadSessionHolderWaitsForExpiry(t *testing.T) {
 		t.Fatalf("a plain waiter made %d attempts while a dead fast-failover holder's row expired", n)
 	}
 }
+
+// Errors on the dedicated connection that leave the session intact
+// (cancelled statements, deadlocks, lock timeouts) never make the client
+// close it under a held session-bound lease.
+func TestRetryableErrorsKeepTheSession(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{StatementTimeout: 300 * time.Millisecond})
+	l, err := c.TryAcquire(ctx, "k", FastFailover(), WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	epoch := c.sess.currentEpoch()
+	for _, stmt := range []string{
+		"SELECT pg_sleep(2)", // the session's statement_timeout: 57014
+		"DO $$BEGIN RAISE EXCEPTION 'test' USING ERRCODE = '40P01'; END$$",
+		"DO $$BEGIN RAISE EXCEPTION 'test' USING ERRCODE = '55P03'; END$$",
+	} {
+		err := c.sess.do(ctx, 5*time.Second, func(ctx context.Context, q store.Querier, _ *sessState) error {
+			return q.Query(ctx, stmt, nil, func(store.Row) error { return nil })
+		})
+		if !store.Retryable(err) {
+			t.Fatalf("%s: %v, want a retryable error", stmt, err)
+		}
+	}
+	if e := c.sess.currentEpoch(); e != epoch {
+		t.Fatalf("the session was re-opened (epoch %d → %d)", epoch, e)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("session-bound lease ended: %v", err)
+	}
+}
