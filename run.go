@@ -11,8 +11,9 @@ import (
 // ends or the lease is lost, then releases the lease. Like
 // [Lease.Context], fn's context reports the loss (Err non-nil, cause
 // matching [ErrLeaseLost]) as soon as the lease's local deadline has
-// passed, even when checked by a goroutine resuming from a pause. When the lease is held
-// elsewhere fn is not called and the error matches [ErrNotAcquired] (a
+// passed, even when checked by a goroutine resuming from a pause. When the
+// lease is held elsewhere fn is not called and the error matches
+// [ErrNotAcquired] (a
 // *[HeldError]). Otherwise it returns fn's error, joined with the loss cause
 // if the lease was lost while fn ran (fn may then have overlapped with the
 // next holder; see [Lease.Guard]).
