@@ -351,7 +351,11 @@ type NameToken struct {
 // held but not renewed because a guarded transaction has their row locked;
 // a name in neither was lost.
 func (s *Store) Renew(ctx context.Context, q Querier, batch []NameToken, client string) (renewed, busy map[string]bool, err error) {
-	arg, err := json.Marshal(batch)
+	tokens := make(map[string]int64, len(batch))
+	for _, nt := range batch {
+		tokens[nt.Name] = nt.Token
+	}
+	arg, err := json.Marshal(tokens)
 	if err != nil {
 		return nil, nil, err
 	}

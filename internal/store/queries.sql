@@ -188,35 +188,39 @@ SELECT (SELECT got FROM lk), EXISTS (SELECT 1 FROM upd)
 SELECT pg_advisory_unlock(hashtextextended($2::text || $1::text, 0))
 
 -- name: Renew
--- $1 a JSON array of {"name":…, "token":…}, $2 the client's random id.
--- Renews every lease of the batch still held with that token by this client
--- and not yet expired (a late renewal never revives a row; a row kept for a
--- minimum hold after its release has no client id and is never extended); a
+-- $1 a JSON object {name: token, …}, $2 the client's random id. Renews every
+-- lease of the batch still held with that token by this client and not yet
+-- expired (a late renewal never revives a row; a row kept for a minimum hold
+-- after its release has no client id and is never extended); a
 -- session-bound lease only from its own session, which then also stamps the
 -- server incarnation it is on (the same one that granted its lock: a new
 -- incarnation would have broken the session). A row locked by a guarded
 -- transaction is skipped, not waited for, so that one guard does not stall
--- the client's other leases. Returns each name of the batch still held, and
--- whether it was renewed; a missing name was lost.
-WITH r AS (
-    SELECT * FROM jsonb_to_recordset($1::jsonb) AS r("name" text, "token" bigint)
-), held AS (
-    SELECT l."name"
-      FROM {{table}} AS l JOIN r ON l."name" = r."name" AND l."token" = r."token"
-     WHERE l."expires_at" > now() AND l."metadata" ->> 'client' = $2::text
+-- the client's other leases. Returns the names renewed (true) and those
+-- still held but skipped (false); a missing name was lost.
+-- Rows are found through the primary key (= ANY of the batch's names), so
+-- the cost grows with the batch, not the table, whatever the estimates.
+WITH held AS (
+    SELECT l."name" FROM {{table}} AS l
+     WHERE l."name" = ANY (ARRAY(SELECT jsonb_object_keys($1::jsonb)))
+       AND l."token" = ($1::jsonb ->> l."name")::bigint
+       AND l."expires_at" > now() AND l."metadata" ->> 'client' = $2::text
        AND (l."session_pid" IS NULL OR l."session_pid" = pg_backend_pid())
 ), mine AS (
-    SELECT l."name" FROM {{table}} AS l JOIN held ON l."name" = held."name"
+    SELECT l."name" FROM {{table}} AS l
+     WHERE l."name" = ANY (ARRAY(SELECT "name" FROM held))
        FOR NO KEY UPDATE OF l SKIP LOCKED
 ), upd AS (
     UPDATE {{table}} AS l
        SET "renewed_at" = now(), "expires_at" = now() + l."ttl",
            "session_server" = CASE WHEN l."session_pid" IS NULL THEN NULL ELSE {{server}} END
-      FROM mine
-     WHERE l."name" = mine."name" AND l."expires_at" > now()
+     WHERE l."name" = ANY (ARRAY(SELECT "name" FROM mine)) AND l."expires_at" > now()
     RETURNING l."name"
 )
-SELECT held."name", EXISTS (SELECT 1 FROM upd WHERE upd."name" = held."name") FROM held
+SELECT "name", true FROM upd
+UNION ALL
+SELECT "name", false FROM (SELECT "name" FROM held EXCEPT SELECT "name" FROM upd) AS busy
+ WHERE (SELECT count(*) FROM upd) < (SELECT count(*) FROM held)
 
 -- name: Release
 -- $1 name, $2 token, $3 notification channel, $4 unlock session lock?,
