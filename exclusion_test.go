@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,17 +113,43 @@ func TestWithinClientNoReentry(t *testing.T) {
 }
 
 func TestAcquireCancellationContract(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{
+		{"name", nil},
+		{"slots", []Option{WithSlots(2)}},
+		{"fast-failover", []Option{FastFailover()}},
+		{"fast-failover-slots", []Option{FastFailover(), WithSlots(2)}},
+	} {
+		t.Run(mode.name, func(t *testing.T) { acquireCancellationContract(t, mode.opts) })
+	}
+}
+
+// acquireCancellationContract checks one acquisition mode: the same loop
+// serves names and semaphores, plain and fast-failover leases.
+func acquireCancellationContract(t *testing.T, opts []Option) {
 	ctx := testCtx(t)
 	a := testClient(t, Config{})
 	b := testClient(t, Config{Table: a.cfg.Table})
-	l, err := a.TryAcquire(ctx, "busy", WithTTL(30*time.Second))
+	slots := 1
+	o, err := a.leaseOptions(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Release(ctx)
+	if o.slots > 1 {
+		slots = o.slots
+	}
+	for range slots {
+		l, err := a.TryAcquire(ctx, "busy", append(opts, WithTTL(30*time.Second))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err = b.Acquire(wctx, "busy")
+	_, err = b.Acquire(wctx, "busy", opts...)
 	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire after timeout: %v; want ErrNotAcquired and DeadlineExceeded", err)
 	}
@@ -133,18 +160,27 @@ func TestAcquireCancellationContract(t *testing.T) {
 	// An already-cancelled context leaves nothing behind.
 	cctx, ccancel := context.WithCancel(ctx)
 	ccancel()
-	if _, err := b.TryAcquire(cctx, "fresh"); !errors.Is(err, context.Canceled) {
+	if _, err := b.TryAcquire(cctx, "fresh", opts...); !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryAcquire with cancelled ctx: %v", err)
 	}
 	// The statement may still run detached; if it acquired it releases by token.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		info, err := a.Get(ctx, "fresh")
-		if errors.Is(err, ErrNoLease) || (err == nil && !info.Held()) {
+		infos, err := a.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, info := range infos {
+			if strings.HasPrefix(info.Name, "fresh") && info.Held() {
+				left++
+			}
+		}
+		if left == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cancelled attempt left a held row behind: %+v %v", info, err)
+			t.Fatalf("cancelled attempt left %d held rows behind: %+v", left, infos)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
