@@ -139,10 +139,10 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 	err = s.doFirst(ctx, timeout, func(ctx context.Context, q store.Querier, st *sessState) error {
 		sent = time.Now()
 		epoch = st.epoch
-		batch := make([]store.NameToken, 0, len(live))
+		batch := make(map[string]int64, len(live))
 		for _, l := range live {
 			if !l.session || l.epoch == st.epoch {
-				batch = append(batch, store.NameToken{Name: l.name, Token: l.token})
+				batch[l.name] = l.token
 			}
 		}
 		if len(batch) == 0 {

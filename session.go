@@ -155,15 +155,9 @@ type dconn interface {
 	wait(ctx context.Context) (string, error)
 	close()
 	alive() bool
-	// shared reports that the connection's server backend is shared with
-	// other clients (a transaction-pooling proxy).
-	shared() bool
 }
 
-type pgxConn struct {
-	c        *pgx.Conn
-	isShared bool
-}
+type pgxConn struct{ c *pgx.Conn }
 
 func (p pgxConn) querier() store.Querier { return store.Pgx(p.c) }
 func (p pgxConn) wait(ctx context.Context) (string, error) {
@@ -181,8 +175,7 @@ func (p pgxConn) close() {
 	defer cancel()
 	_ = p.c.Close(ctx)
 }
-func (p pgxConn) alive() bool  { return !p.c.IsClosed() }
-func (p pgxConn) shared() bool { return p.isShared }
+func (p pgxConn) alive() bool { return !p.c.IsClosed() }
 
 type sqlConn struct {
 	c    *sql.Conn
@@ -194,9 +187,8 @@ func (s *sqlConn) wait(ctx context.Context) (string, error) {
 	<-ctx.Done()
 	return "", ctx.Err()
 }
-func (s *sqlConn) close()       { _ = s.c.Close() }
-func (s *sqlConn) alive() bool  { return !s.dead }
-func (s *sqlConn) shared() bool { return false }
+func (s *sqlConn) close()      { _ = s.c.Close() }
+func (s *sqlConn) alive() bool { return !s.dead }
 
 // session returns the client's session, starting it on first use.
 func (c *Client) session() (*session, error) {
@@ -270,7 +262,8 @@ func (s *session) loop() {
 	for c.bg.Err() == nil {
 		if conn == nil {
 			var err error
-			conn, err = s.connect()
+			var shared bool
+			conn, shared, err = s.connect()
 			if err != nil {
 				s.mu.Lock()
 				s.lastErr = err
@@ -288,7 +281,7 @@ func (s *session) loop() {
 			s.conns++
 			s.epoch = s.conns
 			s.keepalive = 0
-			s.shared = conn.shared()
+			s.shared = shared
 			s.lastErr = nil
 			s.mu.Unlock()
 			c.hub.notifyAll() // notifications may have been missed while down
@@ -371,51 +364,52 @@ func (s *session) failOps(err error) {
 }
 
 // connect opens the dedicated connection and subscribes to notifications.
-func (s *session) connect() (dconn, error) {
+// shared reports a connection whose server backend other clients share (a
+// transaction-pooling proxy): it cannot hold session-bound leases.
+func (s *session) connect() (_ dconn, shared bool, _ error) {
 	c := s.c
 	ctx, cancel := context.WithTimeout(c.bg, c.connectTimeout())
 	defer cancel()
 	cfg, err := c.dedicatedConfig(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if cfg == nil { // database/sql with a driver other than pgx
 		sc, err := c.sqlDB.Conn(ctx)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return &sqlConn{c: sc}, nil
+		return &sqlConn{c: sc}, false, nil
 	}
 	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &sessionWatch{conn: pc.Conn(), overdue: s.overdue}
 	}
 	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// A transaction-pooling proxy (PgBouncer, and others) answers the
 	// startup with a backend key of its own and runs each transaction on
 	// any server backend: the session is not ours, so neither are its
 	// advisory locks, and session settings would leak to other clients.
 	var pid uint32
-	shared := false
 	if err := pc.QueryRow(ctx, c.st.Q.BackendPID, pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
 		_ = pc.Close(ctx)
-		return nil, err
+		return nil, false, err
 	}
 	if pid != pc.PgConn().PID() {
 		shared = true
 	} else if err := c.st.SessionSettings(ctx, store.Pgx(pc), c.cfg.StatementTimeout, sessionLockTimeout); err != nil {
 		_ = pc.Close(ctx)
-		return nil, err
+		return nil, false, err
 	}
 	if !c.cfg.DisableNotify {
 		if _, err := pc.Exec(ctx, c.st.Q.Listen, pgx.QueryExecModeSimpleProtocol); err != nil {
 			_ = pc.Close(ctx)
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return pgxConn{c: pc, isShared: shared}, nil
+	return pgxConn{pc}, shared, nil
 }
 
 func (c *Client) connectTimeout() time.Duration {
@@ -496,5 +490,5 @@ func connectPgx(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pc, err := pgx.ConnectConfig(cctx, cfg)
-	return pgxConn{c: pc}, err
+	return pgxConn{pc}, err
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -58,7 +59,12 @@ var wantColumns = []column{
 const addedInV2 = "session_server"
 
 // SchemaError describes a problem with an existing table's layout.
-type SchemaError struct{ Msg string }
+// Migrate is set when a migration repairs it (an older schema version, a
+// token sequence behind the table).
+type SchemaError struct {
+	Msg     string
+	Migrate bool
+}
 
 func (e *SchemaError) Error() string { return e.Msg }
 
@@ -74,19 +80,11 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		return err
 	}
 	if ex.table && ex.seq {
-		if err := s.checkColumns(ctx, db, true); err != nil {
+		// Usable as it is, or not ours to change: done. Only what a
+		// migration repairs goes on to the locked transaction below.
+		var se *SchemaError
+		if err := s.CheckShape(ctx, db); err == nil || !errors.As(err, &se) || !se.Migrate {
 			return err
-		}
-		v, err := s.version(ctx, db)
-		if err != nil {
-			return err
-		}
-		behind, err := s.tokensBehind(ctx, db)
-		if err != nil {
-			return err
-		}
-		if v >= SchemaVersion && !behind {
-			return s.CheckShape(ctx, db)
 		}
 	}
 	err = db.InTx(ctx, func(q Querier) error {
@@ -159,10 +157,10 @@ func (s *Store) tokensBehind(ctx context.Context, q Querier) (bool, error) {
 	return maxTok > last, err
 }
 
-// TokenSequenceBehindError: the table holds tokens the sequence has not
-// reached; Migrate (as a role that may alter the sequence) repairs it.
+// tokenSequenceBehind: the table holds tokens the sequence has not reached;
+// Migrate (as a role that may alter the sequence) repairs it.
 func tokenSequenceBehind(s *Store) error {
-	return &SchemaError{fmt.Sprintf("the token sequence %s is behind the largest token in %s (a table-only restore or a replication cutover?): new leases would get old fencing tokens; run `pglease migrate` (or Client.Migrate) as a role that owns the table to repair it", s.Names.QualifiedSeq(), s.Names.QualifiedTable())}
+	return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the token sequence %s is behind the largest token in %s (a table-only restore or a replication cutover?): new leases would get old fencing tokens; run `pglease migrate` (or Client.Migrate) as a role that owns the table to repair it", s.Names.QualifiedSeq(), s.Names.QualifiedTable())}
 }
 
 func (s *Store) version(ctx context.Context, q Querier) (int, error) {
@@ -185,18 +183,19 @@ func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) 
 // schema version, or a token sequence behind the table, which Migrate
 // repairs). It also resolves the table's lock namespace.
 func (s *Store) CheckShape(ctx context.Context, q Querier) error {
-	if err := s.checkColumns(ctx, q, false); err != nil {
-		return err
-	}
 	v, err := s.version(ctx, q)
 	if err != nil {
 		return err
 	}
 	if v > SchemaVersion {
-		return &SchemaError{fmt.Sprintf("table %s has schema version %d, newer than this pglease (%d); upgrade pglease", s.Names.QualifiedTable(), v, SchemaVersion)}
+		return &SchemaError{Msg: fmt.Sprintf("table %s has schema version %d, newer than this pglease (%d); upgrade pglease", s.Names.QualifiedTable(), v, SchemaVersion)}
+	}
+	// A foreign table is reported as such, whatever its comment says.
+	if err := s.checkColumns(ctx, q, v < SchemaVersion); err != nil {
+		return err
 	}
 	if v < SchemaVersion {
-		return &SchemaError{fmt.Sprintf("table %s has schema version %d, this pglease needs %d; run `pglease migrate` (or Client.Migrate) as a role that owns the table", s.Names.QualifiedTable(), v, SchemaVersion)}
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("table %s has schema version %d, this pglease needs %d; run `pglease migrate` (or Client.Migrate) as a role that owns the table", s.Names.QualifiedTable(), v, SchemaVersion)}
 	}
 	behind, err := s.tokensBehind(ctx, q)
 	if err != nil {
@@ -210,7 +209,7 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 		return err
 	}
 	if ns == "" {
-		return &SchemaError{fmt.Sprintf("table %s does not exist; run `pglease migrate`", s.Names.QualifiedTable())}
+		return &SchemaError{Msg: fmt.Sprintf("table %s does not exist; run `pglease migrate`", s.Names.QualifiedTable())}
 	}
 	s.ns.Store(&ns)
 	return nil
@@ -236,9 +235,9 @@ func (s *Store) checkColumns(ctx context.Context, q Querier, upgradable bool) er
 		switch {
 		case !ok && upgradable && w.name == addedInV2:
 		case !ok:
-			return &SchemaError{fmt.Sprintf("table %s exists but has no column %q; it was not created by pglease or by this version (nothing was changed; pick another table or migrate it)", s.Names.QualifiedTable(), w.name)}
+			return &SchemaError{Msg: fmt.Sprintf("table %s exists but has no column %q; it was not created by pglease or by this version (nothing was changed; pick another table or migrate it)", s.Names.QualifiedTable(), w.name)}
 		case g.typ != w.typ || g.notNull != w.notNull:
-			return &SchemaError{fmt.Sprintf("table %s column %q is %s (not null: %v), pglease needs %s (not null: %v); nothing was changed", s.Names.QualifiedTable(), w.name, g.typ, g.notNull, w.typ, w.notNull)}
+			return &SchemaError{Msg: fmt.Sprintf("table %s column %q is %s (not null: %v), pglease needs %s (not null: %v); nothing was changed", s.Names.QualifiedTable(), w.name, g.typ, g.notNull, w.typ, w.notNull)}
 		}
 	}
 	return nil
@@ -251,7 +250,7 @@ func (s *Store) lockNS() (string, error) {
 	if ns := s.ns.Load(); ns != nil {
 		return *ns, nil
 	}
-	return "", &SchemaError{fmt.Sprintf("table %s was not checked before use (a pglease bug)", s.Names.QualifiedTable())}
+	return "", &SchemaError{Msg: fmt.Sprintf("table %s was not checked before use (a pglease bug)", s.Names.QualifiedTable())}
 }
 
 // AcquireArgs are the inputs of one acquisition attempt.
@@ -340,26 +339,16 @@ func (s *Store) Bind(ctx context.Context, q Querier, name string, token int64) (
 	return bound, err
 }
 
-// NameToken identifies one held lease.
-type NameToken struct {
-	Name  string `json:"name"`
-	Token int64  `json:"token"`
-}
-
-// Renew extends every lease in batch that the client (its random id) still
+// Renew extends every lease in tokens (name → token) that the client (its random id) still
 // holds with its token. It returns the names renewed, and the names still
 // held but not renewed because a guarded transaction has their row locked;
 // a name in neither was lost.
-func (s *Store) Renew(ctx context.Context, q Querier, batch []NameToken, client string) (renewed, busy map[string]bool, err error) {
-	tokens := make(map[string]int64, len(batch))
-	for _, nt := range batch {
-		tokens[nt.Name] = nt.Token
-	}
+func (s *Store) Renew(ctx context.Context, q Querier, tokens map[string]int64, client string) (renewed, busy map[string]bool, err error) {
 	arg, err := json.Marshal(tokens)
 	if err != nil {
 		return nil, nil, err
 	}
-	renewed = make(map[string]bool, len(batch))
+	renewed = make(map[string]bool, len(tokens))
 	busy = map[string]bool{}
 	err = q.Query(ctx, s.Q.Renew, []any{string(arg), client}, func(r Row) error {
 		var name string
