@@ -159,10 +159,10 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			}
 		}
 	}
-	var awaiter *sessionAwaiter
+	watched := map[string]*sessionWatcher{}
 	defer func() {
-		if awaiter != nil {
-			awaiter.stop()
+		for n, w := range watched {
+			c.unwatchSession(n, w)
 		}
 	}()
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
@@ -185,7 +185,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 				// wait on its session rather than its expiry.
 				unbound++
 				delay = min(delay, 100*time.Millisecond)
-			} else if r.inSession != "" {
+			} else if len(r.inSession) > 0 {
 				unbound = 0
 			}
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
@@ -215,11 +215,11 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			}
 			return nil, r.held
 		}
-		if wait && r.inSession != "" {
-			if awaiter == nil {
-				awaiter = c.awaitSession(ctx, r.inSession, woken)
-			} else {
-				awaiter.rearm(r.inSession)
+		for _, n := range r.inSession {
+			if w := watched[n]; w != nil {
+				w.rearm()
+			} else if wait && len(watched) < maxWatched {
+				watched[n] = c.watchSession(n)
 			}
 		}
 		if err := c.pause(ctx, woken, delay, last); err != nil {
@@ -236,12 +236,12 @@ type roundResult struct {
 	lease *Lease
 	err   error // an attempt failed (not: the name is held)
 	// When every name is held: the holder that expires first, its
-	// remaining time, one name whose holder is bound to a session of this
-	// server incarnation (to await), and whether a holder was seen that
-	// may bind its session in a moment.
+	// remaining time, the names whose holders are bound to a session of
+	// this server incarnation (to watch), and whether a holder was seen
+	// that may bind its session in a moment.
 	held      error
 	soonest   time.Duration
-	inSession string
+	inSession []string
 	unbound   bool
 }
 
@@ -277,10 +277,10 @@ func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine
 			return r
 		}
 		r.note(heldError(name, res), res.OtherRemaining)
-		if o.session && res.HolderInSession && r.inSession == "" {
+		if o.session && res.HolderInSession {
 			// Only a session-bound contender may take over when the
 			// holder's session ends; a plain one waits for the expiry.
-			r.inSession = name
+			r.inSession = append(r.inSession, name)
 		}
 		if o.session && !res.HolderInSession && !res.busy {
 			r.unbound = true
@@ -375,7 +375,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		for try := 0; ; try++ {
 			r.sent = time.Now()
 			if o.session {
-				r.res, r.epoch, r.err = c.acquireInSession(sctx, args)
+				r.res, r.epoch, r.err = c.acquireInSession(args)
 			} else {
 				r.res.AcquireResult, r.err = c.st.Acquire(sctx, c.db, args)
 			}
@@ -450,14 +450,13 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	if !time.Now().Before(l.Deadline()) {
 		// The reply came so late (a partition that healed, a pause) that
 		// the lease's safety deadline has passed: it cannot be trusted.
-		return nil, r.res, c.giveUp(l, &lostError{"the acquisition's reply arrived after its safety deadline"}, errLate)
+		c.giveUp(l, &lostError{"the acquisition's reply arrived after its safety deadline"})
+		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errLate)
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		l.slot = nil // the caller frees the local slot
-		_ = c.releaseRow(context.Background(), l)
-		l.end(ErrClosed)
+		c.giveUp(l, ErrClosed)
 		return nil, r.res, ErrClosed
 	}
 	if l.session && c.sess.currentEpoch() != l.epoch {
@@ -465,7 +464,8 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		// ran without this lease (it checks the held leases under c.mu,
 		// after the session's epoch changed): a waiter may hold the name.
 		c.mu.Unlock()
-		return nil, r.res, c.giveUp(l, &lostError{"its database session ended right after the acquisition"}, errSessionGone)
+		c.giveUp(l, &lostError{"its database session ended right after the acquisition"})
+		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errSessionGone)
 	}
 	c.held[name] = l
 	l.arm()
@@ -482,14 +482,12 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 // acquisition's reply and the lease's registration.
 var testHookAcquired atomic.Pointer[func(name string, epoch uint64)]
 
-// giveUp ends a lease that was acquired but cannot be handed out, frees its
-// row by token, and returns why (for the caller, which frees the local
-// slot, to retry).
-func (c *Client) giveUp(l *Lease, cause error, why error) error {
-	l.slot = nil // the caller frees the local slot
+// giveUp ends a lease that was acquired but cannot be handed out and frees
+// its row by token; the caller frees the local slot.
+func (c *Client) giveUp(l *Lease, cause error) {
+	l.slot = nil
 	_ = c.releaseRow(context.Background(), l)
 	l.end(cause)
-	return fmt.Errorf("pglease: acquire %q: %w", l.name, why)
 }
 
 // orphan reports whether a failed attempt found a row written by this
@@ -504,7 +502,10 @@ func (c *Client) orphan(r store.AcquireResult) bool {
 // connection, first making sure the server will not declare that session
 // dead before the lease's own deadline. Each statement is an operation of
 // its own, so that renewals run between them.
-func (c *Client) acquireInSession(ctx context.Context, args store.AcquireArgs) (acquireResult, uint64, error) {
+//
+// The operations are bounded by their own timeouts, not by a context of the
+// caller's: the results are read only once an operation has finished.
+func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64, error) {
 	s, err := c.session()
 	if err != nil {
 		return acquireResult{}, 0, err
@@ -512,7 +513,7 @@ func (c *Client) acquireInSession(ctx context.Context, args store.AcquireArgs) (
 	args.LockTimeout = acquireLockTimeout
 	var res acquireResult
 	var epoch uint64
-	err = s.do(ctx, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
+	err = s.do(c.bg, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
 		if st.shared {
 			return errShared
 		}
@@ -543,7 +544,7 @@ func (c *Client) acquireInSession(ctx context.Context, args store.AcquireArgs) (
 	// once the lock is free, so that it fails over fast too.
 	for try := 1; err == nil && res.Acquired && !res.SessionBound && try <= 20; try++ {
 		time.Sleep(time.Duration(try) * time.Millisecond)
-		err = s.do(ctx, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
+		err = s.do(c.bg, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
 			var err error
 			if res.SessionBound, err = c.st.Bind(ctx, q, args.Name, res.Token); res.SessionBound {
 				epoch = st.epoch

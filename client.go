@@ -37,14 +37,16 @@ type Client struct {
 	schema sync.Mutex
 	ready  bool // schema checked
 
-	mu      sync.Mutex
-	closed  bool
-	held    map[string]*Lease
-	locals  map[string]*localSlot
-	renewer chan struct{} // kicks the renew loop; nil until started
-	nextDue time.Time     // when the renew loop will next renew; under mu
-	meta    []byte        // default lease metadata
-	id      string        // random id of this client, recorded with its leases
+	mu     sync.Mutex
+	closed bool
+	held   map[string]*Lease
+	locals map[string]*localSlot
+	// watchers: session watchers by name, shared by local waiters
+	watchers map[string]*sessionWatcher
+	renewer  chan struct{} // kicks the renew loop; nil until started
+	nextDue  time.Time     // when the renew loop will next renew; under mu
+	meta     []byte        // default lease metadata
+	id       string        // random id of this client, recorded with its leases
 }
 
 // Open connects to the database named by dsn (a URL or key=value string;
@@ -123,7 +125,7 @@ func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 }
 
 func newClient(cfg Config, st *store.Store, db store.DB) *Client {
-	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, meta: defaultMetadata(), id: randomID()}
+	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[string]*sessionWatcher{}, meta: defaultMetadata(), id: randomID()}
 	c.bg, c.stop = context.WithCancel(context.Background())
 	c.events = &eventQueue{obs: cfg.Observer, start: c.goBackground, onPanic: func(r any) {
 		c.cfg.Logger.Error("pglease: observer panicked", "panic", r)

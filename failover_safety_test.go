@@ -202,7 +202,7 @@ func TestLateRenewalDoesNotExtendReleasedOrExpiredRow(t *testing.T) {
 		return at
 	}
 	renew := func(l *Lease) bool {
-		renewed, _, err := c.st.Renew(ctx, c.db, []store.NameToken{{Name: l.name, Token: l.token}}, c.id)
+		renewed, _, err := c.st.Renew(ctx, c.db, map[string]int64{l.name: l.token}, c.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,40 +328,45 @@ func TestCallsRetriedAfterServerRestart(t *testing.T) {
 }
 
 // A semaphore waits like a single name: a fast-failover slot holder that
-// dies hands its slot to a waiter at once, not at its expiry.
+// dies hands its slot to a waiter at once, not at its expiry, whichever
+// slot it held (the waiter watches every session-bound slot holder).
 func TestSlotWaiterGetsFastFailover(t *testing.T) {
 	ctx := testCtx(t)
 	table := pgtest.Schema(t) + ".leases"
-	w := testClient(t, Config{Table: table, PollInterval: time.Minute})
 	var holders []*os.Process
 	for range 2 {
 		cmd, _ := startSlotHolder(t, table, "sem", 2, time.Minute)
 		holders = append(holders, cmd.Process)
 	}
-	got := make(chan error, 1)
-	var l *Lease
-	go func() {
-		var err error
-		l, err = w.Acquire(ctx, "sem", WithSlots(2), FastFailover(), WithTTL(time.Minute))
-		got <- err
-	}()
-	// The waiter is blocked: both slots are held.
-	select {
-	case err := <-got:
-		t.Fatalf("Acquire returned while both slots were held: %v", err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	killed := time.Now()
-	_ = holders[0].Signal(syscall.SIGKILL)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
+	// Each holder in turn dies while a new waiter waits; the slot that
+	// the first waiter took is held, session-bound, during the second
+	// round.
+	for i, holder := range holders {
+		w := testClient(t, Config{Table: table, PollInterval: time.Minute})
+		got := make(chan error, 1)
+		var l *Lease
+		go func() {
+			var err error
+			l, err = w.Acquire(ctx, "sem", WithSlots(2), FastFailover(), WithTTL(time.Minute))
+			got <- err
+		}()
+		select {
+		case err := <-got:
+			t.Fatalf("round %d: Acquire returned while both slots were held: %v", i, err)
+		case <-time.After(500 * time.Millisecond):
 		}
-		t.Logf("slot taken over %v after SIGKILL of its holder", time.Since(killed).Round(time.Millisecond))
-		_ = l.Release(ctx)
-	case <-time.After(20 * time.Second):
-		t.Fatal("no slot taken over within 20s after its fast-failover holder died (TTL 1m)")
+		killed := time.Now()
+		_ = holder.Signal(syscall.SIGKILL)
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("round %d: %s taken over %v after SIGKILL of its holder", i, l.Name(), time.Since(killed).Round(time.Millisecond))
+			defer l.Release(ctx)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: no slot taken over within 20s after its fast-failover holder died (TTL 1m)", i)
+		}
 	}
 }
 
