@@ -56,7 +56,7 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 		return o, err
 	}
 	if o.slots > 1 {
-		if err := CheckName(slotName(name, o.slots-1)); err != nil {
+		if err := CheckName(SlotName(name, o.slots-1)); err != nil {
 			return o, fmt.Errorf("%w (with %d slots the name gets a %q suffix)", err, o.slots, "#N")
 		}
 	}
@@ -75,8 +75,10 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 	return o, nil
 }
 
-// slotName is the lease name of slot i of a semaphore.
-func slotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
+// SlotName is the lease name of slot i of the semaphore name (see
+// [WithSlots]): "name#i". Each slot is a lease of its own, with its own
+// fencing token, that [Client.Get] reads by this name.
+func SlotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
 
 // errLate: an acquisition succeeded, but its reply came after the lease's
 // safety deadline, so it was released at once. Acquire tries again.
@@ -126,7 +128,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 	if o.slots > 1 {
 		names = make([]string, o.slots)
 		for i := range names {
-			names[i] = slotName(name, i)
+			names[i] = SlotName(name, i)
 		}
 	}
 	var woken chan struct{}
@@ -450,7 +452,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	if !time.Now().Before(l.Deadline()) {
 		// The reply came so late (a partition that healed, a pause) that
 		// the lease's safety deadline has passed: it cannot be trusted.
-		c.giveUp(l, &lostError{"the acquisition's reply arrived after its safety deadline"})
+		c.giveUp(l, &lostError{why: "the acquisition's reply arrived after its safety deadline"})
 		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errLate)
 	}
 	c.mu.Lock()
@@ -464,7 +466,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		// ran without this lease (it checks the held leases under c.mu,
 		// after the session's epoch changed): a waiter may hold the name.
 		c.mu.Unlock()
-		c.giveUp(l, &lostError{"its database session ended right after the acquisition"})
+		c.giveUp(l, sessionEnded("its database session ended right after the acquisition"))
 		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errSessionGone)
 	}
 	c.held[name] = l

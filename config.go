@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/pglease/pglease/internal/store"
@@ -23,7 +24,8 @@ type Config struct {
 	// Owner labels the leases of this client in the table and in
 	// pg_stat_activity (e.g. a Kubernetes pod name). It is a label only:
 	// two clients with the same Owner still exclude each other. Default
-	// "hostname-pid-random", unique per client.
+	// "hostname-pid-random", unique per client. 1–255 bytes of UTF-8
+	// without control characters (see [CheckOwner]).
 	Owner string
 	// TTL is the default time-to-live of a lease; [WithTTL] overrides it
 	// per lease. Default 30s; minimum 1s; a whole number of milliseconds
@@ -81,6 +83,7 @@ const (
 	defaultConnTimeout = 10 * time.Second
 	defaultMaxConns    = 4
 	maxNameBytes       = 255
+	maxOwnerBytes      = 255
 	releaseTimeout     = 5 * time.Second
 )
 
@@ -93,8 +96,8 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
 	}
-	if !utf8.ValidString(cfg.Owner) || len(cfg.Owner) > 255 {
-		return cfg, nil, fmt.Errorf("%w: owner must be valid UTF-8 of at most 255 bytes", ErrInvalidName)
+	if err := CheckOwner(cfg.Owner); err != nil {
+		return cfg, nil, err
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = defaultTTL
@@ -213,6 +216,26 @@ func CheckName(name string) error {
 	return nil
 }
 
+// CheckOwner returns an error matching [ErrInvalidOwner] unless owner is
+// 1–255 bytes of valid UTF-8 without control characters ([Config.Owner]
+// is shown in the lease table, logs and pg_stat_activity).
+func CheckOwner(owner string) error {
+	switch {
+	case owner == "":
+		return fmt.Errorf("%w: owner is empty", ErrInvalidOwner)
+	case len(owner) > maxOwnerBytes:
+		return fmt.Errorf("%w: owner is %d bytes, the maximum is %d", ErrInvalidOwner, len(owner), maxOwnerBytes)
+	case !utf8.ValidString(owner):
+		return fmt.Errorf("%w: owner is not valid UTF-8", ErrInvalidOwner)
+	}
+	for _, r := range owner {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: owner contains the control character %U", ErrInvalidOwner, r)
+		}
+	}
+	return nil
+}
+
 // randomID identifies one Client among all processes.
 func randomID() string {
 	var b [8]byte
@@ -320,7 +343,13 @@ const maxSlots = 1000
 const Version = "0.1.0"
 
 func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
-	o := leaseOptions{ttl: c.cfg.TTL, metadata: c.meta}
+	return resolveOptions(&c.cfg, c.meta, opts)
+}
+
+// resolveOptions applies opts to the defaults of cfg (already validated)
+// and checks the result.
+func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, error) {
+	o := leaseOptions{ttl: cfg.TTL, metadata: meta}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -334,10 +363,57 @@ func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 		// longer hold than TTL would need renewals nobody sends.
 		return o, fmt.Errorf("%w: minimum hold %s exceeds the TTL %s", ErrInvalidTTL, o.minHold, o.ttl)
 	}
-	if err := c.cfg.checkTiming(o.ttl); err != nil {
+	if err := cfg.checkTiming(o.ttl); err != nil {
 		return o, err
 	}
 	return o, nil
+}
+
+// Validate returns the error [Open] would return for cfg and, with opts,
+// the error an acquisition with those options would return, without
+// connecting. Tools check their input with it before anything connects.
+func (cfg Config) Validate(opts ...Option) error {
+	full, _, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	_, err = resolveOptions(&full, []byte("{}"), opts)
+	return err
+}
+
+// Schedule is the local timing of a lease (see the package documentation).
+type Schedule struct {
+	// TTL is the lease's time-to-live on the server.
+	TTL time.Duration
+	// RenewInterval: a renewal is sent this long after the previous
+	// successful one (or the acquisition) was sent.
+	RenewInterval time.Duration
+	// SafetyMargin: the local deadline ([Lease.Deadline]) is TTL minus
+	// SafetyMargin after the send time of the last successful renewal.
+	SafetyMargin time.Duration
+}
+
+// Deadline is how long after the send time of the last successful renewal
+// the holder must have stopped: TTL minus SafetyMargin.
+func (s Schedule) Deadline() time.Duration { return s.TTL - s.SafetyMargin }
+
+// Schedule returns the timing cfg gives a lease of the given TTL (0: the
+// TTL of cfg or its default), or the error [Config.Validate] would return.
+func (cfg Config) Schedule(ttl time.Duration) (Schedule, error) {
+	full, _, err := cfg.withDefaults()
+	if err != nil {
+		return Schedule{}, err
+	}
+	if ttl == 0 {
+		ttl = full.TTL
+	}
+	if err := checkTTL(ttl); err != nil {
+		return Schedule{}, err
+	}
+	if err := full.checkTiming(ttl); err != nil {
+		return Schedule{}, err
+	}
+	return Schedule{TTL: ttl, RenewInterval: renewFor(&full, ttl), SafetyMargin: marginFor(&full, ttl)}, nil
 }
 
 // defaultMetadata is recorded with every lease of a client.

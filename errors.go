@@ -16,6 +16,12 @@ var (
 	// ErrLeaseLost is the cause of a lease's end when it expired before a
 	// renewal succeeded, or was taken over or force-released.
 	ErrLeaseLost = errors.New("pglease: lease lost")
+	// ErrSessionLost is the cause of a session-bound lease's end (see
+	// [FastFailover]) when its database session ended. It also matches
+	// [ErrLeaseLost]. A waiter may hold the lease within milliseconds of
+	// the session's end, so whatever the lease protected must stop at once:
+	// there is no safety margin to spend.
+	ErrSessionLost = errors.New("pglease: lease lost with its database session")
 	// ErrReleased is the cause of a lease's end after [Lease.Release].
 	ErrReleased = errors.New("pglease: lease released")
 	// ErrClosed is returned by calls on a closed [Client], and is the cause
@@ -24,6 +30,9 @@ var (
 	// ErrInvalidName means a lease name is empty, longer than 255 bytes, not
 	// valid UTF-8 or contains NUL.
 	ErrInvalidName = errors.New("pglease: invalid lease name")
+	// ErrInvalidOwner means an owner label is empty, longer than 255 bytes,
+	// not valid UTF-8 or contains control characters.
+	ErrInvalidOwner = errors.New("pglease: invalid owner")
 	// ErrInvalidTTL means a TTL or other duration is out of range.
 	ErrInvalidTTL = errors.New("pglease: invalid duration")
 	// ErrInvalidIdentifier means a table, schema or channel name does not
@@ -68,12 +77,21 @@ func IsRetryable(err error) bool {
 	return store.Retryable(err) || redo(err) || errors.Is(err, errRowBusy)
 }
 
-// lostError is the cause of a lost lease: it matches ErrLeaseLost and says
-// why.
-type lostError struct{ why string }
+// lostError is the cause of a lost lease: it matches ErrLeaseLost (and
+// ErrSessionLost when the database session of a session-bound lease ended)
+// and says why.
+type lostError struct {
+	why     string
+	session bool
+}
 
-func (e *lostError) Error() string        { return "pglease: lease lost: " + e.why }
-func (e *lostError) Is(target error) bool { return target == ErrLeaseLost }
+func (e *lostError) Error() string { return "pglease: lease lost: " + e.why }
+func (e *lostError) Is(target error) bool {
+	return target == ErrLeaseLost || (e.session && target == ErrSessionLost)
+}
+
+// sessionEnded is the cause of a session-bound lease lost with its session.
+func sessionEnded(why string) *lostError { return &lostError{why: why, session: true} }
 
 // guardRefused reports whether err is the server's refusal of the Guard
 // statement: the lease is not held with the token. The statement raises

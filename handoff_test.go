@@ -183,7 +183,7 @@ func TestPartitionedFastFailoverHolderLosesFirst(t *testing.T) {
 }
 
 // When the server ends a fast-failover holder's session, the holder's
-// lease ends at once rather than at its deadline.
+// lease ends at once rather than at its deadline, with ErrSessionLost.
 func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{Owner: "session-victim"})
@@ -198,8 +198,8 @@ func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
 	pgtest.TerminateBackends(t, "pglease session-victim")
 	select {
 	case <-l.Done():
-		if !errors.Is(l.Err(), ErrLeaseLost) {
-			t.Fatalf("Err = %v", l.Err())
+		if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrSessionLost) {
+			t.Fatalf("Err = %v, want ErrLeaseLost and ErrSessionLost", l.Err())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("session-bound lease survived the end of its session")

@@ -159,7 +159,7 @@ func (l *Lease) expire() {
 	early := time.Now().Before(l.deadline) // the timer raced with a renewal
 	l.mu.Unlock()
 	if !early {
-		l.lose(&lostError{"no renewal succeeded before the local safety deadline"})
+		l.lose(&lostError{why: "no renewal succeeded before the local safety deadline"})
 	}
 }
 
@@ -329,7 +329,7 @@ func (l *Lease) guard(ctx context.Context, q store.Querier) error {
 	case guardRefused(err):
 		// The server says the row is gone or has another token: the
 		// lease is lost, whatever the renewals last saw.
-		l.lose(&lostError{"a Guard found the lease no longer held with its token"})
+		l.lose(&lostError{why: "a Guard found the lease no longer held with its token"})
 		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, l.Err())
 	case err != nil:
 		return opError("guard", err)

@@ -159,7 +159,7 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 	for _, l := range live {
 		switch {
 		case l.session && l.epoch != epoch:
-			l.lose(&lostError{"its database session ended"})
+			l.lose(sessionEnded("its database session ended"))
 			lost = append(lost, l)
 		case renewed[l.name]:
 			if l.extend(sent) {
@@ -170,7 +170,7 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 		case busy[l.name]:
 			// Still held; a guarded transaction has its row locked.
 		case l.Err() == nil:
-			l.lose(&lostError{"its row was taken over, force-released or expired"})
+			l.lose(&lostError{why: "its row was taken over, force-released or expired"})
 			lost = append(lost, l)
 		}
 	}
@@ -184,7 +184,7 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 func (c *Client) sessionLost(epoch uint64, err error) {
 	for _, l := range c.heldLeases() {
 		if l.session && l.epoch == epoch {
-			l.lose(&lostError{"its database session ended: " + err.Error()})
+			l.lose(sessionEnded("its database session ended: " + err.Error()))
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/pglease/pglease"
@@ -94,6 +95,7 @@ func FuzzOpenConfig(f *testing.F) {
 	f.Add("s.t", "\xff", int64(1000))
 	f.Add("x;drop table y", strings.Repeat("o", 256), int64(-5))
 	f.Add("ok", "ok", int64(999))
+	f.Add("ok", "a\nb", int64(1000))
 	f.Add("ok", "ok", int64(1<<62))
 	f.Fuzz(func(t *testing.T, table, owner string, ttlMs int64) {
 		ttl := time.Duration(ttlMs) * time.Millisecond
@@ -108,16 +110,16 @@ func FuzzOpenConfig(f *testing.F) {
 			t.Fatal("Open succeeded against a closed port")
 		}
 		badTable := !validTable(table)
-		badOwner := len(owner) > 255 || !utf8.ValidString(owner)
+		badOwner := owner != "" && (len(owner) > 255 || !utf8.ValidString(owner) || strings.ContainsFunc(owner, unicode.IsControl))
 		badTTL := ttl != 0 && (ttl < time.Second || ttl > 100*365*24*time.Hour)
-		sentinels := []error{pglease.ErrInvalidIdentifier, pglease.ErrInvalidName, pglease.ErrInvalidTTL}
+		sentinels := []error{pglease.ErrInvalidIdentifier, pglease.ErrInvalidOwner, pglease.ErrInvalidTTL}
 		switch {
 		case badTable:
 			if !errors.Is(err, pglease.ErrInvalidIdentifier) {
 				t.Fatalf("table %q: %v, want ErrInvalidIdentifier", table, err)
 			}
 		case badOwner || badTTL:
-			if !errors.Is(err, pglease.ErrInvalidName) && !errors.Is(err, pglease.ErrInvalidTTL) {
+			if !errors.Is(err, pglease.ErrInvalidOwner) && !errors.Is(err, pglease.ErrInvalidTTL) {
 				t.Fatalf("owner %q ttl %v: %v, want a validation error", owner, ttl, err)
 			}
 		default:

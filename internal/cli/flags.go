@@ -18,6 +18,7 @@ const (
 	boolFlag flagKind = iota
 	stringFlag
 	durationFlag
+	intFlag
 )
 
 type flagSpec struct {
@@ -86,9 +87,14 @@ func parseFlags(specs []flagSpec, args []string) (*flagSet, error) {
 			i++
 			value = args[i]
 		}
-		if spec.kind == durationFlag {
+		switch spec.kind {
+		case durationFlag:
 			if _, err := time.ParseDuration(value); err != nil {
 				return fs, usagef("flag --%s: %s is not a duration (examples: 30s, 2m, 1h30m)", name, quoteArg(value))
+			}
+		case intFlag:
+			if _, err := strconv.Atoi(value); err != nil {
+				return fs, usagef("flag --%s: %s is not a whole number", name, quoteArg(value))
 			}
 		}
 		fs.values[name] = value
@@ -121,6 +127,15 @@ func (fs *flagSet) duration(name string, def time.Duration) time.Duration {
 	}
 	d, _ := time.ParseDuration(v)
 	return d
+}
+
+func (fs *flagSet) integer(name string, def int) int {
+	v, ok := fs.values[name]
+	if !ok {
+		return def
+	}
+	n, _ := strconv.Atoi(v)
+	return n
 }
 
 // flagHelp renders the flag table of a help text.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -17,33 +18,70 @@ import (
 var runFlags = append([]flagSpec{
 	{name: "ttl", kind: durationFlag, arg: "DURATION", usage: "lease TTL, at least 1s (default 30s)"},
 	{name: "wait", kind: boolFlag, usage: "wait until the lease is free instead of exiting 75"},
-	{name: "timeout", kind: durationFlag, arg: "DURATION", usage: "with --wait: give up after this long (exit 75, or 1 if the database kept failing)"},
+	{name: "timeout", kind: durationFlag, arg: "DURATION", usage: "with --wait: give up after this long (exit 75, or 125 if the database kept failing)"},
 	{name: "owner", kind: stringFlag, arg: "ID", usage: "owner label, e.g. a pod name (default hostname-pid-random)"},
-	{name: "kill-grace", kind: durationFlag, arg: "DURATION", usage: "SIGTERM to SIGKILL grace when the lease is lost, below TTL/2 (default min(TTL/4, 10s))"},
+	{name: "kill-grace", kind: durationFlag, arg: "DURATION", usage: "SIGTERM to SIGKILL grace when the lease is lost; must leave room for a renewal before SIGTERM would be due (default min(TTL/4, 10s))"},
 	{name: "fast-failover", kind: boolFlag, usage: "tie the lease to the database session: a waiter takes over within milliseconds when this process dies"},
+	{name: "min-hold", kind: durationFlag, arg: "DURATION", usage: "keep the lease at least this long after acquiring, even if COMMAND ends sooner (at most the TTL)"},
+	{name: "slots", kind: intFlag, arg: "N", usage: "let up to N holders run at once (a semaphore); COMMAND finds its slot, 0 to N-1, in $PGLEASE_SLOT"},
+	{name: "conflict-exit-code", kind: intFlag, arg: "N", usage: "exit status when the lease is held elsewhere, 0-255 (default 75; 0 suits Kubernetes CronJobs and cron mail)"},
 }, connFlags...)
 
 type runOptions struct {
-	name    string
-	command []string
-	path    string // command[0] looked up on PATH
-	dsn     string
-	table   string
-	owner   string
-	ttl     time.Duration
-	wait    bool
-	timeout time.Duration
-	grace   time.Duration
-	fast    bool
+	name     string
+	command  []string
+	path     string // command[0] looked up on PATH
+	dsn      string
+	table    string
+	owner    string
+	ttl      time.Duration
+	wait     bool
+	timeout  time.Duration
+	grace    time.Duration
+	fast     bool
+	minHold  time.Duration
+	slots    int // 0: a plain lease
+	conflict int // exit status when the lease is held elsewhere
 }
 
-// parseRun validates everything about a run before anything connects.
+// leaseOptions are the library options of the run's lease.
+func (o runOptions) leaseOptions() []pglease.Option {
+	opts := []pglease.Option{pglease.WithTTL(o.ttl)}
+	if o.fast {
+		opts = append(opts, pglease.FastFailover())
+	}
+	if o.minHold > 0 {
+		opts = append(opts, pglease.WithMinHold(o.minHold))
+	}
+	if o.slots > 0 {
+		opts = append(opts, pglease.WithSlots(o.slots))
+	}
+	return opts
+}
+
+// reason is the library's explanation of a validation error without its
+// "pglease: <sentinel>: " prefix.
+func reason(err error, sentinel error) string {
+	msg := strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
+	return strings.TrimPrefix(msg, "pglease: ")
+}
+
+// parseRun validates everything about a run before anything connects. The
+// values are checked by the library's own checks, so that the tool accepts
+// exactly what the library accepts. Usage errors exit 125: a wrapper's own
+// failure must never look like COMMAND's 1 or 2.
 func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	fs, code, done := e.parse("run", runFlags, args)
 	if done {
+		if code == exitUsage {
+			code = exitRunFailure
+		}
 		return o, code, true
 	}
-	bad := func(err error) (runOptions, int, bool) { return o, e.usage("run", err), true }
+	bad := func(err error) (runOptions, int, bool) {
+		e.usage("run", err)
+		return o, exitRunFailure, true
+	}
 	if len(fs.args) != 1 {
 		if len(fs.args) == 0 {
 			return bad(usagef("missing lease NAME"))
@@ -59,9 +97,10 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	}
 	o.command = fs.rest
 	o.ttl = fs.duration("ttl", 30*time.Second)
-	if o.ttl < time.Second || o.ttl > 100*365*24*time.Hour {
-		return bad(usagef("invalid --ttl %s: it must be at least 1s", fs.str("ttl")))
+	if err := (pglease.Config{}).Validate(pglease.WithTTL(o.ttl)); err != nil {
+		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err, pglease.ErrInvalidTTL)))
 	}
+	cfg := pglease.Config{TTL: o.ttl}
 	o.wait = fs.boolean("wait")
 	if fs.isSet("timeout") {
 		o.timeout = fs.duration("timeout", 0)
@@ -72,18 +111,46 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 			return bad(usagef("invalid --timeout %s: it must be positive", fs.str("timeout")))
 		}
 	}
+	sched, err := cfg.Schedule(0)
+	if err != nil {
+		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err, pglease.ErrInvalidTTL)))
+	}
 	o.grace = min(o.ttl/4, 10*time.Second)
 	if fs.isSet("kill-grace") {
 		o.grace = fs.duration("kill-grace", 0)
-		if o.grace <= 0 || o.grace >= o.ttl/2 {
-			return bad(usagef("invalid --kill-grace %s: it must be positive and below half the TTL (%s)", fs.str("kill-grace"), o.ttl/2))
+		if err := checkGrace(o.grace, sched); err != nil {
+			return bad(usagef("invalid --kill-grace %s: %v", fs.str("kill-grace"), err))
 		}
 	}
-	o.owner = fs.str("owner")
-	if fs.isSet("owner") && (o.owner == "" || len(o.owner) > 200 || strings.ContainsFunc(o.owner, func(r rune) bool { return r < ' ' || r == 0x7f })) {
-		return bad(usagef("invalid --owner %s: 1 to 200 bytes without control characters", quoteArg(o.owner)))
+	if fs.isSet("owner") {
+		o.owner = fs.str("owner")
+		if err := pglease.CheckOwner(o.owner); err != nil {
+			return bad(usagef("invalid --owner %s: %s", quoteArg(o.owner), reason(err, pglease.ErrInvalidOwner)))
+		}
 	}
 	o.fast = fs.boolean("fast-failover")
+	if fs.isSet("min-hold") {
+		o.minHold = fs.duration("min-hold", 0)
+		if err := cfg.Validate(pglease.WithMinHold(o.minHold)); err != nil {
+			return bad(usagef("invalid --min-hold %s: %s (raise --ttl, or lower --min-hold)", fs.str("min-hold"), reason(err, pglease.ErrInvalidTTL)))
+		}
+	}
+	if fs.isSet("slots") {
+		o.slots = fs.integer("slots", 0)
+		if err := cfg.Validate(pglease.WithSlots(o.slots)); err != nil {
+			return bad(usagef("invalid --slots %s: %s", fs.str("slots"), reason(err, pglease.ErrInvalidTTL)))
+		}
+		if err := checkName(pglease.SlotName(o.name, o.slots-1)); o.slots > 1 && err != nil {
+			return bad(usagef("lease NAME %s is too long for %d slots: the slot names add \"#0\" to \"#%d\"", quoteArg(o.name), o.slots, o.slots-1))
+		}
+	}
+	o.conflict = exitHeld
+	if fs.isSet("conflict-exit-code") {
+		o.conflict = fs.integer("conflict-exit-code", 0)
+		if o.conflict < 0 || o.conflict > 255 {
+			return bad(usagef("invalid --conflict-exit-code %s: an exit status is 0 to 255", fs.str("conflict-exit-code")))
+		}
+	}
 	o.table = fs.str("table")
 	if err := checkTable(o.table); err != nil {
 		return bad(err)
@@ -109,6 +176,35 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	return o, 0, false
 }
 
+// checkGrace refuses a kill grace that would terminate a healthy command:
+// SIGTERM is due at the lease's local deadline minus the grace, so the
+// first renewal (sent RenewInterval after the acquisition) must have time
+// to succeed before then. The renewal is given half its interval, at most
+// a second, to complete.
+func checkGrace(grace time.Duration, s pglease.Schedule) error {
+	room := min(s.RenewInterval/2, time.Second)
+	limit := (s.Deadline() - s.RenewInterval - room).Truncate(time.Millisecond)
+	switch {
+	case grace <= 0:
+		return errors.New("it must be positive")
+	case grace > limit:
+		return fmt.Errorf("with a %s TTL, SIGTERM would be due %s after each renewal is sent (the local deadline %s minus the grace), before the next renewal, sent after %s, can be confirmed: a healthy command would be killed; use at most %s, or raise --ttl",
+			s.TTL, max(s.Deadline()-grace, 0), s.Deadline(), s.RenewInterval.Round(time.Millisecond), limit)
+	}
+	return nil
+}
+
+// exitRunFailure is pglease run's own failure (usage, invalid input,
+// database unreachable or refusing us), as timeout(1) and env(1) report
+// theirs, so that it is never mistaken for COMMAND's own status.
+const exitRunFailure = 125
+
+// runFailure reports a failure of pglease run itself and returns 125.
+func (e *env) runFailure(err error) int {
+	e.fail(err)
+	return exitRunFailure
+}
+
 func (e *env) cmdRun(ctx context.Context, args []string) int {
 	// Catch the forwarded signals first: one that arrives while connecting
 	// or waiting ends the wait.
@@ -121,7 +217,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		return code
 	}
 	if !supported {
-		return e.fail(errors.New("pglease run is not supported on this platform"))
+		return e.runFailure(errors.New("pglease run is not supported on this platform"))
 	}
 
 	// waitCtx ends on the first signal.
@@ -148,7 +244,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
 		}
-		return e.fail(err)
+		return e.runFailure(err)
 	}
 	// Closing waits for the database at most this long; after a lost lease
 	// not at all (SPEC: exit 76 without waiting for the database).
@@ -158,13 +254,10 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
 		}
-		return e.fail(err)
+		return e.runFailure(err)
 	}
 
-	opts := []pglease.Option{pglease.WithTTL(o.ttl)}
-	if o.fast {
-		opts = append(opts, pglease.FastFailover())
-	}
+	opts := o.leaseOptions()
 	began := time.Now() // --timeout counts from the first attempt
 	acquire := func() (*pglease.Lease, error) {
 		if !o.wait {
@@ -195,13 +288,13 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 			return 128 + sigNum(sig)
 		case errors.As(err, &held):
 			fmt.Fprintln(e.stderr, e.redact(held.Error()))
-			return exitHeld
+			return o.conflict
 		case o.wait && errors.Is(err, context.DeadlineExceeded):
 			// Acquire only matches a *HeldError when it saw the lease held;
 			// otherwise every attempt failed.
-			return e.fail(fmt.Errorf("could not acquire %s within --timeout %s: the database kept failing (see earlier errors, or check that it is reachable)", quoteArg(o.name), o.timeout))
+			return e.runFailure(fmt.Errorf("could not acquire %s within --timeout %s: the database kept failing (see earlier errors, or check that it is reachable)", quoteArg(o.name), o.timeout))
 		}
-		return e.fail(err)
+		return e.runFailure(err)
 	}
 	code = e.hold(ctx, o, lease, sigs)
 	if code == exitLost {
@@ -212,11 +305,11 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 
 // hold runs the command under a held lease and returns the exit status.
 func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs chan os.Signal) int {
-	env := childEnv(os.Environ(), o.name, lease.Owner(), lease.Token())
+	env := childEnv(os.Environ(), leaseVars(o, lease))
 	sup, err := startSupervisor(o, env, e)
 	if err != nil {
 		_ = lease.Release(ctx)
-		return e.fail(err)
+		return e.runFailure(err)
 	}
 	var (
 		terminating bool      // SIGTERM sent to the group because of the lease
@@ -261,8 +354,20 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 			sup.forward(s.(syscall.Signal))
 		case <-lost:
 			lost = nil
-			if errors.Is(lease.Err(), pglease.ErrLeaseLost) {
-				terminate(fmt.Sprintf("lease %s lost: %s", quoteArg(o.name), strings.TrimPrefix(lease.Err().Error(), "pglease: lease lost: ")),
+			why := strings.TrimPrefix(fmt.Sprint(lease.Err()), "pglease: lease lost: ")
+			switch err := lease.Err(); {
+			case errors.Is(err, pglease.ErrSessionLost):
+				// A fast-failover waiter may hold the lease milliseconds
+				// after the session ended: a grace period would be an
+				// overlap.
+				terminating = true
+				if !killed {
+					killed = true
+					fmt.Fprintf(e.stderr, "pglease: lease %s lost: %s; a waiter may already hold it, so the command gets SIGKILL at once\n", quoteArg(o.name), why)
+					sup.kill()
+				}
+			case errors.Is(err, pglease.ErrLeaseLost):
+				terminate(fmt.Sprintf("lease %s lost: %s", quoteArg(o.name), why),
 					minTime(time.Now().Add(o.grace), lease.Deadline()))
 			}
 		case <-timer.C:
@@ -298,17 +403,38 @@ func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, su
 	return sup.code
 }
 
-// childEnv is env with the lease variables set.
-func childEnv(env []string, name, owner string, token int64) []string {
-	out := make([]string, 0, len(env)+3)
+// leaseVars are the variables that tell COMMAND about its lease. With
+// slots, PGLEASE_NAME is still NAME, PGLEASE_SLOT says which slot (the
+// lease pglease.SlotName(NAME, SLOT)) and PGLEASE_TOKEN is that slot's
+// fencing token.
+func leaseVars(o runOptions, lease *pglease.Lease) []string {
+	vars := []string{"PGLEASE_NAME=" + o.name, "PGLEASE_OWNER=" + lease.Owner(), fmt.Sprintf("PGLEASE_TOKEN=%d", lease.Token())}
+	if o.slots > 0 {
+		slot := "0"
+		if o.slots > 1 {
+			slot = strings.TrimPrefix(lease.Name(), o.name+"#")
+		}
+		vars = append(vars, "PGLEASE_SLOT="+slot)
+	}
+	return vars
+}
+
+// childEnv is env with vars ("KEY=value") set: any PGLEASE_ variable of
+// pglease's own environment is dropped, so that COMMAND never sees a
+// stale one (say PGLEASE_SLOT of an outer run).
+func childEnv(env []string, vars []string) []string {
+	out := make([]string, 0, len(env)+len(vars))
 	for _, kv := range env {
-		if strings.HasPrefix(kv, "PGLEASE_NAME=") || strings.HasPrefix(kv, "PGLEASE_OWNER=") || strings.HasPrefix(kv, "PGLEASE_TOKEN=") {
+		if k, _, _ := strings.Cut(kv, "="); slices.Contains(leaseVarNames, k) {
 			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out, "PGLEASE_NAME="+name, "PGLEASE_OWNER="+owner, fmt.Sprintf("PGLEASE_TOKEN=%d", token))
+	return append(out, vars...)
 }
+
+// leaseVarNames are the variables pglease run sets for COMMAND.
+var leaseVarNames = []string{"PGLEASE_NAME", "PGLEASE_OWNER", "PGLEASE_TOKEN", "PGLEASE_SLOT"}
 
 // closeBounded closes c but waits at most d: with the database gone the
 // process must still exit promptly.

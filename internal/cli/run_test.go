@@ -86,7 +86,11 @@ func TestRunExitStatus(t *testing.T) {
 		{"HeldByAnother", []string{"run", "busy", "--", "true"}, 75},
 		{"SameOwnerStillExcluded", []string{"run", "busy", "--owner", "same-owner", "--", "true"}, 75},
 		{"WaitTimeoutWhileHeld", []string{"run", "busy", "--wait", "--timeout", "300ms", "--", "true"}, 75},
-		{"Usage", []string{"run", "a", "--ttl", "0", "--", "true"}, 2},
+		{"Usage", []string{"run", "a", "--ttl", "0", "--", "true"}, 125},
+		{"KillGraceBeforeFirstRenewal", []string{"run", "a", "--ttl", "10s", "--kill-grace", "4.9s", "--", "true"}, 125},
+		{"ConflictExitCodeZero", []string{"run", "busy", "--conflict-exit-code", "0", "--", "sh", "-c", "exit 9"}, 0},
+		{"ConflictExitCode", []string{"run", "busy", "--conflict-exit-code", "3", "--wait", "--timeout", "300ms", "--", "true"}, 3},
+		{"ChildsOwnTwo", []string{"run", "a", "--", "sh", "-c", "exit 2"}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{tc.args[0], tc.args[1], "--table", table}, tc.args[2:]...)
@@ -94,7 +98,7 @@ func TestRunExitStatus(t *testing.T) {
 			if code != tc.want {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.want, stdout, stderr)
 			}
-			if tc.want == 75 && !strings.Contains(stderr, "same-owner") {
+			if (tc.want == 75 || strings.HasPrefix(tc.name, "Conflict")) && !strings.Contains(stderr, "same-owner") {
 				t.Errorf("stderr does not name the holder: %q", stderr)
 			}
 		})
@@ -114,7 +118,7 @@ func TestRunSkipsHeldLeaseInUnderASecond(t *testing.T) {
 	}
 }
 
-func TestRunUnreachableDatabaseIsError1(t *testing.T) {
+func TestRunUnreachableDatabaseIs125(t *testing.T) {
 	t.Parallel()
 	for _, wait := range []bool{false, true} {
 		args := []string{"run", "x", "--dsn", "postgres://bob:s3cr3t-pw@127.0.0.1:1/db?connect_timeout=2", "--", "true"}
@@ -122,8 +126,8 @@ func TestRunUnreachableDatabaseIsError1(t *testing.T) {
 			args = append([]string{"run", "--wait"}, args[1:]...)
 		}
 		code, stdout, stderr := run(t, nil, args...)
-		if code != 1 {
-			t.Errorf("wait=%v: exit %d, want 1: %s", wait, code, stderr)
+		if code != 125 {
+			t.Errorf("wait=%v: exit %d, want 125: %s", wait, code, stderr)
 		}
 		if strings.Contains(stdout+stderr, "s3cr3t") {
 			t.Errorf("password in output: %s%s", stdout, stderr)
@@ -354,7 +358,7 @@ func TestRunCreatesTableSchema(t *testing.T) {
 		t.Fatal("table not created")
 	}
 
-	// A role that may not create schemas gets a clear error, exit 1.
+	// A role that may not create schemas gets a clear error, exit 125.
 	role := schema + "_role"
 	exec := func(sql string) {
 		ctx := context.Background()
@@ -371,16 +375,16 @@ func TestRunCreatesTableSchema(t *testing.T) {
 	t.Cleanup(func() { exec("DROP ROLE IF EXISTS " + role) })
 	dsn := strings.Replace(pgtest.DSN(t), "postgres://postgres@", "postgres://"+role+"@", 1)
 	code, _, stderr := run(t, nil, "run", "s", "--dsn", dsn, "--table", schema+"_denied.leases", "--", "true")
-	if code != 1 || !strings.Contains(stderr, "privilege") {
-		t.Fatalf("exit %d, want 1 with a privilege hint: %s", code, stderr)
+	if code != 125 || !strings.Contains(stderr, "privilege") {
+		t.Fatalf("exit %d, want 125 with a privilege hint: %s", code, stderr)
 	}
 }
 
-// TestRunWaitTimeoutWithPersistentErrorsIsError1: when every attempt fails
+// TestRunWaitTimeoutWithPersistentErrorsIs125: when every attempt fails
 // (here: the role may have only one connection, so the session that a
 // fast-failover lease needs cannot be opened) the wait ends at --timeout
-// with exit 1, not 75: the lease was never seen held.
-func TestRunWaitTimeoutWithPersistentErrorsIsError1(t *testing.T) {
+// with exit 125, not 75: the lease was never seen held.
+func TestRunWaitTimeoutWithPersistentErrorsIs125(t *testing.T) {
 	t.Parallel()
 	schema := pgtest.Schema(t)
 	role := schema + "_r"
@@ -416,7 +420,7 @@ func TestRunWaitTimeoutWithPersistentErrorsIsError1(t *testing.T) {
 	dsn := strings.Replace(pgtest.DSN(t), "postgres://postgres@", "postgres://"+role+"@", 1)
 	p := start(t, nil, "run", "x", "--wait", "--timeout", "1s", "--fast-failover", "--dsn", dsn, "--table", schema+".leases", "--", "true")
 	code := p.wait(15 * time.Second)
-	if code != 1 || !strings.Contains(p.stderr.String(), "--timeout") {
-		t.Fatalf("exit %d, want 1: %s", code, p.stderr)
+	if code != 125 || !strings.Contains(p.stderr.String(), "--timeout") {
+		t.Fatalf("exit %d, want 125: %s", code, p.stderr)
 	}
 }

@@ -9,6 +9,12 @@ package cli
 //	pglease run ──(ctrl pipe)──▶ pglease __supervise ──▶ COMMAND's process group
 //	            ◀─(status pipe)─
 //
+// The three live in three process groups: pglease's own (shared with
+// whatever started it), the supervisor's and COMMAND's. A signal to
+// pglease's group (a shell's job control, supervisord's killasgroup, kill
+// -9 -PGID) therefore reaches only pglease, never the helper that must
+// clean up after it.
+//
 // pglease holds the only write end of the ctrl pipe. When pglease dies, even
 // by SIGKILL, the kernel closes it and the supervisor reads EOF at once and
 // SIGKILLs the whole group, grandchildren included (a parent-death signal
@@ -17,6 +23,15 @@ package cli
 // and reaped: "the group is gone" then means every member is dead and
 // reaped. The supervisor exits only when the group is gone, so pglease
 // releases the lease exactly then.
+//
+// When the supervisor dies alone (say SIGKILL to its pid), pglease sees its
+// status pipe close before the supervisor reported the group gone. It then
+// terminates COMMAND's group itself (SIGTERM, SIGKILL after the grace,
+// sooner if the lease demands it) and keeps holding and renewing the lease
+// until the group is gone; only then does it release it and exit 125. The
+// supervisor reports the group's id as soon as COMMAND has started; on
+// Linux COMMAND also gets SIGKILL as a parent-death signal, which covers the
+// instant between its start and that report.
 
 import (
 	"bufio"
@@ -44,11 +59,15 @@ const superviseCmd = "__supervise"
 
 // supervisor is pglease's side of a running supervisor.
 type supervisor struct {
-	cmd  *exec.Cmd
-	ctrl *os.File
-	done chan struct{} // closed when the command's group is gone
-	code int           // the command's exit status (valid after done)
-	err  error         // why the command could not run, if it could not
+	cmd    *exec.Cmd
+	ctrl   *os.File
+	grace  time.Duration
+	stderr io.Writer
+	pgid   atomic.Int64  // COMMAND's process group, once reported
+	gone   atomic.Bool   // the supervisor exited: pglease signals the group itself
+	done   chan struct{} // closed when the command's group is gone
+	code   int           // the command's exit status (valid after done)
+	err    error         // why the command could not run, if it could not
 }
 
 func startSupervisor(o runOptions, env []string, e *env) (*supervisor, error) {
@@ -71,6 +90,8 @@ func startSupervisor(o runOptions, env []string, e *env) (*supervisor, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
 	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{ctrlR, statW} // fds 3 and 4
+	// A process group of its own: out of reach of signals to pglease's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// When stdout is not a file (in-process use), a process that escaped
 	// the group could hold the copying pipe open forever.
 	cmd.WaitDelay = time.Second
@@ -82,20 +103,24 @@ func startSupervisor(o runOptions, env []string, e *env) (*supervisor, error) {
 		statR.Close()
 		return nil, fmt.Errorf("start the supervisor: %w", err)
 	}
-	s := &supervisor{cmd: cmd, ctrl: ctrlW, done: make(chan struct{}), code: exitError}
+	s := &supervisor{cmd: cmd, ctrl: ctrlW, grace: o.grace, stderr: e.stderr, done: make(chan struct{}), code: exitRunFailure}
 	go s.read(statR)
 	return s, nil
 }
 
-// read follows the status pipe until the supervisor exits.
+// read follows the status pipe until the supervisor exits and the
+// command's group is gone.
 func (s *supervisor) read(statR *os.File) {
 	defer close(s.done)
 	defer s.ctrl.Close()
 	sc := bufio.NewScanner(statR)
-	got := false
+	got, survived := false, false
 	for sc.Scan() {
 		kind, rest, _ := strings.Cut(sc.Text(), " ")
 		switch kind {
+		case "pid":
+			n, _ := strconv.Atoi(rest)
+			s.pgid.Store(int64(n))
 		case "exit":
 			s.code, _ = strconv.Atoi(rest)
 			got = true
@@ -104,26 +129,73 @@ func (s *supervisor) read(statR *os.File) {
 			s.code, _ = strconv.Atoi(c)
 			s.err = errors.New(msg)
 			got = true
+		case "survived":
+			survived = true
 		}
 	}
 	statR.Close()
 	err := s.cmd.Wait()
+	s.gone.Store(true)
+	if got && !survived && s.cmd.ProcessState.Exited() {
+		return // the supervisor saw the group gone
+	}
+	pgid := int(s.pgid.Load())
 	if !got {
-		s.code = exitError
-		s.err = fmt.Errorf("the supervisor of the command failed: %v", err)
+		s.code = exitRunFailure
+		s.err = fmt.Errorf("the supervisor of the command died (%v)", err)
+	}
+	if pgid == 0 || !groupAlive(pgid) {
+		return
+	}
+	fmt.Fprintf(s.stderr, "pglease: the supervisor of the command died (%v) while the command's process group %d lived; terminating the group (SIGTERM, SIGKILL after %s) and holding the lease until it is gone\n", err, pgid, s.grace)
+	if !endGroup(pgid, s.grace, 10*time.Second) {
+		fmt.Fprintf(s.stderr, "pglease: processes of the command's group %d survive SIGKILL; holding the lease until they are gone\n", pgid)
+		endGroup(pgid, 0, -1)
+	}
+	if got {
+		s.err = fmt.Errorf("the supervisor of the command died (%v); the command's group was terminated", err)
+		s.code = exitRunFailure
 	}
 }
 
 func (s *supervisor) send(b ...byte) { _, _ = s.ctrl.Write(b) }
 
+// signalGroup signals the command's group directly; only once the
+// supervisor is gone, while the group is known to live.
+func (s *supervisor) signalGroup(sig syscall.Signal) {
+	if pgid := int(s.pgid.Load()); pgid > 0 {
+		_ = syscall.Kill(-pgid, sig)
+	}
+}
+
 // terminate sends SIGTERM to the command's whole group.
-func (s *supervisor) terminate() { s.send('T') }
+func (s *supervisor) terminate() {
+	if s.gone.Load() {
+		s.signalGroup(syscall.SIGTERM)
+		return
+	}
+	s.send('T')
+}
 
 // kill sends SIGKILL to the command's whole group.
-func (s *supervisor) kill() { s.send('K') }
+func (s *supervisor) kill() {
+	if s.gone.Load() {
+		s.signalGroup(syscall.SIGKILL)
+		return
+	}
+	s.send('K')
+}
 
 // forward passes a signal on to the command.
-func (s *supervisor) forward(sig syscall.Signal) { s.send('s', byte(sig)) }
+func (s *supervisor) forward(sig syscall.Signal) {
+	if s.gone.Load() {
+		if pid := int(s.pgid.Load()); pid > 0 {
+			_ = syscall.Kill(pid, sig)
+		}
+		return
+	}
+	s.send('s', byte(sig))
+}
 
 // supervise is the supervisor process: args are GRACE PATH ARGV0 [ARG...].
 func supervise(args []string, stderr io.Writer) int {
@@ -140,13 +212,14 @@ func supervise(args []string, stderr io.Writer) int {
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
 	becomeSubreaper()
-	// Terminal signals reach this process too (it shares pglease's process
-	// group); pglease forwards what the command should get.
+	// pglease forwards what the command should get; the supervisor itself
+	// ends only when the group is gone (or by SIGKILL).
 	signal.Notify(make(chan os.Signal, 1), forwarded...)
 
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	setPdeathsig(attr) // until pglease knows the group, see above
 	cmd := &exec.Cmd{Path: args[1], Args: args[2:], Env: os.Environ(),
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, SysProcAttr: attr}
 	if err := cmd.Start(); err != nil {
 		code := exitNoExec
 		if errors.Is(err, fs.ErrNotExist) {
@@ -186,8 +259,10 @@ func supervise(args []string, stderr io.Writer) int {
 	if orphaned.Load() {
 		grace = 0
 	}
-	if !cleanupGroup(pgid, grace) {
-		fmt.Fprintf(stderr, "pglease: processes of the command's group %d survived SIGKILL\n", pgid)
+	if !endGroup(pgid, grace, 10*time.Second) {
+		// pglease keeps holding the lease until the group is gone.
+		fmt.Fprintln(stat, "survived")
+		fmt.Fprintf(stderr, "pglease: processes of the command's group %d survived SIGKILL for 10s\n", pgid)
 	}
 	return code
 }
@@ -201,10 +276,10 @@ func exitStatus(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-// cleanupGroup sends SIGTERM to whatever is left of the process group,
-// SIGKILL after grace, and returns once the group is gone (false if it
-// survived SIGKILL for 10 seconds).
-func cleanupGroup(pgid int, grace time.Duration) bool {
+// endGroup sends SIGTERM to whatever is left of the process group, SIGKILL
+// after grace, and returns true once the group is gone; false if it
+// survived SIGKILL for patience (negative: wait for as long as it takes).
+func endGroup(pgid int, grace, patience time.Duration) bool {
 	reapOrphans()
 	if !groupAlive(pgid) {
 		return true
@@ -217,9 +292,9 @@ func cleanupGroup(pgid int, grace time.Duration) bool {
 		now := time.Now()
 		if giveUp.IsZero() && !now.Before(killAt) {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			giveUp = now.Add(10 * time.Second)
+			giveUp = now.Add(patience)
 		}
-		if !giveUp.IsZero() && now.After(giveUp) {
+		if patience >= 0 && !giveUp.IsZero() && now.After(giveUp) {
 			return false
 		}
 		time.Sleep(pause)

@@ -91,8 +91,9 @@ func TestHuman(t *testing.T) {
 }
 
 func TestChildEnv(t *testing.T) {
-	env := childEnv([]string{"A=1", "PGLEASE_TOKEN=999", "PGLEASE_NAME=old"}, "job", "me", 42)
-	want := []string{"A=1", "PGLEASE_NAME=job", "PGLEASE_OWNER=me", "PGLEASE_TOKEN=42"}
+	env := childEnv([]string{"A=1", "PGLEASE_TOKEN=999", "PGLEASE_NAME=old", "PGLEASE_SLOT=3", "PGLEASE_DSN=keep"},
+		[]string{"PGLEASE_NAME=job", "PGLEASE_OWNER=me", "PGLEASE_TOKEN=42"})
+	want := []string{"A=1", "PGLEASE_DSN=keep", "PGLEASE_NAME=job", "PGLEASE_OWNER=me", "PGLEASE_TOKEN=42"}
 	if !slices.Equal(env, want) {
 		t.Errorf("childEnv = %v, want %v", env, want)
 	}

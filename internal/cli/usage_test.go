@@ -48,11 +48,24 @@ var badRunInputs = []struct {
 	{"TimeoutZero", []string{"run", "a", "--wait", "--timeout", "0", "--", "true"}, "--timeout"},
 	{"TimeoutNegative", []string{"run", "a", "--wait", "--timeout", "-1s", "--", "true"}, "--timeout"},
 	{"KillGraceZero", []string{"run", "a", "--kill-grace", "0s", "--", "true"}, "--kill-grace"},
-	{"KillGraceHalfTTL", []string{"run", "a", "--ttl", "10s", "--kill-grace", "5s", "--", "true"}, "below half the TTL"},
+	{"KillGraceHalfTTL", []string{"run", "a", "--ttl", "10s", "--kill-grace", "5s", "--", "true"}, "a healthy command would be killed"},
+	{"KillGraceBeforeFirstRenewal", []string{"run", "a", "--ttl", "10s", "--kill-grace", "4.9s", "--", "true"}, "use at most 3.666s"},
+	{"KillGraceNegative", []string{"run", "a", "--kill-grace", "-1s", "--", "true"}, "positive"},
+	{"MinHoldAboveTTL", []string{"run", "a", "--ttl", "10s", "--min-hold", "11s", "--", "true"}, "exceeds the TTL"},
+	{"MinHoldNegative", []string{"run", "a", "--min-hold", "-1s", "--", "true"}, "--min-hold"},
+	{"MinHoldWord", []string{"run", "a", "--min-hold", "soon", "--", "true"}, "not a duration"},
+	{"SlotsZero", []string{"run", "a", "--slots", "0", "--", "true"}, "slots must be between 1 and 1000"},
+	{"SlotsTooMany", []string{"run", "a", "--slots", "1001", "--", "true"}, "slots must be between 1 and 1000"},
+	{"SlotsWord", []string{"run", "a", "--slots", "two", "--", "true"}, "not a whole number"},
+	{"SlotsNameTooLong", []string{"run", strings.Repeat("n", 254), "--slots", "10", "--", "true"}, "too long for 10 slots"},
+	{"ConflictCodeNegative", []string{"run", "a", "--conflict-exit-code", "-1", "--", "true"}, "0 to 255"},
+	{"ConflictCode256", []string{"run", "a", "--conflict-exit-code", "256", "--", "true"}, "0 to 255"},
+	{"OwnerTooLong", []string{"run", "a", "--owner", strings.Repeat("o", 256), "--", "true"}, "256 bytes, the maximum is 255"},
+	{"OwnerInvalidUTF8", []string{"run", "a", "--owner", "a\xffb", "--", "true"}, "UTF-8"},
 	{"UnknownFlag", []string{"run", "a", "--frobnicate", "--", "true"}, "unknown flag"},
 	{"BoolWithValue", []string{"run", "a", "--wait=maybe", "--", "true"}, "--wait"},
 	{"OwnerEmpty", []string{"run", "a", "--owner", "", "--", "true"}, "--owner"},
-	{"OwnerControl", []string{"run", "a", "--owner", "a\nb", "--", "true"}, "--owner"},
+	{"OwnerControl", []string{"run", "a", "--owner", "a\nb", "--", "true"}, "control character"},
 	{"MalformedDSN", []string{"run", "a", "--dsn", "postgres://u:hunter2@host:notaport/db", "--", "true"}, "invalid connection string"},
 	{"MalformedKeywordDSN", []string{"run", "a", "--dsn", "host=x password=hunter2 port=abc", "--", "true"}, "invalid connection string"},
 }
@@ -79,11 +92,17 @@ func TestUsageErrorsInProcess(t *testing.T) {
 		{"CompletionFish", []string{"completion", "fish"}, "bash or zsh"},
 		{"DemoWorkers", []string{"demo", "--workers", "1"}, "--workers"},
 	}...)
-	for _, tc := range cases {
+	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// pglease run's own failures exit 125 (never COMMAND's 1 or
+			// 2); the other commands' usage errors exit 2.
+			want := 2
+			if i < len(badRunInputs) {
+				want = 125
+			}
 			code, stdout, stderr := mainInProcess(t, tc.args...)
-			if code != 2 {
-				t.Fatalf("exit %d, want 2\nstdout: %s\nstderr: %s", code, stdout, stderr)
+			if code != want {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, want, stdout, stderr)
 			}
 			if !strings.Contains(stderr, tc.msg) {
 				t.Errorf("stderr %q does not contain %q", stderr, tc.msg)
