@@ -36,6 +36,9 @@ type Client struct {
 	sess   *session // dedicated connection, created lazily
 	schema sync.Mutex
 	ready  bool // schema checked
+	// readOK: the table exists and its rows are readable (Get, List),
+	// checked without changing anything
+	readOK bool
 
 	mu     sync.Mutex
 	closed bool
@@ -160,8 +163,10 @@ func DDL(table string) (string, error) {
 }
 
 // Migrate creates the lease table and its sequence when missing and checks
-// the layout of an existing table. Clients do this on first use unless
-// [Config.DisableAutoMigrate] is set.
+// the layout of an existing table. Clients do this before their first
+// acquisition, [Client.ForceRelease] or [Client.Cleanup] unless
+// [Config.DisableAutoMigrate] is set; [Client.Get] and [Client.List] never
+// do.
 func (c *Client) Migrate(ctx context.Context) error {
 	if err := c.checkOpen(); err != nil {
 		return err
@@ -311,20 +316,28 @@ func infoOf(r store.Record) Info {
 var ErrNoLease = errors.New("pglease: no such lease")
 
 // Get returns the lease row of name, held or expired, or [ErrNoLease].
+// It only reads: it never creates or alters the table, whatever
+// [Config.DisableAutoMigrate] says, and a role with SELECT on the table
+// (and USAGE on its schema) may call it. Without the table it returns
+// [ErrNoLease]; a table this version cannot read is reported as
+// [ErrSchema].
 func (c *Client) Get(ctx context.Context, name string) (Info, error) {
 	if err := CheckName(name); err != nil {
 		return Info{}, err
 	}
-	if err := c.prepare(ctx); err != nil {
+	exists, err := c.readable(ctx)
+	if err != nil {
 		return Info{}, err
 	}
 	var rec store.Record
 	var ok bool
-	err := c.retry(ctx, func() (err error) {
-		rec, ok, err = c.st.Get(ctx, c.db, name)
-		return err
-	})
-	if err != nil {
+	if exists {
+		err = c.retry(ctx, func() (err error) {
+			rec, ok, err = c.st.Get(ctx, c.db, name)
+			return err
+		})
+	}
+	if err != nil && !tableMissing(err) {
 		return Info{}, opError("read lease", err)
 	}
 	if !ok {
@@ -333,17 +346,22 @@ func (c *Client) Get(ctx context.Context, name string) (Info, error) {
 	return infoOf(rec), nil
 }
 
-// List returns every lease row, held or expired, ordered by name.
+// List returns every lease row, held or expired, ordered by name. Like
+// [Client.Get] it only reads and needs only SELECT on the table; without
+// the table it returns an empty slice.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
-	if err := c.prepare(ctx); err != nil {
+	exists, err := c.readable(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var recs []store.Record
-	err := c.retry(ctx, func() (err error) {
-		recs, err = c.st.List(ctx, c.db)
-		return err
-	})
-	if err != nil {
+	if exists {
+		err = c.retry(ctx, func() (err error) {
+			recs, err = c.st.List(ctx, c.db)
+			return err
+		})
+	}
+	if err != nil && !tableMissing(err) {
 		return nil, opError("list leases", err)
 	}
 	out := make([]Info, len(recs))
@@ -406,6 +424,42 @@ func (c *Client) retry(ctx context.Context, fn func() error) error {
 			return err
 		}
 	}
+}
+
+// readable checks that the client is open and, without changing anything,
+// that its table can be read; exists is false when there is no table.
+// After a full check (ready) or a first successful one, it sends nothing.
+func (c *Client) readable(ctx context.Context) (exists bool, err error) {
+	if err := c.checkOpen(); err != nil {
+		return false, err
+	}
+	c.schema.Lock()
+	ok := c.ready || c.readOK
+	c.schema.Unlock()
+	if ok {
+		return true, nil
+	}
+	err = c.retry(ctx, func() (err error) {
+		exists, err = c.st.CheckReadable(ctx, c.db)
+		return err
+	})
+	if err != nil {
+		return false, opError("check the lease table "+c.st.Names.QualifiedTable(), err)
+	}
+	if exists {
+		c.schema.Lock()
+		c.readOK = true
+		c.schema.Unlock()
+	}
+	return exists, nil
+}
+
+// tableMissing reports a read that failed because the table (or its
+// schema) does not exist, such as one dropped after it was checked: for a
+// read, no table means no leases.
+func tableMissing(err error) bool {
+	s := store.SQLState(err)
+	return s == "42P01" || s == "3F000"
 }
 
 // prepare checks that the client is open and its table usable.

@@ -25,8 +25,11 @@ var (
 // adminTimeout bounds an administrative command.
 const adminTimeout = 30 * time.Second
 
-// connect validates the connection flags and opens a client.
-func (e *env) connect(ctx context.Context, cmd string, fs *flagSet) (*pglease.Client, int, bool) {
+// connect validates the connection flags and opens a client. Unless
+// readOnly, it also creates or upgrades the lease table (Migrate); a
+// read-only command (ls, status) changes nothing in the database, and the
+// client's reads work with SELECT alone.
+func (e *env) connect(ctx context.Context, cmd string, fs *flagSet, readOnly bool) (*pglease.Client, int, bool) {
 	table := fs.str("table")
 	if err := checkTable(table); err != nil {
 		return nil, e.usage(cmd, err), false
@@ -38,6 +41,9 @@ func (e *env) connect(ctx context.Context, cmd string, fs *flagSet) (*pglease.Cl
 	c, err := pglease.Open(ctx, dsn, pglease.Config{Table: table, Owner: "admin-" + hostname()})
 	if err != nil {
 		return nil, e.fail(err), false
+	}
+	if readOnly {
+		return c, 0, true
 	}
 	if err := c.Migrate(ctx); err != nil {
 		c.Close()
@@ -72,7 +78,7 @@ func (e *env) cmdList(ctx context.Context, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	c, code, ok := e.connect(ctx, "ls", fs)
+	c, code, ok := e.connect(ctx, "ls", fs, true)
 	if !ok {
 		return code
 	}
@@ -171,7 +177,7 @@ func (e *env) cmdStatus(ctx context.Context, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	c, code, ok := e.connect(ctx, "status", fs)
+	c, code, ok := e.connect(ctx, "status", fs, true)
 	if !ok {
 		return code
 	}
@@ -213,7 +219,7 @@ func (e *env) cmdRelease(ctx context.Context, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	c, code, ok := e.connect(ctx, "release", fs)
+	c, code, ok := e.connect(ctx, "release", fs, false)
 	if !ok {
 		return code
 	}
@@ -245,7 +251,7 @@ func (e *env) cmdMigrate(ctx context.Context, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	c, code, ok := e.connect(ctx, "migrate", fs)
+	c, code, ok := e.connect(ctx, "migrate", fs, false)
 	if !ok {
 		return code
 	}
@@ -283,7 +289,7 @@ func (e *env) cmdCleanup(ctx context.Context, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	c, code, ok := e.connect(ctx, "cleanup", fs)
+	c, code, ok := e.connect(ctx, "cleanup", fs, false)
 	if !ok {
 		return code
 	}

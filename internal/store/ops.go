@@ -188,7 +188,7 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 		return err
 	}
 	if v > SchemaVersion {
-		return &SchemaError{Msg: fmt.Sprintf("table %s has schema version %d, newer than this pglease (%d); upgrade pglease", s.Names.QualifiedTable(), v, SchemaVersion)}
+		return s.newerVersion(v)
 	}
 	// A foreign table is reported as such, whatever its comment says.
 	if err := s.checkColumns(ctx, q, v < SchemaVersion); err != nil {
@@ -213,6 +213,33 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 	}
 	s.ns.Store(&ns)
 	return nil
+}
+
+func (s *Store) newerVersion(v int) error {
+	return &SchemaError{Msg: fmt.Sprintf("table %s has schema version %d, newer than this pglease (%d); upgrade pglease", s.Names.QualifiedTable(), v, SchemaVersion)}
+}
+
+// CheckReadable reports whether the table exists and, when it does, checks
+// that this version can read its rows: a schema version no newer than this
+// one and the columns Get and List read (a table of an older version that
+// Migrate would upgrade is readable; so is one whose token sequence is
+// behind, which only matters to acquisitions). A missing table (or schema)
+// is not an error. It reads only the catalog and changes nothing; the role
+// needs no privilege beyond USAGE on the table's schema.
+func (s *Store) CheckReadable(ctx context.Context, q Querier) (exists bool, err error) {
+	ex, err := s.exists(ctx, q)
+	if err != nil || !ex.table {
+		return false, err
+	}
+	v, err := s.version(ctx, q)
+	if err != nil {
+		return true, err
+	}
+	if v > SchemaVersion {
+		return true, s.newerVersion(v)
+	}
+	// A foreign table is reported as such, whatever its comment says.
+	return true, s.checkColumns(ctx, q, true)
 }
 
 // checkColumns compares the table's columns with this version's; with

@@ -1,0 +1,92 @@
+//go:build unix
+
+package cli_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// execAdmin runs sql on the shared server as the test's superuser.
+func execAdmin(t *testing.T, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// ls and status only read: on a table (or schema) that does not exist they
+// report no leases and create nothing.
+func TestReadOnlyCommandsCreateNothing(t *testing.T) {
+	t.Parallel()
+	env, existing := tableEnv(t)
+	missing := fmt.Sprintf("cli_ro_%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { execAdmin(t, "DROP SCHEMA IF EXISTS "+missing+" CASCADE") })
+	for _, table := range []string{missing + ".leases", existing} {
+		if code, stdout, stderr := run(t, env, "ls", "--table", table); code != 0 || strings.TrimSpace(stdout) != "no leases" {
+			t.Fatalf("ls --table %s: exit %d, stdout %q, stderr %q; want no leases", table, code, stdout, stderr)
+		}
+		if code, stdout, stderr := run(t, env, "ls", "--json", "--table", table); code != 0 || strings.TrimSpace(stdout) != "[]" {
+			t.Fatalf("ls --json --table %s: exit %d, stdout %q, stderr %q; want []", table, code, stdout, stderr)
+		}
+		if code, stdout, stderr := run(t, env, "status", "x", "--table", table); code != 3 || strings.TrimSpace(stdout) != "x is free" {
+			t.Fatalf("status x --table %s: exit %d, stdout %q, stderr %q; want x is free, exit 3", table, code, stdout, stderr)
+		}
+		if query[bool](t, "SELECT to_regclass($1) IS NOT NULL OR to_regclass($2) IS NOT NULL", table, table+"_token_seq") {
+			t.Fatalf("a read-only command created %s or its sequence", table)
+		}
+	}
+	if query[int64](t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", missing) != 0 {
+		t.Fatalf("a read-only command created the schema %s", missing)
+	}
+}
+
+// ls and status work as a role that may only read the table.
+func TestReadOnlyCommandsNeedOnlySelect(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	if code, stdout, stderr := run(t, env, "migrate", "--table", table); code != 0 {
+		t.Fatalf("migrate: exit %d: %s %s", code, stdout, stderr)
+	}
+	holdLease(t, env, table, "nightly", "--owner", "host-a")
+
+	role := fmt.Sprintf("cli_ro_role_%d", time.Now().UnixNano())
+	schema := table[:strings.Index(table, ".")]
+	execAdmin(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { execAdmin(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+	execAdmin(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
+	execAdmin(t, "GRANT SELECT ON "+table+" TO "+role)
+	u, err := url.Parse(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	ro := []string{"PGLEASE_DSN=" + u.String()}
+
+	code, stdout, stderr := run(t, ro, "ls", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "nightly") || !strings.Contains(stdout, "host-a") {
+		t.Fatalf("ls as a SELECT-only role: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = run(t, ro, "status", "nightly", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "host-a") {
+		t.Fatalf("status as a SELECT-only role: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, _, stderr := run(t, ro, "status", "other", "--table", table); code != 3 {
+		t.Fatalf("status of a free name as a SELECT-only role: exit %d, stderr %q", code, stderr)
+	}
+}
