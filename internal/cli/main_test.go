@@ -71,10 +71,17 @@ type proc struct {
 // The process is killed when the test ends.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startWith(t, nil, env, args...)
+}
+
+// startWith is start with attr as the process's attributes (nil: none).
+func startWith(t *testing.T, attr *syscall.SysProcAttr, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(baseEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.cmd.SysProcAttr = attr
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,11 @@
 package cli
 
-import "syscall"
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+)
 
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, linux/prctl.h
 
@@ -13,3 +18,39 @@ func becomeSubreaper() {
 
 // setPdeathsig makes the kernel SIGKILL a demo worker when the demo dies.
 func setPdeathsig(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
+
+// groupRunning reports whether a member of the process group is not a
+// zombie, from /proc; known is false when /proc cannot tell.
+func groupRunning(pgid int) (running, known bool) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return false, false
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return false, false
+	}
+	for _, n := range names {
+		if n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + n + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parens.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			return false, false
+		}
+		f := bytes.Fields(b[i+1:])
+		if len(f) < 4 {
+			return false, false
+		}
+		if g, _ := strconv.Atoi(string(f[2])); g == pgid && f[0][0] != 'Z' && f[0][0] != 'X' {
+			return true, true
+		}
+	}
+	return false, true
+}

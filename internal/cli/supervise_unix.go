@@ -304,11 +304,17 @@ func endGroup(pgid int, grace, patience time.Duration) bool {
 	return true
 }
 
-// groupAlive reports whether the process group has members (zombies count
-// until reaped).
+// groupAlive reports whether the process group has a member that can
+// still run: zombies, dead but not yet reaped by their parent (an init that
+// reaps lazily, say), do not count where the system says which members are
+// zombies.
 func groupAlive(pgid int) bool {
 	err := syscall.Kill(-pgid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	running, known := groupRunning(pgid)
+	return running || !known
 }
 
 // reapOrphans reaps exited descendants re-parented to this process.
