@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/pglease/pglease"
@@ -38,46 +38,20 @@ type env struct {
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, mainHelp)
+		fmt.Fprint(stderr, mainHelp())
 		return exitUsage
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "run":
-		return e.cmdRun(ctx, rest)
-	case "ls", "list":
-		return e.cmdList(ctx, rest)
-	case "status":
-		return e.cmdStatus(ctx, rest)
-	case "release":
-		return e.cmdRelease(ctx, rest)
-	case "migrate":
-		return e.cmdMigrate(ctx, rest)
-	case "schema":
-		return e.cmdSchema(rest)
-	case "cleanup":
-		return e.cmdCleanup(ctx, rest)
-	case "version", "--version":
-		return e.cmdVersion(rest)
-	case "completion":
-		return e.cmdCompletion(rest)
-	case "demo":
-		return e.cmdDemo(ctx, rest)
-	case "help", "-h", "--help", "-help":
-		if len(rest) > 0 {
-			if h, ok := helpTexts[rest[0]]; ok {
-				fmt.Fprint(stdout, h)
-				return exitOK
-			}
-		}
-		fmt.Fprint(stdout, mainHelp)
-		return exitOK
-	case superviseCmd:
-		return supervise(rest, stderr)
-	case demoJobCmd:
-		return demoJob(ctx, rest, stdout)
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-h", "--help", "-help":
+		name = "help"
+	case "--version", "-version":
+		name = "version"
 	}
-	return e.usage("", usagef("unknown command %s", quoteArg(cmd)))
+	if c := lookupCommand(name); c != nil {
+		return c.run(e, ctx, rest)
+	}
+	return e.usage("", usagef("unknown command %s", quoteArg(name)))
 }
 
 // usage reports a usage error of command cmd and returns exit status 2.
@@ -106,7 +80,7 @@ func (e *env) fail(err error) int {
 func (e *env) parse(cmd string, specs []flagSpec, args []string) (fs *flagSet, code int, done bool) {
 	fs, err := parseFlags(specs, args)
 	if fs != nil && fs.help {
-		fmt.Fprint(e.stdout, helpTexts[cmd])
+		fmt.Fprint(e.stdout, lookupCommand(cmd).help())
 		return fs, exitOK, true
 	}
 	if err != nil {
@@ -143,7 +117,28 @@ func (e *env) cmdVersion(args []string) int {
 	if _, code, done := e.parse("version", nil, args); done {
 		return code
 	}
-	fmt.Fprintf(e.stdout, "pglease %s (%s %s/%s)\n", pglease.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(e.stdout, versionLine(bi))
+	return exitOK
+}
+
+func (e *env) cmdHelp(args []string) int {
+	fs, code, done := e.parse("help", nil, args)
+	if done {
+		return code
+	}
+	switch {
+	case len(fs.args) == 0:
+		fmt.Fprint(e.stdout, mainHelp())
+	case len(fs.args) > 1:
+		return e.usage("help", usagef("help takes one COMMAND, got %d arguments", len(fs.args)))
+	default:
+		c := lookupCommand(fs.args[0])
+		if c == nil || c.hidden {
+			return e.usage("help", usagef("unknown command %s", quoteArg(fs.args[0])))
+		}
+		fmt.Fprint(e.stdout, c.help())
+	}
 	return exitOK
 }
 
@@ -153,15 +148,12 @@ func (e *env) cmdCompletion(args []string) int {
 		return code
 	}
 	if len(fs.args) != 1 {
-		return e.usage("completion", usagef("completion needs one shell: bash or zsh"))
+		return e.usage("completion", usagef("completion needs one shell: %s", shellsInWords()))
 	}
-	switch fs.args[0] {
-	case "bash":
-		fmt.Fprint(e.stdout, bashCompletion)
-	case "zsh":
-		fmt.Fprint(e.stdout, zshCompletion)
-	default:
-		return e.usage("completion", usagef("unsupported shell %s: use bash or zsh", quoteArg(fs.args[0])))
+	script, ok := completionScript(fs.args[0])
+	if !ok {
+		return e.usage("completion", usagef("unsupported shell %s: use %s", quoteArg(fs.args[0]), shellsInWords()))
 	}
+	fmt.Fprint(e.stdout, script)
 	return exitOK
 }

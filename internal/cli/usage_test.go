@@ -88,8 +88,10 @@ func TestUsageErrorsInProcess(t *testing.T) {
 		{"SchemaBadTable", []string{"schema", "--table", "Bad"}, "--table"},
 		{"MigrateBadDSN", []string{"migrate", "--dsn", "postgres://:99999999/"}, "invalid connection string"},
 		{"CleanupExtra", []string{"cleanup", "now"}, "unexpected argument"},
-		{"CompletionNoShell", []string{"completion"}, "bash or zsh"},
-		{"CompletionFish", []string{"completion", "fish"}, "bash or zsh"},
+		{"CompletionNoShell", []string{"completion"}, "bash, zsh or fish"},
+		{"CompletionUnknownShell", []string{"completion", "powershell"}, "use bash, zsh or fish"},
+		{"HelpUnknownCommand", []string{"help", "frob"}, "unknown command frob"},
+		{"HelpHiddenCommand", []string{"help", "__supervise"}, "unknown command"},
 		{"DemoWorkers", []string{"demo", "--workers", "1"}, "--workers"},
 	}...)
 	for i, tc := range cases {
@@ -123,6 +125,7 @@ func TestHelpInProcess(t *testing.T) {
 		{"run", "--help"}, {"run", "NAME", "-h"}, {"ls", "--help"}, {"status", "--help"},
 		{"release", "--help"}, {"migrate", "--help"}, {"schema", "--help"}, {"cleanup", "--help"},
 		{"version", "--help"}, {"completion", "--help"}, {"demo", "--help"},
+		{"list", "--help"}, {"help", "--help"}, {"help", "list"}, {"-h", "ls"},
 	} {
 		code, stdout, stderr := mainInProcess(t, args...)
 		if code != 0 || stderr != "" || !strings.Contains(stdout, "Usage") {
@@ -143,9 +146,9 @@ func TestOfflineCommandsInProcess(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, `CREATE TABLE IF NOT EXISTS "ops"."leases"`) || !strings.Contains(stdout, "CREATE SCHEMA") {
 		t.Errorf("schema: %d %q", code, stdout)
 	}
-	for _, sh := range []string{"bash", "zsh"} {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
 		code, stdout, _ = mainInProcess(t, "completion", sh)
-		if code != 0 || !strings.Contains(stdout, "pglease") || !strings.Contains(stdout, "--fast-failover") {
+		if code != 0 || !strings.Contains(stdout, "pglease") || !strings.Contains(stdout, "fast-failover") {
 			t.Errorf("completion %s: %d", sh, code)
 		}
 	}

@@ -1,0 +1,35 @@
+package cli
+
+// Exports for the tests of package cli_test.
+
+// VersionLine is versionLine.
+var VersionLine = versionLine
+
+// TestCommand is what the tests know of an entry of the command table.
+type TestCommand struct {
+	Name, Summary string
+	Aliases       []string
+	Flags         []TestFlag
+	Hidden        bool
+	Words         []string // the completions of the positional argument
+	DashDash      bool
+}
+
+// TestFlag is a flag of a TestCommand.
+type TestFlag struct {
+	Name, Usage string
+	TakesValue  bool
+}
+
+// CommandTable returns the command table.
+func CommandTable() []TestCommand {
+	var cs []TestCommand
+	for _, c := range commands {
+		tc := TestCommand{Name: c.name, Summary: c.summary, Aliases: c.aliases, Hidden: c.hidden, Words: c.words, DashDash: c.dashdash}
+		for _, f := range c.flags {
+			tc.Flags = append(tc.Flags, TestFlag{Name: f.name, Usage: f.usage, TakesValue: f.takesValue()})
+		}
+		cs = append(cs, tc)
+	}
+	return cs
+}
