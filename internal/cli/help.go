@@ -19,8 +19,9 @@ Examples:
   pglease ls
 
 Run 'pglease COMMAND --help' for the flags of a command.
-Exit statuses: 0 ok, 1 error, 2 usage, 3 free, 75 held by another,
-76 lease lost, 126/127 command not executable/not found, else the command's.
+Exit statuses of run: COMMAND's own; 75 (or --conflict-exit-code) held by
+another; 76 lease lost; 125 pglease's own failure; 126/127 COMMAND not
+executable/not found. Other commands: 0 ok, 1 error, 2 usage, 3 free.
 `
 
 func init() {
@@ -30,20 +31,30 @@ func init() {
 		operand: "lease name", dashdash: true,
 		run: (*env).cmdRun,
 		about: `Run COMMAND while holding the lease NAME, like flock(1) for a cluster. Without
---wait it exits 75 at once when another owner holds the lease. COMMAND runs in
-a process group of its own with PGLEASE_NAME, PGLEASE_OWNER and PGLEASE_TOKEN
-(the fencing token) in its environment. When the lease is lost the group gets
-SIGTERM, then SIGKILL after --kill-grace, before anyone else can take the
-lease, and pglease exits 76. When COMMAND exits, the lease is released at once.
+--wait it exits 75 (or --conflict-exit-code) at once when another owner holds
+the lease. COMMAND runs in a process group of its own with PGLEASE_NAME,
+PGLEASE_OWNER and PGLEASE_TOKEN (the fencing token) in its environment, and
+PGLEASE_SLOT with --slots. When the lease is lost the group gets SIGTERM, then
+SIGKILL after --kill-grace, before anyone else can take the lease (SIGKILL at
+once when a --fast-failover lease lost its database session), and pglease
+exits 76. When COMMAND exits, the lease is released at once (or when
+--min-hold has passed). The group never outlives pglease, even a SIGKILLed
+pglease or a SIGKILL to its whole process group.
 `,
-		more: `Exit status: COMMAND's own (128+N when a signal N killed it); 75 held by
-another; 76 lease lost; 126 not executable; 127 not found; 2 usage; 1 error.
+		more: `Exit status: COMMAND's own (128+N when a signal N killed it); 75 (or
+--conflict-exit-code) held by another; 76 lease lost; 125 pglease's own
+failure (usage, invalid input, database unreachable or refusing us);
+126 not executable; 127 not found.
 
 Examples:
-  # cron: run on one host only, skip when another host runs it
-  pglease run nightly-report -- /usr/local/bin/report.sh
+  # cron: run on one host only, skip quietly when another host runs it
+  pglease run nightly-report --conflict-exit-code 0 -- /usr/local/bin/report.sh
+  # one run per schedule across hosts whose clocks differ by up to a minute
+  pglease run nightly-report --ttl 2m --min-hold 1m -- /usr/local/bin/report.sh
   # wait up to 10 minutes for the lease
   pglease run --wait --timeout 10m db-migrate -- ./migrate up
+  # at most 3 exports at once; each learns its slot from $PGLEASE_SLOT
+  pglease run --wait --slots 3 export -- ./export.sh
   # a singleton worker with fast failover and a Kubernetes pod name as owner
   pglease run --wait --fast-failover --owner "$POD_NAME" queue-worker -- ./worker
 `,
@@ -90,9 +101,9 @@ there was no such lease.
 		summary: "create the lease table",
 		run:     (*env).cmdMigrate,
 		about: `Create the lease table, its token sequence and, for SCHEMA.TABLE, the schema
-when they are missing; check an existing table. Every other command does
-this on first use; run it once as an owner role when the roles that take
-leases may not create tables.
+when they are missing; check an existing table. run, release and cleanup do
+this on first use (ls and status only read); run it once as an owner role
+when the roles that take leases may not create tables.
 `,
 		more: `Example:
   PGLEASE_DSN=postgres://admin@db/app pglease migrate --table ops.leases
