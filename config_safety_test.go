@@ -51,6 +51,9 @@ func TestUnsafeConfigRefused(t *testing.T) {
 				{"Open", func() (*Client, error) {
 					return Open(ctx, "postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=1", tc.cfg)
 				}},
+				// Tools check their input with Validate: the same verdict.
+				{"Validate", func() (*Client, error) { return nil, tc.cfg.Validate() }},
+				{"Schedule", func() (*Client, error) { _, err := tc.cfg.Schedule(0); return nil, err }},
 			} {
 				c, err := open.open()
 				if c != nil {
@@ -89,11 +92,17 @@ func TestUnsafeLeaseTimingRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.TryAcquire(ctx, "n", tc.opts...)
+			if err == nil {
+				t.Fatal("TryAcquire accepted it")
+			}
 			if !errors.Is(err, ErrInvalidTTL) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("TryAcquire: %v, want ErrInvalidTTL saying %q", err, tc.want)
 			}
 			if _, err := c.NewElector("n", func(context.Context) error { return nil }, tc.opts...); !errors.Is(err, ErrInvalidTTL) {
 				t.Errorf("NewElector: %v, want ErrInvalidTTL", err)
+			}
+			if verr := (Config{SafetyMargin: 5 * time.Second}).Validate(tc.opts...); verr == nil || verr.Error() != err.Error() {
+				t.Errorf("Validate: %v, want the acquisition's %v", verr, err)
 			}
 		})
 	}
@@ -110,5 +119,69 @@ func TestUnsafeLeaseTimingRefused(t *testing.T) {
 	}
 	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
 		t.Errorf("rows after refused leases: %v, %v", infos, err)
+	}
+}
+
+// Schedule reports the timing a lease gets: the defaults, and what the
+// configuration sets.
+func TestSchedule(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		ttl  time.Duration
+		want Schedule
+	}{
+		{Config{}, 0, Schedule{TTL: 30 * time.Second, RenewInterval: 10 * time.Second, SafetyMargin: 6 * time.Second}},
+		{Config{}, 10 * time.Second, Schedule{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, SafetyMargin: 2 * time.Second}},
+		{Config{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}, 0, Schedule{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}},
+	} {
+		got, err := tc.cfg.Schedule(tc.ttl)
+		if err != nil || got != tc.want {
+			t.Errorf("%+v.Schedule(%s) = %+v, %v, want %+v", tc.cfg, tc.ttl, got, err, tc.want)
+		}
+	}
+	if d := (Schedule{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second}).Deadline(); d != 8*time.Second {
+		t.Errorf("Deadline = %s", d)
+	}
+	if _, err := (Config{}).Schedule(500 * time.Millisecond); !errors.Is(err, ErrInvalidTTL) {
+		t.Errorf("Schedule(500ms): %v, want ErrInvalidTTL", err)
+	}
+}
+
+// One owner rule: CheckOwner, Validate and the constructors agree.
+func TestOwnerRule(t *testing.T) {
+	for _, tc := range []struct {
+		owner string
+		want  string // "" when valid
+	}{
+		{"web-7f9c", ""},
+		{strings.Repeat("o", 255), ""},
+		{"ünïcode 主机", ""},
+		{"", "owner is empty"},
+		{strings.Repeat("o", 256), "256 bytes, the maximum is 255"},
+		{"bad\xff", "not valid UTF-8"},
+		{"a\nb", "control character U+000A"},
+		{"nul\x00", "control character U+0000"},
+		{"del\x7f", "control character U+007F"},
+	} {
+		err := CheckOwner(tc.owner)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("CheckOwner(%q) = %v", tc.owner, err)
+		case tc.want != "" && (!errors.Is(err, ErrInvalidOwner) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("CheckOwner(%q) = %v, want ErrInvalidOwner saying %q", tc.owner, err, tc.want)
+		}
+		if tc.owner == "" {
+			continue // Config.Owner "" means the default
+		}
+		if verr := (Config{Owner: tc.owner}).Validate(); (verr == nil) != (err == nil) {
+			t.Errorf("Validate with owner %q = %v, CheckOwner = %v", tc.owner, verr, err)
+		}
+		c, nerr := NewFromPool(pgtest.Pool(t), Config{Owner: tc.owner})
+		if c != nil {
+			_ = c.Close()
+		}
+		if (nerr == nil) != (err == nil) {
+			t.Errorf("NewFromPool with owner %q = %v, CheckOwner = %v", tc.owner, nerr, err)
+		}
 	}
 }

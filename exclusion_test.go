@@ -227,8 +227,8 @@ func TestTakeoverAndForceReleaseDetectedAtNextRenewal(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("holder did not learn of the force-release")
 	}
-	if !errors.Is(l.Err(), ErrLeaseLost) {
-		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
+	if !errors.Is(l.Err(), ErrLeaseLost) || errors.Is(l.Err(), ErrSessionLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost and not ErrSessionLost", l.Err())
 	}
 	// A stale holder's release must not touch the new holder's row.
 	_ = l.Release(ctx)
