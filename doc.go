@@ -121,7 +121,10 @@
 //     (the server does not answer), every session-bound lease of the
 //     connection is ended locally before the socket is closed. A holder
 //     whose session connection fails cancels its session-bound leases at
-//     once, and a lease whose session ended between the acquisition's
+//     once, with [ErrSessionLost] (which also matches [ErrLeaseLost]): a
+//     waiter may hold the lease milliseconds later, so the work it
+//     protected must stop at once, with no grace period (pglease run sends
+//     SIGKILL). A lease whose session ended between the acquisition's
 //     commit and its registration is never handed out.
 //   - The mode needs a session of its own. Behind a transaction- or
 //     statement-pooling proxy (PgBouncer) another client could share the
