@@ -133,14 +133,14 @@ func TestAdminShowsStaleLease(t *testing.T) {
 }
 
 // TestBadInputChangesNothing runs every bad command line through the
-// binary with a reachable database: each exits 2 with a message, and
-// nothing was created.
+// binary with a reachable database: each exits 125 (pglease run's own
+// failure) with a message, and nothing was created.
 func TestBadInputChangesNothing(t *testing.T) {
 	env := []string{"PGLEASE_DSN=" + pgtest.DSN(t)}
 	before := query[int](t, "SELECT count(*)::int FROM pg_class") + query[int](t, "SELECT count(*)::int FROM pg_namespace")
 	for _, tc := range badRunInputs {
 		code, stdout, stderr := run(t, env, tc.args...)
-		if code != 2 || !strings.Contains(stderr, tc.msg) || stdout != "" {
+		if code != 125 || !strings.Contains(stderr, tc.msg) || stdout != "" {
 			t.Errorf("%s: exit %d, stderr %q, stdout %q", tc.name, code, stderr, stdout)
 		}
 		if strings.Contains(stderr, "hunter2") {

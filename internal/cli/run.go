@@ -132,7 +132,11 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	if fs.isSet("min-hold") {
 		o.minHold = fs.duration("min-hold", 0)
 		if err := cfg.Validate(pglease.WithMinHold(o.minHold)); err != nil {
-			return bad(usagef("invalid --min-hold %s: %s (raise --ttl, or lower --min-hold)", fs.str("min-hold"), reason(err, pglease.ErrInvalidTTL)))
+			hint := ""
+			if o.minHold > o.ttl {
+				hint = " (raise --ttl, or lower --min-hold)"
+			}
+			return bad(usagef("invalid --min-hold %s: %s%s", fs.str("min-hold"), reason(err, pglease.ErrInvalidTTL), hint))
 		}
 	}
 	if fs.isSet("slots") {
