@@ -95,19 +95,15 @@ func (c *command) help() string {
 func mainHelp() string {
 	var b strings.Builder
 	b.WriteString(mainHelpHead)
-	cs := visibleCommands()
-	lines := make([]string, len(cs))
-	width := 0
-	for i, c := range cs {
-		lines[i] = "pglease " + c.name
+	var rows [][2]string
+	for _, c := range visibleCommands() {
+		usage := "pglease " + c.name
 		if c.args != "" {
-			lines[i] += " " + c.args
+			usage += " " + c.args
 		}
-		width = max(width, len(lines[i]))
+		rows = append(rows, [2]string{usage, c.summary})
 	}
-	for i, c := range cs {
-		fmt.Fprintf(&b, "  %-*s   %s\n", width, lines[i], c.summary)
-	}
+	b.WriteString(columns(rows, 3))
 	b.WriteString(mainHelpTail)
 	return b.String()
 }

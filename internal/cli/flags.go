@@ -140,18 +140,26 @@ func (fs *flagSet) integer(name string, def int) int {
 
 // flagHelp renders the flag table of a help text.
 func flagHelp(specs []flagSpec) string {
-	var b strings.Builder
-	width := 0
-	cols := make([]string, len(specs))
+	rows := make([][2]string, len(specs))
 	for i, s := range specs {
-		cols[i] = "--" + s.name
+		rows[i] = [2]string{"--" + s.name, s.usage}
 		if s.arg != "" {
-			cols[i] += " " + s.arg
+			rows[i][0] += " " + s.arg
 		}
-		width = max(width, len(cols[i]))
 	}
-	for i, s := range specs {
-		fmt.Fprintf(&b, "  %-*s  %s\n", width, cols[i], s.usage)
+	return columns(rows, 2)
+}
+
+// columns renders rows of two columns, indented by two spaces, the second
+// column aligned gap spaces after the widest first one.
+func columns(rows [][2]string, gap int) string {
+	width := 0
+	for _, r := range rows {
+		width = max(width, len(r[0]))
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		fmt.Fprintf(&b, "  %-*s%*s%s\n", width, r[0], gap, "", r[1])
 	}
 	return b.String()
 }

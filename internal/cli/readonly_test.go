@@ -3,32 +3,14 @@
 package cli_test
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pglease/pglease/internal/pgtest"
 )
-
-// execAdmin runs sql on the shared server as the test's superuser.
-func execAdmin(t *testing.T, sql string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
 
 // ls and status only read: on a table (or schema) that does not exist they
 // report no leases and create nothing.

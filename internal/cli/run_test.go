@@ -36,6 +36,20 @@ func readInt(t *testing.T, path string) int {
 // query runs a one-value query on the shared server, bypassing any proxy.
 func query[T any](t *testing.T, sql string, args ...any) T {
 	t.Helper()
+	var v T
+	withAdmin(t, func(ctx context.Context, conn *pgx.Conn) error { return conn.QueryRow(ctx, sql, args...).Scan(&v) }, sql)
+	return v
+}
+
+// execAdmin runs sql on the shared server as the test's superuser.
+func execAdmin(t *testing.T, sql string) {
+	t.Helper()
+	withAdmin(t, func(ctx context.Context, conn *pgx.Conn) error { _, err := conn.Exec(ctx, sql); return err }, sql)
+}
+
+// withAdmin runs fn on a new superuser connection to the shared server.
+func withAdmin(t *testing.T, fn func(context.Context, *pgx.Conn) error, what string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
@@ -43,11 +57,9 @@ func query[T any](t *testing.T, sql string, args ...any) T {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var v T
-	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+	if err := fn(ctx, conn); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	return v
 }
 
 // holdLease starts a pglease run that holds name until the test ends and
@@ -360,19 +372,8 @@ func TestRunCreatesTableSchema(t *testing.T) {
 
 	// A role that may not create schemas gets a clear error, exit 125.
 	role := schema + "_role"
-	exec := func(sql string) {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, pgtest.DSN(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exec("CREATE ROLE " + role + " LOGIN")
-	t.Cleanup(func() { exec("DROP ROLE IF EXISTS " + role) })
+	execAdmin(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { execAdmin(t, "DROP ROLE IF EXISTS "+role) })
 	dsn := strings.Replace(pgtest.DSN(t), "postgres://postgres@", "postgres://"+role+"@", 1)
 	code, _, stderr := run(t, nil, "run", "s", "--dsn", dsn, "--table", schema+"_denied.leases", "--", "true")
 	if code != 125 || !strings.Contains(stderr, "privilege") {
