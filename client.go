@@ -325,20 +325,14 @@ func (c *Client) Get(ctx context.Context, name string) (Info, error) {
 	if err := CheckName(name); err != nil {
 		return Info{}, err
 	}
-	exists, err := c.readable(ctx)
-	if err != nil {
-		return Info{}, err
-	}
 	var rec store.Record
 	var ok bool
-	if exists {
-		err = c.retry(ctx, func() (err error) {
-			rec, ok, err = c.st.Get(ctx, c.db, name)
-			return err
-		})
-	}
-	if err != nil && !tableMissing(err) {
-		return Info{}, opError("read lease", err)
+	err := c.read(ctx, "read lease", func() (err error) {
+		rec, ok, err = c.st.Get(ctx, c.db, name)
+		return err
+	})
+	if err != nil {
+		return Info{}, err
 	}
 	if !ok {
 		return Info{}, fmt.Errorf("%w: %q", ErrNoLease, name)
@@ -350,19 +344,13 @@ func (c *Client) Get(ctx context.Context, name string) (Info, error) {
 // [Client.Get] it only reads and needs only SELECT on the table; without
 // the table it returns an empty slice.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
-	exists, err := c.readable(ctx)
+	var recs []store.Record
+	err := c.read(ctx, "list leases", func() (err error) {
+		recs, err = c.st.List(ctx, c.db)
+		return err
+	})
 	if err != nil {
 		return nil, err
-	}
-	var recs []store.Record
-	if exists {
-		err = c.retry(ctx, func() (err error) {
-			recs, err = c.st.List(ctx, c.db)
-			return err
-		})
-	}
-	if err != nil && !tableMissing(err) {
-		return nil, opError("list leases", err)
 	}
 	out := make([]Info, len(recs))
 	for i, r := range recs {
@@ -452,6 +440,20 @@ func (c *Client) readable(ctx context.Context) (exists bool, err error) {
 		c.schema.Unlock()
 	}
 	return exists, nil
+}
+
+// read runs fn, a read of the table (retried like every read), unless the
+// table does not exist; for a read, no table means no rows, also when it
+// is dropped after the check.
+func (c *Client) read(ctx context.Context, what string, fn func() error) error {
+	exists, err := c.readable(ctx)
+	if err != nil || !exists {
+		return err
+	}
+	if err := c.retry(ctx, fn); err != nil && !tableMissing(err) {
+		return opError(what, err)
+	}
+	return nil
 }
 
 // tableMissing reports a read that failed because the table (or its

@@ -377,7 +377,7 @@ func (cfg Config) Validate(opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	_, err = resolveOptions(&full, []byte("{}"), opts)
+	_, err = resolveOptions(&full, nil, opts)
 	return err
 }
 
@@ -397,23 +397,19 @@ type Schedule struct {
 // the holder must have stopped: TTL minus SafetyMargin.
 func (s Schedule) Deadline() time.Duration { return s.TTL - s.SafetyMargin }
 
-// Schedule returns the timing cfg gives a lease of the given TTL (0: the
-// TTL of cfg or its default), or the error [Config.Validate] would return.
-func (cfg Config) Schedule(ttl time.Duration) (Schedule, error) {
+// Schedule returns the timing cfg gives a lease acquired with opts (its
+// TTL from [WithTTL], else the TTL of cfg or its default), or the error
+// [Config.Validate] would return.
+func (cfg Config) Schedule(opts ...Option) (Schedule, error) {
 	full, _, err := cfg.withDefaults()
 	if err != nil {
 		return Schedule{}, err
 	}
-	if ttl == 0 {
-		ttl = full.TTL
-	}
-	if err := checkTTL(ttl); err != nil {
+	o, err := resolveOptions(&full, nil, opts)
+	if err != nil {
 		return Schedule{}, err
 	}
-	if err := full.checkTiming(ttl); err != nil {
-		return Schedule{}, err
-	}
-	return Schedule{TTL: ttl, RenewInterval: renewFor(&full, ttl), SafetyMargin: marginFor(&full, ttl)}, nil
+	return Schedule{TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl), SafetyMargin: marginFor(&full, o.ttl)}, nil
 }
 
 // defaultMetadata is recorded with every lease of a client.

@@ -53,7 +53,7 @@ func TestUnsafeConfigRefused(t *testing.T) {
 				}},
 				// Tools check their input with Validate: the same verdict.
 				{"Validate", func() (*Client, error) { return nil, tc.cfg.Validate() }},
-				{"Schedule", func() (*Client, error) { _, err := tc.cfg.Schedule(0); return nil, err }},
+				{"Schedule", func() (*Client, error) { _, err := tc.cfg.Schedule(); return nil, err }},
 			} {
 				c, err := open.open()
 				if c != nil {
@@ -127,23 +127,23 @@ func TestUnsafeLeaseTimingRefused(t *testing.T) {
 func TestSchedule(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
-		ttl  time.Duration
+		opts []Option
 		want Schedule
 	}{
-		{Config{}, 0, Schedule{TTL: 30 * time.Second, RenewInterval: 10 * time.Second, SafetyMargin: 6 * time.Second}},
-		{Config{}, 10 * time.Second, Schedule{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, SafetyMargin: 2 * time.Second}},
-		{Config{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}, 0, Schedule{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}},
+		{Config{}, nil, Schedule{TTL: 30 * time.Second, RenewInterval: 10 * time.Second, SafetyMargin: 6 * time.Second}},
+		{Config{}, []Option{WithTTL(10 * time.Second)}, Schedule{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, SafetyMargin: 2 * time.Second}},
+		{Config{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}, nil, Schedule{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}},
 	} {
-		got, err := tc.cfg.Schedule(tc.ttl)
+		got, err := tc.cfg.Schedule(tc.opts...)
 		if err != nil || got != tc.want {
-			t.Errorf("%+v.Schedule(%s) = %+v, %v, want %+v", tc.cfg, tc.ttl, got, err, tc.want)
+			t.Errorf("%+v.Schedule(%d options) = %+v, %v, want %+v", tc.cfg, len(tc.opts), got, err, tc.want)
 		}
 	}
 	if d := (Schedule{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second}).Deadline(); d != 8*time.Second {
 		t.Errorf("Deadline = %s", d)
 	}
-	if _, err := (Config{}).Schedule(500 * time.Millisecond); !errors.Is(err, ErrInvalidTTL) {
-		t.Errorf("Schedule(500ms): %v, want ErrInvalidTTL", err)
+	if _, err := (Config{}).Schedule(WithTTL(500 * time.Millisecond)); !errors.Is(err, ErrInvalidTTL) {
+		t.Errorf("Schedule(WithTTL(500ms)): %v, want ErrInvalidTTL", err)
 	}
 }
 

@@ -150,3 +150,25 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 		t.Fatalf("reads changed the foreign table: %d columns, sequence created: %v", n, relExists(t, c.st.Names.QualifiedSeq()))
 	}
 }
+
+// A table dropped after a client checked it is read as no table: no rows,
+// no error.
+func TestReadsAfterTableDropped(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{Table: pgtest.Schema(t) + ".leases", DisableAutoMigrate: true})
+	owner := testClient(t, Config{Table: c.cfg.Table})
+	if err := owner.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
+		t.Fatalf("List = %v, %v", infos, err)
+	}
+	execSQL(t, `DROP TABLE `+c.st.Names.QualifiedTable())
+	infos, err := c.List(ctx)
+	if err != nil || infos == nil || len(infos) != 0 {
+		t.Fatalf("List after DROP TABLE = %#v, %v; want an empty slice", infos, err)
+	}
+	if _, err := c.Get(ctx, "x"); !errors.Is(err, ErrNoLease) {
+		t.Fatalf("Get after DROP TABLE = %v, want ErrNoLease", err)
+	}
+}

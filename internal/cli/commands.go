@@ -66,12 +66,18 @@ func visibleNames() []string {
 	return names
 }
 
-// usageLine is what follows "Usage: " in the help of c.
-func (c *command) usageLine() string {
+// invocation is "pglease NAME ARGS", as the command list shows it.
+func (c *command) invocation() string {
 	s := "pglease " + c.name
 	if c.args != "" {
 		s += " " + c.args
 	}
+	return s
+}
+
+// usageLine is what follows "Usage: " in the help of c.
+func (c *command) usageLine() string {
+	s := c.invocation()
 	if len(c.flags) > 0 && !strings.Contains(c.args, "[flags]") {
 		s += " [flags]"
 	}
@@ -97,11 +103,7 @@ func mainHelp() string {
 	b.WriteString(mainHelpHead)
 	var rows [][2]string
 	for _, c := range visibleCommands() {
-		usage := "pglease " + c.name
-		if c.args != "" {
-			usage += " " + c.args
-		}
-		rows = append(rows, [2]string{usage, c.summary})
+		rows = append(rows, [2]string{c.invocation(), c.summary})
 	}
 	b.WriteString(columns(rows, 3))
 	b.WriteString(mainHelpTail)

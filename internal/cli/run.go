@@ -97,10 +97,11 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	}
 	o.command = fs.rest
 	o.ttl = fs.duration("ttl", 30*time.Second)
-	if err := (pglease.Config{}).Validate(pglease.WithTTL(o.ttl)); err != nil {
+	cfg := pglease.Config{TTL: o.ttl}
+	sched, err := (pglease.Config{}).Schedule(pglease.WithTTL(o.ttl)) // also refuses --ttl 0
+	if err != nil {
 		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err, pglease.ErrInvalidTTL)))
 	}
-	cfg := pglease.Config{TTL: o.ttl}
 	o.wait = fs.boolean("wait")
 	if fs.isSet("timeout") {
 		o.timeout = fs.duration("timeout", 0)
@@ -111,11 +112,7 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 			return bad(usagef("invalid --timeout %s: it must be positive", fs.str("timeout")))
 		}
 	}
-	sched, err := cfg.Schedule(0)
-	if err != nil {
-		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err, pglease.ErrInvalidTTL)))
-	}
-	o.grace = min(o.ttl/4, 10*time.Second)
+	o.grace = defaultGrace(o.ttl)
 	if fs.isSet("kill-grace") {
 		o.grace = fs.duration("kill-grace", 0)
 		if err := checkGrace(o.grace, sched); err != nil {
@@ -179,6 +176,9 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	o.path = path
 	return o, 0, false
 }
+
+// defaultGrace is the kill grace without --kill-grace: min(TTL/4, 10s).
+func defaultGrace(ttl time.Duration) time.Duration { return min(ttl/4, 10*time.Second) }
 
 // checkGrace refuses a kill grace that would terminate a healthy command:
 // SIGTERM is due at the lease's local deadline minus the grace, so the

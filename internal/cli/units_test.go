@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pglease/pglease"
 )
 
 func TestParseFlagsAnyOrder(t *testing.T) {
@@ -96,5 +98,40 @@ func TestChildEnv(t *testing.T) {
 	want := []string{"A=1", "PGLEASE_DSN=keep", "PGLEASE_NAME=job", "PGLEASE_OWNER=me", "PGLEASE_TOKEN=42"}
 	if !slices.Equal(env, want) {
 		t.Errorf("childEnv = %v, want %v", env, want)
+	}
+}
+
+// The kill grace must leave room for the first renewal; every default
+// grace does.
+func TestCheckGrace(t *testing.T) {
+	sched := func(ttl time.Duration) pglease.Schedule {
+		s, err := (pglease.Config{}).Schedule(pglease.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		ttl, grace time.Duration
+		ok         bool
+	}{
+		{10 * time.Second, 3666 * time.Millisecond, true},
+		{10 * time.Second, 3667 * time.Millisecond, false},
+		{10 * time.Second, 4900 * time.Millisecond, false},
+		{30 * time.Second, 13 * time.Second, true},
+		{30 * time.Second, 13*time.Second + time.Millisecond, false},
+		{time.Second, 300 * time.Millisecond, true},
+		{time.Second, 301 * time.Millisecond, false},
+		{10 * time.Second, 0, false},
+		{10 * time.Second, -time.Second, false},
+	} {
+		if err := checkGrace(tc.grace, sched(tc.ttl)); (err == nil) != tc.ok {
+			t.Errorf("TTL %s, grace %s: %v, want ok=%v", tc.ttl, tc.grace, err, tc.ok)
+		}
+	}
+	for _, ttl := range []time.Duration{time.Second, 1500 * time.Millisecond, 3 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute, time.Hour, 24 * time.Hour} {
+		if err := checkGrace(defaultGrace(ttl), sched(ttl)); err != nil {
+			t.Errorf("the default grace of a %s TTL is refused: %v", ttl, err)
+		}
 	}
 }
