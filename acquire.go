@@ -367,6 +367,13 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		epoch uint64
 		err   error
 	}
+	if err := ctx.Err(); err != nil {
+		// Checked before the statement starts, not only while it runs: a
+		// statement that completed before this goroutine reached the
+		// select below would otherwise be delivered, and a caller whose
+		// context had already ended would get a lease.
+		return nil, acquireResult{}, err
+	}
 	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id}
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	ch := make(chan result, 1)
