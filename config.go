@@ -253,8 +253,9 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// Option changes how one lease is acquired.
-type Option func(*leaseOptions) error
+// Option changes how one lease is acquired. The zero Option changes
+// nothing.
+type Option struct{ apply func(*leaseOptions) error }
 
 type leaseOptions struct {
 	ttl, minHold time.Duration
@@ -267,13 +268,13 @@ type leaseOptions struct {
 // milliseconds) instead of [Config.TTL]. The client's SafetyMargin and
 // RenewInterval must suit it as they must suit [Config.TTL].
 func WithTTL(ttl time.Duration) Option {
-	return func(o *leaseOptions) error {
+	return Option{func(o *leaseOptions) error {
 		if err := checkTTL(ttl); err != nil {
 			return err
 		}
 		o.ttl = ttl
 		return nil
-	}
+	}}
 }
 
 // WithMinHold keeps the lease held until d after acquisition even when it
@@ -281,7 +282,7 @@ func WithTTL(ttl time.Duration) Option {
 // several hosts with slightly different clocks runs once. d is a whole
 // number of milliseconds, at most the lease's TTL.
 func WithMinHold(d time.Duration) Option {
-	return func(o *leaseOptions) error {
+	return Option{func(o *leaseOptions) error {
 		if d < 0 || d > maxTTL {
 			return fmt.Errorf("%w: minimum hold must be between 0 and 100 years, got %s", ErrInvalidTTL, d)
 		}
@@ -290,13 +291,13 @@ func WithMinHold(d time.Duration) Option {
 		}
 		o.minHold = d
 		return nil
-	}
+	}}
 }
 
 // WithMetadata stores v, encoded as a JSON object, with the lease (host,
 // pid and pglease version are always recorded).
 func WithMetadata(v map[string]any) Option {
-	return func(o *leaseOptions) error {
+	return Option{func(o *leaseOptions) error {
 		m := map[string]any{}
 		if err := json.Unmarshal(o.metadata, &m); err != nil {
 			return fmt.Errorf("pglease: metadata: %w", err)
@@ -313,14 +314,14 @@ func WithMetadata(v map[string]any) Option {
 		}
 		o.metadata = b
 		return nil
-	}
+	}}
 }
 
 // FastFailover ties the lease to the client's database session so that a
 // waiter takes it over within milliseconds when the holder process dies; see
 // "Fast failover" in the package documentation.
-func FastFailover() Option {
-	return func(o *leaseOptions) error { o.session = true; return nil }
+func WithFastFailover() Option {
+	return Option{func(o *leaseOptions) error { o.session = true; return nil }}
 }
 
 // WithSlots makes the name a counting semaphore: up to n holders at once
@@ -328,13 +329,13 @@ func FastFailover() Option {
 // "NAME#n-1" ([Lease.Name] says which), each a lease of its own with its own
 // fencing token. n is 1 to 1000; 1 is a plain lease.
 func WithSlots(n int) Option {
-	return func(o *leaseOptions) error {
+	return Option{func(o *leaseOptions) error {
 		if n < 1 || n > maxSlots {
 			return fmt.Errorf("pglease: slots must be between 1 and %d, got %d", maxSlots, n)
 		}
 		o.slots = n
 		return nil
-	}
+	}}
 }
 
 const maxSlots = 1000
@@ -351,10 +352,10 @@ func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, error) {
 	o := leaseOptions{ttl: cfg.TTL, metadata: meta}
 	for _, opt := range opts {
-		if opt == nil {
+		if opt.apply == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := opt.apply(&o); err != nil {
 			return o, err
 		}
 	}

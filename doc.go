@@ -94,7 +94,7 @@
 //
 // # Fast failover
 //
-// With the [FastFailover] option a lease is also tied to the holder's
+// With the [WithFastFailover] option a lease is also tied to the holder's
 // database session through a session advisory lock. When the holder process
 // dies, its session ends and a waiting contender (blocked on the same
 // advisory lock, not polling) takes over within milliseconds instead of

@@ -37,7 +37,7 @@ var errResigned = errors.New("pglease: resigned leadership")
 // lost lease as soon as the local deadline has passed, even to a goroutine
 // resuming from a pause before the deadline timer ran. When lead returns, the lease is released and
 // the instance campaigns again. Options apply to every term's lease
-// ([WithTTL], [FastFailover]…).
+// ([WithTTL], [WithFastFailover]…).
 func (c *Client) NewElector(name string, lead func(ctx context.Context) error, opts ...Option) (*Elector, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err

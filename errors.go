@@ -17,7 +17,7 @@ var (
 	// renewal succeeded, or was taken over or force-released.
 	ErrLeaseLost = errors.New("pglease: lease lost")
 	// ErrSessionLost is the cause of a session-bound lease's end (see
-	// [FastFailover]) when its database session ended. It also matches
+	// [WithFastFailover]) when its database session ended. It also matches
 	// [ErrLeaseLost]. A waiter may hold the lease within milliseconds of
 	// the session's end, so whatever the lease protected must stop at once:
 	// there is no safety margin to spend.

@@ -108,14 +108,14 @@ func ExampleLease_Guard() {
 
 // Fast failover: when the holder process dies, a waiter using the same
 // option takes over within milliseconds instead of waiting out the TTL.
-func ExampleFastFailover() {
+func ExampleWithFastFailover() {
 	ctx := context.Background()
 	client, err := pglease.Open(ctx, os.Getenv("DATABASE_URL"), pglease.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	lease, err := client.Acquire(ctx, "example-leader", pglease.FastFailover(), pglease.WithTTL(time.Minute))
+	lease, err := client.Acquire(ctx, "example-leader", pglease.WithFastFailover(), pglease.WithTTL(time.Minute))
 	if err != nil {
 		log.Fatal(err)
 	}

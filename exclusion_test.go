@@ -19,7 +19,7 @@ func TestManyClientsMutualExclusionAndTokenOrder(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		opts []Option
-	}{{"Plain", nil}, {"FastFailover", []Option{FastFailover()}}} {
+	}{{"Plain", nil}, {"FastFailover", []Option{WithFastFailover()}}} {
 		t.Run(mode.name, func(t *testing.T) { hammer(t, mode.opts) })
 	}
 }
@@ -119,8 +119,8 @@ func TestAcquireCancellationContract(t *testing.T) {
 	}{
 		{"name", nil},
 		{"slots", []Option{WithSlots(2)}},
-		{"fast-failover", []Option{FastFailover()}},
-		{"fast-failover-slots", []Option{FastFailover(), WithSlots(2)}},
+		{"fast-failover", []Option{WithFastFailover()}},
+		{"fast-failover-slots", []Option{WithFastFailover(), WithSlots(2)}},
 	} {
 		t.Run(mode.name, func(t *testing.T) { acquireCancellationContract(t, mode.opts) })
 	}

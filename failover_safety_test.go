@@ -57,7 +57,7 @@ func TestSessionEndingBeforeRegistrationEndsTheLease(t *testing.T) {
 	}
 	testHookAcquired.Store(&hook)
 	defer testHookAcquired.Store(nil)
-	l, err := c.TryAcquire(ctx, "r", FastFailover(), WithTTL(time.Minute))
+	l, err := c.TryAcquire(ctx, "r", WithFastFailover(), WithTTL(time.Minute))
 	testHookAcquired.Store(nil)
 	if !fired {
 		t.Fatal("the hook did not run")
@@ -69,7 +69,7 @@ func TestSessionEndingBeforeRegistrationEndsTheLease(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	if l.Err() == nil {
-		if _, err := other.TryAcquire(ctx, "r", FastFailover()); !errors.Is(err, ErrNotAcquired) {
+		if _, err := other.TryAcquire(ctx, "r", WithFastFailover()); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("lease %d looks held, yet another client's TryAcquire returned %v", l.Token(), err)
 		}
 	}
@@ -82,7 +82,7 @@ func TestSessionEndingBeforeRegistrationEndsTheLease(t *testing.T) {
 func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{StatementTimeout: 1500 * time.Millisecond})
-	a, err := c.TryAcquire(ctx, "a", FastFailover(), WithTTL(2*time.Second))
+	a, err := c.TryAcquire(ctx, "a", WithFastFailover(), WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 	d0 := a.Deadline()
 	// Keep asking for the locked row, for longer than a's deadline.
 	for end := d0.Add(500 * time.Millisecond); time.Now().Before(end); {
-		_, err := c.TryAcquire(ctx, "b", FastFailover(), WithTTL(2*time.Second))
+		_, err := c.TryAcquire(ctx, "b", WithFastFailover(), WithTTL(2*time.Second))
 		if !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("TryAcquire of a locked, held row: %v, want ErrNotAcquired", err)
 		}
@@ -120,7 +120,7 @@ func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 	if e := c.sess.currentEpoch(); e != epoch {
 		t.Fatalf("the session was re-opened (epoch %d → %d)", epoch, e)
 	}
-	if _, err := holder.TryAcquire(ctx, "a", FastFailover()); !errors.Is(err, ErrNotAcquired) {
+	if _, err := holder.TryAcquire(ctx, "a", WithFastFailover()); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("another client's TryAcquire of the held name: %v", err)
 	}
 }
@@ -131,7 +131,7 @@ func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 func TestOverdueSessionStatementEndsSessionBoundLeasesFirst(t *testing.T) {
 	ctx := testCtx(t)
 	c, proxy := proxiedClient(t, Config{})
-	l, err := c.TryAcquire(ctx, "o", FastFailover(), WithTTL(time.Minute))
+	l, err := c.TryAcquire(ctx, "o", WithFastFailover(), WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestSlotWaiterGetsFastFailover(t *testing.T) {
 		var l *Lease
 		go func() {
 			var err error
-			l, err = w.Acquire(ctx, "sem", WithSlots(2), FastFailover(), WithTTL(time.Minute))
+			l, err = w.Acquire(ctx, "sem", WithSlots(2), WithFastFailover(), WithTTL(time.Minute))
 			got <- err
 		}()
 		select {
@@ -403,7 +403,7 @@ func TestPlainWaiterOnDeadSessionHolderWaitsForExpiry(t *testing.T) {
 func TestRetryableErrorsKeepTheSession(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{StatementTimeout: 300 * time.Millisecond})
-	l, err := c.TryAcquire(ctx, "k", FastFailover(), WithTTL(time.Minute))
+	l, err := c.TryAcquire(ctx, "k", WithFastFailover(), WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func TestFastFailoverAfterHolderSIGKILL(t *testing.T) {
 	holder, token := startHolder(t, c.cfg.Table, "ff", ttl, true)
 	got := make(chan *Lease, 1)
 	go func() {
-		l, err := c.Acquire(ctx, "ff", FastFailover(), WithTTL(ttl))
+		l, err := c.Acquire(ctx, "ff", WithFastFailover(), WithTTL(ttl))
 		if err != nil {
 			t.Error(err)
 		}
@@ -179,7 +179,7 @@ func TestPlainFailoverAtExpiry(t *testing.T) {
 // deadline) before the waiter gets it: the server cannot declare the
 // session dead earlier.
 func TestPartitionedFastFailoverHolderLosesFirst(t *testing.T) {
-	partitionedHolderLosesFirst(t, FastFailover())
+	partitionedHolderLosesFirst(t, WithFastFailover())
 }
 
 // When the server ends a fast-failover holder's session, the holder's
@@ -187,7 +187,7 @@ func TestPartitionedFastFailoverHolderLosesFirst(t *testing.T) {
 func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{Owner: "session-victim"})
-	l, err := c.TryAcquire(ctx, "s", FastFailover(), WithTTL(time.Minute))
+	l, err := c.TryAcquire(ctx, "s", WithFastFailover(), WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
 	}
 	// The name is free for a fast-failover contender right away.
 	other := testClient(t, Config{Table: c.cfg.Table})
-	l2, err := other.Acquire(ctx, "s", FastFailover())
+	l2, err := other.Acquire(ctx, "s", WithFastFailover())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
 func TestFastFailoverSessionBoundsDeadPeerDetection(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
-	l, err := c.TryAcquire(ctx, "ka", FastFailover(), WithTTL(10*time.Second))
+	l, err := c.TryAcquire(ctx, "ka", WithFastFailover(), WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func runHolder() int {
 	}
 	var opts []Option
 	if os.Getenv("PGLEASE_TEST_FAST") == "1" {
-		opts = append(opts, FastFailover())
+		opts = append(opts, WithFastFailover())
 	}
 	if n, _ := strconv.Atoi(os.Getenv("PGLEASE_TEST_SLOTS")); n > 1 {
 		opts = append(opts, WithSlots(n))

@@ -24,7 +24,7 @@ func TestOneTableOneKeySpace(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		opts []Option
-	}{{"Plain", nil}, {"FastFailover", []Option{FastFailover()}}} {
+	}{{"Plain", nil}, {"FastFailover", []Option{WithFastFailover()}}} {
 		t.Run(mode.name, func(t *testing.T) { oneKeySpace(t, mode.opts) })
 	}
 }

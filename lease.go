@@ -70,7 +70,7 @@ func (l *Lease) Token() int64 { return l.token }
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 // SessionBound reports whether the lease is tied to the client's database
-// session ([FastFailover]).
+// session ([WithFastFailover]).
 func (l *Lease) SessionBound() bool { return l.session }
 
 // Done returns a channel closed the moment the lease ends: released, lost or

@@ -42,7 +42,7 @@ func TestLibraryFastFailoverLeaseNotSessionBound(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				l, err := c.TryAcquire(ctx, name, pglease.FastFailover(), pglease.WithTTL(5*time.Second))
+				l, err := c.TryAcquire(ctx, name, pglease.WithFastFailover(), pglease.WithTTL(5*time.Second))
 				if err == nil {
 					mu.Lock()
 					won = append(won, l)

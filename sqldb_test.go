@@ -97,7 +97,7 @@ func TestDatabaseSQL(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = l2.Release(ctx)
-			_, err = c.TryAcquire(ctx, "ff", FastFailover())
+			_, err = c.TryAcquire(ctx, "ff", WithFastFailover())
 			if tc.foreign != errors.Is(err, ErrSessionUnavailable) {
 				t.Fatalf("FastFailover with foreign=%v: %v", tc.foreign, err)
 			}

@@ -119,7 +119,7 @@ func openPglease(ff bool) func(ctx context.Context, e *env, o peerOpts) (locker,
 			l.opts = append(l.opts, pglease.WithTTL(o.ttl))
 		}
 		if ff {
-			l.opts = append(l.opts, pglease.FastFailover())
+			l.opts = append(l.opts, pglease.WithFastFailover())
 		}
 		return l, nil
 	}

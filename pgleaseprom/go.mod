@@ -2,7 +2,7 @@ module github.com/pglease/pglease/pgleaseprom
 
 go 1.26.0
 
-require github.com/pglease/pglease v0.0.0
+require github.com/pglease/pglease v0.1.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -23,4 +23,3 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/pglease/pglease => ../

@@ -130,7 +130,7 @@ type holder struct {
 func (h *holder) loop(ctx context.Context) {
 	var opts []pglease.Option
 	if h.hc.FastFailover {
-		opts = append(opts, pglease.FastFailover())
+		opts = append(opts, pglease.WithFastFailover())
 	}
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)

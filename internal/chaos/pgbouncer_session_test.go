@@ -30,9 +30,12 @@ func TestPgBouncerRefusesFastFailover(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"TryAcquire", func() error { _, err := c.TryAcquire(ctx, "ff", pglease.FastFailover()); return err }},
-		{"Acquire", func() error { _, err := c.Acquire(ctx, "ff", pglease.FastFailover()); return err }},
-		{"slots", func() error { _, err := c.Acquire(ctx, "ff", pglease.FastFailover(), pglease.WithSlots(2)); return err }},
+		{"TryAcquire", func() error { _, err := c.TryAcquire(ctx, "ff", pglease.WithFastFailover()); return err }},
+		{"Acquire", func() error { _, err := c.Acquire(ctx, "ff", pglease.WithFastFailover()); return err }},
+		{"slots", func() error {
+			_, err := c.Acquire(ctx, "ff", pglease.WithFastFailover(), pglease.WithSlots(2))
+			return err
+		}},
 	} {
 		err := try.call()
 		if !errors.Is(err, pglease.ErrSessionUnavailable) || !strings.Contains(err.Error(), "PgBouncer") {

@@ -48,7 +48,7 @@ type runOptions struct {
 func (o runOptions) leaseOptions() []pglease.Option {
 	opts := []pglease.Option{pglease.WithTTL(o.ttl)}
 	if o.fast {
-		opts = append(opts, pglease.FastFailover())
+		opts = append(opts, pglease.WithFastFailover())
 	}
 	if o.minHold > 0 {
 		opts = append(opts, pglease.WithMinHold(o.minHold))
