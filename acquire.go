@@ -57,7 +57,7 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 	}
 	if o.slots > 1 {
 		if err := CheckName(SlotName(name, o.slots-1)); err != nil {
-			return o, fmt.Errorf("%w (with %d slots the name gets a %q suffix)", err, o.slots, "#N")
+			return o, errorf("%w (with %d slots the name gets a %q suffix)", err, o.slots, "#N")
 		}
 	}
 	if err := c.prepare(ctx); err != nil {
@@ -69,7 +69,7 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 			return o, opError("open a session", err)
 		}
 		if !ok {
-			return o, fmt.Errorf("%w: FastFailover needs pgx (Open, NewFromPool, or database/sql with the pgx stdlib driver)", ErrSessionUnavailable)
+			return o, errorf("%w: WithFastFailover needs pgx (Open, NewFromPool, or database/sql with the pgx stdlib driver)", ErrSessionUnavailable)
 		}
 	}
 	return o, nil
@@ -79,44 +79,6 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 // [WithSlots]): "name#i". Each slot is a lease of its own, with its own
 // fencing token, that [Client.Get] reads by this name.
 func SlotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
-
-// errLate: an acquisition succeeded, but its reply came after the lease's
-// safety deadline, so it was released at once. Acquire tries again.
-var errLate = errors.New("the reply came after the lease's safety deadline; the lease was released (retry)")
-
-// errOrphan: the attempt found, and released, a row this client wrote in
-// an acquisition whose reply was lost. Trying again is expected to succeed.
-var errOrphan = errors.New("released a row of this client whose acquisition reply was lost (retry)")
-
-// errSessionGone: a session-bound acquisition committed, but the session
-// ended before the lease was registered, so a waiter may already hold it.
-var errSessionGone = errors.New("the database session ended right after the acquisition; the lease was given up (retry)")
-
-// errShared: FastFailover was asked for on a connection whose server
-// backend is shared with other clients.
-var errShared = fmt.Errorf("%w: FastFailover needs a database session of its own, and this client's connection reaches a server backend shared with other clients (a transaction- or statement-pooling proxy such as PgBouncer answered for it); connect FastFailover clients to PostgreSQL directly (or through a plain TCP proxy), or use plain leases", ErrSessionUnavailable)
-
-// sessionLockTimeout bounds the lock waits of every statement on the
-// dedicated connection, and acquireLockTimeout those of a session-bound
-// acquisition: the connection also renews, and must not sit behind a row
-// lock (a guarded transaction) or a contender's acquisition for long.
-const (
-	sessionLockTimeout = 200 * time.Millisecond
-	acquireLockTimeout = 50 * time.Millisecond
-)
-
-// redo reports an attempt that acquired or found a row of this client's
-// and undid it: trying again at once is expected to succeed.
-func redo(err error) bool {
-	return errors.Is(err, errLate) || errors.Is(err, errOrphan) || errors.Is(err, errSessionGone)
-}
-
-func gaveUp(ctx context.Context, last error) error {
-	if last == nil {
-		last = ErrNotAcquired
-	}
-	return fmt.Errorf("%w (gave up waiting: %w)", last, ctx.Err())
-}
 
 // acquire is the one acquisition loop, for a name or for any slot of a
 // semaphore, once (TryAcquire) or until ctx ends (Acquire). A single name is
@@ -207,7 +169,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			retries++
 			delay = b.next()
 			if _, seenHeld := last.(*HeldError); !seenHeld {
-				last = fmt.Errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
+				last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
 			}
 			c.cfg.Logger.Warn("pglease: acquire failed; retrying", "name", name, "err", err, "in", delay)
 		}
@@ -440,7 +402,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		if err != nil {
 			return nil, r.res, opError(fmt.Sprintf("release an orphaned row of %q", name), err)
 		}
-		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errOrphan)
+		return nil, r.res, errorf("acquire %q: %w", name, errOrphan)
 	}
 	if !r.res.Acquired {
 		if !r.res.busy {
@@ -460,7 +422,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		// The reply came so late (a partition that healed, a pause) that
 		// the lease's safety deadline has passed: it cannot be trusted.
 		c.giveUp(l, &lostError{why: "the acquisition's reply arrived after its safety deadline"})
-		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errLate)
+		return nil, r.res, errorf("acquire %q: %w", name, errLate)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -474,7 +436,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		// after the session's epoch changed): a waiter may hold the name.
 		c.mu.Unlock()
 		c.giveUp(l, sessionEnded("its database session ended right after the acquisition"))
-		return nil, r.res, fmt.Errorf("pglease: acquire %q: %w", name, errSessionGone)
+		return nil, r.res, errorf("acquire %q: %w", name, errSessionGone)
 	}
 	c.held[name] = l
 	l.arm()
@@ -505,61 +467,4 @@ func (c *Client) giveUp(l *Lease, cause error) {
 // was lost (the connection failed after the commit).
 func (c *Client) orphan(r store.AcquireResult) bool {
 	return !r.Acquired && r.OtherClient == c.id && r.OtherToken != 0 && r.OtherRemaining > 0
-}
-
-// acquireInSession runs a session-bound acquisition on the dedicated
-// connection, first making sure the server will not declare that session
-// dead before the lease's own deadline. Each statement is an operation of
-// its own, so that renewals run between them.
-//
-// The operations are bounded by their own timeouts, not by a context of the
-// caller's: the results are read only once an operation has finished.
-func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64, error) {
-	s, err := c.session()
-	if err != nil {
-		return acquireResult{}, 0, err
-	}
-	args.LockTimeout = acquireLockTimeout
-	var res acquireResult
-	var epoch uint64
-	err = s.do(c.bg, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
-		if st.shared {
-			return errShared
-		}
-		epoch = st.epoch
-		if *st.keepalive < args.TTL {
-			if err := c.st.SessionKeepalive(ctx, q, args.TTL); err != nil {
-				return err
-			}
-			*st.keepalive = args.TTL
-		}
-		var err error
-		res.AcquireResult, err = c.st.Acquire(ctx, q, args)
-		if store.SQLState(err) == "55P03" { // lock_timeout: the row or name is busy
-			res, err = acquireResult{busy: true}, nil
-			res.OtherRemaining = -1
-		}
-		if err != nil || (!res.Acquired && res.LockTaken) || res.busy {
-			// Not acquired: the session lock this statement may have
-			// taken is given back (a failed statement does not undo it).
-			if uerr := c.st.Unlock(ctx, q, args.Name); err == nil {
-				err = uerr
-			}
-		}
-		return err
-	})
-	// Acquired, but another session held the name's lock for an instant
-	// (a contender's attempt, a waiter passing through): bind the lease
-	// once the lock is free, so that it fails over fast too.
-	for try := 1; err == nil && res.Acquired && !res.SessionBound && try <= 20; try++ {
-		time.Sleep(time.Duration(try) * time.Millisecond)
-		err = s.do(c.bg, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
-			var err error
-			if res.SessionBound, err = c.st.Bind(ctx, q, args.Name, res.Token); res.SessionBound {
-				epoch = st.epoch
-			}
-			return err
-		})
-	}
-	return res, epoch, err
 }

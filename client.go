@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -63,7 +62,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("pglease: invalid DSN: %w", err)
+		return nil, errorf("%w: DSN: %w", ErrInvalidArgument, err)
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	if cfg.ConnectTimeout > 0 {
@@ -76,16 +75,16 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("pglease: invalid DSN: %w", err)
+		return nil, errorf("%w: DSN: %w", ErrInvalidArgument, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, pcfg.ConnConfig.ConnectTimeout)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		if store.SQLState(err) != "" {
+		if store.FromServer(err) {
 			return nil, opError("connect", err)
 		}
-		return nil, fmt.Errorf("pglease: connect: %w (is the server running and the DSN right?)", err)
+		return nil, errorf("connect: %w (is the server running and the DSN right?)", err)
 	}
 	c := newClient(cfg, st, store.Pgx(pool))
 	c.ownPool = pool
@@ -98,7 +97,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 // opened with the pool's connection settings.
 func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
-		return nil, errors.New("pglease: NewFromPool: pool is nil")
+		return nil, errorf("%w: NewFromPool: pool is nil", ErrInvalidArgument)
 	}
 	cfg, st, err := cfg.withDefaults()
 	if err != nil {
@@ -116,7 +115,7 @@ func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 // renewals use one connection held from the handle's pool.
 func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 	if db == nil {
-		return nil, errors.New("pglease: NewFromDB: db is nil")
+		return nil, errorf("%w: NewFromDB: db is nil", ErrInvalidArgument)
 	}
 	cfg, st, err := cfg.withDefaults()
 	if err != nil {
@@ -148,16 +147,14 @@ func appName(owner string) string {
 // Owner returns the owner label of this client's leases.
 func (c *Client) Owner() string { return c.cfg.Owner }
 
-// DDL returns the SQL that creates this client's lease table, for users'
-// own migration tools. It is idempotent.
-func (c *Client) DDL() string { return c.st.DDL() }
-
 // DDL returns the SQL that creates the lease table "[schema.]table" (empty
-// means the default), or an error matching [ErrInvalidIdentifier].
+// means the default, "pglease_leases") and its token sequence, for users'
+// own migration tools; it is idempotent. An invalid name is reported as
+// [ErrInvalidIdentifier].
 func DDL(table string) (string, error) {
-	st, err := store.New(table)
+	st, err := newStore(table)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s", ErrInvalidIdentifier, err)
+		return "", err
 	}
 	return st.DDL(), nil
 }
@@ -311,10 +308,6 @@ func infoOf(r store.Record) Info {
 		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, SessionBound: r.SessionBound, Metadata: r.Metadata}
 }
 
-// ErrNoLease is returned by [Client.Get] and [Client.ForceRelease] when the
-// table has no row for the name.
-var ErrNoLease = errors.New("pglease: no such lease")
-
 // Get returns the lease row of name, held or expired, or [ErrNoLease].
 // It only reads: it never creates or alters the table, whatever
 // [Config.DisableAutoMigrate] says, and a role with SELECT on the table
@@ -335,7 +328,7 @@ func (c *Client) Get(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	if !ok {
-		return Info{}, fmt.Errorf("%w: %q", ErrNoLease, name)
+		return Info{}, errorf("%w: %q", ErrNoLease, name)
 	}
 	return infoOf(rec), nil
 }
@@ -374,7 +367,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 		return Info{}, opError("force-release", err)
 	}
 	if !ok {
-		return Info{}, fmt.Errorf("%w: %q", ErrNoLease, name)
+		return Info{}, errorf("%w: %q", ErrNoLease, name)
 	}
 	return infoOf(rec), nil
 }
@@ -459,10 +452,7 @@ func (c *Client) read(ctx context.Context, what string, fn func() error) error {
 // tableMissing reports a read that failed because the table (or its
 // schema) does not exist, such as one dropped after it was checked: for a
 // read, no table means no leases.
-func tableMissing(err error) bool {
-	s := store.SQLState(err)
-	return s == "42P01" || s == "3F000"
-}
+func tableMissing(err error) bool { return store.Classify(err) == store.KindMissing }
 
 // prepare checks that the client is open and its table usable.
 func (c *Client) prepare(ctx context.Context) error {

@@ -15,7 +15,11 @@ import (
 )
 
 // Config configures a [Client]. The zero value is valid: every field has a
-// documented default.
+// documented default. [Open], [NewFromPool] and [NewFromDB] check every
+// field before anything connects: an invalid Table is reported as
+// [ErrInvalidIdentifier], Owner as [ErrInvalidOwner], TTL as
+// [ErrInvalidTTL], and any other field (or a SafetyMargin or
+// RenewInterval that does not suit the TTL) as [ErrInvalidArgument].
 type Config struct {
 	// Table is the lease table, "table" or "schema.table"; each part must
 	// match [a-z_][a-z0-9_]{0,62}. Default "pglease_leases" in the first
@@ -89,9 +93,9 @@ const (
 
 // withDefaults validates cfg and fills in defaults.
 func (cfg Config) withDefaults() (Config, *store.Store, error) {
-	st, err := store.New(cfg.Table)
+	st, err := newStore(cfg.Table)
 	if err != nil {
-		return cfg, nil, fmt.Errorf("%w: %s", ErrInvalidIdentifier, err)
+		return cfg, nil, err
 	}
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
@@ -113,22 +117,25 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 		{"PollInterval", &cfg.PollInterval, defaultPoll},
 		{"StatementTimeout", &cfg.StatementTimeout, defaultStmtTimeout},
 		{"ConnectTimeout", &cfg.ConnectTimeout, 0},
+		{"AlertAfter", &cfg.AlertAfter, 0},
 	} {
 		if *d.v < 0 {
-			return cfg, nil, fmt.Errorf("%w: %s must not be negative, got %s", ErrInvalidTTL, d.name, *d.v)
+			return cfg, nil, errorf("%w: %s must not be negative, got %s", ErrInvalidArgument, d.name, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
-	if cfg.SafetyMargin < 0 || cfg.RenewInterval < 0 {
-		return cfg, nil, fmt.Errorf("%w: SafetyMargin and RenewInterval must not be negative", ErrInvalidTTL)
-	}
-	if err := wholeMillis("SafetyMargin", cfg.SafetyMargin); err != nil {
-		return cfg, nil, err
-	}
-	if err := wholeMillis("RenewInterval", cfg.RenewInterval); err != nil {
-		return cfg, nil, err
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"SafetyMargin", cfg.SafetyMargin}, {"RenewInterval", cfg.RenewInterval}} {
+		if d.v < 0 {
+			return cfg, nil, errorf("%w: %s must not be negative, got %s", ErrInvalidArgument, d.name, d.v)
+		}
+		if err := wholeMillis(ErrInvalidArgument, d.name, d.v); err != nil {
+			return cfg, nil, err
+		}
 	}
 	// The default TTL must be usable with the margin and interval: a
 	// client whose every default lease would be refused is refused here,
@@ -137,7 +144,7 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 		return cfg, nil, err
 	}
 	if cfg.MaxConns < 0 {
-		return cfg, nil, fmt.Errorf("pglease: MaxConns must not be negative, got %d", cfg.MaxConns)
+		return cfg, nil, errorf("%w: MaxConns must not be negative, got %d", ErrInvalidArgument, cfg.MaxConns)
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = defaultMaxConns
@@ -150,22 +157,23 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 
 func checkTTL(ttl time.Duration) error {
 	if ttl < minTTL {
-		return fmt.Errorf("%w: TTL must be at least 1s, got %s", ErrInvalidTTL, ttl)
+		return errorf("%w: TTL must be at least 1s, got %s", ErrInvalidTTL, ttl)
 	}
 	if ttl > maxTTL {
-		return fmt.Errorf("%w: TTL must be at most 100 years, got %s", ErrInvalidTTL, ttl)
+		return errorf("%w: TTL must be at most 100 years, got %s", ErrInvalidTTL, ttl)
 	}
-	return wholeMillis("TTL", ttl)
+	return wholeMillis(ErrInvalidTTL, "TTL", ttl)
 }
 
 // wholeMillis refuses a duration finer than a millisecond. The server is
 // sent lease times in whole milliseconds, so a finer value would be
 // rounded there but not in the client's own deadline arithmetic, and the
-// two would disagree about when the lease ends.
-func wholeMillis(what string, d time.Duration) error {
+// two would disagree about when the lease ends. The error matches
+// sentinel.
+func wholeMillis(sentinel error, what string, d time.Duration) error {
 	if d%time.Millisecond != 0 {
-		return fmt.Errorf("%w: %s %s is not a whole number of milliseconds: the server counts lease times in milliseconds and would round it differently from the client; round it to a millisecond (e.g. %s)",
-			ErrInvalidTTL, what, d, d.Truncate(time.Millisecond))
+		return errorf("%w: %s %s is not a whole number of milliseconds: the server counts lease times in milliseconds and would round it differently from the client; round it to a millisecond (e.g. %s)",
+			sentinel, what, d, d.Truncate(time.Millisecond))
 	}
 	return nil
 }
@@ -187,12 +195,12 @@ func (cfg *Config) checkTiming(ttl time.Duration) error {
 	ri := what("RenewInterval", cfg.RenewInterval > 0, renew, "TTL/3")
 	// Compared without multiplying first: 2*d could overflow.
 	if margin >= ttl || margin >= ttl-margin {
-		return fmt.Errorf("%w: %s must be below half the TTL %s: raise the TTL or lower SafetyMargin",
-			ErrInvalidTTL, ms, ttl)
+		return errorf("%w: %s must be below half the TTL %s: raise the TTL or lower SafetyMargin",
+			ErrInvalidArgument, ms, ttl)
 	}
 	if deadline := ttl - margin; renew >= deadline || renew >= deadline-renew {
-		return fmt.Errorf("%w: %s leaves fewer than two renewal attempts before the local deadline of a %s TTL (TTL minus %s = %s), so one failed renewal would lose the lease: lower RenewInterval or SafetyMargin, or raise the TTL",
-			ErrInvalidTTL, ri, ttl, ms, deadline)
+		return errorf("%w: %s leaves fewer than two renewal attempts before the local deadline of a %s TTL (TTL minus %s = %s), so one failed renewal would lose the lease: lower RenewInterval or SafetyMargin, or raise the TTL",
+			ErrInvalidArgument, ri, ttl, ms, deadline)
 	}
 	return nil
 }
@@ -202,15 +210,15 @@ func (cfg *Config) checkTiming(ttl time.Duration) error {
 func CheckName(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: name is empty", ErrInvalidName)
+		return errorf("%w: name is empty", ErrInvalidName)
 	case len(name) > maxNameBytes:
-		return fmt.Errorf("%w: name is %d bytes, the maximum is %d", ErrInvalidName, len(name), maxNameBytes)
+		return errorf("%w: name is %d bytes, the maximum is %d", ErrInvalidName, len(name), maxNameBytes)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: name is not valid UTF-8", ErrInvalidName)
+		return errorf("%w: name is not valid UTF-8", ErrInvalidName)
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] == 0 {
-			return fmt.Errorf("%w: name contains a NUL byte", ErrInvalidName)
+			return errorf("%w: name contains a NUL byte", ErrInvalidName)
 		}
 	}
 	return nil
@@ -222,15 +230,15 @@ func CheckName(name string) error {
 func CheckOwner(owner string) error {
 	switch {
 	case owner == "":
-		return fmt.Errorf("%w: owner is empty", ErrInvalidOwner)
+		return errorf("%w: owner is empty", ErrInvalidOwner)
 	case len(owner) > maxOwnerBytes:
-		return fmt.Errorf("%w: owner is %d bytes, the maximum is %d", ErrInvalidOwner, len(owner), maxOwnerBytes)
+		return errorf("%w: owner is %d bytes, the maximum is %d", ErrInvalidOwner, len(owner), maxOwnerBytes)
 	case !utf8.ValidString(owner):
-		return fmt.Errorf("%w: owner is not valid UTF-8", ErrInvalidOwner)
+		return errorf("%w: owner is not valid UTF-8", ErrInvalidOwner)
 	}
 	for _, r := range owner {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: owner contains the control character %U", ErrInvalidOwner, r)
+			return errorf("%w: owner contains the control character %U", ErrInvalidOwner, r)
 		}
 	}
 	return nil
@@ -251,123 +259,6 @@ func defaultOwner() string {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-}
-
-// Option changes how one lease is acquired. The zero Option changes
-// nothing.
-type Option struct{ apply func(*leaseOptions) error }
-
-type leaseOptions struct {
-	ttl, minHold time.Duration
-	metadata     []byte
-	session      bool
-	slots        int
-}
-
-// WithTTL sets the lease's time-to-live (at least 1s, a whole number of
-// milliseconds) instead of [Config.TTL]. The client's SafetyMargin and
-// RenewInterval must suit it as they must suit [Config.TTL].
-func WithTTL(ttl time.Duration) Option {
-	return Option{func(o *leaseOptions) error {
-		if err := checkTTL(ttl); err != nil {
-			return err
-		}
-		o.ttl = ttl
-		return nil
-	}}
-}
-
-// WithMinHold keeps the lease held until d after acquisition even when it
-// is released earlier (ShedLock's lockAtLeastFor), so that a job scheduled on
-// several hosts with slightly different clocks runs once. d is a whole
-// number of milliseconds, at most the lease's TTL.
-func WithMinHold(d time.Duration) Option {
-	return Option{func(o *leaseOptions) error {
-		if d < 0 || d > maxTTL {
-			return fmt.Errorf("%w: minimum hold must be between 0 and 100 years, got %s", ErrInvalidTTL, d)
-		}
-		if err := wholeMillis("minimum hold", d); err != nil {
-			return err
-		}
-		o.minHold = d
-		return nil
-	}}
-}
-
-// WithMetadata stores v, encoded as a JSON object, with the lease (host,
-// pid and pglease version are always recorded).
-func WithMetadata(v map[string]any) Option {
-	return Option{func(o *leaseOptions) error {
-		m := map[string]any{}
-		if err := json.Unmarshal(o.metadata, &m); err != nil {
-			return fmt.Errorf("pglease: metadata: %w", err)
-		}
-		for k, x := range v {
-			m[k] = x
-		}
-		b, err := json.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("pglease: metadata must encode as JSON: %w", err)
-		}
-		if len(b) > 8192 {
-			return fmt.Errorf("pglease: metadata is %d bytes encoded, the maximum is 8192", len(b))
-		}
-		o.metadata = b
-		return nil
-	}}
-}
-
-// FastFailover ties the lease to the client's database session so that a
-// waiter takes it over within milliseconds when the holder process dies; see
-// "Fast failover" in the package documentation.
-func WithFastFailover() Option {
-	return Option{func(o *leaseOptions) error { o.session = true; return nil }}
-}
-
-// WithSlots makes the name a counting semaphore: up to n holders at once
-// (Consul's lock -n). Each holder gets one of the slot names "NAME#0" …
-// "NAME#n-1" ([Lease.Name] says which), each a lease of its own with its own
-// fencing token. n is 1 to 1000; 1 is a plain lease.
-func WithSlots(n int) Option {
-	return Option{func(o *leaseOptions) error {
-		if n < 1 || n > maxSlots {
-			return fmt.Errorf("pglease: slots must be between 1 and %d, got %d", maxSlots, n)
-		}
-		o.slots = n
-		return nil
-	}}
-}
-
-const maxSlots = 1000
-
-// Version is the version of this package, recorded in lease metadata.
-const Version = "0.1.0"
-
-func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
-	return resolveOptions(&c.cfg, c.meta, opts)
-}
-
-// resolveOptions applies opts to the defaults of cfg (already validated)
-// and checks the result.
-func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, error) {
-	o := leaseOptions{ttl: cfg.TTL, metadata: meta}
-	for _, opt := range opts {
-		if opt.apply == nil {
-			continue
-		}
-		if err := opt.apply(&o); err != nil {
-			return o, err
-		}
-	}
-	if o.minHold > o.ttl {
-		// A release before the minimum hold keeps the row until then; a
-		// longer hold than TTL would need renewals nobody sends.
-		return o, fmt.Errorf("%w: minimum hold %s exceeds the TTL %s", ErrInvalidTTL, o.minHold, o.ttl)
-	}
-	if err := cfg.checkTiming(o.ttl); err != nil {
-		return o, err
-	}
-	return o, nil
 }
 
 // Validate returns the error [Open] would return for cfg and, with opts,
@@ -412,6 +303,9 @@ func (cfg Config) Schedule(opts ...Option) (Schedule, error) {
 	}
 	return Schedule{TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl), SafetyMargin: marginFor(&full, o.ttl)}, nil
 }
+
+// Version is the version of this package, recorded in lease metadata.
+const Version = "0.1.0"
 
 // defaultMetadata is recorded with every lease of a client.
 func defaultMetadata() []byte {

@@ -11,9 +11,9 @@ import (
 )
 
 // Configurations that cannot keep a lease safely are refused by every
-// constructor, before anything is sent, with an error matching
-// ErrInvalidTTL that names the problem; the same rule applies to a lease's
-// own TTL.
+// constructor, before anything is sent, with an error that names the
+// problem and matches ErrInvalidTTL when the TTL itself is out of range,
+// else ErrInvalidArgument; the same rule applies to a lease's own TTL.
 func TestUnsafeConfigRefused(t *testing.T) {
 	ctx := testCtx(t)
 	pool := pgtest.Pool(t)
@@ -59,12 +59,16 @@ func TestUnsafeConfigRefused(t *testing.T) {
 				if c != nil {
 					_ = c.Close()
 				}
+				sentinel := ErrInvalidArgument
+				if strings.HasPrefix(tc.want, "TTL ") {
+					sentinel = ErrInvalidTTL
+				}
 				switch {
-				case tc.want == "" && errors.Is(err, ErrInvalidTTL):
+				case tc.want == "" && (errors.Is(err, ErrInvalidTTL) || errors.Is(err, ErrInvalidArgument)):
 					t.Errorf("%s refused a safe config: %v", open.name, err)
 				case tc.want == "":
-				case !errors.Is(err, ErrInvalidTTL):
-					t.Errorf("%s: %v, want ErrInvalidTTL", open.name, err)
+				case !errors.Is(err, sentinel):
+					t.Errorf("%s: %v, want %v", open.name, err, sentinel)
 				case !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "pglease: "):
 					t.Errorf("%s: %q, want it to say %q", open.name, err, tc.want)
 				}
@@ -95,11 +99,15 @@ func TestUnsafeLeaseTimingRefused(t *testing.T) {
 			if err == nil {
 				t.Fatal("TryAcquire accepted it")
 			}
-			if !errors.Is(err, ErrInvalidTTL) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("TryAcquire: %v, want ErrInvalidTTL saying %q", err, tc.want)
+			sentinel := ErrInvalidArgument
+			if strings.HasPrefix(tc.want, "TTL ") {
+				sentinel = ErrInvalidTTL
 			}
-			if _, err := c.NewElector("n", func(context.Context) error { return nil }, tc.opts...); !errors.Is(err, ErrInvalidTTL) {
-				t.Errorf("NewElector: %v, want ErrInvalidTTL", err)
+			if !errors.Is(err, sentinel) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("TryAcquire: %v, want %v saying %q", err, sentinel, tc.want)
+			}
+			if _, err := c.NewElector("n", func(context.Context) error { return nil }, tc.opts...); !errors.Is(err, sentinel) {
+				t.Errorf("NewElector: %v, want %v", err, sentinel)
 			}
 			if verr := (Config{SafetyMargin: 5 * time.Second}).Validate(tc.opts...); verr == nil || verr.Error() != err.Error() {
 				t.Errorf("Validate: %v, want the acquisition's %v", verr, err)

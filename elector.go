@@ -27,9 +27,6 @@ type Elector struct {
 	resign  context.CancelCauseFunc
 }
 
-// errResigned is the cause of a term's end after Resign.
-var errResigned = errors.New("pglease: resigned leadership")
-
 // NewElector returns an elector for name. Each time this instance is
 // elected, lead is called with a context that is cancelled when leadership
 // ends (lease lost, [Elector.Resign], or Run's context cancelled); lead
@@ -43,7 +40,7 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, o
 		return nil, err
 	}
 	if lead == nil {
-		return nil, errors.New("pglease: NewElector: lead function is nil")
+		return nil, errorf("%w: NewElector: lead function is nil", ErrInvalidArgument)
 	}
 	if _, err := c.leaseOptions(opts); err != nil {
 		return nil, err

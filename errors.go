@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,9 @@ import (
 	"github.com/pglease/pglease/internal/store"
 )
 
+// Every error pglease returns says "pglease: " once, at its start, and
+// matches one of these sentinels (or a driver error it wraps) with
+// errors.Is.
 var (
 	// ErrNotAcquired means the lease is held by someone else. The error
 	// returned is a *[HeldError] describing the holder.
@@ -17,27 +21,20 @@ var (
 	// renewal succeeded, or was taken over or force-released.
 	ErrLeaseLost = errors.New("pglease: lease lost")
 	// ErrSessionLost is the cause of a session-bound lease's end (see
-	// [WithFastFailover]) when its database session ended. It also matches
-	// [ErrLeaseLost]. A waiter may hold the lease within milliseconds of
-	// the session's end, so whatever the lease protected must stop at once:
-	// there is no safety margin to spend.
+	// [WithFastFailover]) when its database session ended. It also
+	// matches [ErrLeaseLost]. A waiter may hold the lease within
+	// milliseconds of the session's end, so whatever the lease protected
+	// must stop at once: there is no safety margin to spend.
 	ErrSessionLost = errors.New("pglease: lease lost with its database session")
 	// ErrReleased is the cause of a lease's end after [Lease.Release].
 	ErrReleased = errors.New("pglease: lease released")
 	// ErrClosed is returned by calls on a closed [Client], and is the cause
 	// of the end of every lease the client held when it was closed.
 	ErrClosed = errors.New("pglease: client closed")
-	// ErrInvalidName means a lease name is empty, longer than 255 bytes, not
-	// valid UTF-8 or contains NUL.
-	ErrInvalidName = errors.New("pglease: invalid lease name")
-	// ErrInvalidOwner means an owner label is empty, longer than 255 bytes,
-	// not valid UTF-8 or contains control characters.
-	ErrInvalidOwner = errors.New("pglease: invalid owner")
-	// ErrInvalidTTL means a TTL or other duration is out of range.
-	ErrInvalidTTL = errors.New("pglease: invalid duration")
-	// ErrInvalidIdentifier means a table, schema or channel name does not
-	// match [a-z_][a-z0-9_]{0,62}.
-	ErrInvalidIdentifier = errors.New("pglease: invalid identifier")
+	// ErrNoLease is returned by [Client.Get] and [Client.ForceRelease]
+	// when the table has no row for the name, and by [Elector.Leader] when
+	// nobody leads.
+	ErrNoLease = errors.New("pglease: no such lease")
 	// ErrNotHeld is returned by [Lease.Guard] when the lease is no longer
 	// held with its token.
 	ErrNotHeld = errors.New("pglease: lease is no longer held with this token")
@@ -47,6 +44,25 @@ var (
 	// ErrSchema means the lease table exists with a layout this version of
 	// pglease cannot use. Nothing was changed.
 	ErrSchema = errors.New("pglease: unusable lease table")
+
+	// ErrInvalidName means a lease name is empty, longer than 255 bytes, not
+	// valid UTF-8 or contains NUL.
+	ErrInvalidName = errors.New("pglease: invalid lease name")
+	// ErrInvalidOwner means an owner label is empty, longer than 255 bytes,
+	// not valid UTF-8 or contains control characters.
+	ErrInvalidOwner = errors.New("pglease: invalid owner")
+	// ErrInvalidTTL means a TTL ([Config.TTL], [WithTTL]) is below 1s,
+	// above 100 years or not a whole number of milliseconds.
+	ErrInvalidTTL = errors.New("pglease: invalid TTL")
+	// ErrInvalidIdentifier means a table or schema name does not match
+	// [a-z_][a-z0-9_]{0,62}.
+	ErrInvalidIdentifier = errors.New("pglease: invalid identifier")
+	// ErrInvalidArgument means any other value pglease checks is invalid: a
+	// [Config] field (MaxConns, a duration other than the TTL, a
+	// SafetyMargin or RenewInterval that does not suit the TTL), an
+	// [Option]'s value (slots, metadata, minimum hold), or a nil pool,
+	// handle or function. Nothing was changed.
+	ErrInvalidArgument = errors.New("pglease: invalid argument")
 )
 
 // HeldError is returned when a lease is held by another owner. It matches
@@ -61,7 +77,7 @@ type HeldError struct {
 // Error describes the holder.
 func (e *HeldError) Error() string {
 	if e.Holder.Owner == "" {
-		return "pglease: lease is held by another owner"
+		return ErrNotAcquired.Error()
 	}
 	return fmt.Sprintf("pglease: lease %q is held by %q (token %d, expires in %s)",
 		e.Holder.Name, e.Holder.Owner, e.Holder.Token, e.Holder.Remaining.Round(time.Millisecond))
@@ -93,39 +109,102 @@ func (e *lostError) Is(target error) bool {
 // sessionEnded is the cause of a session-bound lease lost with its session.
 func sessionEnded(why string) *lostError { return &lostError{why: why, session: true} }
 
-// guardRefused reports whether err is the server's refusal of the Guard
-// statement: the lease is not held with the token. The statement raises
-// it by giving ErrNotHeld's text to set_config as an invalid value
-// (invalid_parameter_value, 22023); the text is matched rather than the
-// surrounding message, which the server may translate.
-func guardRefused(err error) bool {
-	return store.SQLState(err) == "22023" && strings.Contains(err.Error(), ErrNotHeld.Error())
+// The internal errors below never reach a caller on their own: an
+// acquisition retries after the first three (see redo), errShared is
+// wrapped in ErrSessionUnavailable, errRowBusy is retryable, and the last
+// two are causes of contexts.
+var (
+	// errLate: an acquisition succeeded, but its reply came after the
+	// lease's safety deadline, so it was released at once.
+	errLate = errors.New("the reply came after the lease's safety deadline; the lease was released (retry)")
+	// errOrphan: the attempt found, and released, a row this client wrote
+	// in an acquisition whose reply was lost.
+	errOrphan = errors.New("released a row of this client whose acquisition reply was lost (retry)")
+	// errSessionGone: a session-bound acquisition committed, but the
+	// session ended before the lease was registered, so a waiter may
+	// already hold it.
+	errSessionGone = errors.New("the database session ended right after the acquisition; the lease was given up (retry)")
+	// errShared: WithFastFailover was asked for on a connection whose
+	// server backend is shared with other clients.
+	errShared = errorf("%w: WithFastFailover needs a database session of its own, and this client's connection reaches a server backend shared with other clients (a transaction- or statement-pooling proxy such as PgBouncer answered for it); connect fast-failover clients to PostgreSQL directly (or through a plain TCP proxy), or use plain leases", ErrSessionUnavailable)
+	// errRowBusy: a renewal skipped a lease whose row a guarded
+	// transaction holds locked; it is still held and is renewed again
+	// shortly.
+	errRowBusy = errors.New("pglease: a lease row is locked by a guarded transaction; its renewal is retried shortly")
+	// errOverdue is the cause of an operation's context when the
+	// operation outlives its bound on the dedicated connection.
+	errOverdue = errors.New("pglease: statement on the dedicated connection overdue")
+	// errResigned is the cause of a term's end after Elector.Resign.
+	errResigned = errors.New("pglease: resigned leadership")
+)
+
+// redo reports an attempt that acquired or found a row of this client's
+// and undid it: trying again at once is expected to succeed.
+func redo(err error) bool {
+	return errors.Is(err, errLate) || errors.Is(err, errOrphan) || errors.Is(err, errSessionGone)
 }
 
-// opError prefixes a database error with what pglease was doing.
+// gaveUp is the error of an acquisition whose context ended: it matches
+// the last holder seen (or ErrNotAcquired) and ctx.Err().
+func gaveUp(ctx context.Context, last error) error {
+	if last == nil {
+		last = ErrNotAcquired
+	}
+	return errorf("%w (gave up waiting: %w)", last, ctx.Err())
+}
+
+// errorf is fmt.Errorf for pglease's own errors: the message starts with
+// "pglease: " and says it once, however many pglease errors it wraps;
+// errors.Is and errors.As see every wrapped error.
+func errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &message{text: "pglease: " + strings.ReplaceAll(err.Error(), "pglease: ", ""), err: err}
+}
+
+type message struct {
+	text string
+	err  error
+}
+
+func (m *message) Error() string { return m.text }
+func (m *message) Unwrap() error { return m.err }
+
+// opError prefixes a database error with what pglease was doing, and adds
+// what to do about it where the error says.
 func opError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var se *store.SchemaError
 	if errors.As(err, &se) {
-		return fmt.Errorf("%w: %s", ErrSchema, se.Msg)
+		return errorf("%w: %s", ErrSchema, se.Msg)
 	}
 	hint := ""
-	switch store.SQLState(err) {
-	case "42501":
-		hint = " (the role lacks a privilege: grant it, or create the table with `pglease migrate` as an owner role; see docs/OPERATIONS.md)"
-	case "42P01", "3F000":
-		hint = " (the lease table or its schema is missing: run `pglease migrate`)"
-	case "28P01", "28000":
+	switch store.Classify(err) {
+	case store.KindPrivilege:
+		hint = " (the role lacks a privilege on the lease table or its sequence: grant it, or have a role that owns them create the table; see docs/OPERATIONS.md)"
+	case store.KindMissing:
+		hint = " (the lease table or its schema is missing: create it with Client.Migrate, which clients do on their own unless Config.DisableAutoMigrate is set)"
+	case store.KindAuth:
 		hint = " (authentication failed: check the user and password)"
-	case "3D000":
+	case store.KindNoDatabase:
 		hint = " (the database does not exist: check the DSN)"
-	case "53200":
-		hint = " (the server's lock table is full: each FastFailover lease holds an advisory lock; raise max_locks_per_transaction or use plain leases for large numbers of names)"
+	case store.KindLockTableFull:
+		hint = " (the server's lock table is full: each fast-failover lease holds an advisory lock; raise max_locks_per_transaction or use plain leases for large numbers of names)"
+	default:
+		if IsRetryable(err) {
+			hint = " (the database is unreachable or restarting; it will be retried where safe)"
+		}
 	}
-	if hint == "" && IsRetryable(err) {
-		hint = " (the database is unreachable or restarting; it will be retried where safe)"
+	return errorf("%s: %w%s", op, err, hint)
+}
+
+// newStore returns the store of a table spec, or an error matching
+// ErrInvalidIdentifier.
+func newStore(table string) (*store.Store, error) {
+	st, err := store.New(table)
+	if err != nil {
+		return nil, errorf("%w: %s", ErrInvalidIdentifier, err)
 	}
-	return fmt.Errorf("pglease: %s: %w%s", op, err, hint)
+	return st, nil
 }

@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -12,11 +13,12 @@ import (
 	"github.com/pglease/pglease/internal/store"
 )
 
-// Server errors get a hint that says what to do; the cause stays reachable.
+// Server errors get a hint that says what to do, in the library's terms
+// (never a CLI command); the cause stays reachable.
 func TestOpErrorHints(t *testing.T) {
 	for code, want := range map[string]string{
 		"42501": "privilege",
-		"42P01": "pglease migrate",
+		"42P01": "Client.Migrate",
 		"28P01": "password",
 		"3D000": "database does not exist",
 		"53200": "max_locks_per_transaction",
@@ -26,6 +28,9 @@ func TestOpErrorHints(t *testing.T) {
 		err := opError("acquire", cause)
 		if !strings.Contains(err.Error(), want) || !errors.Is(err, cause) {
 			t.Errorf("%s: %v, want a hint containing %q", code, err, want)
+		}
+		if strings.Contains(err.Error(), "`pglease ") || strings.Contains(err.Error(), "pglease migrate") {
+			t.Errorf("%s: %v tells a library user to run a CLI command", code, err)
 		}
 	}
 	err := opError("check", &store.SchemaError{Msg: "column x"})
@@ -66,5 +71,163 @@ func TestReleaseSkipsTheFlushWait(t *testing.T) {
 		return err
 	}); v != "on" {
 		t.Fatalf("synchronous_commit after Acquire = %q, want on", v)
+	}
+}
+
+// Every validation failure is refused before anything connects, with an
+// error that matches its sentinel and says "pglease: " once.
+func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
+	ctx := testCtx(t)
+	const closed = "postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=1" // nothing listens
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want error
+	}{
+		{"Table", Config{Table: "Bad-Table"}, ErrInvalidIdentifier},
+		{"Owner", Config{Owner: "tab\tin owner"}, ErrInvalidOwner},
+		{"TTL", Config{TTL: 10 * time.Millisecond}, ErrInvalidTTL},
+		{"MaxConns", Config{MaxConns: -1}, ErrInvalidArgument},
+		{"PollInterval", Config{PollInterval: -time.Second}, ErrInvalidArgument},
+		{"StatementTimeout", Config{StatementTimeout: -time.Second}, ErrInvalidArgument},
+		{"ConnectTimeout", Config{ConnectTimeout: -time.Second}, ErrInvalidArgument},
+		{"AlertAfter", Config{AlertAfter: -time.Second}, ErrInvalidArgument},
+		{"SafetyMargin", Config{SafetyMargin: -time.Second}, ErrInvalidArgument},
+		{"SubMillisecondRenewInterval", Config{RenewInterval: time.Second + 1}, ErrInvalidArgument},
+		{"MarginTooLargeForTTL", Config{TTL: 10 * time.Second, SafetyMargin: 6 * time.Second}, ErrInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Open(ctx, closed, tc.cfg)
+			if c != nil {
+				c.Close()
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Open: %v, want %v (before connecting)", err, tc.want)
+			}
+			checkPrefixOnce(t, err)
+			if verr := tc.cfg.Validate(); verr == nil || verr.Error() != err.Error() {
+				t.Errorf("Validate: %v, want Open's %v", verr, err)
+			}
+		})
+	}
+	if _, err := Open(ctx, "postgres://u@h/db?sslmode=nonsense", Config{}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Open with a malformed DSN: %v, want ErrInvalidArgument", err)
+	}
+	for _, tc := range []struct {
+		name string
+		opt  Option
+	}{
+		{"SlotsZero", WithSlots(0)},
+		{"SlotsTooMany", WithSlots(maxSlots + 1)},
+		{"MetadataNotJSON", WithMetadata(map[string]any{"f": func() {}})},
+		{"MetadataTooLarge", WithMetadata(map[string]any{"k": strings.Repeat("x", maxMetadataBytes)})},
+		{"MinHoldNegative", WithMinHold(-time.Second)},
+		{"MinHoldAboveTTL", WithMinHold(time.Hour)},
+	} {
+		err := (Config{}).Validate(tc.opt)
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", tc.name, err)
+		}
+		checkPrefixOnce(t, err)
+	}
+	if err := (Config{}).Validate(WithMetadata(map[string]any{"team": "ops"}), Option{}); err != nil {
+		t.Errorf("valid metadata and a zero Option refused: %v", err)
+	}
+	if _, err := NewFromPool(nil, Config{}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("NewFromPool(nil): %v", err)
+	}
+	if _, err := NewFromDB(nil, Config{}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("NewFromDB(nil): %v", err)
+	}
+	c := testClient(t, Config{})
+	if _, err := c.NewElector("n", nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("NewElector with a nil function: %v", err)
+	}
+	if err := c.TryRun(ctx, "n", nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("TryRun with a nil function: %v", err)
+	}
+	if err := c.Run(ctx, "n", nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Run with a nil function: %v", err)
+	}
+	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
+		t.Errorf("rows after refused calls: %v, %v", infos, err)
+	}
+}
+
+// Errors that wrap other pglease errors still say "pglease: " once.
+func TestErrorsSayPgleaseOnce(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	other := testClient(t, Config{Table: c.cfg.Table})
+	l, err := c.TryAcquire(ctx, "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, held := other.TryAcquire(ctx, "once")
+	checkPrefixOnce(t, held)
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, gaveUp := other.Acquire(wctx, "once")
+	cancel()
+	if !errors.Is(gaveUp, ErrNotAcquired) || !errors.Is(gaveUp, context.DeadlineExceeded) {
+		t.Fatalf("Acquire past its context: %v", gaveUp)
+	}
+	checkPrefixOnce(t, gaveUp)
+	if _, err := other.ForceRelease(ctx, "once"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Renew after a force-release: %v, want ErrLeaseLost", err)
+	} else {
+		checkPrefixOnce(t, err)
+	}
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	guard := l.Guard(ctx, tx)
+	if !errors.Is(guard, ErrNotHeld) || !errors.Is(guard, ErrLeaseLost) {
+		t.Fatalf("Guard of a lost lease: %v", guard)
+	}
+	checkPrefixOnce(t, guard)
+	// A short TTL: its next renewal, within a third of a second, finds
+	// the row gone.
+	short := testClient(t, Config{Table: c.cfg.Table, TTL: time.Second})
+	ran := short.TryRun(ctx, "run", func(fctx context.Context) error {
+		if _, err := other.ForceRelease(ctx, "run"); err != nil {
+			return err
+		}
+		select {
+		case <-fctx.Done():
+			return nil
+		case <-time.After(30 * time.Second):
+			return errors.New("the function's context outlived its lease")
+		}
+	})
+	if !errors.Is(ran, ErrLeaseLost) {
+		t.Fatalf("TryRun whose lease was lost: %v", ran)
+	}
+	checkPrefixOnce(t, ran)
+	if _, err := c.Get(ctx, "missing"); !errors.Is(err, ErrNoLease) {
+		t.Fatalf("Get of a missing lease: %v", err)
+	} else {
+		checkPrefixOnce(t, err)
+	}
+	c.Close()
+	if _, err := c.TryAcquire(ctx, "closed"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TryAcquire on a closed client: %v", err)
+	} else {
+		checkPrefixOnce(t, err)
+	}
+}
+
+func checkPrefixOnce(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		t.Error("no error")
+		return
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "pglease: ") || strings.Count(msg, "pglease: ") != 1 {
+		t.Errorf("%q: want one \"pglease: \" prefix", msg)
 	}
 }

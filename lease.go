@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -325,12 +326,12 @@ func (l *Lease) guard(ctx context.Context, q store.Querier) error {
 	err := l.c.st.Guard(ctx, q, l.name, l.token, ended == nil, time.Until(l.Deadline())+l.c.margin(l.ttl))
 	switch {
 	case ended != nil:
-		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, ended)
-	case guardRefused(err):
+		return errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, ended)
+	case errors.Is(err, store.ErrNotHeld):
 		// The server says the row is gone or has another token: the
 		// lease is lost, whatever the renewals last saw.
 		l.lose(&lostError{why: "a Guard found the lease no longer held with its token"})
-		return fmt.Errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, l.Err())
+		return errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, l.Err())
 	case err != nil:
 		return opError("guard", err)
 	}

@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/pglease/pglease/internal/store"
@@ -98,10 +97,6 @@ func (c *Client) heldLeases() []*Lease {
 	return out
 }
 
-// errRowBusy: a renewal skipped a lease whose row a guarded transaction
-// holds locked; it is still held and is renewed again shortly.
-var errRowBusy = errors.New("pglease: a lease row is locked by a guarded transaction; its renewal is retried shortly")
-
 // renew renews leases in one statement on the dedicated connection and
 // returns those found lost (taken over or force-released), which it ends.
 // The statement never runs past the last local deadline of the batch, and
@@ -178,30 +173,4 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 		return lost, errRowBusy
 	}
 	return lost, nil
-}
-
-// sessionLost ends every session-bound lease of a connection that failed.
-func (c *Client) sessionLost(epoch uint64, err error) {
-	for _, l := range c.heldLeases() {
-		if l.session && l.epoch == epoch {
-			l.lose(sessionEnded("its database session ended: " + err.Error()))
-		}
-	}
-}
-
-// unlockAsync drops the session advisory lock of a lost session-bound
-// lease, if its connection is still the current one.
-func (c *Client) unlockAsync(name string, epoch uint64) {
-	s, err := c.session()
-	if err != nil {
-		return
-	}
-	c.goBackground(func() {
-		_ = s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
-			if st.epoch != epoch {
-				return nil
-			}
-			return c.st.Unlock(ctx, q, name)
-		})
-	})
 }

@@ -3,7 +3,6 @@ package pglease
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 // TryRun runs fn on exactly one instance: it makes one attempt to acquire
@@ -18,6 +17,9 @@ import (
 // if the lease was lost while fn ran (fn may then have overlapped with the
 // next holder; see [Lease.Guard]).
 func (c *Client) TryRun(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return errorf("%w: TryRun: fn is nil", ErrInvalidArgument)
+	}
 	l, err := c.TryAcquire(ctx, name, opts...)
 	if err != nil {
 		return err
@@ -28,6 +30,9 @@ func (c *Client) TryRun(ctx context.Context, name string, fn func(ctx context.Co
 // Run waits until name is acquired (or ctx ends, see [Client.Acquire]), then
 // runs fn as [Client.TryRun] does.
 func (c *Client) Run(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return errorf("%w: Run: fn is nil", ErrInvalidArgument)
+	}
 	l, err := c.Acquire(ctx, name, opts...)
 	if err != nil {
 		return err
@@ -44,7 +49,7 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 			err = errors.Join(err, rerr)
 		}
 		if errors.Is(lost, ErrLeaseLost) || errors.Is(lost, ErrClosed) {
-			err = errors.Join(err, fmt.Errorf("pglease: %q ended while the function ran: %w", l.name, lost))
+			err = errors.Join(err, errorf("%q ended while the function ran: %w", l.name, lost))
 		}
 	}()
 	return fn(fctx)

@@ -159,7 +159,7 @@ func TestInvalidInputIsRejectedBeforeAnythingIsSent(t *testing.T) {
 	if _, err := Open(ctx, "postgres://x", Config{TTL: -1}); !errors.Is(err, ErrInvalidTTL) {
 		t.Errorf("Config.TTL -1: %v", err)
 	}
-	if _, err := c.TryAcquire(ctx, "ok", WithTTL(2*time.Second), WithMinHold(3*time.Second)); !errors.Is(err, ErrInvalidTTL) {
+	if _, err := c.TryAcquire(ctx, "ok", WithTTL(2*time.Second), WithMinHold(3*time.Second)); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("min hold above TTL: %v", err)
 	}
 	// None of it created a row.

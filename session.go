@@ -16,68 +16,6 @@ import (
 	"github.com/pglease/pglease/internal/store"
 )
 
-// hub routes NOTIFY payloads (lease names) to local waiters.
-type hub struct {
-	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{}
-}
-
-func (h *hub) init() { h.subs = map[string]map[chan struct{}]struct{}{} }
-
-// subscribe returns a channel that receives a value when one of names is
-// released (or when notifications may have been missed). cancel must be
-// called.
-func (h *hub) subscribe(names ...string) (ch chan struct{}, cancel func()) {
-	ch = make(chan struct{}, 1)
-	h.mu.Lock()
-	for _, name := range names {
-		set := h.subs[name]
-		if set == nil {
-			set = map[chan struct{}]struct{}{}
-			h.subs[name] = set
-		}
-		set[ch] = struct{}{}
-	}
-	h.mu.Unlock()
-	return ch, func() {
-		h.mu.Lock()
-		for _, name := range names {
-			if set := h.subs[name]; set != nil {
-				delete(set, ch)
-				if len(set) == 0 {
-					delete(h.subs, name)
-				}
-			}
-		}
-		h.mu.Unlock()
-	}
-}
-
-func wake(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-func (h *hub) notify(name string) {
-	h.mu.Lock()
-	for ch := range h.subs[name] {
-		wake(ch)
-	}
-	h.mu.Unlock()
-}
-
-func (h *hub) notifyAll() {
-	h.mu.Lock()
-	for _, set := range h.subs {
-		for ch := range set {
-			wake(ch)
-		}
-	}
-	h.mu.Unlock()
-}
-
 // session is the client's dedicated connection. One goroutine owns it: it
 // runs queued operations (renewals first, then session-bound acquires and
 // releases) and, while idle, waits for notifications, which also makes it
@@ -122,10 +60,6 @@ type sessState struct {
 	keepalive *time.Duration
 	shared    bool
 }
-
-// errOverdue is the cause of an operation's context when the operation
-// outlives its bound on the dedicated connection.
-var errOverdue = errors.New("pglease: statement on the dedicated connection overdue")
 
 // sessionWatch is the dedicated connection's context watcher. pgx closes a
 // connection whose statement outlives its context, which frees the session
@@ -463,13 +397,6 @@ func (c *Client) namedConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
 	cfg.OnNotification = nil
 	cfg.RuntimeParams["application_name"] = appName(c.cfg.Owner)
 	return cfg
-}
-
-// sessionAvailable reports whether the client can have a pgx session
-// (notifications, fast failover).
-func (c *Client) sessionAvailable(ctx context.Context) (bool, error) {
-	cfg, err := c.dedicatedConfig(ctx)
-	return cfg != nil, err
 }
 
 // backoff yields jittered, exponentially growing delays.

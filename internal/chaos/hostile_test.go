@@ -112,11 +112,11 @@ func TestHostileTTLs(t *testing.T) {
 		if ttl >= 0 && ttl <= 100*365*24*time.Hour {
 			continue // a valid minimum hold
 		}
-		if _, err := c.TryAcquire(ctx, "job", pglease.WithMinHold(ttl)); !errors.Is(err, pglease.ErrInvalidTTL) {
-			t.Errorf("WithMinHold(%v): %v, want ErrInvalidTTL", ttl, err)
+		if _, err := c.TryAcquire(ctx, "job", pglease.WithMinHold(ttl)); !errors.Is(err, pglease.ErrInvalidArgument) {
+			t.Errorf("WithMinHold(%v): %v, want ErrInvalidArgument", ttl, err)
 		}
 	}
-	if _, err := pglease.Open(ctx, unreachableDSN, pglease.Config{Table: table, SafetyMargin: -time.Second}); !errors.Is(err, pglease.ErrInvalidTTL) {
+	if _, err := pglease.Open(ctx, unreachableDSN, pglease.Config{Table: table, SafetyMargin: -time.Second}); !errors.Is(err, pglease.ErrInvalidArgument) {
 		t.Errorf("negative SafetyMargin: %v", err)
 	}
 	// The largest TTL accepted round-trips through the server's interval

@@ -5,6 +5,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,6 +73,10 @@ func (e *env) fail(err error) int {
 		msg = "pglease: " + msg
 	}
 	fmt.Fprintln(e.stderr, msg)
+	if errors.Is(err, pglease.ErrSchema) {
+		// The library names Client.Migrate; here the tool's command does it.
+		fmt.Fprintln(e.stderr, "pglease: 'pglease migrate', run as a role that owns the table, upgrades or repairs a table pglease created; it changes nothing in a table of another layout.")
+	}
 	return exitError
 }
 

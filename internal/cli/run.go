@@ -133,13 +133,13 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 			if o.minHold > o.ttl {
 				hint = " (raise --ttl, or lower --min-hold)"
 			}
-			return bad(usagef("invalid --min-hold %s: %s%s", fs.str("min-hold"), reason(err, pglease.ErrInvalidTTL), hint))
+			return bad(usagef("invalid --min-hold %s: %s%s", fs.str("min-hold"), reason(err, pglease.ErrInvalidArgument), hint))
 		}
 	}
 	if fs.isSet("slots") {
 		o.slots = fs.integer("slots", 0)
 		if err := cfg.Validate(pglease.WithSlots(o.slots)); err != nil {
-			return bad(usagef("invalid --slots %s: %s", fs.str("slots"), reason(err, pglease.ErrInvalidTTL)))
+			return bad(usagef("invalid --slots %s: %s", fs.str("slots"), reason(err, pglease.ErrInvalidArgument)))
 		}
 		if err := checkName(pglease.SlotName(o.name, o.slots-1)); o.slots > 1 && err != nil {
 			return bad(usagef("lease NAME %s is too long for %d slots: the slot names add \"#0\" to \"#%d\"", quoteArg(o.name), o.slots, o.slots-1))

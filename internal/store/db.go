@@ -3,10 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -127,85 +123,4 @@ func (d sqlDB) InTx(ctx context.Context, fn func(Querier) error) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// SQLState returns the SQLSTATE code of a server error, or "".
-func SQLState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	var coded interface{ SQLState() string } // lib/pq and others
-	if errors.As(err, &coded) {
-		return coded.SQLState()
-	}
-	return ""
-}
-
-// Retryable reports whether err is transient: the connection failed or the
-// server is restarting, shutting down, failing over or out of connections,
-// so the same statement may succeed on a new attempt. Statements of pglease
-// are idempotent for a given token, so retrying them is safe.
-func Retryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	switch code := SQLState(err); {
-	case code == "":
-	case len(code) == 5 && code[:2] == "08": // connection exception
-		return true
-	case code == "57P01", code == "57P02", code == "57P03": // admin/crash shutdown, cannot connect now
-		return true
-	case code == "53300", code == "40001", code == "40P01", code == "25006": // too many connections, serialization, deadlock, read-only (standby)
-		return true
-	case code == "57014", code == "55P03": // statement timeout or cancel, lock not available
-		return true
-	default:
-		return false
-	}
-	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
-		return true
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
-	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
-		return true
-	}
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, net.ErrClosed) || isConnClosed(err)
-}
-
-// ConnectionFailed reports whether err means that the statement's
-// connection failed or that the server ended it (a restart, a terminated
-// backend, a failover), rather than that the statement failed on a working
-// connection: the same statement may be sent again on another connection.
-func ConnectionFailed(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	switch code := SQLState(err); {
-	case code == "":
-		return Retryable(err)
-	case code[:2] == "08", code == "57P01", code == "57P02", code == "57P03":
-		return true
-	}
-	return false
-}
-
-func isConnClosed(err error) bool {
-	// pgx reports use of a closed connection with a plain error string.
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if e.Error() == "conn closed" || e.Error() == "closed pool" {
-			return true
-		}
-	}
-	return false
 }

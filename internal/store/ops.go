@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -160,7 +161,7 @@ func (s *Store) tokensBehind(ctx context.Context, q Querier) (bool, error) {
 // tokenSequenceBehind: the table holds tokens the sequence has not reached;
 // Migrate (as a role that may alter the sequence) repairs it.
 func tokenSequenceBehind(s *Store) error {
-	return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the token sequence %s is behind the largest token in %s (a table-only restore or a replication cutover?): new leases would get old fencing tokens; run `pglease migrate` (or Client.Migrate) as a role that owns the table to repair it", s.Names.QualifiedSeq(), s.Names.QualifiedTable())}
+	return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the token sequence %s is behind the largest token in %s (a table-only restore or a replication cutover?): new leases would get old fencing tokens; migrate the table (Client.Migrate) as a role that owns it to repair the sequence", s.Names.QualifiedSeq(), s.Names.QualifiedTable())}
 }
 
 func (s *Store) version(ctx context.Context, q Querier) (int, error) {
@@ -195,7 +196,7 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 		return err
 	}
 	if v < SchemaVersion {
-		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("table %s has schema version %d, this pglease needs %d; run `pglease migrate` (or Client.Migrate) as a role that owns the table", s.Names.QualifiedTable(), v, SchemaVersion)}
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("table %s has schema version %d, this pglease needs %d; migrate it (Client.Migrate) as a role that owns it", s.Names.QualifiedTable(), v, SchemaVersion)}
 	}
 	behind, err := s.tokensBehind(ctx, q)
 	if err != nil {
@@ -209,7 +210,7 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 		return err
 	}
 	if ns == "" {
-		return &SchemaError{Msg: fmt.Sprintf("table %s does not exist; run `pglease migrate`", s.Names.QualifiedTable())}
+		return &SchemaError{Msg: fmt.Sprintf("table %s does not exist; create it (Client.Migrate)", s.Names.QualifiedTable())}
 	}
 	s.ns.Store(&ns)
 	return nil
@@ -409,15 +410,23 @@ func (s *Store) Release(ctx context.Context, q Querier, name string, token int64
 
 // Guard checks, inside the caller's transaction, that name is held with
 // token, and locks the row until that transaction ends; the server ends
-// the transaction's session if it then sits idle for longer than idle.
-// When the row is not held with token, or held is false (the client knows
-// the lease ended), the statement fails with the server's error and the
-// transaction is aborted: it cannot commit whatever the caller does.
+// the transaction's session if it then sits idle for longer than idle
+// (at most the setting's maximum, about 24 days). When the row is not
+// held with token, or held is false (the client knows the lease ended),
+// the statement fails, the transaction is aborted (it cannot commit
+// whatever the caller does) and the error matches [ErrNotHeld].
 func (s *Store) Guard(ctx context.Context, q Querier, name string, token int64, held bool, idle time.Duration) error {
-	return q.Query(ctx, s.Q.Guard, []any{name, token, max(idle.Milliseconds(), 1), held}, func(r Row) error {
+	ms := min(max(idle.Milliseconds(), 1), math.MaxInt32)
+	err := q.Query(ctx, s.Q.Guard, []any{name, token, ms, held}, func(r Row) error {
 		var setting string
 		return r.Scan(&setting)
 	})
+	// The statement refuses by setting an invalid value, and nothing else
+	// in it can be invalid: ms is within the setting's range.
+	if sqlState(err) == "22023" { // invalid_parameter_value
+		return fmt.Errorf("%w (%w)", ErrNotHeld, err)
+	}
+	return err
 }
 
 // Record is one row as read with the server clock.

@@ -264,9 +264,11 @@ SELECT (SELECT count(*) FROM keep) + (SELECT count(*) FROM del),
 -- When the lease is not held with this token the statement fails, and so
 -- does the caller's transaction: a caller that ignores Guard's error still
 -- cannot commit a stale write. The failure is the server refusing the
--- message below as a value of the setting; the client recognises the
--- message (it is ErrNotHeld's text). It is raised by set_config, a
--- volatile function, so the planner never evaluates it ahead of time.
+-- message below as a value of the setting (invalid_parameter_value,
+-- 22023, which the client recognises: $3 is always within the setting's
+-- range, so nothing else here raises it); the message is what the
+-- server's log shows. It is raised by set_config, a volatile function,
+-- so the planner never evaluates it ahead of time.
 SELECT set_config('idle_in_transaction_session_timeout',
                   CASE WHEN g."token" IS NULL
                        THEN 'pglease: lease is no longer held with this token'

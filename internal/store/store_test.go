@@ -1,14 +1,8 @@
 package store
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestEveryStatementIsDefined(t *testing.T) {
@@ -68,29 +62,5 @@ func TestDerivedNamesStayDistinct(t *testing.T) {
 	}
 	if got := derived("short", "_token_seq"); got != "short_token_seq" {
 		t.Fatalf("derived = %q", got)
-	}
-}
-
-func TestRetryable(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{nil, false},
-		{context.Canceled, false},
-		{context.DeadlineExceeded, false},
-		{&pgconn.PgError{Code: "08006"}, true},
-		{&pgconn.PgError{Code: "57P01"}, true},
-		{&pgconn.PgError{Code: "53300"}, true},
-		{&pgconn.PgError{Code: "25006"}, true},
-		{&pgconn.PgError{Code: "42501"}, false},
-		{&pgconn.PgError{Code: "23505"}, false},
-		{fmt.Errorf("wrapped: %w", io.ErrUnexpectedEOF), true},
-		{errors.New("conn closed"), true},
-		{errors.New("syntax"), false},
-	} {
-		if got := Retryable(tc.err); got != tc.want {
-			t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
-		}
 	}
 }

@@ -1,0 +1,134 @@
+package pglease
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Option changes how one lease is acquired; pass options to
+// [Client.Acquire], [Client.TryAcquire], [Client.Run], [Client.TryRun] and
+// [Client.NewElector]. The zero Option changes nothing.
+type Option struct{ apply func(*leaseOptions) error }
+
+// leaseOptions is what the options of one acquisition resolve to.
+type leaseOptions struct {
+	ttl, minHold time.Duration
+	metadata     []byte // JSON object
+	session      bool   // WithFastFailover
+	slots        int
+}
+
+const (
+	maxSlots         = 1000
+	maxMetadataBytes = 8192
+)
+
+// WithTTL sets the lease's time-to-live (at least 1s, a whole number of
+// milliseconds) instead of [Config.TTL]. The client's SafetyMargin and
+// RenewInterval must suit it as they must suit [Config.TTL]. An invalid
+// TTL is reported as [ErrInvalidTTL].
+func WithTTL(ttl time.Duration) Option {
+	return Option{func(o *leaseOptions) error {
+		if err := checkTTL(ttl); err != nil {
+			return err
+		}
+		o.ttl = ttl
+		return nil
+	}}
+}
+
+// WithMinHold keeps the lease held until d after acquisition even when it
+// is released earlier (ShedLock's lockAtLeastFor), so that a job scheduled
+// on several hosts with slightly different clocks runs once. d is a whole
+// number of milliseconds, at most the lease's TTL; otherwise the error
+// matches [ErrInvalidArgument].
+func WithMinHold(d time.Duration) Option {
+	return Option{func(o *leaseOptions) error {
+		if d < 0 || d > maxTTL {
+			return errorf("%w: minimum hold must be between 0 and 100 years, got %s", ErrInvalidArgument, d)
+		}
+		if err := wholeMillis(ErrInvalidArgument, "minimum hold", d); err != nil {
+			return err
+		}
+		o.minHold = d
+		return nil
+	}}
+}
+
+// WithMetadata stores v, encoded as a JSON object of at most 8192 bytes,
+// with the lease (host, pid and pglease version are always recorded).
+// Several WithMetadata options merge; a value that does not encode as JSON
+// is reported as [ErrInvalidArgument].
+func WithMetadata(v map[string]any) Option {
+	return Option{func(o *leaseOptions) error {
+		m := map[string]any{}
+		if len(o.metadata) > 0 {
+			if err := json.Unmarshal(o.metadata, &m); err != nil {
+				return errorf("%w: metadata: %w", ErrInvalidArgument, err)
+			}
+		}
+		for k, x := range v {
+			m[k] = x
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return errorf("%w: metadata must encode as JSON: %w", ErrInvalidArgument, err)
+		}
+		if len(b) > maxMetadataBytes {
+			return errorf("%w: metadata is %d bytes encoded, the maximum is %d", ErrInvalidArgument, len(b), maxMetadataBytes)
+		}
+		o.metadata = b
+		return nil
+	}}
+}
+
+// WithFastFailover ties the lease to the client's database session so
+// that a waiter takes it over within milliseconds when the holder process
+// dies; see "Fast failover" in the package documentation. It needs a
+// connection of the client's own to PostgreSQL ([ErrSessionUnavailable]
+// otherwise).
+func WithFastFailover() Option {
+	return Option{func(o *leaseOptions) error { o.session = true; return nil }}
+}
+
+// WithSlots makes the name a counting semaphore: up to n holders at once
+// (Consul's lock -n). Each holder gets one of the slot names "NAME#0" …
+// "NAME#n-1" ([Lease.Name] says which, [SlotName] builds them), each a
+// lease of its own with its own fencing token. n is 1 to 1000 (1 is a
+// plain lease); otherwise the error matches [ErrInvalidArgument].
+func WithSlots(n int) Option {
+	return Option{func(o *leaseOptions) error {
+		if n < 1 || n > maxSlots {
+			return errorf("%w: slots must be between 1 and %d, got %d", ErrInvalidArgument, maxSlots, n)
+		}
+		o.slots = n
+		return nil
+	}}
+}
+
+func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
+	return resolveOptions(&c.cfg, c.meta, opts)
+}
+
+// resolveOptions applies opts to the defaults of cfg (already validated)
+// and checks the result.
+func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, error) {
+	o := leaseOptions{ttl: cfg.TTL, metadata: meta}
+	for _, opt := range opts {
+		if opt.apply == nil {
+			continue
+		}
+		if err := opt.apply(&o); err != nil {
+			return o, err
+		}
+	}
+	if o.minHold > o.ttl {
+		// A release before the minimum hold keeps the row until then; a
+		// longer hold than TTL would need renewals nobody sends.
+		return o, errorf("%w: minimum hold %s exceeds the TTL %s", ErrInvalidArgument, o.minHold, o.ttl)
+	}
+	if err := cfg.checkTiming(o.ttl); err != nil {
+		return o, err
+	}
+	return o, nil
+}
