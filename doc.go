@@ -92,6 +92,19 @@
 //   - [Client.Close] releases every lease (bounded by a timeout; past the TTL,
 //     expiry is the safety net), stops every goroutine and waits for them.
 //
+// # Errors
+//
+// Every error starts with "pglease: " (once) and matches a sentinel of
+// this package with errors.Is, or the driver's error it wraps. Bad input
+// is refused before anything is sent and changes nothing: a [Config] when
+// the client is created ([ErrInvalidIdentifier], [ErrInvalidOwner],
+// [ErrInvalidTTL], else [ErrInvalidArgument]), a name or an [Option] at
+// the call ([ErrInvalidName] and the same sentinels). A lease held
+// elsewhere is a *[HeldError] matching [ErrNotAcquired]; an acquisition
+// whose context ended also matches ctx.Err(). Database errors name what
+// pglease was doing and, where the server said why (a missing privilege,
+// table or database), what to do about it.
+//
 // # Fast failover
 //
 // With the [WithFastFailover] option a lease is also tied to the holder's

@@ -265,8 +265,8 @@ func TestTokenSequenceRepairedBehindTable(t *testing.T) {
 		}
 		if tc.name == "behind" {
 			strict := testClient(t, Config{Table: c.cfg.Table, DisableAutoMigrate: true})
-			if _, err := strict.TryAcquire(ctx, "x"); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "pglease migrate") {
-				t.Fatalf("%s: a client that may not migrate: %v, want ErrSchema naming pglease migrate", tc.name, err)
+			if _, err := strict.TryAcquire(ctx, "x"); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "Client.Migrate") {
+				t.Fatalf("%s: a client that may not migrate: %v, want ErrSchema naming Client.Migrate", tc.name, err)
 			}
 		}
 		fresh := testClient(t, Config{Table: c.cfg.Table})

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 func TestTryAcquireRelease(t *testing.T) {
@@ -86,4 +88,37 @@ func TestLeaseEndingElsewhereIsNotHeld(t *testing.T) {
 	if err := <-released; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Guard works for a lease whose TTL is longer than the server's largest
+// idle_in_transaction_session_timeout (about 24.8 days): the timeout it
+// sets is clamped to the setting's range instead of being refused by the
+// server, which the client would otherwise take for "not held".
+func TestGuardOfALeaseLongerThanTheIdleTimeoutRange(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	l, err := c.TryAcquire(ctx, "month", WithTTL(30*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := l.Guard(ctx, tx); err != nil {
+		t.Fatalf("Guard: %v", err)
+	}
+	var setting string
+	if err := tx.QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit after Guard: %v", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("lease ended: %v", l.Err())
+	}
+	t.Logf("idle_in_transaction_session_timeout inside the guarded transaction: %s", setting)
 }

@@ -18,7 +18,7 @@ import (
 
 // MinimalGrants is what a role needs to use an existing lease table
 // "schema.table" (created by a migration tool or a privileged role with
-// Client.DDL / pglease migrate): no superuser, no CREATE anywhere.
+// DDL / pglease migrate): no superuser, no CREATE anywhere.
 func MinimalGrants(schema, table, role string) string {
 	s, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
 	t := pgx.Identifier{schema, table}.Sanitize()
