@@ -64,7 +64,7 @@ type Config struct {
 	DisableNotify bool
 	// DisableAutoMigrate stops the client from creating its table when it
 	// is missing; use it when the table is created by a migration tool
-	// (see [Client.DDL]).
+	// (see [DDL]).
 	DisableAutoMigrate bool
 	// AlertAfter makes a contender report [EventAlert] (and log a warning)
 	// when the holder it finds has not renewed for longer than this, while

@@ -94,12 +94,16 @@ func (e *Elector) serve(ctx context.Context, l *Lease) bool {
 	e.term, e.resign = l, cancel
 	e.mu.Unlock()
 	err := e.callLead(tctx)
+	// Read before cancel(nil) ends the term's context: an error of lead
+	// while its term still ran is worth logging; one after the term ended
+	// is lead's answer to that end.
+	ended := tctx.Err() != nil
 	resigned := errors.Is(context.Cause(tctx), errResigned)
 	cancel(nil)
 	e.mu.Lock()
 	e.term, e.resign = nil, nil
 	e.mu.Unlock()
-	if err != nil && tctx.Err() == nil {
+	if err != nil && !ended {
 		e.c.cfg.Logger.Error("pglease: leader function failed", "name", e.name, "err", err)
 	}
 	_ = l.Release(context.WithoutCancel(ctx))
