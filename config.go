@@ -208,37 +208,40 @@ func (cfg *Config) checkTiming(ttl time.Duration) error {
 // CheckName returns an error matching [ErrInvalidName] unless name is 1–255
 // bytes of valid UTF-8 without NUL.
 func CheckName(name string) error {
-	switch {
-	case name == "":
-		return errorf("%w: name is empty", ErrInvalidName)
-	case len(name) > maxNameBytes:
-		return errorf("%w: name is %d bytes, the maximum is %d", ErrInvalidName, len(name), maxNameBytes)
-	case !utf8.ValidString(name):
-		return errorf("%w: name is not valid UTF-8", ErrInvalidName)
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] == 0 {
-			return errorf("%w: name contains a NUL byte", ErrInvalidName)
+	return checkLabel(ErrInvalidName, "name", name, maxNameBytes, func(r rune) string {
+		if r == 0 {
+			return "a NUL byte"
 		}
-	}
-	return nil
+		return ""
+	})
 }
 
 // CheckOwner returns an error matching [ErrInvalidOwner] unless owner is
 // 1–255 bytes of valid UTF-8 without control characters ([Config.Owner]
 // is shown in the lease table, logs and pg_stat_activity).
 func CheckOwner(owner string) error {
-	switch {
-	case owner == "":
-		return errorf("%w: owner is empty", ErrInvalidOwner)
-	case len(owner) > maxOwnerBytes:
-		return errorf("%w: owner is %d bytes, the maximum is %d", ErrInvalidOwner, len(owner), maxOwnerBytes)
-	case !utf8.ValidString(owner):
-		return errorf("%w: owner is not valid UTF-8", ErrInvalidOwner)
-	}
-	for _, r := range owner {
+	return checkLabel(ErrInvalidOwner, "owner", owner, maxOwnerBytes, func(r rune) string {
 		if unicode.IsControl(r) {
-			return errorf("%w: owner contains the control character %U", ErrInvalidOwner, r)
+			return fmt.Sprintf("the control character %U", r)
+		}
+		return ""
+	})
+}
+
+// checkLabel checks that s is 1 to max bytes of valid UTF-8 without a rune
+// that refuse describes; the error matches sentinel and calls s what.
+func checkLabel(sentinel error, what, s string, max int, refuse func(rune) string) error {
+	switch {
+	case s == "":
+		return errorf("%w: %s is empty", sentinel, what)
+	case len(s) > max:
+		return errorf("%w: %s is %d bytes, the maximum is %d", sentinel, what, len(s), max)
+	case !utf8.ValidString(s):
+		return errorf("%w: %s is not valid UTF-8", sentinel, what)
+	}
+	for _, r := range s {
+		if why := refuse(r); why != "" {
+			return errorf("%w: %s contains %s", sentinel, what, why)
 		}
 	}
 	return nil

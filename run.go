@@ -17,23 +17,23 @@ import (
 // if the lease was lost while fn ran (fn may then have overlapped with the
 // next holder; see [Lease.Guard]).
 func (c *Client) TryRun(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	if fn == nil {
-		return errorf("%w: TryRun: fn is nil", ErrInvalidArgument)
-	}
-	l, err := c.TryAcquire(ctx, name, opts...)
-	if err != nil {
-		return err
-	}
-	return runUnder(ctx, l, fn)
+	return c.run(ctx, "TryRun", c.TryAcquire, name, fn, opts)
 }
 
 // Run waits until name is acquired (or ctx ends, see [Client.Acquire]), then
 // runs fn as [Client.TryRun] does.
 func (c *Client) Run(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	return c.run(ctx, "Run", c.Acquire, name, fn, opts)
+}
+
+// run acquires name with acquire (Acquire or TryAcquire) and runs fn
+// under the lease.
+func (c *Client) run(ctx context.Context, call string, acquire func(context.Context, string, ...Option) (*Lease, error),
+	name string, fn func(ctx context.Context) error, opts []Option) error {
 	if fn == nil {
-		return errorf("%w: Run: fn is nil", ErrInvalidArgument)
+		return errorf("%w: %s: fn is nil", ErrInvalidArgument, call)
 	}
-	l, err := c.Acquire(ctx, name, opts...)
+	l, err := acquire(ctx, name, opts...)
 	if err != nil {
 		return err
 	}

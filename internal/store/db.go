@@ -11,6 +11,23 @@ import (
 // Row is one result row.
 type Row interface{ Scan(dest ...any) error }
 
+// rows is what pgx.Rows and *sql.Rows have in common.
+type rows interface {
+	Row
+	Next() bool
+	Err() error
+}
+
+// each calls scan for every row, then reports the iteration's error.
+func each(rs rows, scan func(Row) error) error {
+	for rs.Next() {
+		if err := scan(rs); err != nil {
+			return err
+		}
+	}
+	return rs.Err()
+}
+
 // Querier runs one statement. It is implemented for pgx (pools, connections,
 // transactions) and database/sql (DB, Conn, Tx).
 type Querier interface {
@@ -49,12 +66,7 @@ func (d pgxDB) Query(ctx context.Context, sql string, args []any, scan func(Row)
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return each(rows, scan)
 }
 
 func (d pgxDB) Exec(ctx context.Context, sql string) error {
@@ -97,12 +109,7 @@ func (d sqlDB) Query(ctx context.Context, query string, args []any, scan func(Ro
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return each(rows, scan)
 }
 
 func (d sqlDB) Exec(ctx context.Context, query string) error {

@@ -284,23 +284,24 @@ SELECT set_config('idle_in_transaction_session_timeout',
                 AND l."expires_at" > clock_timestamp()
                 FOR SHARE OF l) AS g ON true
 
--- name: Get
+-- name: Record
+-- Not a statement: the select list of a lease row as Get, List and
+-- ForceRelease return it (scanRecord reads it), spliced in for {{record}}.
+-- Durations are whole milliseconds, computed with the server's clock.
 SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
        (extract(epoch FROM "ttl") * 1000)::bigint,
        (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
        (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
        (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
        "session_pid" IS NOT NULL, "metadata"::text
+
+-- name: Get
+{{record}}
   FROM {{table}}
  WHERE "name" = $1::text
 
 -- name: List
-SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-       (extract(epoch FROM "ttl") * 1000)::bigint,
-       (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
-       (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
-       (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
-       "session_pid" IS NOT NULL, "metadata"::text
+{{record}}
   FROM {{table}}
  ORDER BY "name"
 
@@ -312,12 +313,7 @@ WITH del AS (
 ), note AS (
     SELECT pg_notify($2::text, "name") FROM del
 )
-SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-       (extract(epoch FROM "ttl") * 1000)::bigint,
-       (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
-       (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
-       (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
-       "session_pid" IS NOT NULL, "metadata"::text
+{{record}}
   FROM del, (SELECT count(*) FROM note) AS n
 
 -- name: Cleanup

@@ -125,6 +125,7 @@ const serverIncarnation = `(extract(epoch FROM pg_postmaster_start_time())::text
 func Build(n Names) Queries {
 	stmts := parse(queriesSQL)
 	r := strings.NewReplacer(
+		"{{record}}", stmts["Record"],
 		"{{table}}", n.QualifiedTable(),
 		// nextval takes the sequence as text; quote it once more as a literal.
 		"'{{seq}}'", "'"+strings.ReplaceAll(n.QualifiedSeq(), "'", "''")+"'",
