@@ -114,7 +114,7 @@ func portFree(port int) bool {
 func (e *env) startRedis(ctx context.Context) error {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return errors.New("redis-server not found: apt-get install redis-server (bench/run.sh does it)")
+		return errors.New("redis-server not found: apt-get install redis-server (bench/run.sh does it when run as root)")
 	}
 	if !portFree(redisPort) {
 		return fmt.Errorf("port %d is in use; is an earlier benchmark still running?", redisPort)
@@ -150,7 +150,7 @@ func (e *env) startRedis(ctx context.Context) error {
 func (e *env) startEtcd(ctx context.Context) error {
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		return errors.New("etcd not found: apt-get install etcd-server (bench/run.sh does it)")
+		return errors.New("etcd not found: apt-get install etcd-server (bench/run.sh does it when run as root)")
 	}
 	if !portFree(etcdPort) || !portFree(etcdPeerPort) {
 		return fmt.Errorf("port %d or %d is in use; is an earlier benchmark still running?", etcdPort, etcdPeerPort)

@@ -3,8 +3,12 @@
 // lease-table upsert (the physical limit of table leases), redsync and
 // bsm/redislock on Redis, and etcd's concurrency.Mutex. It starts its own
 // servers on loopback (a throwaway PostgreSQL cluster, Redis on port 16379,
-// etcd on 12379/12380), runs scenarios S1–S6 of issue 3, and writes a
-// markdown report and a PNG chart of hand-off latencies.
+// etcd on 12379/12380), runs six scenarios and writes a markdown report
+// and a PNG chart of hand-off latencies. The scenarios: S1 uncontended
+// try + release on distinct names; S2 16 goroutines contending for one
+// name; S3 hand-off from a release to a blocked waiter; S4 failover after
+// the holder's process is killed; S5 the server work of waiters blocked on
+// a held name; S6 one process holding many leases.
 //
 //	go run . [-quick] [-out DIR] [-scenarios S1,S3] [-peers pglease,etcd]
 package main

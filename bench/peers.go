@@ -28,19 +28,21 @@ import (
 	"github.com/pglease/pglease"
 )
 
-// errBusy is returned by try when the name is held elsewhere.
+// errBusy is returned by a lock that does not block when the name is held
+// elsewhere.
 var errBusy = errors.New("busy")
 
 // unlock releases one held lock.
 type unlock func(ctx context.Context) error
 
 // locker is one client of a lock service, as one process would have it.
-// acquire and try are safe for concurrent use on distinct names; acquire
-// on one name from several goroutines is supported by every locker (each
-// call is a separate contender).
+// lock takes name: with block it waits until name is free or ctx ends,
+// without it returns errBusy when name is held elsewhere. lock is safe for
+// concurrent use on distinct names; blocking on one name from several
+// goroutines is supported by every locker (each call is a separate
+// contender).
 type locker interface {
-	try(ctx context.Context, name string) (unlock, error)
-	acquire(ctx context.Context, name string) (unlock, error)
+	lock(ctx context.Context, name string, block bool) (unlock, error)
 	close()
 }
 
@@ -50,6 +52,14 @@ type peerOpts struct {
 	conns    int32         // pool size hint for concurrent use
 	oneConn  bool          // advisory: all locks on one session (distinct names only)
 	tableTag string        // table name suffix, so scenarios do not share rows
+}
+
+// ttlOr returns the configured TTL, or def when none is.
+func (o peerOpts) ttlOr(def time.Duration) time.Duration {
+	if o.ttl > 0 {
+		return o.ttl
+	}
+	return def
 }
 
 type peer struct {
@@ -93,6 +103,16 @@ func key64(name string) int64 {
 	return int64(h.Sum64())
 }
 
+// newPool opens a pgx pool of at least 4 connections.
+func newPool(ctx context.Context, dsn string, conns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = max(conns, 4)
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
 // ---- pglease ----
 
 type pgleaseLocker struct {
@@ -125,7 +145,12 @@ func openPglease(ff bool) func(ctx context.Context, e *env, o peerOpts) (locker,
 	}
 }
 
-func (p *pgleaseLocker) wrap(l *pglease.Lease, err error) (unlock, error) {
+func (p *pgleaseLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
+	acquire := p.c.TryAcquire
+	if block {
+		acquire = p.c.Acquire
+	}
+	l, err := acquire(ctx, name, p.opts...)
 	if errors.Is(err, pglease.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return nil, errBusy
 	}
@@ -133,14 +158,6 @@ func (p *pgleaseLocker) wrap(l *pglease.Lease, err error) (unlock, error) {
 		return nil, err
 	}
 	return l.Release, nil
-}
-
-func (p *pgleaseLocker) try(ctx context.Context, name string) (unlock, error) {
-	return p.wrap(p.c.TryAcquire(ctx, name, p.opts...))
-}
-
-func (p *pgleaseLocker) acquire(ctx context.Context, name string) (unlock, error) {
-	return p.wrap(p.c.Acquire(ctx, name, p.opts...))
 }
 
 func (p *pgleaseLocker) close() { _ = p.c.Close() }
@@ -151,7 +168,9 @@ func (p *pgleaseLocker) close() { _ = p.c.Close() }
 // CONFLICT DO UPDATE … WHERE expired RETURNING statement with a fencing
 // token from a sequence, and a DELETE scoped by token whose commit does not
 // wait for the WAL flush (a release lost in a crash only delays the next
-// holder). It neither renews nor notifies; its blocking acquire polls.
+// holder). It neither renews nor notifies: a blocking lock polls every
+// 1–3 ms, the fastest a table lease without notifications can hand over,
+// at the price of a statement per poll.
 type refLocker struct {
 	pool  *pgxpool.Pool
 	table string
@@ -160,12 +179,7 @@ type refLocker struct {
 }
 
 func openRef(ctx context.Context, e *env, o peerOpts) (locker, error) {
-	cfg, err := pgxpool.ParseConfig(e.dsn)
-	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = max(o.conns, 4)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := newPool(ctx, e.dsn, o.conns)
 	if err != nil {
 		return nil, err
 	}
@@ -177,11 +191,7 @@ CREATE TABLE IF NOT EXISTS %[1]s (name text PRIMARY KEY, owner text NOT NULL, to
 		pool.Close()
 		return nil, err
 	}
-	ttl := o.ttl
-	if ttl == 0 {
-		ttl = 30 * time.Second
-	}
-	return &refLocker{pool: pool, table: table, ttl: ttl, owner: "ref-" + randHex(4)}, nil
+	return &refLocker{pool: pool, table: table, ttl: o.ttlOr(30 * time.Second), owner: "ref-" + randHex(4)}, nil
 }
 
 func isDuplicate(err error) bool {
@@ -189,21 +199,27 @@ func isDuplicate(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "duplicate key") || strings.Contains(err.Error(), "already exists"))
 }
 
-func nopLogger() *zap.Logger { return zap.NewNop() }
-
-func (r *refLocker) try(ctx context.Context, name string) (unlock, error) {
+func (r *refLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
 	var token int64
-	err := r.pool.QueryRow(ctx, `
+	for {
+		err := r.pool.QueryRow(ctx, `
 INSERT INTO `+r.table+` AS l (name, owner, token, expires_at)
 VALUES ($1, $2, nextval('`+r.table+`_token'), now() + $3::bigint * interval '1 millisecond')
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, expires_at = excluded.expires_at
  WHERE l.expires_at <= now()
 RETURNING token`, name, r.owner, r.ttl.Milliseconds()).Scan(&token)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, errBusy
-	}
-	if err != nil {
-		return nil, err
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		if !block {
+			return nil, errBusy
+		}
+		if sleepCtx(ctx, time.Millisecond+mrand.N(2*time.Millisecond+1)); ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
 	return func(ctx context.Context) error {
 		_, err := r.pool.Exec(ctx, `
@@ -211,28 +227,6 @@ WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 DELETE FROM `+r.table+` WHERE name = $1 AND token = $2 AND (SELECT true FROM async)`, name, token)
 		return err
 	}, nil
-}
-
-// acquire polls every 1–3 ms: the fastest a table lease without
-// notifications can hand over, at the price of a statement per poll.
-func (r *refLocker) acquire(ctx context.Context, name string) (unlock, error) {
-	return pollAcquire(ctx, func() (unlock, error) { return r.try(ctx, name) }, time.Millisecond, 2*time.Millisecond)
-}
-
-func pollAcquire(ctx context.Context, try func() (unlock, error), base, jitter time.Duration) (unlock, error) {
-	for {
-		u, err := try()
-		if !errors.Is(err, errBusy) {
-			return u, err
-		}
-		t := time.NewTimer(base + mrand.N(jitter+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
 }
 
 func (r *refLocker) close() { r.pool.Close() }
@@ -249,12 +243,7 @@ type advisoryLocker struct {
 }
 
 func openAdvisory(ctx context.Context, e *env, o peerOpts) (locker, error) {
-	cfg, err := pgxpool.ParseConfig(e.dsn)
-	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = max(o.conns, 4)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := newPool(ctx, e.dsn, o.conns)
 	if err != nil {
 		return nil, err
 	}
@@ -268,17 +257,14 @@ func openAdvisory(ctx context.Context, e *env, o peerOpts) (locker, error) {
 	return a, nil
 }
 
+// lock never blocks on the shared connection (oneConn: distinct names only).
 func (a *advisoryLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
 	k := key64(name)
 	if a.one != nil {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		var ok bool
-		if err := a.one.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil {
+		if err := tryAdvisory(ctx, a.one, k); err != nil {
 			return nil, err
-		}
-		if !ok {
-			return nil, errBusy
 		}
 		return func(ctx context.Context) error {
 			a.mu.Lock()
@@ -292,22 +278,15 @@ func (a *advisoryLocker) lock(ctx context.Context, name string, block bool) (unl
 		return nil, err
 	}
 	if block {
-		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
-		if err != nil {
+		if _, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
 			conn.Conn().Close(context.Background()) // cancelled: the session may still get the lock
-			conn.Release()
-			return nil, err
 		}
 	} else {
-		var ok bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil {
-			conn.Release()
-			return nil, err
-		}
-		if !ok {
-			conn.Release()
-			return nil, errBusy
-		}
+		err = tryAdvisory(ctx, conn, k)
+	}
+	if err != nil {
+		conn.Release()
+		return nil, err
 	}
 	return func(ctx context.Context) error {
 		defer conn.Release()
@@ -316,12 +295,13 @@ func (a *advisoryLocker) lock(ctx context.Context, name string, block bool) (unl
 	}, nil
 }
 
-func (a *advisoryLocker) try(ctx context.Context, name string) (unlock, error) {
-	return a.lock(ctx, name, false)
-}
-
-func (a *advisoryLocker) acquire(ctx context.Context, name string) (unlock, error) {
-	return a.lock(ctx, name, true)
+// tryAdvisory takes session lock k on conn, or returns errBusy.
+func tryAdvisory(ctx context.Context, conn *pgxpool.Conn, k int64) error {
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil || ok {
+		return err
+	}
+	return errBusy
 }
 
 func (a *advisoryLocker) close() {
@@ -364,28 +344,23 @@ func openPglock(ctx context.Context, e *env, o peerOpts) (locker, error) {
 	return &pglockLocker{db: db, c: c}, nil
 }
 
-func (p *pglockLocker) wrap(l *pglock.Lock, err error) (unlock, error) {
-	if errors.Is(err, pglock.ErrNotAcquired) {
-		return nil, errBusy
+func (p *pglockLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
+	// The heartbeat context must outlive the call (pglock ties it to the
+	// acquire context otherwise).
+	opts := []pglock.LockOption{pglock.WithCustomHeartbeatContext(context.Background())}
+	if !block {
+		opts = append(opts, pglock.FailIfLocked())
 	}
-	if err != nil {
+	l, err := p.c.AcquireContext(ctx, name, opts...)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, pglock.ErrNotAcquired):
+		return nil, errBusy
+	case err != nil:
 		return nil, err
 	}
 	return func(ctx context.Context) error { return p.c.ReleaseContext(ctx, l) }, nil
-}
-
-func (p *pglockLocker) try(ctx context.Context, name string) (unlock, error) {
-	// The heartbeat context must outlive the call (pglock ties it to the
-	// acquire context otherwise).
-	return p.wrap(p.c.AcquireContext(ctx, name, pglock.FailIfLocked(), pglock.WithCustomHeartbeatContext(context.Background())))
-}
-
-func (p *pglockLocker) acquire(ctx context.Context, name string) (unlock, error) {
-	l, err := p.c.AcquireContext(ctx, name, pglock.WithCustomHeartbeatContext(context.Background()))
-	if err != nil && ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	return p.wrap(l, err)
 }
 
 func (p *pglockLocker) close() { p.db.Close() }
@@ -403,18 +378,15 @@ type redsyncLocker struct {
 
 func openRedsync(ctx context.Context, e *env, o peerOpts) (locker, error) {
 	rc := newRedis(max(int(o.conns), 10))
-	ttl := o.ttl
-	if ttl == 0 {
-		ttl = 8 * time.Second
-	}
-	return &redsyncLocker{rc: rc, rs: redsync.New(redsyncgoredis.NewPool(rc)), ttl: ttl}, nil
+	return &redsyncLocker{rc: rc, rs: redsync.New(redsyncgoredis.NewPool(rc)), ttl: o.ttlOr(8 * time.Second)}, nil
 }
 
 func (r *redsyncLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
 	opts := []redsync.Option{redsync.WithExpiry(r.ttl)}
-	m := r.rs.NewMutex(name, opts...)
+	var m *redsync.Mutex
 	var err error
 	if block {
+		// Wait until ctx ends, whatever an attempt returns.
 		for {
 			m = r.rs.NewMutex(name, append(opts, redsync.WithTries(1<<30))...)
 			err = m.LockContext(ctx)
@@ -426,6 +398,7 @@ func (r *redsyncLocker) lock(ctx context.Context, name string, block bool) (unlo
 			return nil, ctx.Err()
 		}
 	} else {
+		m = r.rs.NewMutex(name, opts...)
 		err = m.TryLockContext(ctx)
 		var taken *redsync.ErrTaken
 		if errors.As(err, &taken) || errors.Is(err, redsync.ErrFailed) {
@@ -435,25 +408,16 @@ func (r *redsyncLocker) lock(ctx context.Context, name string, block bool) (unlo
 	if err != nil {
 		return nil, err
 	}
-	stop := keepAlive(r.ttl, func(ctx context.Context) error { _, err := m.ExtendContext(ctx); return err })
-	return func(ctx context.Context) error {
-		stop()
-		_, err := m.UnlockContext(ctx)
-		return err
-	}, nil
+	return keptAlive(r.ttl,
+		func(ctx context.Context) error { _, err := m.ExtendContext(ctx); return err },
+		func(ctx context.Context) error { _, err := m.UnlockContext(ctx); return err }), nil
 }
 
-func (r *redsyncLocker) try(ctx context.Context, name string) (unlock, error) {
-	return r.lock(ctx, name, false)
-}
-func (r *redsyncLocker) acquire(ctx context.Context, name string) (unlock, error) {
-	return r.lock(ctx, name, true)
-}
 func (r *redsyncLocker) close() { r.rc.Close() }
 
-// keepAlive calls refresh every ttl/3 until the returned function is
-// called (the way users of the Redis locks keep a lock).
-func keepAlive(ttl time.Duration, refresh func(ctx context.Context) error) (stop func()) {
+// keptAlive calls refresh every ttl/3 until the returned unlock stops it
+// and calls release (the way users of the Redis locks keep a lock).
+func keptAlive(ttl time.Duration, refresh, release func(ctx context.Context) error) unlock {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -469,7 +433,11 @@ func keepAlive(ttl time.Duration, refresh func(ctx context.Context) error) (stop
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	return func(ctx context.Context) error {
+		cancel()
+		<-done
+		return release(ctx)
+	}
 }
 
 // ---- bsm/redislock ----
@@ -487,11 +455,7 @@ const redislockPoll = 50 * time.Millisecond
 
 func openRedislock(ctx context.Context, e *env, o peerOpts) (locker, error) {
 	rc := newRedis(max(int(o.conns), 10))
-	ttl := o.ttl
-	if ttl == 0 {
-		ttl = 30 * time.Second
-	}
-	return &redislockLocker{rc: rc, c: redislock.New(rc), ttl: ttl}, nil
+	return &redislockLocker{rc: rc, c: redislock.New(rc), ttl: o.ttlOr(30 * time.Second)}, nil
 }
 
 func (r *redislockLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
@@ -518,28 +482,18 @@ func (r *redislockLocker) lock(ctx context.Context, name string, block bool) (un
 	if err != nil {
 		return nil, err
 	}
-	stop := keepAlive(r.ttl, func(ctx context.Context) error { return l.Refresh(ctx, r.ttl, nil) })
-	return func(ctx context.Context) error {
-		stop()
-		return l.Release(ctx)
-	}, nil
+	return keptAlive(r.ttl, func(ctx context.Context) error { return l.Refresh(ctx, r.ttl, nil) }, l.Release), nil
 }
 
-func (r *redislockLocker) try(ctx context.Context, name string) (unlock, error) {
-	return r.lock(ctx, name, false)
-}
-func (r *redislockLocker) acquire(ctx context.Context, name string) (unlock, error) {
-	return r.lock(ctx, name, true)
-}
 func (r *redislockLocker) close() { r.rc.Close() }
 
 // ---- etcd concurrency.Mutex ----
 
 // etcdLocker keeps a free list of sessions: a Mutex is re-entrant within
-// its session (etcd #11360), so each concurrent contender needs a session
-// (an etcd lease) of its own; sequential use reuses one. With oneSession
-// every lock shares one session (distinct names only), as one process
-// holding many locks would.
+// its session (a second Lock on the same session returns at once), so each
+// concurrent contender needs a session (an etcd lease) of its own;
+// sequential use reuses one. With oneConn every lock shares one session
+// (distinct names only), as one process holding many locks would.
 type etcdLocker struct {
 	cli  *clientv3.Client
 	ttl  int
@@ -550,14 +504,11 @@ type etcdLocker struct {
 }
 
 func openEtcd(ctx context.Context, e *env, o peerOpts) (locker, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.etcdURL}, DialTimeout: 5 * time.Second, Logger: nopLogger()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
-	ttl := 60
-	if o.ttl > 0 {
-		ttl = int((o.ttl + time.Second - 1) / time.Second)
-	}
+	ttl := int((o.ttlOr(60*time.Second) + time.Second - 1) / time.Second) // whole seconds, rounded up
 	return &etcdLocker{cli: cli, ttl: ttl, one: o.oneConn}, nil
 }
 
@@ -618,12 +569,6 @@ func (l *etcdLocker) lock(ctx context.Context, name string, block bool) (unlock,
 	}, nil
 }
 
-func (l *etcdLocker) try(ctx context.Context, name string) (unlock, error) {
-	return l.lock(ctx, name, false)
-}
-func (l *etcdLocker) acquire(ctx context.Context, name string) (unlock, error) {
-	return l.lock(ctx, name, true)
-}
 func (l *etcdLocker) close() {
 	l.mu.Lock()
 	all := l.all

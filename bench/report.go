@@ -84,23 +84,14 @@ func (r *report) markdown() string {
 		w("- %s\n", m)
 	}
 	w("\n")
-	if len(r.s1) > 0 {
-		r.mdS1(w)
-	}
-	if len(r.s2) > 0 {
-		r.mdS2(w)
-	}
-	if len(r.s3) > 0 {
-		r.mdS3(w)
-	}
-	if len(r.s4) > 0 {
-		r.mdS4(w)
-	}
-	if len(r.s5) > 0 {
-		r.mdS5(w)
-	}
-	if len(r.s6) > 0 {
-		r.mdS6(w)
+	sections := []struct {
+		rows int
+		md   func(w func(string, ...any))
+	}{{len(r.s1), r.mdS1}, {len(r.s2), r.mdS2}, {len(r.s3), r.mdS3}, {len(r.s4), r.mdS4}, {len(r.s5), r.mdS5}, {len(r.s6), r.mdS6}}
+	for _, s := range sections {
+		if s.rows > 0 {
+			s.md(w)
+		}
 	}
 	r.mdTargets(w)
 	return b.String()
@@ -132,7 +123,7 @@ func (r *report) mdS1(w func(string, ...any)) {
 	ref := r.s1Of("ref")
 	for _, x := range r.s1 {
 		if x.err != nil {
-			w("| %s | | | | | | | | %s |\n", x.peer.title, errCell(x.err))
+			w("| %s | | | | | | | | | | %s |\n", x.peer.title, errCell(x.err))
 			continue
 		}
 		rp50, rops := "–", "–"
@@ -301,7 +292,9 @@ func verdict(ok bool) string {
 }
 
 func (r *report) mdTargets(w func(string, ...any)) {
-	w("## Targets of issue 3 (pglease figures from this run)\n\n| target | figure | verdict |\n|---|---|---|\n")
+	w("## Targets\n\n")
+	w("What pglease aims for against its peers and the reference, each checked with pglease's figures from this run.\n\n")
+	w("| target | figure | verdict |\n|---|---|---|\n")
 	if pg, ref := r.s1Of("pglease"), r.s1Of("ref"); pg != nil && ref != nil {
 		x := float64(pg.pair.pct(50)) / float64(ref.pair.pct(50))
 		extra := ""

@@ -36,7 +36,7 @@ func runS1(ctx context.Context, e *env, cfg *config, p *peer) (r s1Row) {
 	one := func(i int) (time.Duration, time.Duration, error) {
 		name := fmt.Sprintf("%s%d", prefix, i)
 		t0 := time.Now()
-		u, err := lk.try(ctx, name)
+		u, err := lk.lock(ctx, name, false)
 		if err != nil {
 			return 0, 0, fmt.Errorf("try %s: %w", name, err)
 		}
@@ -152,7 +152,7 @@ func runS2(ctx context.Context, e *env, cfg *config, p *peer, shared bool) (r s2
 		go func() {
 			defer wg.Done()
 			for runCtx.Err() == nil {
-				u, err := lks[i].acquire(runCtx, name)
+				u, err := lks[i].lock(runCtx, name, true)
 				if err != nil {
 					if runCtx.Err() != nil {
 						return
@@ -242,7 +242,7 @@ func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int) (r s3
 			<-started // the first holder holds before the others queue up
 		}
 		for runCtx.Err() == nil {
-			u, err := lks[i].acquire(runCtx, name)
+			u, err := lks[i].lock(runCtx, name, true)
 			if err != nil {
 				if runCtx.Err() == nil {
 					mu.Lock()

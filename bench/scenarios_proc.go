@@ -157,7 +157,7 @@ func s4Once(ctx context.Context, e *env, cfg *config, p *peer, lk locker, ttl ti
 	defer cancel()
 	done := make(chan res, 1)
 	go func() {
-		u, err := lk.acquire(wctx, name)
+		u, err := lk.lock(wctx, name, true)
 		done <- res{time.Now(), u, err}
 	}()
 	// Kill the holder 0.5–2.5 s after it acquired, with the waiter blocked.
@@ -203,7 +203,7 @@ func childHold(ctx context.Context, e *env, peerID, name string, ttl time.Durati
 	}
 	actx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if _, err := lk.acquire(actx, name); err != nil {
+	if _, err := lk.lock(actx, name, true); err != nil {
 		return err
 	}
 	fmt.Println("READY")
@@ -230,7 +230,7 @@ func runS5(ctx context.Context, e *env, cfg *config, p *peer, waiters, procs int
 	}
 	defer holder.close()
 	name := "s5-" + randHex(6)
-	u, err := holder.try(ctx, name)
+	u, err := holder.lock(ctx, name, false)
 	if err != nil {
 		r.err = fmt.Errorf("holder: %w", err)
 		return r
@@ -300,7 +300,7 @@ func startWaiters(ctx context.Context, wg *sync.WaitGroup, lk locker, name strin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			u, err := lk.acquire(ctx, name)
+			u, err := lk.lock(ctx, name, true)
 			if err == nil {
 				got.Add(1)
 				rctx, rc := releaseCtx()
@@ -377,7 +377,7 @@ func runS6(ctx context.Context, e *env, cfg *config, p *peer) (r s6Row) {
 					if i >= to || firstErr.Load() != nil {
 						return
 					}
-					u, err := lk.try(ctx, fmt.Sprintf("%s%d", prefix, i))
+					u, err := lk.lock(ctx, fmt.Sprintf("%s%d", prefix, i), false)
 					if err != nil {
 						err = fmt.Errorf("lease %d: %w", i, err)
 						firstErr.CompareAndSwap(nil, &err)

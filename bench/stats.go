@@ -20,7 +20,9 @@ func (d durs) pct(p float64) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
-	i := int(math.Ceil(p/100*float64(len(d)))) - 1
+	// p·n first: exact for whole p, where p/100·n may land past an integer
+	// (p 7 of 100 samples gave rank 8).
+	i := int(math.Ceil(p*float64(len(d))/100)) - 1
 	i = max(0, min(i, len(d)-1))
 	return d[i]
 }
@@ -63,21 +65,16 @@ func secs(d time.Duration) string {
 	return fmt.Sprintf("%.2f s", d.Seconds())
 }
 
+// ratio formats a/b as a factor, or "–" when either is zero or NaN.
 func ratio(a, b float64) string {
 	if b == 0 || a == 0 || math.IsNaN(a) || math.IsNaN(b) {
 		return "–"
 	}
-	r := a / b
-	switch {
-	case r >= 100:
-		return fmt.Sprintf("%.0f×", r)
-	case r >= 10:
-		return fmt.Sprintf("%.1f×", r)
-	default:
-		return fmt.Sprintf("%.2f×", r)
-	}
+	return num(a/b) + "×"
 }
 
+// num formats v with two decimals below 10, one below 100 and none from
+// 100 on.
 func num(v float64) string {
 	switch {
 	case v == 0:
