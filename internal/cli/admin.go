@@ -68,21 +68,52 @@ func noArgs(fs *flagSet) error {
 	return nil
 }
 
-func (e *env) cmdList(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("ls", lsFlags, args)
+// adminCommand is an administrative command that connects: ls, status,
+// release, migrate, cleanup.
+type adminCommand struct {
+	name      string
+	flags     []flagSpec
+	takesName bool                    // its one operand is a lease NAME; else it takes none
+	readOnly  bool                    // it changes nothing in the database (see connect)
+	check     func(fs *flagSet) error // further usage checks, or nil
+	run       func(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int
+}
+
+// runAdmin parses and checks args, reporting usage errors before anything
+// connects, then connects and runs a, all within adminTimeout.
+func (e *env) runAdmin(ctx context.Context, a adminCommand, args []string) int {
+	fs, code, done := e.parse(a.name, a.flags, args)
 	if done {
 		return code
 	}
-	if err := noArgs(fs); err != nil {
-		return e.usage("ls", err)
+	var name string
+	var err error
+	if a.takesName {
+		name, err = nameArg(fs)
+	} else {
+		err = noArgs(fs)
+	}
+	if err == nil && a.check != nil {
+		err = a.check(fs)
+	}
+	if err != nil {
+		return e.usage(a.name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	c, code, ok := e.connect(ctx, "ls", fs, true)
+	c, code, ok := e.connect(ctx, a.name, fs, a.readOnly)
 	if !ok {
 		return code
 	}
 	defer c.Close()
+	return a.run(ctx, c, fs, name)
+}
+
+func (e *env) cmdList(ctx context.Context, args []string) int {
+	return e.runAdmin(ctx, adminCommand{name: "ls", flags: lsFlags, readOnly: true, run: e.list}, args)
+}
+
+func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
 	infos, err := c.List(ctx)
 	if err != nil {
 		return e.fail(err)
@@ -167,21 +198,10 @@ func toJSON(in pglease.Info) leaseJSON {
 }
 
 func (e *env) cmdStatus(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("status", statusFlags, args)
-	if done {
-		return code
-	}
-	name, err := nameArg(fs)
-	if err != nil {
-		return e.usage("status", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
-	defer cancel()
-	c, code, ok := e.connect(ctx, "status", fs, true)
-	if !ok {
-		return code
-	}
-	defer c.Close()
+	return e.runAdmin(ctx, adminCommand{name: "status", flags: statusFlags, takesName: true, readOnly: true, run: e.status}, args)
+}
+
+func (e *env) status(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int {
 	in, err := c.Get(ctx, name)
 	switch {
 	case errors.Is(err, pglease.ErrNoLease):
@@ -206,24 +226,17 @@ func (e *env) cmdStatus(ctx context.Context, args []string) int {
 }
 
 func (e *env) cmdRelease(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("release", releaseFlags, args)
-	if done {
-		return code
-	}
-	name, err := nameArg(fs)
-	if err != nil {
-		return e.usage("release", err)
-	}
-	if !fs.boolean("force") {
-		return e.usage("release", usagef("release takes a lease from its holder: add --force to confirm"))
-	}
-	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
-	defer cancel()
-	c, code, ok := e.connect(ctx, "release", fs, false)
-	if !ok {
-		return code
-	}
-	defer c.Close()
+	return e.runAdmin(ctx, adminCommand{name: "release", flags: releaseFlags, takesName: true,
+		check: func(fs *flagSet) error {
+			if !fs.boolean("force") {
+				return usagef("release takes a lease from its holder: add --force to confirm")
+			}
+			return nil
+		},
+		run: e.release}, args)
+}
+
+func (e *env) release(ctx context.Context, c *pglease.Client, _ *flagSet, name string) int {
 	in, err := c.ForceRelease(ctx, name)
 	switch {
 	case errors.Is(err, pglease.ErrNoLease):
@@ -242,20 +255,10 @@ func (e *env) cmdRelease(ctx context.Context, args []string) int {
 }
 
 func (e *env) cmdMigrate(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("migrate", connFlags, args)
-	if done {
-		return code
-	}
-	if err := noArgs(fs); err != nil {
-		return e.usage("migrate", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
-	defer cancel()
-	c, code, ok := e.connect(ctx, "migrate", fs, false)
-	if !ok {
-		return code
-	}
-	defer c.Close()
+	return e.runAdmin(ctx, adminCommand{name: "migrate", flags: connFlags, run: e.migrate}, args)
+}
+
+func (e *env) migrate(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
 	if err := c.Migrate(ctx); err != nil {
 		return e.fail(err)
 	}
@@ -280,20 +283,10 @@ func (e *env) cmdSchema(args []string) int {
 }
 
 func (e *env) cmdCleanup(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("cleanup", connFlags, args)
-	if done {
-		return code
-	}
-	if err := noArgs(fs); err != nil {
-		return e.usage("cleanup", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
-	defer cancel()
-	c, code, ok := e.connect(ctx, "cleanup", fs, false)
-	if !ok {
-		return code
-	}
-	defer c.Close()
+	return e.runAdmin(ctx, adminCommand{name: "cleanup", flags: connFlags, run: e.cleanup}, args)
+}
+
+func (e *env) cleanup(ctx context.Context, c *pglease.Client, _ *flagSet, _ string) int {
 	n, err := c.Cleanup(ctx)
 	if err != nil {
 		return e.fail(err)
