@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -133,4 +134,66 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// waitUntil polls cond every 10ms until it holds or bound passes.
+func waitUntil(bound time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(bound); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// adminConn is a superuser connection to the test server, closed at cleanup.
+func adminConn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(testCtx(t), pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// waitContended waits until c has seen name held at least once.
+func waitContended(t *testing.T, c *Client, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c.hub.mu.Lock()
+		n := len(c.hub.subs[name])
+		c.hub.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("waiter never subscribed")
+}
+
+func execSQL(t testing.TB, sql string) {
+	t.Helper()
+	query(t, sql, nil)
+}
+
+func query(t testing.TB, sql string, args []any, dest ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if len(dest) == 0 {
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return
+	}
+	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
 }

@@ -6,49 +6,6 @@ import (
 	"time"
 )
 
-func TestTryAcquireRelease(t *testing.T) {
-	ctx := testCtx(t)
-	a := testClient(t, Config{})
-	b := testClient(t, Config{Table: a.cfg.Table})
-
-	l, err := a.TryAcquire(ctx, "job", WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
-	if l.Token() <= 0 {
-		t.Fatalf("token %d, want > 0", l.Token())
-	}
-	_, err = b.TryAcquire(ctx, "job")
-	var held *HeldError
-	if !errors.Is(err, ErrNotAcquired) || !errors.As(err, &held) {
-		t.Fatalf("second TryAcquire: %v, want HeldError", err)
-	}
-	if held.Holder.Owner != a.Owner() || held.Holder.Token != l.Token() || held.Holder.Remaining <= 0 {
-		t.Fatalf("holder = %+v, want owner %q token %d", held.Holder, a.Owner(), l.Token())
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatalf("second Release: %v", err)
-	}
-	select {
-	case <-l.Done():
-	default:
-		t.Fatal("Done not closed after Release")
-	}
-	if !errors.Is(l.Err(), ErrReleased) {
-		t.Fatalf("Err = %v, want ErrReleased", l.Err())
-	}
-	l2, err := b.TryAcquire(ctx, "job")
-	if err != nil {
-		t.Fatalf("TryAcquire after release: %v", err)
-	}
-	if l2.Token() <= l.Token() {
-		t.Fatalf("token %d not above %d", l2.Token(), l.Token())
-	}
-}
-
 // A lease that another goroutine is in the middle of ending (marked ended,
 // context not cancelled yet) never looks held: on a resumed process the
 // deadline timer and the holder's own check of Err race exactly there.
@@ -86,4 +43,28 @@ func TestLeaseEndingElsewhereIsNotHeld(t *testing.T) {
 	if err := <-released; err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestMinHoldKeepsLeaseUntilThen(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{})
+	b := testClient(t, Config{Table: a.cfg.Table})
+	l, err := a.TryAcquire(ctx, "cron", WithTTL(5*time.Second), WithMinHold(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, "cron"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("acquired before the minimum hold passed: %v", err)
+	}
+	l2, err := b.Acquire(ctx, "cron")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := b.Get(ctx, "cron"); info.Token != l2.Token() {
+		t.Fatalf("row token %d", info.Token)
+	}
+	_ = l2.Release(ctx)
 }

@@ -3,9 +3,76 @@ package pglease
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
+
+func TestTryRunRunsOnExactlyOneInstance(t *testing.T) {
+	ctx := testCtx(t)
+	first := testClient(t, Config{})
+	var ran atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		c := first
+		if i > 0 {
+			c = testClient(t, Config{Table: first.cfg.Table})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results <- c.TryRun(ctx, "cron", func(ctx context.Context) error {
+				ran.Add(1)
+				time.Sleep(300 * time.Millisecond)
+				return nil
+			}, WithMinHold(2*time.Second))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	var skipped int
+	for err := range results {
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			skipped++
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if ran.Load() != 1 || skipped != 5 {
+		t.Fatalf("ran %d times, skipped %d", ran.Load(), skipped)
+	}
+	// fn's error is returned; the lease is released afterwards.
+	boom := errors.New("boom")
+	c := testClient(t, Config{Table: first.cfg.Table})
+	if err := c.Run(ctx, "other", func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v", err)
+	}
+	if info, err := c.Get(ctx, "other"); err == nil && info.Held() {
+		t.Fatalf("lease still held after Run: %+v", info)
+	}
+}
+
+func TestTryRunReportsLossWhileRunning(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	admin := testClient(t, Config{Table: c.cfg.Table})
+	err := c.TryRun(ctx, "job", func(ctx context.Context) error {
+		if _, err := admin.ForceRelease(ctx, "job"); err != nil {
+			return err
+		}
+		<-ctx.Done() // cancelled at the next renewal
+		return nil
+	}, WithTTL(time.Second))
+	if !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("TryRun = %v, want ErrLeaseLost", err)
+	}
+}
 
 // heldLease returns the lease c holds on name, as its renewals see it.
 func heldLease(c *Client, name string) *Lease {
