@@ -62,16 +62,13 @@ func TestCloseWakesWaiters(t *testing.T) {
 	done := make(chan error, 2)
 	go func() { _, err := b.Acquire(ctx, "w"); done <- err }()
 	go func() { _, err := b.Acquire(ctx, "w"); done <- err }() // queued locally
-	waitContended(t, b, "w")
-	_ = b.Close()
-	for i := 0; i < 2; i++ {
-		select {
-		case err := <-done:
-			if !errors.Is(err, ErrClosed) {
-				t.Fatalf("Acquire after Close: %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Close did not wake a waiter")
+	waitSubscribed(t, b, "w", 2)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := pgtest.Receive(t, done, "Close to wake a waiter"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Acquire after Close: %v", err)
 		}
 	}
 }
@@ -116,6 +113,8 @@ func TestCloseRacesWithAcquisitions(t *testing.T) {
 				}
 			}()
 		}
+		// Not a wait: each round closes a little later into the
+		// acquisitions, so that Close meets them at different points.
 		time.Sleep(time.Duration(round) * 3 * time.Millisecond)
 		if err := b.Close(); err != nil {
 			t.Errorf("Close: %v", err)

@@ -74,7 +74,7 @@ func TestUnsafeConfigRefused(t *testing.T) {
 
 // Schedule reports the timing a lease gets: the defaults, and what the
 // configuration sets.
-func TestSchedule(t *testing.T) {
+func TestScheduleReportsTheTimingALeaseGets(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
 		opts []Option
@@ -98,7 +98,7 @@ func TestSchedule(t *testing.T) {
 }
 
 // One owner rule: CheckOwner, Validate and the constructors agree.
-func TestOwnerRule(t *testing.T) {
+func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
 	for _, tc := range []struct {
 		owner string
 		want  string // "" when valid

@@ -6,16 +6,20 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// Three electors: at most one leads at any instant; resigning and losing
-// hand leadership over; Run returns only after lead returned.
-func TestElectorSingleLeaderAndHandover(t *testing.T) {
+// Three electors: at most one leads at any instant; a resignation hands
+// leadership to another, which Leader and Observe report; Run returns only
+// after lead returned.
+func TestAtMostOneElectorLeadsAndResignationHandsOver(t *testing.T) {
 	ctx := testCtx(t)
 	first := testClient(t, Config{})
 	var leaders atomic.Int32
 	var terms atomic.Int32
 	var overlap atomic.Bool
+	elected := make(chan int, 100) // the index of each new leader
 	electors := make([]*Elector, 3)
 	clients := make([]*Client, 3)
 	for i := range electors {
@@ -29,6 +33,7 @@ func TestElectorSingleLeaderAndHandover(t *testing.T) {
 				overlap.Store(true)
 			}
 			terms.Add(1)
+			elected <- i
 			<-ctx.Done()
 			leaders.Add(-1)
 			return nil
@@ -45,42 +50,28 @@ func TestElectorSingleLeaderAndHandover(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = e.Run(rctx) }()
 	}
-	leaderOf := func() int {
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			for i, e := range electors {
-				if e.IsLeader() {
-					return i
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Fatal("nobody leads")
-		return -1
+	defer func() { cancel(); wg.Wait() }()
+	cur := pgtest.Receive(t, elected, "a leader to be elected")
+	if !electors[cur].IsLeader() {
+		t.Fatal("the elected instance does not report that it leads")
 	}
-	cur := leaderOf()
-	for first := <-obs; first.Owner != clients[cur].Owner(); first = <-obs {
+	for info := pgtest.Receive(t, obs, "Observe to report the leader"); info.Owner != clients[cur].Owner(); {
+		info = pgtest.Receive(t, obs, "Observe to report the leader")
 	}
 	info, err := electors[(cur+1)%3].Leader(ctx)
 	if err != nil || info.Owner != clients[cur].Owner() {
 		t.Fatalf("Leader() = %+v, %v; want %s", info, err, clients[cur].Owner())
 	}
 	electors[cur].Resign()
-	deadline := time.Now().Add(10 * time.Second)
-	for next := leaderOf(); next == cur; next = leaderOf() {
-		if time.Now().After(deadline) {
-			t.Fatal("resigned leader kept leading")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if next := pgtest.Receive(t, elected, "another elector to lead after the resignation"); next == cur {
+		t.Fatal("the resigned leader led again before anyone else")
+	}
+	if electors[cur].IsLeader() {
+		t.Fatal("the resigned leader still reports that it leads")
 	}
 	// The observer sees the new leader.
-	for done := false; !done; {
-		select {
-		case i := <-obs:
-			done = i.Owner != "" && i.Owner != clients[cur].Owner()
-		case <-time.After(10 * time.Second):
-			t.Fatal("observer did not see the new leader")
-		}
+	for info := pgtest.Receive(t, obs, "Observe to report the new leader"); info.Owner == "" || info.Owner == clients[cur].Owner(); {
+		info = pgtest.Receive(t, obs, "Observe to report the new leader")
 	}
 	cancel()
 	wg.Wait()

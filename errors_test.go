@@ -10,7 +10,7 @@ import (
 )
 
 // Server errors get a hint that says what to do; the cause stays reachable.
-func TestOpErrorHints(t *testing.T) {
+func TestServerErrorsCarryAHintAndTheirCause(t *testing.T) {
 	for code, want := range map[string]string{
 		"42501": "privilege",
 		"42P01": "pglease migrate",

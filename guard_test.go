@@ -242,21 +242,22 @@ func guardedTx(t *testing.T, ttl time.Duration) (*Client, *Lease, *pgxpool.Pool,
 func TestGuardBlocksTakeoverUntilCommit(t *testing.T) {
 	ctx := testCtx(t)
 	c, l, pool, tx := guardedTx(t, 5*time.Second)
-	admin := testClient(t, Config{Table: c.cfg.Table})
+	admin := testClient(t, Config{Table: c.cfg.Table, Owner: "force-releaser"})
 	forced := make(chan error, 1)
 	go func() {
 		_, err := admin.ForceRelease(ctx, "g")
 		forced <- err
 	}()
+	pgtest.WaitLockWait(t, "pglease force-releaser")
 	select {
 	case err := <-forced:
 		t.Fatalf("force-release committed inside the guarded transaction: %v", err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-forced; err != nil {
+	if err := pgtest.Receive(t, forced, "the force-release after the commit"); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := pool.Begin(ctx)
@@ -279,7 +280,7 @@ func TestAbandonedGuardedTransactionDoesNotBlockTakeover(t *testing.T) {
 	c, l, _, tx := guardedTx(t, 2*time.Second)
 	other := testClient(t, Config{Table: c.cfg.Table})
 	// The transaction now sits idle, as when its client is partitioned.
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	actx, cancel := context.WithTimeout(ctx, patience)
 	defer cancel()
 	l2, err := other.Acquire(actx, "g", WithTTL(2*time.Second))
 	if err != nil {
@@ -289,11 +290,7 @@ func TestAbandonedGuardedTransactionDoesNotBlockTakeover(t *testing.T) {
 	if l2.Token() <= l.Token() {
 		t.Fatalf("token %d after %d", l2.Token(), l.Token())
 	}
-	select {
-	case <-l.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the old holder's lease did not end")
-	}
+	pgtest.Receive(t, l.Done(), "the old holder's lease to end")
 	if err := tx.Commit(ctx); err == nil {
 		t.Fatal("the abandoned guarded transaction committed after a takeover")
 	}

@@ -7,16 +7,22 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
+// Instances that TryRun one job at once: exactly one runs it, and the
+// others return ErrNotAcquired at once; Run returns fn's error and releases.
 func TestTryRunRunsOnExactlyOneInstance(t *testing.T) {
 	ctx := testCtx(t)
 	first := testClient(t, Config{})
-	var ran atomic.Int32
+	const instances = 6
+	var ran, returned atomic.Int32
+	othersReturned := make(chan struct{})
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	results := make(chan error, 6)
-	for i := 0; i < 6; i++ {
+	results := make(chan error, instances)
+	for i := range instances {
 		c := first
 		if i > 0 {
 			c = testClient(t, Config{Table: first.cfg.Table})
@@ -27,9 +33,17 @@ func TestTryRunRunsOnExactlyOneInstance(t *testing.T) {
 			<-start
 			results <- c.TryRun(ctx, "cron", func(ctx context.Context) error {
 				ran.Add(1)
-				time.Sleep(300 * time.Millisecond)
+				// Hold the lease until every other instance has tried
+				// (bounded: a second runner would wait for one too many).
+				select {
+				case <-othersReturned:
+				case <-time.After(patience):
+				}
 				return nil
 			}, WithMinHold(2*time.Second))
+			if returned.Add(1) == instances-1 {
+				close(othersReturned)
+			}
 		}()
 	}
 	close(start)
@@ -44,7 +58,7 @@ func TestTryRunRunsOnExactlyOneInstance(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ran.Load() != 1 || skipped != 5 {
+	if ran.Load() != 1 || skipped != instances-1 {
 		t.Fatalf("ran %d times, skipped %d", ran.Load(), skipped)
 	}
 	// fn's error is returned; the lease is released afterwards.
@@ -58,6 +72,8 @@ func TestTryRunRunsOnExactlyOneInstance(t *testing.T) {
 	}
 }
 
+// A lease lost while TryRun's function runs ends the function's context
+// and is reported by TryRun.
 func TestTryRunReportsLossWhileRunning(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
@@ -66,8 +82,12 @@ func TestTryRunReportsLossWhileRunning(t *testing.T) {
 		if _, err := admin.ForceRelease(ctx, "job"); err != nil {
 			return err
 		}
-		<-ctx.Done() // cancelled at the next renewal
-		return nil
+		select {
+		case <-ctx.Done(): // cancelled at the next renewal
+			return nil
+		case <-time.After(patience):
+			return errors.New("fn's context was not cancelled when the lease was lost")
+		}
 	}, WithTTL(time.Second))
 	if !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("TryRun = %v, want ErrLeaseLost", err)
@@ -171,17 +191,9 @@ func TestCallbackContextsCheckDeadlineInline(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- e.Run(rctx) }()
-		select {
-		case <-checked:
-		case <-time.After(20 * time.Second):
-			t.Fatal("never elected")
-		}
+		pgtest.Receive(t, checked, "the elector to be elected")
 		stop()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Run did not return after its context was cancelled")
-		}
+		pgtest.Receive(t, done, "Run to return after its context was cancelled")
 	})
 }
 
@@ -194,11 +206,7 @@ func TestCallbackContextsEndWithCaller(t *testing.T) {
 		cctx, cancel := context.WithCancelCause(ctx)
 		err := run(cctx, "job", func(fctx context.Context) error {
 			cancel(errStop)
-			select {
-			case <-fctx.Done():
-			case <-time.After(20 * time.Second):
-				t.Fatal("fn's context did not end with the caller's")
-			}
+			pgtest.Receive(t, fctx.Done(), "fn's context to end with the caller's")
 			if !errors.Is(context.Cause(fctx), errStop) || fctx.Err() == nil {
 				t.Errorf("Err %v cause %v, want the caller's", fctx.Err(), context.Cause(fctx))
 			}
@@ -222,7 +230,7 @@ func TestCallbackContextsEndWithCaller(t *testing.T) {
 	if err := e.Run(rctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Elector.Run: %v", err)
 	}
-	if cause := <-got; !errors.Is(cause, errStop) {
+	if cause := pgtest.Receive(t, got, "lead's cause"); !errors.Is(cause, errStop) {
 		t.Errorf("lead's cause %v, want the caller's", cause)
 	}
 }

@@ -22,12 +22,12 @@ func TestRoleWithoutCreateWorksOnExistingTable(t *testing.T) {
 	role := schema + "_app"
 	r := pgx.Identifier{role}.Sanitize()
 	s := pgx.Identifier{schema}.Sanitize()
-	execSQL(t, `CREATE ROLE `+r+` LOGIN`)
-	t.Cleanup(func() { execSQL(t, `DROP OWNED BY `+r+`; DROP ROLE `+r) })
-	execSQL(t, `GRANT USAGE ON SCHEMA `+s+` TO `+r)
-	execSQL(t, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+s+`.leases TO `+r)
-	execSQL(t, `GRANT USAGE ON SEQUENCE `+s+`.leases_token_seq TO `+r)
-	execSQL(t, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	pgtest.Exec(t, `CREATE ROLE `+r+` LOGIN`)
+	t.Cleanup(func() { pgtest.Exec(t, `DROP OWNED BY `+r+`; DROP ROLE `+r) })
+	pgtest.Exec(t, `GRANT USAGE ON SCHEMA `+s+` TO `+r)
+	pgtest.Exec(t, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+s+`.leases TO `+r)
+	pgtest.Exec(t, `GRANT USAGE ON SEQUENCE `+s+`.leases_token_seq TO `+r)
+	pgtest.Exec(t, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
 
 	u, _ := url.Parse(pgtest.DSN(t))
 	u.User = url.User(role)
@@ -61,15 +61,15 @@ func TestRoleWithoutCreateWorksOnExistingTable(t *testing.T) {
 func TestExistingTableOfAnotherShapeIsReportedAndUntouched(t *testing.T) {
 	ctx := testCtx(t)
 	schema := pgtest.Schema(t)
-	execSQL(t, `CREATE TABLE `+pgx.Identifier{schema, "leases"}.Sanitize()+` (name text PRIMARY KEY, owner text)`)
-	execSQL(t, `CREATE SEQUENCE `+pgx.Identifier{schema, "leases_token_seq"}.Sanitize())
+	pgtest.Exec(t, `CREATE TABLE `+pgx.Identifier{schema, "leases"}.Sanitize()+` (name text PRIMARY KEY, owner text)`)
+	pgtest.Exec(t, `CREATE SEQUENCE `+pgx.Identifier{schema, "leases_token_seq"}.Sanitize())
 	c := testClient(t, Config{Table: schema + ".leases"})
 	_, err := c.TryAcquire(ctx, "x")
 	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), `"owner"`) || !strings.Contains(err.Error(), "nothing was changed") {
 		t.Fatalf("TryAcquire on a foreign table: %v", err)
 	}
 	var cols int
-	query(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'leases'`, []any{schema}, &cols)
+	pgtest.QueryRow(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'leases'`, []any{schema}, &cols)
 	if cols != 2 {
 		t.Fatalf("foreign table was altered: %d columns", cols)
 	}
@@ -88,8 +88,8 @@ func TestDDLIsExportedAndVersioned(t *testing.T) {
 	// The DDL runs as is, twice, and the client accepts the result.
 	schema := pgtest.Schema(t)
 	ddl, _ = DDL(schema + ".mig")
-	execSQL(t, ddl)
-	execSQL(t, ddl)
+	pgtest.Exec(t, ddl)
+	pgtest.Exec(t, ddl)
 	c := testClient(t, Config{Table: schema + ".mig", DisableAutoMigrate: true})
 	l, err := c.TryAcquire(testCtx(t), "x")
 	if err != nil {
@@ -111,8 +111,6 @@ func TestTokenSequenceRepairedBehindTable(t *testing.T) {
 		}
 		defer l.Release(ctx)
 	}
-	var last int64
-	admin := adminConn(t)
 	seq := c.st.Names.QualifiedSeq()
 	for _, tc := range []struct{ name, sql string }{
 		{"missing", `DROP SEQUENCE ` + seq},
@@ -120,12 +118,8 @@ func TestTokenSequenceRepairedBehindTable(t *testing.T) {
 	} {
 		// Tokens of deleted rows are gone with them; the table's
 		// largest token is what the repair can and must go past.
-		if err := admin.QueryRow(ctx, `SELECT max("token") FROM `+c.st.Names.QualifiedTable()).Scan(&last); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := admin.Exec(ctx, tc.sql); err != nil {
-			t.Fatal(err)
-		}
+		last := rows(t, c).MaxToken()
+		pgtest.Exec(t, tc.sql)
 		if tc.name == "behind" {
 			strict := testClient(t, Config{Table: c.cfg.Table, DisableAutoMigrate: true})
 			if _, err := strict.TryAcquire(ctx, "x"); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "pglease migrate") {

@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 func TestRenewalSurvivesSaturatedSharedPool(t *testing.T) {
 	ctx := testCtx(t)
 	pool := pgtest.Pool(t)
-	c, err := NewFromPool(pool, Config{Table: pgtest.Schema(t) + ".leases"})
+	log := newEventLog()
+	c, err := NewFromPool(pool, Config{Table: pgtest.Schema(t) + ".leases", Observer: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +26,8 @@ func TestRenewalSurvivesSaturatedSharedPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Take every connection of the shared pool for 3 TTLs.
+	// Take every connection of the shared pool until renewals have kept
+	// the lease past the deadline it had then.
 	var conns []interface{ Release() }
 	for i := int32(0); i < pool.Config().MaxConns; i++ {
 		pc, err := pool.Acquire(ctx)
@@ -33,10 +36,7 @@ func TestRenewalSurvivesSaturatedSharedPool(t *testing.T) {
 		}
 		conns = append(conns, pc)
 	}
-	time.Sleep(3 * time.Second)
-	if err := l.Err(); err != nil {
-		t.Fatalf("lease lost while the pool was saturated: %v", err)
-	}
+	awaitKeptPast(t, log, l, l.Deadline())
 	for _, pc := range conns {
 		pc.Release()
 	}
@@ -45,18 +45,28 @@ func TestRenewalSurvivesSaturatedSharedPool(t *testing.T) {
 	}
 }
 
-// Killing the client's connections with pg_terminate_backend: the
-// dedicated connection reconnects and renewals continue.
-func TestTerminatedBackendsReconnect(t *testing.T) {
+// Killing the client's connections with pg_terminate_backend, again and
+// again: the dedicated connection reconnects and renewals continue.
+func TestRenewalsContinueAfterBackendsAreTerminated(t *testing.T) {
 	ctx := testCtx(t)
-	c := testClient(t, Config{Owner: "terminate-me"})
+	log := newEventLog()
+	c := testClient(t, Config{Owner: "terminate-me", Observer: log})
 	l, err := c.TryAcquire(ctx, "t", WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 3; i++ {
-		pgtest.TerminateBackends(t, "pglease terminate-me%")
-		time.Sleep(700 * time.Millisecond)
+	for range 3 {
+		log.await(t, "a renewal", is(EventRenewed, "t")) // the session is up
+		before := c.sess.currentEpoch()
+		if n := pgtest.TerminateBackends(t, "pglease terminate-me%"); n == 0 {
+			t.Fatal("no backend of the client to terminate")
+		}
+		pgtest.WaitFor(t, patience, "the dedicated connection to reconnect", func() bool {
+			e := c.sess.currentEpoch()
+			return e != 0 && e != before
+		})
+		log.skip()
+		log.await(t, "a renewal on the new connection", is(EventRenewed, "t"))
 	}
 	if err := l.Err(); err != nil {
 		t.Fatalf("plain lease lost after backend kills: %v", err)
@@ -146,15 +156,13 @@ func TestSessionEpochsAreNeverReused(t *testing.T) {
 		before := c.sess.currentEpoch()
 		seen[before] = true
 		pgtest.TerminateBackends(t, "pglease epoch-victim")
-		deadline := time.Now().Add(10 * time.Second)
-		for e := c.sess.currentEpoch(); e == 0 || e == before; e = c.sess.currentEpoch() {
-			if seen[e] && e != before && e != 0 {
-				t.Fatalf("epoch %d reused", e)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no new connection after terminating epoch %d (now %d)", before, e)
-			}
-			time.Sleep(5 * time.Millisecond)
+		var e uint64
+		pgtest.WaitFor(t, patience, fmt.Sprintf("a new connection after terminating epoch %d", before), func() bool {
+			e = c.sess.currentEpoch()
+			return e != 0 && e != before
+		})
+		if seen[e] {
+			t.Fatalf("epoch %d reused", e)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package pglease
 
 import (
-	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -44,7 +43,10 @@ func openSQL(t *testing.T, foreign bool) *sql.DB {
 	return db
 }
 
-func TestDatabaseSQL(t *testing.T) {
+// A client on a database/sql handle: with pgx's stdlib driver it has every
+// feature; with another driver it renews on a pinned connection, waits by
+// polling, and refuses fast failover.
+func TestClientOnDatabaseSQL(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		foreign bool
@@ -53,7 +55,8 @@ func TestDatabaseSQL(t *testing.T) {
 			ctx := testCtx(t)
 			db := openSQL(t, tc.foreign)
 			table := pgtest.Schema(t) + ".leases"
-			c, err := NewFromDB(db, Config{Table: table, PollInterval: 200 * time.Millisecond})
+			log := newEventLog()
+			c, err := NewFromDB(db, Config{Table: table, PollInterval: 200 * time.Millisecond, Observer: log})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,10 +67,7 @@ func TestDatabaseSQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1500 * time.Millisecond) // renewals keep it
-			if err := l.Err(); err != nil {
-				t.Fatalf("lease lost: %v", err)
-			}
+			awaitKeptPast(t, log, l, l.Deadline())
 			if _, err := other.TryAcquire(ctx, "sql"); !errors.Is(err, ErrNotAcquired) {
 				t.Fatalf("other client acquired a held lease: %v", err)
 			}
@@ -87,12 +87,21 @@ func TestDatabaseSQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			go func() { time.Sleep(300 * time.Millisecond); _ = ol.Release(context.Background()) }()
-			l2, err := c.Acquire(ctx, "sql")
-			if err != nil {
+			got := make(chan *Lease, 1)
+			go func() {
+				l2, err := c.Acquire(ctx, "sql")
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l2
+			}()
+			log.await(t, "the waiter to find the name held", is(EventContended, "sql"))
+			if err := ol.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			_ = l2.Release(ctx)
+			if l2 := pgtest.Receive(t, got, "the waiter to get the released name"); l2 != nil {
+				_ = l2.Release(ctx)
+			}
 			_, err = c.TryAcquire(ctx, "ff", WithFastFailover())
 			if tc.foreign != errors.Is(err, ErrSessionUnavailable) {
 				t.Fatalf("FastFailover with foreign=%v: %v", tc.foreign, err)
