@@ -140,7 +140,7 @@ func TestEnsureSchemaInAnExistingSchemaNeedsNoDatabaseCreate(t *testing.T) {
 
 // A renewal never extends a row kept for a minimum hold after its release,
 // nor revives a row that has expired.
-func TestRenewDoesNotExtendAReleasedOrExpiredRow(t *testing.T) {
+func TestLateRenewalDoesNotExtendReleasedOrExpiredRow(t *testing.T) {
 	ctx := testCtx(t)
 	s, db := migrated(t)
 	rows := pgtest.LeaseTable(t, pgtest.DSN(t), s.Names.Schema+"."+s.Names.Table)
