@@ -96,7 +96,8 @@ func startHolderEnv(t *testing.T, table, name string, ttl time.Duration, env ...
 	return cmd, token
 }
 
-// newClient returns a client on a fresh schema, closed at cleanup.
+// testClient returns a client on a fresh schema (unless cfg names a table),
+// closed at cleanup.
 func testClient(t testing.TB, cfg Config) *Client {
 	t.Helper()
 	if cfg.Table == "" {
@@ -130,6 +131,8 @@ func proxiedClient(t testing.TB, cfg Config) (*Client, *pgtest.Proxy) {
 	return c, proxy
 }
 
+// testCtx bounds a test's calls: longer than patience, so that a wait that
+// times out reports what it waited for rather than a cancelled call.
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

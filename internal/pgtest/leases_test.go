@@ -75,3 +75,23 @@ func TestLeasesLockRowBlocksWriters(t *testing.T) {
 		t.Fatalf("%d rows after the delete", n)
 	}
 }
+
+func TestWaitListeningSeesAnIdleListener(t *testing.T) {
+	conn := Conn(t)
+	ctx := ctxT(t)
+	if _, err := conn.Exec(ctx, "SET application_name = 'pgtest_listener'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `LISTEN "some_channel"`); err != nil {
+		t.Fatal(err)
+	}
+	WaitListening(t, "pgtest_listener")
+	// Another statement on the connection: it no longer waits.
+	if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+		WHERE application_name = 'pgtest_listener' AND query ILIKE 'LISTEN %')`) {
+		t.Fatal("a backend whose last statement is not LISTEN counts as listening")
+	}
+}

@@ -84,3 +84,18 @@ func WaitLockWait(t testing.TB, appNameLike string) {
 			WHERE application_name LIKE $1 AND wait_event_type = 'Lock')`, appNameLike)
 	})
 }
+
+// WaitListening waits until a backend whose application_name is LIKE
+// appNameLike sits idle after a LISTEN, and fails the test if none does
+// within Patience. A pglease client's dedicated connection ("pglease
+// <owner>") is such a backend while the client waits for release
+// notifications and holds no lease (renewals would run on it): the signal,
+// seen from the server, that a waiter in another process waits. Tests in
+// the client's own process have a finer one in the client.
+func WaitListening(t testing.TB, appNameLike string) {
+	t.Helper()
+	WaitFor(t, Patience, "a backend of "+appNameLike+" listening", func() bool {
+		return Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE application_name LIKE $1 AND state = 'idle' AND query ILIKE 'LISTEN %')`, appNameLike)
+	})
+}
