@@ -65,7 +65,7 @@ func BenchmarkHandoff(b *testing.B) {
 			}
 			got <- l2
 		}()
-		waitSubscribed(w, "h")
+		waitSubscribed(b, w, "h", 1)
 		start := time.Now()
 		_ = l.Release(ctx)
 		l2 := <-got
@@ -77,18 +77,6 @@ func BenchmarkHandoff(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/handoff")
 	_ = l.Release(ctx)
-}
-
-func waitSubscribed(c *Client, name string) {
-	for {
-		c.hub.mu.Lock()
-		n := len(c.hub.subs[name])
-		c.hub.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
 }
 
 // BenchmarkRenewBatch measures one renewal statement covering 1,000 leases.

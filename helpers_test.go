@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,7 +96,8 @@ func startHolderEnv(t *testing.T, table, name string, ttl time.Duration, env ...
 	return cmd, token
 }
 
-// newClient returns a client on a fresh schema, closed at cleanup.
+// testClient returns a client on a fresh schema (unless cfg names a table),
+// closed at cleanup.
 func testClient(t testing.TB, cfg Config) *Client {
 	t.Helper()
 	if cfg.Table == "" {
@@ -129,8 +131,116 @@ func proxiedClient(t testing.TB, cfg Config) (*Client, *pgtest.Proxy) {
 	return c, proxy
 }
 
+// testCtx bounds a test's calls: longer than patience, so that a wait that
+// times out reports what it waited for rather than a cancelled call.
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// patience bounds every wait of these tests for a signal (see
+// pgtest.Patience): a working test never comes near it.
+const patience = pgtest.Patience
+
+// rows returns c's lease table as the server has it, read and written
+// directly.
+func rows(t testing.TB, c *Client) *pgtest.Leases {
+	return pgtest.LeaseTable(t, pgtest.DSN(t), c.cfg.Table)
+}
+
+// waitSubscribed waits until n waits of c for name (Acquire, an Elector's
+// Observe) have subscribed to its release notifications. A waiter
+// subscribes before its first attempt.
+func waitSubscribed(t testing.TB, c *Client, name string, n int) {
+	t.Helper()
+	pgtest.WaitFor(t, patience, fmt.Sprintf("%d waiter(s) of %q to subscribe", n, name), func() bool {
+		c.hub.mu.Lock()
+		defer c.hub.mu.Unlock()
+		return len(c.hub.subs[name]) >= n
+	})
+}
+
+// eventLog is an Observer that records a client's events and lets a test
+// wait for one: the signal that an attempt found a name held, that a
+// renewal succeeded, that a lease was lost.
+type eventLog struct {
+	mu      sync.Mutex
+	events  []Event
+	next    int           // the first event not yet returned by await
+	changed chan struct{} // closed and replaced at every event
+}
+
+func newEventLog() *eventLog { return &eventLog{changed: make(chan struct{})} }
+
+// Observe records e; it never blocks, so it never holds up Close.
+func (r *eventLog) Observe(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// await returns the next event, after those already returned, that
+// matches; earlier events that do not match are skipped. It fails the test
+// if none comes within patience.
+func (r *eventLog) await(t testing.TB, what string, match func(Event) bool) Event {
+	t.Helper()
+	timer := time.NewTimer(patience)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		for r.next < len(r.events) {
+			e := r.events[r.next]
+			r.next++
+			if match(e) {
+				r.mu.Unlock()
+				return e
+			}
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+			t.Fatalf("timed out after %s waiting for %s", patience, what)
+		}
+	}
+}
+
+// kinds returns the kinds of every event recorded, in order.
+func (r *eventLog) kinds() []EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]EventKind, len(r.events))
+	for i, e := range r.events {
+		out[i] = e.Kind
+	}
+	return out
+}
+
+// skip makes await ignore the events recorded so far.
+func (r *eventLog) skip() {
+	r.mu.Lock()
+	r.next = len(r.events)
+	r.mu.Unlock()
+}
+
+// is matches the events of kind for name.
+func is(kind EventKind, name string) func(Event) bool {
+	return func(e Event) bool { return e.Kind == kind && e.Name == name }
+}
+
+// awaitKeptPast waits on l's renewal events (log is its client's observer)
+// until a renewal has come in after at, typically a deadline l had, and
+// fails unless l is still held then: renewals, not luck, kept it past at.
+func awaitKeptPast(t testing.TB, log *eventLog, l *Lease, at time.Time) {
+	t.Helper()
+	for !time.Now().After(at) {
+		log.await(t, fmt.Sprintf("a renewal of %q", l.Name()), is(EventRenewed, l.Name()))
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("%q ended: %v", l.Name(), err)
+	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// TestOneTableOneKeySpace: SPEC §3.5 — every key derived for session or
+// TestOneTableOneKeySpace: every key derived for session or
 // per-name locks comes from the table as the server resolves it, never from
 // how the user spelled it. Three clients reach one table through three
 // spellings: the unqualified default-style name with the table's schema on

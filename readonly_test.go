@@ -9,24 +9,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/pglease/pglease/internal/pgtest"
 )
-
-// relExists reports whether the relation (a quoted, qualified name) exists.
-func relExists(t *testing.T, rel string) bool {
-	t.Helper()
-	var ok bool
-	query(t, `SELECT to_regclass($1) IS NOT NULL`, []any{rel}, &ok)
-	return ok
-}
 
 // Get and List never create anything: not the schema, the sequence or the
 // table, with or without auto-migration.
 func TestReadsOnMissingTableChangeNothing(t *testing.T) {
 	ctx := testCtx(t)
 	missing := fmt.Sprintf("ro_missing_%d", time.Now().UnixNano()) // a schema that does not exist
-	t.Cleanup(func() { execSQL(t, `DROP SCHEMA IF EXISTS `+pgx.Identifier{missing}.Sanitize()+` CASCADE`) })
+	t.Cleanup(func() { pgtest.Exec(t, `DROP SCHEMA IF EXISTS `+pgx.Identifier{missing}.Sanitize()+` CASCADE`) })
 	for _, table := range []string{missing + ".leases", pgtest.Schema(t) + ".leases"} {
 		for _, noMigrate := range []bool{false, true} {
 			c := testClient(t, Config{Table: table, DisableAutoMigrate: noMigrate})
@@ -37,13 +28,13 @@ func TestReadsOnMissingTableChangeNothing(t *testing.T) {
 			if _, err := c.Get(ctx, "x"); !errors.Is(err, ErrNoLease) {
 				t.Fatalf("%s (DisableAutoMigrate %v): Get = %v, want ErrNoLease", table, noMigrate, err)
 			}
-			if relExists(t, c.st.Names.QualifiedTable()) || relExists(t, c.st.Names.QualifiedSeq()) {
+			if pgtest.RelationExists(t, c.st.Names.QualifiedTable()) || pgtest.RelationExists(t, c.st.Names.QualifiedSeq()) {
 				t.Fatalf("%s (DisableAutoMigrate %v): a read created the table or its sequence", table, noMigrate)
 			}
 		}
 	}
 	var n int
-	query(t, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, []any{missing}, &n)
+	pgtest.QueryRow(t, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, []any{missing}, &n)
 	if n != 0 {
 		t.Fatalf("a read created the schema %s", missing)
 	}
@@ -63,10 +54,10 @@ func TestReadsNeedOnlySelect(t *testing.T) {
 
 	role := fmt.Sprintf("pglease_ro_%d", time.Now().UnixNano())
 	r := pgx.Identifier{role}.Sanitize()
-	execSQL(t, `CREATE ROLE `+r+` LOGIN`)
-	t.Cleanup(func() { execSQL(t, `DROP OWNED BY `+r+`; DROP ROLE `+r) })
-	execSQL(t, `GRANT USAGE ON SCHEMA `+pgx.Identifier{schema}.Sanitize()+` TO `+r)
-	execSQL(t, `GRANT SELECT ON `+pgx.Identifier{schema, "leases"}.Sanitize()+` TO `+r)
+	pgtest.Exec(t, `CREATE ROLE `+r+` LOGIN`)
+	t.Cleanup(func() { pgtest.Exec(t, `DROP OWNED BY `+r+`; DROP ROLE `+r) })
+	pgtest.Exec(t, `GRANT USAGE ON SCHEMA `+pgx.Identifier{schema}.Sanitize()+` TO `+r)
+	pgtest.Exec(t, `GRANT SELECT ON `+pgx.Identifier{schema, "leases"}.Sanitize()+` TO `+r)
 	u, _ := url.Parse(pgtest.DSN(t))
 	u.User = url.User(role)
 
@@ -96,7 +87,7 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	ctx := testCtx(t)
 	columns := func(schema string) int {
 		var n int
-		query(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'leases'`, []any{schema}, &n)
+		pgtest.QueryRow(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'leases'`, []any{schema}, &n)
 		return n
 	}
 
@@ -110,10 +101,9 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	}
 	_ = owner.Close() // releases "old"
 	tbl := owner.st.Names.QualifiedTable()
-	execSQL(t, `INSERT INTO `+tbl+` (name, owner, token, acquired_at, renewed_at, expires_at, hold_until, ttl)
-		VALUES ('old', 'v1', `+fmt.Sprint(l.Token()+100)+`, now(), now(), now() + interval '1 minute', now(), interval '1 minute')`)
-	execSQL(t, `ALTER TABLE `+tbl+` DROP COLUMN session_server`)
-	execSQL(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 1'`)
+	rows(t, owner).Insert("old", "v1", l.Token()+100, time.Minute, "")
+	pgtest.Exec(t, `ALTER TABLE `+tbl+` DROP COLUMN session_server`)
+	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 1'`)
 	c := testClient(t, Config{Table: schema + ".leases"})
 	if infos, err := c.List(ctx); err != nil || len(infos) != 1 || infos[0].Owner != "v1" {
 		t.Fatalf("List on a version-1 table: %+v, %v", infos, err)
@@ -123,14 +113,14 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	}
 	var comment string
 	var last int64
-	query(t, `SELECT obj_description($1::regclass, 'pg_class'), coalesce(pg_sequence_last_value($2::regclass), 0)`,
+	pgtest.QueryRow(t, `SELECT obj_description($1::regclass, 'pg_class'), coalesce(pg_sequence_last_value($2::regclass), 0)`,
 		[]any{tbl, owner.st.Names.QualifiedSeq()}, &comment, &last)
 	if n := columns(schema); n != 10 || !strings.Contains(comment, "version 1") || last != l.Token() {
 		t.Fatalf("reads changed the version-1 table: %d columns, comment %q, sequence at %d (want %d)", n, comment, last, l.Token())
 	}
 
 	// A newer version.
-	execSQL(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 3'`)
+	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 3'`)
 	c = testClient(t, Config{Table: schema + ".leases"})
 	if _, err := c.List(ctx); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("List on a newer table: %v, want ErrSchema", err)
@@ -138,7 +128,7 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 
 	// Another shape, without a sequence beside it.
 	schema = pgtest.Schema(t)
-	execSQL(t, `CREATE TABLE `+pgx.Identifier{schema, "leases"}.Sanitize()+` (name text PRIMARY KEY, owner text)`)
+	pgtest.Exec(t, `CREATE TABLE `+pgx.Identifier{schema, "leases"}.Sanitize()+` (name text PRIMARY KEY, owner text)`)
 	c = testClient(t, Config{Table: schema + ".leases"})
 	if _, err := c.List(ctx); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "nothing was changed") {
 		t.Fatalf("List on a foreign table: %v, want ErrSchema", err)
@@ -146,8 +136,8 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	if _, err := c.Get(ctx, "x"); !errors.Is(err, ErrSchema) {
 		t.Fatalf("Get on a foreign table: %v, want ErrSchema", err)
 	}
-	if n := columns(schema); n != 2 || relExists(t, c.st.Names.QualifiedSeq()) {
-		t.Fatalf("reads changed the foreign table: %d columns, sequence created: %v", n, relExists(t, c.st.Names.QualifiedSeq()))
+	if n := columns(schema); n != 2 || pgtest.RelationExists(t, c.st.Names.QualifiedSeq()) {
+		t.Fatalf("reads changed the foreign table: %d columns, sequence created: %v", n, pgtest.RelationExists(t, c.st.Names.QualifiedSeq()))
 	}
 }
 
@@ -163,7 +153,7 @@ func TestReadsAfterTableDropped(t *testing.T) {
 	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("List = %v, %v", infos, err)
 	}
-	execSQL(t, `DROP TABLE `+c.st.Names.QualifiedTable())
+	pgtest.Exec(t, `DROP TABLE `+c.st.Names.QualifiedTable())
 	infos, err := c.List(ctx)
 	if err != nil || infos == nil || len(infos) != 0 {
 		t.Fatalf("List after DROP TABLE = %#v, %v; want an empty slice", infos, err)

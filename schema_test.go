@@ -3,51 +3,14 @@ package pglease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/pglease/pglease/internal/pgtest"
 )
-
-func TestConcurrentMigrateCreatesOnce(t *testing.T) {
-	ctx := testCtx(t)
-	table := fmt.Sprintf("new_schema_%d.leases", time.Now().UnixNano()) // a schema that does not exist yet
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := Open(ctx, pgtest.DSN(t), Config{Table: table})
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Close()
-			errs <- c.Migrate(ctx)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("concurrent Migrate: %v", err)
-		}
-	}
-	schema := table[:strings.Index(table, ".")]
-	t.Cleanup(func() { execSQL(t, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
-	var n int
-	query(t, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind IN ('r','S')`, []any{schema}, &n)
-	if n != 2 {
-		t.Fatalf("%d tables/sequences in %s, want 2", n, schema)
-	}
-}
 
 func TestRoleWithoutCreateWorksOnExistingTable(t *testing.T) {
 	ctx := testCtx(t)
@@ -59,12 +22,12 @@ func TestRoleWithoutCreateWorksOnExistingTable(t *testing.T) {
 	role := schema + "_app"
 	r := pgx.Identifier{role}.Sanitize()
 	s := pgx.Identifier{schema}.Sanitize()
-	execSQL(t, `CREATE ROLE `+r+` LOGIN`)
-	t.Cleanup(func() { execSQL(t, `DROP OWNED BY `+r+`; DROP ROLE `+r) })
-	execSQL(t, `GRANT USAGE ON SCHEMA `+s+` TO `+r)
-	execSQL(t, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+s+`.leases TO `+r)
-	execSQL(t, `GRANT USAGE ON SEQUENCE `+s+`.leases_token_seq TO `+r)
-	execSQL(t, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+	pgtest.Exec(t, `CREATE ROLE `+r+` LOGIN`)
+	t.Cleanup(func() { pgtest.Exec(t, `DROP OWNED BY `+r+`; DROP ROLE `+r) })
+	pgtest.Exec(t, `GRANT USAGE ON SCHEMA `+s+` TO `+r)
+	pgtest.Exec(t, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+s+`.leases TO `+r)
+	pgtest.Exec(t, `GRANT USAGE ON SEQUENCE `+s+`.leases_token_seq TO `+r)
+	pgtest.Exec(t, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
 
 	u, _ := url.Parse(pgtest.DSN(t))
 	u.User = url.User(role)
@@ -98,15 +61,15 @@ func TestRoleWithoutCreateWorksOnExistingTable(t *testing.T) {
 func TestExistingTableOfAnotherShapeIsReportedAndUntouched(t *testing.T) {
 	ctx := testCtx(t)
 	schema := pgtest.Schema(t)
-	execSQL(t, `CREATE TABLE `+pgx.Identifier{schema, "leases"}.Sanitize()+` (name text PRIMARY KEY, owner text)`)
-	execSQL(t, `CREATE SEQUENCE `+pgx.Identifier{schema, "leases_token_seq"}.Sanitize())
+	pgtest.Exec(t, `CREATE TABLE `+pgx.Identifier{schema, "leases"}.Sanitize()+` (name text PRIMARY KEY, owner text)`)
+	pgtest.Exec(t, `CREATE SEQUENCE `+pgx.Identifier{schema, "leases_token_seq"}.Sanitize())
 	c := testClient(t, Config{Table: schema + ".leases"})
 	_, err := c.TryAcquire(ctx, "x")
 	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), `"owner"`) || !strings.Contains(err.Error(), "nothing was changed") {
 		t.Fatalf("TryAcquire on a foreign table: %v", err)
 	}
 	var cols int
-	query(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'leases'`, []any{schema}, &cols)
+	pgtest.QueryRow(t, `SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'leases'`, []any{schema}, &cols)
 	if cols != 2 {
 		t.Fatalf("foreign table was altered: %d columns", cols)
 	}
@@ -125,8 +88,8 @@ func TestDDLIsExportedAndVersioned(t *testing.T) {
 	// The DDL runs as is, twice, and the client accepts the result.
 	schema := pgtest.Schema(t)
 	ddl, _ = DDL(schema + ".mig")
-	execSQL(t, ddl)
-	execSQL(t, ddl)
+	pgtest.Exec(t, ddl)
+	pgtest.Exec(t, ddl)
 	c := testClient(t, Config{Table: schema + ".mig", DisableAutoMigrate: true})
 	l, err := c.TryAcquire(testCtx(t), "x")
 	if err != nil {
@@ -135,75 +98,42 @@ func TestDDLIsExportedAndVersioned(t *testing.T) {
 	_ = l.Release(context.Background())
 }
 
-func TestInvalidInputIsRejectedBeforeAnythingIsSent(t *testing.T) {
+// Tokens survive a lost or rewound sequence: Migrate creates a missing
+// sequence above the table's largest token and moves one that is behind
+// past it; a client that may not migrate refuses to hand out old tokens.
+func TestTokenSequenceRepairedBehindTable(t *testing.T) {
 	ctx := testCtx(t)
-	for _, table := range []string{"Leases", `x"; DROP TABLE y; --`, "a.b.c", "ünïcode", "1abc", strings.Repeat("a", 64), "a.", ".a"} {
-		if _, err := Open(ctx, "postgres://nowhere.invalid:1/db", Config{Table: table}); !errors.Is(err, ErrInvalidIdentifier) {
-			t.Errorf("table %q: %v, want ErrInvalidIdentifier", table, err)
-		}
-		if _, err := DDL(table); !errors.Is(err, ErrInvalidIdentifier) {
-			t.Errorf("DDL(%q): %v", table, err)
-		}
-	}
 	c := testClient(t, Config{})
-	for _, name := range []string{"", strings.Repeat("n", 256), "bad\xff", "nul\x00byte"} {
-		if _, err := c.TryAcquire(ctx, name); !errors.Is(err, ErrInvalidName) {
-			t.Errorf("name %q: %v, want ErrInvalidName", name, err)
+	for _, name := range []string{"a", "b", "kept"} {
+		l, err := c.TryAcquire(ctx, name, WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
 		}
+		defer l.Release(ctx)
 	}
-	for _, ttl := range []time.Duration{0, -time.Second, 500 * time.Millisecond, 200 * 365 * 24 * time.Hour} {
-		if _, err := c.TryAcquire(ctx, "ok", WithTTL(ttl)); !errors.Is(err, ErrInvalidTTL) {
-			t.Errorf("ttl %s: %v, want ErrInvalidTTL", ttl, err)
+	seq := c.st.Names.QualifiedSeq()
+	for _, tc := range []struct{ name, sql string }{
+		{"missing", `DROP SEQUENCE ` + seq},
+		{"behind", `SELECT setval('` + strings.ReplaceAll(seq, `'`, `''`) + `', 1)`},
+	} {
+		// Tokens of deleted rows are gone with them; the table's
+		// largest token is what the repair can and must go past.
+		last := rows(t, c).MaxToken()
+		pgtest.Exec(t, tc.sql)
+		if tc.name == "behind" {
+			strict := testClient(t, Config{Table: c.cfg.Table, DisableAutoMigrate: true})
+			if _, err := strict.TryAcquire(ctx, "x"); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "Client.Migrate") {
+				t.Fatalf("%s: a client that may not migrate: %v, want ErrSchema naming Client.Migrate", tc.name, err)
+			}
 		}
-	}
-	if _, err := Open(ctx, "postgres://x", Config{TTL: -1}); !errors.Is(err, ErrInvalidTTL) {
-		t.Errorf("Config.TTL -1: %v", err)
-	}
-	if _, err := c.TryAcquire(ctx, "ok", WithTTL(2*time.Second), WithMinHold(3*time.Second)); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("min hold above TTL: %v", err)
-	}
-	// None of it created a row.
-	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
-		t.Fatalf("List = %v, %v; want no rows", infos, err)
-	}
-	if err := CheckName(strings.Repeat("é", 127)); err != nil {
-		t.Errorf("254-byte name rejected: %v", err)
-	}
-}
-
-func TestOpenErrorsAreClearAndRedacted(t *testing.T) {
-	ctx := testCtx(t)
-	_, err := Open(ctx, "postgres://user:s3cret-pw@127.0.0.1:1/db?connect_timeout=2", Config{})
-	if err == nil || strings.Contains(err.Error(), "s3cret-pw") || !IsRetryable(errors.Unwrap(err)) && !strings.Contains(err.Error(), "unreachable") {
-		t.Fatalf("unreachable DSN: %v", err)
-	}
-	_, err = Open(ctx, "postgres://user:s3cret-pw@127.0.0.1:notaport/db", Config{})
-	if err == nil || strings.Contains(err.Error(), "s3cret-pw") {
-		t.Fatalf("malformed DSN: %v", err)
-	}
-}
-
-func execSQL(t testing.TB, sql string) {
-	t.Helper()
-	query(t, sql, nil)
-}
-
-func query(t testing.TB, sql string, args []any, dest ...any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if len(dest) == 0 {
-		if _, err := conn.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
+		fresh := testClient(t, Config{Table: c.cfg.Table})
+		l, err := fresh.TryAcquire(ctx, "seq-"+tc.name, WithTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
 		}
-		return
-	}
-	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+		if l.Token() <= last {
+			t.Fatalf("sequence %s: token %d not above the table's largest %d", tc.name, l.Token(), last)
+		}
+		defer l.Release(ctx)
 	}
 }

@@ -26,6 +26,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	conns  map[*proxyConn]struct{}
 	closed bool
+	sent   []chan struct{} // closed when a client next sends data
 	wg     sync.WaitGroup
 	once   sync.Once
 	done   chan struct{} // closed by Close
@@ -113,6 +114,27 @@ func (p *Proxy) Partition(on bool) {
 // them again.
 func (p *Proxy) Refuse(on bool) { p.refuse.Store(on) }
 
+// ClientSent returns a channel that is closed the next time a client sends
+// data through the proxy, the moment the proxy reads it (before any delay):
+// the signal that a statement is on its way to the server.
+func (p *Proxy) ClientSent() <-chan struct{} {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.sent = append(p.sent, ch)
+	p.mu.Unlock()
+	return ch
+}
+
+func (p *Proxy) clientSent() {
+	p.mu.Lock()
+	sent := p.sent
+	p.sent = nil
+	p.mu.Unlock()
+	for _, ch := range sent {
+		close(ch)
+	}
+}
+
 // Conns returns the number of active proxied connections.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -190,8 +212,8 @@ func (p *Proxy) handle(client net.Conn) {
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(pc, server, client) }()
-	go func() { defer wg.Done(); p.pipe(pc, client, server) }()
+	go func() { defer wg.Done(); p.pipe(pc, server, client, true) }()
+	go func() { defer wg.Done(); p.pipe(pc, client, server, false) }()
 	wg.Wait()
 
 	p.mu.Lock()
@@ -201,13 +223,16 @@ func (p *Proxy) handle(client net.Conn) {
 
 // pipe copies src to dst, applying delay and blackhole, until either side
 // fails; it then closes both connections so the other direction ends too.
-func (p *Proxy) pipe(pc *proxyConn, dst, src net.Conn) {
+func (p *Proxy) pipe(pc *proxyConn, dst, src net.Conn, fromClient bool) {
 	defer pc.close()
 	defer p.holdWhilePartitioned(pc)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if fromClient {
+				p.clientSent()
+			}
 			if d := time.Duration(p.delay.Load()); d > 0 {
 				timer := time.NewTimer(d)
 				select {

@@ -25,16 +25,6 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 	return conn
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestProxyForward(t *testing.T) {
 	p := newProxy(t)
 	conn := connect(t, p.DSN(DSN(t)))
@@ -46,7 +36,7 @@ func TestProxyForward(t *testing.T) {
 		t.Fatalf("Conns() = %d, want 1", p.Conns())
 	}
 	conn.Close(ctxT(t))
-	waitFor(t, "connection count 0", func() bool { return p.Conns() == 0 })
+	WaitFor(t, Patience, "connection count 0", func() bool { return p.Conns() == 0 })
 }
 
 func TestProxyDSN(t *testing.T) {
@@ -65,20 +55,22 @@ func TestProxyDSN(t *testing.T) {
 func TestProxyDelay(t *testing.T) {
 	p := newProxy(t)
 	conn := connect(t, p.DSN(DSN(t)))
-	p.SetDelay(100 * time.Millisecond)
+	const delay = 500 * time.Millisecond
+	p.SetDelay(delay)
 	start := time.Now()
 	if err := conn.Ping(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el < 200*time.Millisecond {
-		t.Fatalf("ping took %v, want >= 200ms", el)
+	if el := time.Since(start); el < 2*delay {
+		t.Fatalf("ping took %v, want >= %v", el, 2*delay)
 	}
 	p.SetDelay(0)
 	start = time.Now()
 	if err := conn.Ping(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el > 100*time.Millisecond {
+	// Generous: a delayed ping takes at least twice as long.
+	if el := time.Since(start); el >= 2*delay {
 		t.Fatalf("ping took %v without delay", el)
 	}
 }
@@ -117,9 +109,34 @@ func TestProxyResetAll(t *testing.T) {
 			t.Fatal("ping succeeded after ResetAll")
 		}
 	}
-	waitFor(t, "connection count 0", func() bool { return p.Conns() == 0 })
+	WaitFor(t, Patience, "connection count 0", func() bool { return p.Conns() == 0 })
 	if err := connect(t, p.DSN(DSN(t))).Ping(ctxT(t)); err != nil {
 		t.Fatalf("after reset: %v", err)
+	}
+}
+
+func TestProxyClientSent(t *testing.T) {
+	p := newProxy(t)
+	conn := connect(t, p.DSN(DSN(t)))
+	sent := p.ClientSent()
+	select {
+	case <-sent:
+		t.Fatal("ClientSent closed before the client sent anything")
+	default:
+	}
+	p.SetDelay(time.Hour)
+	errc := make(chan error, 1)
+	go func() { errc <- conn.Ping(context.Background()) }()
+	// Closed on the read, not after the delay.
+	Receive(t, sent, "the ping to reach the proxy")
+	select {
+	case err := <-errc:
+		t.Fatalf("the ping went through an hour's delay: %v", err)
+	default:
+	}
+	p.Close()
+	if err := <-errc; err == nil {
+		t.Fatal("ping succeeded through a closed proxy")
 	}
 }
 
@@ -140,9 +157,10 @@ func TestProxyCloseWithActiveConns(t *testing.T) {
 	p := newProxy(t)
 	conn := connect(t, p.DSN(DSN(t)))
 	p.SetDelay(time.Hour) // a goroutine is parked in the delay
+	sent := p.ClientSent()
 	errc := make(chan error, 1)
 	go func() { errc <- conn.Ping(context.Background()) }()
-	time.Sleep(50 * time.Millisecond)
+	Receive(t, sent, "the ping to reach the proxy")
 	p.Close()
 	p.Close()
 	if err := <-errc; err == nil {

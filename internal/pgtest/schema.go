@@ -29,9 +29,9 @@ var (
 func Schema(t testing.TB) string {
 	t.Helper()
 	name := schemaName(t.Name(), runID, schemaSeq.Add(1))
-	exec(t, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
+	Exec(t, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
 	t.Cleanup(func() {
-		exec(t, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		Exec(t, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
 	})
 	return name
 }
@@ -81,20 +81,18 @@ func TerminateBackends(t testing.TB, appNameLike string) int {
 	return n
 }
 
-func exec(t testing.TB, sql string) {
-	t.Helper()
-	withConn(t, func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, sql)
-		return err
-	})
-}
-
 // withConn runs f on a short-lived connection to the shared server.
 func withConn(t testing.TB, f func(context.Context, *pgx.Conn) error) {
 	t.Helper()
+	withConnTo(t, DSN(t), f)
+}
+
+// withConnTo runs f on a short-lived connection to the server at dsn.
+func withConnTo(t testing.TB, dsn string, f func(context.Context, *pgx.Conn) error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, DSN(t))
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
 	}

@@ -121,11 +121,18 @@ type Queries struct {
 const serverIncarnation = `(extract(epoch FROM pg_postmaster_start_time())::text || ' ' || ` +
 	`coalesce(extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time())::text, '-'))`
 
+// fragments are the parts of statements that queries.sql names like
+// statements and other statements splice in, by placeholder.
+var fragments = map[string]string{"Record": "{{record}}"}
+
 // Build renders the statements for the given names.
 func Build(n Names) Queries {
 	stmts := parse(queriesSQL)
-	r := strings.NewReplacer(
-		"{{record}}", stmts["Record"],
+	var pairs []string
+	for name, placeholder := range fragments {
+		pairs = append(pairs, placeholder, stmts[name])
+	}
+	r := strings.NewReplacer(append(pairs,
 		"{{table}}", n.QualifiedTable(),
 		// nextval takes the sequence as text; quote it once more as a literal.
 		"'{{seq}}'", "'"+strings.ReplaceAll(n.QualifiedSeq(), "'", "''")+"'",
@@ -133,7 +140,7 @@ func Build(n Names) Queries {
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", serverIncarnation,
-	)
+	)...)
 	get := func(name string) string {
 		s, ok := stmts[name]
 		if !ok {

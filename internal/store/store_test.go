@@ -1,30 +1,59 @@
 package store
 
 import (
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
 
+// Every statement of queries.sql is a field of Queries and every field is a
+// statement of the file, so that neither a new statement nor a new field
+// can be missed; each is built non-empty, without a placeholder left or a
+// comment line kept.
 func TestEveryStatementIsDefined(t *testing.T) {
 	stmts := parse(queriesSQL)
+	if len(stmts) == 0 {
+		t.Fatal("queries.sql has no statements")
+	}
 	q := Build(Names{Schema: "s", Table: "t", Seq: "t_token_seq", Channel: "t"})
-	for name, text := range map[string]string{"Acquire": q.Acquire, "Renew": q.Renew, "Release": q.Release,
-		"Guard": q.Guard, "Get": q.Get, "List": q.List, "ForceRelease": q.ForceRelease, "Cleanup": q.Cleanup,
-		"CreateTable": q.CreateTable, "Listen": q.Listen, "AwaitSession": q.AwaitSession} {
-		if _, ok := stmts[name]; !ok || text == "" {
-			t.Errorf("statement %s missing", name)
+	v := reflect.ValueOf(q)
+	fields := map[string]bool{}
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Type.Kind() != reflect.String {
+			t.Errorf("Queries.%s is a %s, want a statement's text", f.Name, f.Type)
+			continue
 		}
-		if strings.Contains(text, "{{") {
-			t.Errorf("statement %s has an unreplaced placeholder:\n%s", name, text)
+		fields[f.Name] = true
+		if _, ok := stmts[f.Name]; !ok {
+			t.Errorf("Queries.%s has no statement in queries.sql", f.Name)
 		}
-		if strings.Contains(text, "--") {
-			t.Errorf("statement %s kept a comment line", name)
+		text := v.Field(i).String()
+		if strings.TrimSpace(text) == "" {
+			t.Errorf("statement %s is empty", f.Name)
+		}
+		if placeholder.MatchString(text) {
+			t.Errorf("statement %s has an unreplaced placeholder %s:\n%s", f.Name, placeholder.FindString(text), text)
+		}
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "--") {
+				t.Errorf("statement %s kept a comment line: %s", f.Name, line)
+			}
+		}
+	}
+	for name := range stmts {
+		if !fields[name] && fragments[name] == "" {
+			t.Errorf("queries.sql has statement %s, which Queries lacks", name)
 		}
 	}
 	if !strings.Contains(q.Acquire, `nextval('"s"."t_token_seq"')`) {
 		t.Errorf("sequence not quoted in Acquire:\n%s", q.Acquire)
 	}
 }
+
+// placeholder matches a {{name}} that Build did not replace.
+var placeholder = regexp.MustCompile(`\{\{[^}]*\}\}`)
 
 func TestParseTable(t *testing.T) {
 	for _, tc := range []struct {

@@ -3,9 +3,96 @@ package pglease
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
 )
+
+// Instances that TryRun one job at once: exactly one runs it, and the
+// others return ErrNotAcquired at once; Run returns fn's error and releases.
+func TestTryRunRunsOnExactlyOneInstance(t *testing.T) {
+	ctx := testCtx(t)
+	first := testClient(t, Config{})
+	const instances = 6
+	var ran, returned atomic.Int32
+	othersReturned := make(chan struct{})
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make(chan error, instances)
+	for i := range instances {
+		c := first
+		if i > 0 {
+			c = testClient(t, Config{Table: first.cfg.Table})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results <- c.TryRun(ctx, "cron", func(ctx context.Context) error {
+				ran.Add(1)
+				// Hold the lease until every other instance has tried
+				// (bounded: a second runner would wait for one too many).
+				select {
+				case <-othersReturned:
+				case <-time.After(patience):
+				}
+				return nil
+			}, WithMinHold(2*time.Second))
+			if returned.Add(1) == instances-1 {
+				close(othersReturned)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	var skipped int
+	for err := range results {
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			skipped++
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if ran.Load() != 1 || skipped != instances-1 {
+		t.Fatalf("ran %d times, skipped %d", ran.Load(), skipped)
+	}
+	// fn's error is returned; the lease is released afterwards.
+	boom := errors.New("boom")
+	c := testClient(t, Config{Table: first.cfg.Table})
+	if err := c.Run(ctx, "other", func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v", err)
+	}
+	if info, err := c.Get(ctx, "other"); err == nil && info.Held() {
+		t.Fatalf("lease still held after Run: %+v", info)
+	}
+}
+
+// A lease lost while TryRun's function runs ends the function's context
+// and is reported by TryRun.
+func TestTryRunReportsLossWhileRunning(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	admin := testClient(t, Config{Table: c.cfg.Table})
+	err := c.TryRun(ctx, "job", func(ctx context.Context) error {
+		if _, err := admin.ForceRelease(ctx, "job"); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done(): // cancelled at the next renewal
+			return nil
+		case <-time.After(patience):
+			return errors.New("fn's context was not cancelled when the lease was lost")
+		}
+	}, WithTTL(time.Second))
+	if !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("TryRun = %v, want ErrLeaseLost", err)
+	}
+}
 
 // heldLease returns the lease c holds on name, as its renewals see it.
 func heldLease(c *Client, name string) *Lease {
@@ -104,17 +191,9 @@ func TestCallbackContextsCheckDeadlineInline(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- e.Run(rctx) }()
-		select {
-		case <-checked:
-		case <-time.After(20 * time.Second):
-			t.Fatal("never elected")
-		}
+		pgtest.Receive(t, checked, "the elector to be elected")
 		stop()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Run did not return after its context was cancelled")
-		}
+		pgtest.Receive(t, done, "Run to return after its context was cancelled")
 	})
 }
 
@@ -127,11 +206,7 @@ func TestCallbackContextsEndWithCaller(t *testing.T) {
 		cctx, cancel := context.WithCancelCause(ctx)
 		err := run(cctx, "job", func(fctx context.Context) error {
 			cancel(errStop)
-			select {
-			case <-fctx.Done():
-			case <-time.After(20 * time.Second):
-				t.Fatal("fn's context did not end with the caller's")
-			}
+			pgtest.Receive(t, fctx.Done(), "fn's context to end with the caller's")
 			if !errors.Is(context.Cause(fctx), errStop) || fctx.Err() == nil {
 				t.Errorf("Err %v cause %v, want the caller's", fctx.Err(), context.Cause(fctx))
 			}
@@ -155,7 +230,7 @@ func TestCallbackContextsEndWithCaller(t *testing.T) {
 	if err := e.Run(rctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Elector.Run: %v", err)
 	}
-	if cause := <-got; !errors.Is(cause, errStop) {
+	if cause := pgtest.Receive(t, got, "lead's cause"); !errors.Is(cause, errStop) {
 		t.Errorf("lead's cause %v, want the caller's", cause)
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -212,4 +212,172 @@ func TestTransientGuardFailureKeepsLease(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit after a passing Guard: %v", err)
 	}
+}
+
+// guardedTx acquires "g" with ttl on a new client and opens a transaction
+// of the test pool in which the lease's Guard passed (rolled back at the
+// end of the test unless committed).
+func guardedTx(t *testing.T, ttl time.Duration) (*Client, *Lease, *pgxpool.Pool, pgx.Tx) {
+	t.Helper()
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	l, err := c.TryAcquire(ctx, "g", WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if err := l.Guard(ctx, tx); err != nil {
+		t.Fatalf("Guard: %v", err)
+	}
+	return c, l, pool, tx
+}
+
+// Guard keeps a takeover (here a force-release) from committing while the
+// guarded transaction is open, and fails once the token is stale.
+func TestGuardBlocksTakeoverUntilCommit(t *testing.T) {
+	ctx := testCtx(t)
+	c, l, pool, tx := guardedTx(t, 5*time.Second)
+	admin := testClient(t, Config{Table: c.cfg.Table, Owner: "force-releaser"})
+	forced := make(chan error, 1)
+	go func() {
+		_, err := admin.ForceRelease(ctx, "g")
+		forced <- err
+	}()
+	pgtest.WaitLockWait(t, "pglease force-releaser")
+	select {
+	case err := <-forced:
+		t.Fatalf("force-release committed inside the guarded transaction: %v", err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, forced, "the force-release after the commit"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := l.Guard(ctx, tx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Guard after force-release: %v, want ErrNotHeld", err)
+	}
+}
+
+// A guarded transaction whose client goes silent (a partition: nothing
+// reaches the server, the connection stays open) must not block takeovers
+// for ever: the server ends it once it has sat idle past the lease's local
+// deadline, a contender then takes the name, and the stale transaction
+// cannot commit.
+func TestAbandonedGuardedTransactionDoesNotBlockTakeover(t *testing.T) {
+	ctx := testCtx(t)
+	c, l, _, tx := guardedTx(t, 2*time.Second)
+	other := testClient(t, Config{Table: c.cfg.Table})
+	// The transaction now sits idle, as when its client is partitioned.
+	actx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	l2, err := other.Acquire(actx, "g", WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatalf("a contender could not take over while the guarded transaction sat idle: %v", err)
+	}
+	defer l2.Release(ctx)
+	if l2.Token() <= l.Token() {
+		t.Fatalf("token %d after %d", l2.Token(), l.Token())
+	}
+	pgtest.Receive(t, l.Done(), "the old holder's lease to end")
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("the abandoned guarded transaction committed after a takeover")
+	}
+}
+
+// The idle bound a Guard sets is local to the caller's transaction, and a
+// stricter setting of the caller's own is kept.
+func TestGuardIdleBoundIsTransactionLocal(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	l, err := c.TryAcquire(ctx, "g", WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	conn, err := pgtest.Pool(t).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	setting := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) int64 {
+		var ms int64
+		if err := q.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	for _, own := range []int64{0, 1000} {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SET idle_in_transaction_session_timeout = %d", own)); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Guard(ctx, tx); err != nil {
+			t.Fatalf("Guard: %v", err)
+		}
+		got := setting(tx)
+		want := own
+		if own == 0 {
+			if got <= 0 || got > (30*time.Second).Milliseconds() {
+				t.Errorf("session setting 0: in the guarded transaction %d ms, want the time left until the lease's deadline", got)
+			}
+		} else if got != want {
+			t.Errorf("session setting %d ms: in the guarded transaction %d ms, want the stricter %d", own, got, want)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if after := setting(conn); after != own {
+			t.Errorf("after the transaction: %d ms, want the session's own %d", after, own)
+		}
+	}
+}
+
+// Guard works for a lease whose TTL is longer than the server's largest
+// idle_in_transaction_session_timeout (about 24.8 days): the timeout it
+// sets is clamped to the setting's range instead of being refused by the
+// server, which the client would otherwise take for "not held".
+func TestGuardOfALeaseLongerThanTheIdleTimeoutRange(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	l, err := c.TryAcquire(ctx, "month", WithTTL(30*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := l.Guard(ctx, tx); err != nil {
+		t.Fatalf("Guard: %v", err)
+	}
+	var setting string
+	if err := tx.QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit after Guard: %v", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("lease ended: %v", l.Err())
+	}
+	t.Logf("idle_in_transaction_session_timeout inside the guarded transaction: %s", setting)
 }

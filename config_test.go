@@ -1,7 +1,6 @@
 package pglease
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -77,62 +76,9 @@ func TestUnsafeConfigRefused(t *testing.T) {
 	}
 }
 
-// The per-lease TTL and minimum hold obey the same rules, with the same
-// messages, and a refused lease leaves no row behind.
-func TestUnsafeLeaseTimingRefused(t *testing.T) {
-	ctx := testCtx(t)
-	c := testClient(t, Config{SafetyMargin: 5 * time.Second})
-	for _, tc := range []struct {
-		name string
-		opts []Option
-		want string
-	}{
-		// Margin 5s, default interval 4s: a deadline at 7s leaves one
-		// renewal.
-		{"DefaultIntervalTooLongForShortTTL", []Option{WithTTL(12 * time.Second)}, "fewer than two renewal attempts"},
-		{"MarginAboveHalf", []Option{WithTTL(9 * time.Second)}, "below half the TTL"},
-		{"SubMillisecondTTL", []Option{WithTTL(time.Minute + time.Nanosecond)}, "TTL 1m0.000000001s is not a whole number of milliseconds"},
-		{"SubMillisecondMinHold", []Option{WithMinHold(time.Second + 100*time.Microsecond)}, "minimum hold 1.0001s is not a whole number of milliseconds"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := c.TryAcquire(ctx, "n", tc.opts...)
-			if err == nil {
-				t.Fatal("TryAcquire accepted it")
-			}
-			sentinel := ErrInvalidArgument
-			if strings.HasPrefix(tc.want, "TTL ") {
-				sentinel = ErrInvalidTTL
-			}
-			if !errors.Is(err, sentinel) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("TryAcquire: %v, want %v saying %q", err, sentinel, tc.want)
-			}
-			if _, err := c.NewElector("n", func(context.Context) error { return nil }, tc.opts...); !errors.Is(err, sentinel) {
-				t.Errorf("NewElector: %v, want %v", err, sentinel)
-			}
-			if verr := (Config{SafetyMargin: 5 * time.Second}).Validate(tc.opts...); verr == nil || verr.Error() != err.Error() {
-				t.Errorf("Validate: %v, want the acquisition's %v", verr, err)
-			}
-		})
-	}
-	// The same config message at Open and per lease.
-	_, cerr := NewFromPool(pgtest.Pool(t), Config{Table: c.cfg.Table, TTL: 12 * time.Second, SafetyMargin: 5 * time.Second})
-	_, lerr := c.TryAcquire(ctx, "n", WithTTL(12*time.Second))
-	if cerr == nil || lerr == nil || cerr.Error() != lerr.Error() {
-		t.Errorf("config and lease messages differ:\n%v\n%v", cerr, lerr)
-	}
-	if l, err := c.TryAcquire(ctx, "n", WithTTL(20*time.Second)); err != nil {
-		t.Errorf("a safe lease TTL was refused: %v", err)
-	} else {
-		_ = l.Release(ctx)
-	}
-	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
-		t.Errorf("rows after refused leases: %v, %v", infos, err)
-	}
-}
-
 // Schedule reports the timing a lease gets: the defaults, and what the
 // configuration sets.
-func TestSchedule(t *testing.T) {
+func TestScheduleReportsTheTimingALeaseGets(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
 		opts []Option
@@ -156,7 +102,7 @@ func TestSchedule(t *testing.T) {
 }
 
 // One owner rule: CheckOwner, Validate and the constructors agree.
-func TestOwnerRule(t *testing.T) {
+func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
 	for _, tc := range []struct {
 		owner string
 		want  string // "" when valid
@@ -191,5 +137,41 @@ func TestOwnerRule(t *testing.T) {
 		if (nerr == nil) != (err == nil) {
 			t.Errorf("NewFromPool with owner %q = %v, CheckOwner = %v", tc.owner, nerr, err)
 		}
+	}
+}
+
+func TestInvalidInputIsRejectedBeforeAnythingIsSent(t *testing.T) {
+	ctx := testCtx(t)
+	for _, table := range []string{"Leases", `x"; DROP TABLE y; --`, "a.b.c", "ünïcode", "1abc", strings.Repeat("a", 64), "a.", ".a"} {
+		if _, err := Open(ctx, "postgres://nowhere.invalid:1/db", Config{Table: table}); !errors.Is(err, ErrInvalidIdentifier) {
+			t.Errorf("table %q: %v, want ErrInvalidIdentifier", table, err)
+		}
+		if _, err := DDL(table); !errors.Is(err, ErrInvalidIdentifier) {
+			t.Errorf("DDL(%q): %v", table, err)
+		}
+	}
+	c := testClient(t, Config{})
+	for _, name := range []string{"", strings.Repeat("n", 256), "bad\xff", "nul\x00byte"} {
+		if _, err := c.TryAcquire(ctx, name); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("name %q: %v, want ErrInvalidName", name, err)
+		}
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, 500 * time.Millisecond, 200 * 365 * 24 * time.Hour} {
+		if _, err := c.TryAcquire(ctx, "ok", WithTTL(ttl)); !errors.Is(err, ErrInvalidTTL) {
+			t.Errorf("ttl %s: %v, want ErrInvalidTTL", ttl, err)
+		}
+	}
+	if _, err := Open(ctx, "postgres://x", Config{TTL: -1}); !errors.Is(err, ErrInvalidTTL) {
+		t.Errorf("Config.TTL -1: %v", err)
+	}
+	if _, err := c.TryAcquire(ctx, "ok", WithTTL(2*time.Second), WithMinHold(3*time.Second)); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("min hold above TTL: %v", err)
+	}
+	// None of it created a row.
+	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
+		t.Fatalf("List = %v, %v; want no rows", infos, err)
+	}
+	if err := CheckName(strings.Repeat("é", 127)); err != nil {
+		t.Errorf("254-byte name rejected: %v", err)
 	}
 }

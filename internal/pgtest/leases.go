@@ -1,0 +1,172 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Leases reads and writes one pglease lease table directly, past the
+// client: to see a row as the server has it, to age it, or to plant or lock
+// a row as no client would. Each method runs on a short-lived superuser
+// connection and fails the test on error; call them from the test's
+// goroutine.
+type Leases struct {
+	t     testing.TB
+	dsn   string
+	table string // quoted, schema-qualified as given
+}
+
+// LeaseTable returns the lease table "[schema.]table" (as pglease's
+// Config.Table names it) on the server at dsn, usually DSN(t).
+func LeaseTable(t testing.TB, dsn, table string) *Leases {
+	return &Leases{t: t, dsn: dsn, table: pgx.Identifier(strings.Split(table, ".")).Sanitize()}
+}
+
+// Name is the table's quoted, qualified name, for SQL of a test's own.
+func (l *Leases) Name() string { return l.table }
+
+// Row is a lease row as the server has it.
+type Row struct {
+	Name, Owner string
+	Token       int64
+	ExpiresAt   time.Time
+	RenewedAt   time.Time
+	Held        bool   // not expired when read (server clock)
+	Metadata    string // JSON object
+}
+
+// Get returns the row of name, and false when there is none.
+func (l *Leases) Get(name string) (Row, bool) {
+	l.t.Helper()
+	r := Row{Name: name}
+	found := true
+	withConnTo(l.t, l.dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		err := conn.QueryRow(ctx, `SELECT "owner", "token", "expires_at", "renewed_at", "expires_at" > now(), "metadata"::text
+			FROM `+l.table+` WHERE "name" = $1`, name).Scan(&r.Owner, &r.Token, &r.ExpiresAt, &r.RenewedAt, &r.Held, &r.Metadata)
+		if errors.Is(err, pgx.ErrNoRows) {
+			found = false
+			return nil
+		}
+		return err
+	})
+	return r, found
+}
+
+// Held returns the names of the rows that have not expired, whose names
+// start with prefix.
+func (l *Leases) Held(prefix string) []string {
+	l.t.Helper()
+	var names []string
+	withConnTo(l.t, l.dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `SELECT "name" FROM `+l.table+`
+			WHERE starts_with("name", $1) AND "expires_at" > now() ORDER BY "name"`, prefix)
+		if err != nil {
+			return err
+		}
+		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return names
+}
+
+// Count returns the number of rows, held or expired.
+func (l *Leases) Count() int {
+	l.t.Helper()
+	var n int
+	queryRow(l.t, l.dsn, `SELECT count(*) FROM `+l.table, nil, &n)
+	return n
+}
+
+// MaxToken returns the largest token in the table (0 when it is empty).
+func (l *Leases) MaxToken() int64 {
+	l.t.Helper()
+	var n int64
+	queryRow(l.t, l.dsn, `SELECT coalesce(max("token"), 0) FROM `+l.table, nil, &n)
+	return n
+}
+
+// ExpiresAt returns the expiry of name's row (server time).
+func (l *Leases) ExpiresAt(name string) time.Time {
+	l.t.Helper()
+	var at time.Time
+	queryRow(l.t, l.dsn, `SELECT "expires_at" FROM `+l.table+` WHERE "name" = $1`, []any{name}, &at)
+	return at
+}
+
+// SetExpiry makes name's row expire in d from now (server clock); a
+// negative d makes it expired already.
+func (l *Leases) SetExpiry(name string, d time.Duration) {
+	l.t.Helper()
+	l.update(name, `"expires_at" = now() + $2 * interval '1 millisecond'`, d.Milliseconds())
+}
+
+// SetHeartbeatAge makes name's row look last renewed d ago.
+func (l *Leases) SetHeartbeatAge(name string, d time.Duration) {
+	l.t.Helper()
+	l.update(name, `"renewed_at" = now() - $2 * interval '1 millisecond'`, d.Milliseconds())
+}
+
+func (l *Leases) update(name, set string, arg any) {
+	l.t.Helper()
+	withConnTo(l.t, l.dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		tag, err := conn.Exec(ctx, `UPDATE `+l.table+` SET `+set+` WHERE "name" = $1`, name, arg)
+		if err == nil && tag.RowsAffected() != 1 {
+			l.t.Fatalf("pgtest: %s has no row %q", l.table, name)
+		}
+		return err
+	})
+}
+
+// Insert writes a row of name held by owner with token, expiring ttl from
+// now, with metadata (a JSON object; "" for none), as an acquisition would
+// but without its checks: a row whose reply a client never got, or a row of
+// an older table layout (only the columns every layout has are written).
+func (l *Leases) Insert(name, owner string, token int64, ttl time.Duration, metadata string) {
+	l.t.Helper()
+	if metadata == "" {
+		metadata = "{}"
+	}
+	withConnTo(l.t, l.dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `INSERT INTO `+l.table+`
+			("name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "hold_until", "ttl", "metadata")
+			VALUES ($1, $2, $3, now(), now(), now() + $4 * interval '1 millisecond', now(),
+			        $4 * interval '1 millisecond', $5::jsonb)`,
+			name, owner, token, ttl.Milliseconds(), metadata)
+		return err
+	})
+}
+
+// LockRow locks name's row (SELECT … FOR UPDATE) in a transaction of a
+// connection of its own, as a guarded transaction or an operator's session
+// would, until unlock is called or the test ends.
+func (l *Leases) LockRow(name string) (unlock func()) {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, l.dsn)
+	if err != nil {
+		l.t.Fatalf("pgtest: connect: %v", err)
+	}
+	var n int
+	if _, err = conn.Exec(ctx, "BEGIN"); err == nil {
+		err = conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+l.table+` WHERE "name" = $1 FOR UPDATE) AS locked`, name).Scan(&n)
+	}
+	if err != nil || n != 1 {
+		_ = conn.Close(context.Background())
+		l.t.Fatalf("pgtest: lock row %q of %s: %d rows, %v", name, l.table, n, err)
+	}
+	done := false
+	unlock = func() {
+		if !done {
+			done = true
+			_ = conn.Close(context.Background()) // rolls back
+		}
+	}
+	l.t.Cleanup(unlock)
+	return unlock
+}

@@ -1,0 +1,101 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SQL helpers for tests that look at, or change, the server's state
+// directly, past the code under test. Each runs on a short-lived connection
+// as the superuser the tests connect as, and fails the test on error; call
+// them from the test's goroutine.
+
+// Conn returns a connection to the shared server as the tests' superuser,
+// closed when the test ends: for a transaction the test keeps open (a row
+// lock held across calls of the code under test).
+func Conn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, DSN(t))
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// Exec runs sql with args on the shared server.
+func Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	withConn(t, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+		return nil
+	})
+}
+
+// QueryRow runs sql with args on the shared server and scans the one row
+// it returns into dest.
+func QueryRow(t testing.TB, sql string, args []any, dest ...any) {
+	t.Helper()
+	queryRow(t, DSN(t), sql, args, dest...)
+}
+
+func queryRow(t testing.TB, dsn, sql string, args []any, dest ...any) {
+	t.Helper()
+	withConnTo(t, dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+		return nil
+	})
+}
+
+// Value returns the one value of the one row sql returns on the shared
+// server.
+func Value[T any](t testing.TB, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	QueryRow(t, sql, args, &v)
+	return v
+}
+
+// RelationExists reports whether the relation rel (a name as to_regclass
+// reads it: quoted where needed, optionally schema-qualified) exists.
+func RelationExists(t testing.TB, rel string) bool {
+	t.Helper()
+	return Value[bool](t, `SELECT to_regclass($1) IS NOT NULL`, rel)
+}
+
+// WaitLockWait waits until a backend whose application_name is LIKE
+// appNameLike waits for a lock (another session holds a row or table it
+// needs), and fails the test if none does within Patience: the signal that
+// a statement has reached the server and is blocked there.
+func WaitLockWait(t testing.TB, appNameLike string) {
+	t.Helper()
+	WaitFor(t, Patience, "a backend of "+appNameLike+" waiting for a lock", func() bool {
+		return Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE application_name LIKE $1 AND wait_event_type = 'Lock')`, appNameLike)
+	})
+}
+
+// WaitListening waits until a backend whose application_name is LIKE
+// appNameLike sits idle after a LISTEN, and fails the test if none does
+// within Patience. A pglease client's dedicated connection ("pglease
+// <owner>") is such a backend while the client waits for release
+// notifications and holds no lease (renewals would run on it): the signal,
+// seen from the server, that a waiter in another process waits. Tests in
+// the client's own process have a finer one in the client.
+func WaitListening(t testing.TB, appNameLike string) {
+	t.Helper()
+	WaitFor(t, Patience, "a backend of "+appNameLike+" listening", func() bool {
+		return Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE application_name LIKE $1 AND state = 'idle' AND query ILIKE 'LISTEN %')`, appNameLike)
+	})
+}

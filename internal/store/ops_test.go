@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newStore returns the store of table, failing the test on a bad name.
+func newStore(t *testing.T, table string) *Store {
+	t.Helper()
+	s, err := New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// migrated returns a store on a fresh table whose schema is in place, and
+// a pool to run its statements on.
+func migrated(t *testing.T) (*Store, DB) {
+	t.Helper()
+	s := newStore(t, pgtest.Schema(t)+".leases")
+	db := Pgx(pgtest.Pool(t))
+	if err := s.EnsureSchema(testCtx(t), db); err != nil {
+		t.Fatal(err)
+	}
+	return s, db
+}
+
+// ensureConcurrently runs EnsureSchema for each table at once, each on a
+// connection of its own, and returns their errors.
+func ensureConcurrently(t *testing.T, tables []string) []error {
+	ctx := testCtx(t)
+	errs := make([]error, len(tables))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, table := range tables {
+		s := newStore(t, table)
+		conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = s.EnsureSchema(ctx, Pgx(conn))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// newSchemaName returns the name of a schema that does not exist yet,
+// dropped when the test ends.
+func newSchemaName(t *testing.T) string {
+	name := fmt.Sprintf("new_schema_%d", time.Now().UnixNano())
+	t.Cleanup(func() { pgtest.Exec(t, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`) })
+	return name
+}
+
+func TestConcurrentEnsureSchemaCreatesTheTableOnce(t *testing.T) {
+	schema := newSchemaName(t)
+	for i, err := range ensureConcurrently(t, []string{
+		schema + ".leases", schema + ".leases", schema + ".leases", schema + ".leases",
+		schema + ".leases", schema + ".leases", schema + ".leases", schema + ".leases",
+	}) {
+		if err != nil {
+			t.Errorf("EnsureSchema %d: %v", i, err)
+		}
+	}
+	n := pgtest.Value[int](t, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind IN ('r','S')`, schema)
+	if n != 2 {
+		t.Fatalf("%d tables and sequences in %s, want 2", n, schema)
+	}
+}
+
+// Tables created at once in one new schema: CREATE SCHEMA IF NOT EXISTS
+// runs under a lock per schema, not per table, so none of them fails on
+// the schema's unique index (SQLSTATE 23505 on pg_namespace_nspname_index).
+func TestConcurrentEnsureSchemaOfTablesInOneNewSchemaSucceeds(t *testing.T) {
+	for round := range 5 {
+		schema := newSchemaName(t)
+		var tables []string
+		for i := range 4 {
+			tables = append(tables, fmt.Sprintf("%s.t%d", schema, i))
+		}
+		for i, err := range ensureConcurrently(t, tables) {
+			if err != nil {
+				t.Errorf("round %d: EnsureSchema of %s: %v", round, tables[i], err)
+			}
+		}
+	}
+}
+
+// A role that may create tables in an existing schema, but not schemas in
+// the database, can create the lease table there: CREATE SCHEMA IF NOT
+// EXISTS is only sent when the schema is missing (PostgreSQL checks the
+// database's CREATE privilege before it looks for the schema).
+func TestEnsureSchemaInAnExistingSchemaNeedsNoDatabaseCreate(t *testing.T) {
+	ctx := testCtx(t)
+	schema := pgtest.Schema(t)
+	role := "r_" + schema[len(schema)-20:]
+	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; DROP ROLE "+role) })
+	pgtest.Exec(t, "GRANT ALL ON SCHEMA "+schema+" TO "+role)
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := newStore(t, schema+".leases").EnsureSchema(ctx, Pgx(pool)); err != nil {
+		t.Errorf("EnsureSchema in an existing schema the role may create in: %v", err)
+	}
+}
+
+// A renewal never extends a row kept for a minimum hold after its release,
+// nor revives a row that has expired.
+func TestLateRenewalDoesNotExtendReleasedOrExpiredRow(t *testing.T) {
+	ctx := testCtx(t)
+	s, db := migrated(t)
+	rows := pgtest.LeaseTable(t, pgtest.DSN(t), s.Names.Schema+"."+s.Names.Table)
+	const client = "client-id"
+	acquire := func(name string, minHold time.Duration) int64 {
+		r, err := s.Acquire(ctx, db, AcquireArgs{Name: name, Owner: "o", TTL: 10 * time.Second, MinHold: minHold, Client: client})
+		if err != nil || !r.Acquired {
+			t.Fatalf("Acquire %s: %+v, %v", name, r, err)
+		}
+		return r.Token
+	}
+	renew := func(name string, token int64) bool {
+		renewed, _, err := s.Renew(ctx, db, map[string]int64{name: token}, client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return renewed[name]
+	}
+
+	kept := acquire("kept", 5*time.Second)
+	if ok, err := s.Release(ctx, db, "kept", kept, false); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	before := rows.ExpiresAt("kept")
+	if renew("kept", kept) || !rows.ExpiresAt("kept").Equal(before) {
+		t.Fatalf("a renewal extended a row kept for its minimum hold after release (expiry %v → %v)", before, rows.ExpiresAt("kept"))
+	}
+
+	gone := acquire("gone", 0)
+	rows.SetExpiry("gone", -time.Second)
+	before = rows.ExpiresAt("gone")
+	if renew("gone", gone) || !rows.ExpiresAt("gone").Equal(before) {
+		t.Fatal("a renewal revived an expired row")
+	}
+}
+
+// A release does not wait for its WAL flush (lost in a crash, it only
+// delays the next holder); acquire and renew keep the server's setting.
+func TestReleaseSkipsTheFlushWait(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := migrated(t)
+	pool := pgtest.Pool(t)
+	setting := func(run func(q Querier) error) string {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if err := run(Pgx(tx)); err != nil {
+			t.Fatal(err)
+		}
+		var v string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := setting(func(q Querier) error { _, err := s.Release(ctx, q, "x", 1, false); return err }); v != "off" {
+		t.Fatalf("synchronous_commit after Release = %q, want off", v)
+	}
+	for what, run := range map[string]func(q Querier) error{
+		"Acquire": func(q Querier) error {
+			_, err := s.Acquire(ctx, q, AcquireArgs{Name: "x", Owner: "o", TTL: time.Second})
+			return err
+		},
+		"Renew": func(q Querier) error { _, _, err := s.Renew(ctx, q, map[string]int64{"x": 1}, "c"); return err },
+	} {
+		if v := setting(run); v != "on" {
+			t.Errorf("synchronous_commit after %s = %q, want on", what, v)
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package pglease
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// Events arrive in order; an observer that panics at every renewal breaks
+// neither renewals nor the delivery of later events.
+func TestObserverGetsEventsInOrderAndSurvivesItsOwnPanic(t *testing.T) {
+	ctx := testCtx(t)
+	log := newEventLog()
+	c := testClient(t, Config{Observer: ObserverFunc(func(e Event) {
+		log.Observe(e)
+		if e.Kind == EventRenewed {
+			panic("a broken observer")
+		}
+	})})
+	other := testClient(t, Config{Table: c.cfg.Table})
+	ol, err := other.TryAcquire(ctx, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "o"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	_ = ol.Release(ctx)
+	l, err := c.TryAcquire(ctx, "o", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewals after the first panic keep the lease past its deadline,
+	// and their events still arrive.
+	awaitKeptPast(t, log, l, l.Deadline())
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil { // waits for the last event's delivery
+		t.Fatal(err)
+	}
+	k := log.kinds()
+	want := []EventKind{EventContended, EventAcquired, EventRenewed}
+	if len(k) < 4 || k[0] != want[0] || k[1] != want[1] || k[2] != want[2] || k[len(k)-1] != EventReleased {
+		t.Fatalf("events %v", k)
+	}
+}
