@@ -69,7 +69,7 @@ func noArgs(fs *flagSet) error {
 }
 
 func (e *env) cmdList(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("ls", lsFlags, args)
+	fs, code, done := e.parse("ls", args)
 	if done {
 		return code
 	}
@@ -167,7 +167,7 @@ func toJSON(in pglease.Info) leaseJSON {
 }
 
 func (e *env) cmdStatus(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("status", statusFlags, args)
+	fs, code, done := e.parse("status", args)
 	if done {
 		return code
 	}
@@ -206,7 +206,7 @@ func (e *env) cmdStatus(ctx context.Context, args []string) int {
 }
 
 func (e *env) cmdRelease(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("release", releaseFlags, args)
+	fs, code, done := e.parse("release", args)
 	if done {
 		return code
 	}
@@ -242,7 +242,7 @@ func (e *env) cmdRelease(ctx context.Context, args []string) int {
 }
 
 func (e *env) cmdMigrate(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("migrate", connFlags, args)
+	fs, code, done := e.parse("migrate", args)
 	if done {
 		return code
 	}
@@ -264,7 +264,7 @@ func (e *env) cmdMigrate(ctx context.Context, args []string) int {
 }
 
 func (e *env) cmdSchema(args []string) int {
-	fs, code, done := e.parse("schema", schemaFlags, args)
+	fs, code, done := e.parse("schema", args)
 	if done {
 		return code
 	}
@@ -280,7 +280,7 @@ func (e *env) cmdSchema(args []string) int {
 }
 
 func (e *env) cmdCleanup(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("cleanup", connFlags, args)
+	fs, code, done := e.parse("cleanup", args)
 	if done {
 		return code
 	}

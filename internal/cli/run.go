@@ -71,7 +71,7 @@ func reason(err error, sentinel error) string {
 // exactly what the library accepts. Usage errors exit 125: a wrapper's own
 // failure must never look like COMMAND's 1 or 2.
 func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
-	fs, code, done := e.parse("run", runFlags, args)
+	fs, code, done := e.parse("run", args)
 	if done {
 		if code == exitUsage {
 			code = exitRunFailure
