@@ -73,8 +73,9 @@ func TestFailoverSyncReplication(t *testing.T) {
 // loses. Replication runs through a proxy that is blackholed for lagWindow
 // before the primary crashes, standing in for replication lag: every lease
 // granted and every token drawn in that window is unknown to the promoted
-// standby. The test reports what was lost and which §1 properties broke;
-// it fails only if nothing was lost (the measurement did not work).
+// standby. The test reports what was lost and which of the properties
+// that [Check] verifies broke; it fails only if nothing was lost (the
+// measurement did not work).
 func TestFailoverAsyncReplication(t *testing.T) {
 	if _, err := pgcluster.FindBinaries(); err != nil {
 		t.Skip(err)

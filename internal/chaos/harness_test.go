@@ -452,7 +452,7 @@ func (r *run) finish(opt Options) Report {
 		r.t.Logf("fast-failover sessions terminated by the server: the old holder's lease ended %s after the successor acquired", windowStats(rep.Windows))
 	}
 	if !rep.OK() {
-		r.t.Errorf("history violates SPEC §1:\n%s\n%s", rep, r.stderrTails())
+		r.t.Errorf("the history violates the lease properties:\n%s\n%s", rep, r.stderrTails())
 	}
 	if rep.Sections == 0 {
 		r.t.Errorf("no critical sections recorded\n%s", r.stderrTails())

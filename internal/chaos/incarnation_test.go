@@ -13,7 +13,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// TestSessionTakeoverNeedsSameIncarnation: SPEC §3.5 — a session-bound
+// TestSessionTakeoverNeedsSameIncarnation: a session-bound
 // takeover (the advisory lock is free, so the holder's session looks gone)
 // is allowed only by the server incarnation that granted the lease. A
 // promoted standby, or a server after a crash-restart or a crash-recovery

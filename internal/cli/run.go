@@ -251,7 +251,8 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		return e.runFailure(err)
 	}
 	// Closing waits for the database at most this long; after a lost lease
-	// not at all (SPEC: exit 76 without waiting for the database).
+	// not at all: the exit 76 must not wait on a database that may be why
+	// the lease was lost, and a lost lease has nothing to release.
 	closeWait := 2 * time.Second
 	defer func() { closeBounded(c, closeWait) }()
 	if err := c.Migrate(waitCtx); err != nil {
