@@ -4,7 +4,13 @@
 // pg_terminate_backend, server restarts, statement timeouts, a saturated
 // pool, PgBouncer, a minimal-privilege role, a database failover to a
 // streaming standby) and checks the recorded history of critical sections
-// against SPEC §1 with [Check].
+// with [Check]: no two holders' critical sections of one name overlap
+// (except inside the documented window of a fast-failover session that the
+// server ended), tokens increase in the order sections start and are never
+// handed out twice, no holder believes in a lease past its local deadline,
+// the fenced writes of each name carry non-decreasing tokens, and every
+// name is held again within the TTL plus a few seconds after each fault
+// heals.
 //
 // Every holder appends one JSON line per event to a file of its own with
 // write(2), so a SIGKILL loses at most the event being written. All holders

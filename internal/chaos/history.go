@@ -25,6 +25,8 @@ const (
 	KindReleased = "rel"    // the holder calls Release (it no longer believes in the lease)
 	KindError    = "err"    // an acquire or write failed (Msg)
 	KindStart    = "start"  // the holder process started
+	KindWaiting  = "held"   // an attempt found the lease held by another owner (Msg): the holder waits
+	KindRenewed  = "renew"  // a renewal of the lease succeeded
 	KindDone     = "done"   // the lease's Done fired (its context was cancelled); Dl = its local deadline then, Msg = cause
 )
 

@@ -90,6 +90,14 @@ func RunHolder(cfgJSON string) int {
 		c, err = pglease.Open(octx, hc.DSN, pglease.Config{
 			Table: hc.Table, Owner: hc.Owner, TTL: hc.TTL, DisableNotify: hc.DisableNotify,
 			MaxConns: hc.MaxConns, StatementTimeout: 5 * time.Second, ConnectTimeout: 3 * time.Second,
+			Observer: pglease.ObserverFunc(func(e pglease.Event) {
+				switch e.Kind {
+				case pglease.EventContended:
+					rec.Record(Event{K: KindWaiting, Name: e.Name, Msg: e.Previous})
+				case pglease.EventRenewed:
+					rec.Record(Event{K: KindRenewed, Name: e.Name, Tok: e.Token})
+				}
+			}),
 		})
 		cancel()
 		if err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,32 @@ import (
 
 // unreachableDSN points at a port nothing listens on.
 const unreachableDSN = "postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"
+
+// countingServer listens on a local port that speaks no protocol and
+// returns a DSN for it and a function counting the connections it
+// accepted: a client that validates its input before connecting never
+// reaches it.
+func countingServer(t *testing.T) (dsn string, connections func() int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return "postgres://u@" + ln.Addr().String() + "/db?sslmode=disable&connect_timeout=2", func() int { return int(n.Load()) }
+}
 
 var hostileNames = map[string]string{
 	"empty":        "",
@@ -143,17 +171,17 @@ var hostileTables = []string{
 
 func TestHostileIdentifiersAreRejectedBeforeConnecting(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
+	dsn, connections := countingServer(t)
 	for _, table := range hostileTables {
 		if _, err := pglease.DDL(table); !errors.Is(err, pglease.ErrInvalidIdentifier) {
 			t.Errorf("DDL(%q): %v, want ErrInvalidIdentifier", table, err)
 		}
-		start := time.Now()
-		_, err := pglease.Open(ctx, unreachableDSN, pglease.Config{Table: table})
+		_, err := pglease.Open(ctx, dsn, pglease.Config{Table: table})
 		if !errors.Is(err, pglease.ErrInvalidIdentifier) {
 			t.Errorf("Open(Table %q): %v, want ErrInvalidIdentifier", table, err)
 		}
-		if d := time.Since(start); d > 500*time.Millisecond {
-			t.Errorf("Open(Table %q) took %v: it tried to connect before validating", table, d)
+		if n := connections(); n > 0 {
+			t.Fatalf("Open(Table %q) connected (%d connections so far) before refusing the table name", table, n)
 		}
 		if _, err := pglease.NewFromPool(pgtest.Pool(t), pglease.Config{Table: table}); !errors.Is(err, pglease.ErrInvalidIdentifier) {
 			t.Errorf("NewFromPool(Table %q): %v, want ErrInvalidIdentifier", table, err)
@@ -247,7 +275,7 @@ func catalogSnapshot(t *testing.T, schema string) string {
 }
 
 func TestUnreachableDSN(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
+	ctx := ctxT(t, patience)
 	const pw = "s3cr3t-Horse-Battery"
 	for _, dsn := range []string{
 		"postgres://app:" + pw + "@127.0.0.1:1/db?sslmode=disable&connect_timeout=2",
@@ -258,9 +286,15 @@ func TestUnreachableDSN(t *testing.T) {
 	} {
 		start := time.Now()
 		_, err := pglease.Open(ctx, dsn, pglease.Config{})
+		took := time.Since(start)
 		if err == nil {
 			t.Errorf("Open(%q) succeeded", dsn)
 			continue
+		}
+		// Open gives up by itself (connect_timeout, a refused connection,
+		// a DSN it cannot parse), not when the caller's context ends.
+		if ctx.Err() != nil {
+			t.Fatalf("Open(%q) returned only when the test's context ended: %v", dsn, err)
 		}
 		if strings.Contains(err.Error(), pw) {
 			t.Errorf("error echoes the password: %v", err)
@@ -268,10 +302,7 @@ func TestUnreachableDSN(t *testing.T) {
 		if !strings.HasPrefix(err.Error(), "pglease: ") {
 			t.Errorf("error lacks the pglease: prefix: %v", err)
 		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("Open took %v", d)
-		}
-		t.Logf("%v", err)
+		t.Logf("after %v: %v", took.Round(time.Millisecond), err)
 	}
 }
 
@@ -300,13 +331,20 @@ func TestWrongPassword(t *testing.T) {
 		adminExec(t, base, `SELECT pg_reload_conf()`)
 	})
 	adminExec(t, base, `SELECT pg_reload_conf()`)
-	time.Sleep(200 * time.Millisecond)
 
 	const wrong = "wrong-Pass-5678"
 	dsn := strings.Replace(base, "postgres@", role+":"+wrong+"@", 1)
-	_, err = pglease.Open(ctx, dsn, pglease.Config{})
-	if err == nil {
-		t.Fatal("Open with a wrong password succeeded")
+	// The reload is asynchronous: until the server has read the new rule,
+	// trust still lets the role in.
+	if !poll(patience, func() bool {
+		var c *pglease.Client
+		c, err = pglease.Open(ctx, dsn, pglease.Config{})
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}) {
+		t.Fatalf("Open with a wrong password still succeeded %v after the reload", patience)
 	}
 	if strings.Contains(err.Error(), wrong) {
 		t.Errorf("error echoes the password: %v", err)

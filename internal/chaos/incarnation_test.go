@@ -13,7 +13,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// TestSessionTakeoverNeedsSameIncarnation: SPEC §3.5 — a session-bound
+// TestSessionTakeoverNeedsSameIncarnation: a session-bound
 // takeover (the advisory lock is free, so the holder's session looks gone)
 // is allowed only by the server incarnation that granted the lease. A
 // promoted standby, or a server after a crash-restart or a crash-recovery
@@ -80,10 +80,16 @@ func incarnation(t *testing.T, fast bool, s incarnationSetup) {
 	r := startRun(t, scenario{holders: 0, fast: fast, ttl: 8 * time.Second, csMin: time.Minute, csMax: time.Minute,
 		dsn: s.waiter, admin: s.admin})
 	a := r.spawnWith(spawnOpt{fast: fast, dsn: s.holder, proxyTo: s.holderTarget})
-	_, tok := r.holderOf("job", 30*time.Second)
+	_, tok, _ := r.holderOf("job")
 	b := r.spawnWith(spawnOpt{fast: fast})
-	r.waitSession(b.owner, 30*time.Second)
-	time.Sleep(300 * time.Millisecond) // let the waiter reach its wait (advisory lock or expiry timer)
+	// The waiter has seen the lease held and waits: on the holder's
+	// session lock (fast failover), or for the row's expiry.
+	if r.waitEvent(func(e Event) bool { return e.K == KindWaiting && e.Pid == b.pid() }, patience) == nil {
+		t.Fatalf("the waiter never found the lease held\n%s", r.stderrTails())
+	}
+	if fast {
+		r.waitLockWait(b.owner)
+	}
 
 	start := Now()
 	a.proxy.Partition(true)
@@ -95,11 +101,11 @@ func incarnation(t *testing.T, fast bool, s incarnationSetup) {
 	}
 	r.addFault("incarnation", start, 0)
 	replaced := Now()
-	if !r.waitAcquired("job", tok, 2*r.sc.ttl+10*time.Second) {
+	if !r.waitAcquired("job", tok, patience) {
 		t.Errorf("the waiter never acquired after %s; the server's sessions:\n%s", s.fault, r.activity())
 	}
 	// The holder's lease ends at its local deadline at the latest.
-	done := r.waitEvent(func(e Event) bool { return e.K == KindDone && e.Pid == a.pid() && e.Tok == tok }, r.sc.ttl+5*time.Second)
+	done := r.waitEvent(func(e Event) bool { return e.K == KindDone && e.Pid == a.pid() && e.Tok == tok }, patience)
 	events, _ := LoadDir(r.dir)
 	var acq *Event
 	for i, e := range events {
@@ -129,42 +135,23 @@ func incarnation(t *testing.T, fast bool, s incarnationSetup) {
 	r.finish(Options{})
 }
 
-// waitSession waits until the server shows a session of the holder owner.
-func (r *run) waitSession(owner string, timeout time.Duration) {
+// waitLockWait waits until a session of the holder owner waits on an
+// advisory lock: a fast-failover waiter blocked on the holder's session.
+func (r *run) waitLockWait(owner string) {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	if !poll(patience, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		var n int
+		defer cancel()
 		conn, err := pgx.Connect(ctx, r.base)
-		if err == nil {
-			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, "pglease "+owner).Scan(&n)
-			conn.Close(ctx)
+		if err != nil {
+			return false
 		}
-		cancel()
-		if err == nil && n > 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	r.t.Fatalf("no session of %s within %v\n%s", owner, timeout, r.stderrTails())
-}
-
-// waitEvent waits until some holder recorded an event matching f and
-// returns it, or nil after timeout.
-func (r *run) waitEvent(f func(Event) bool, timeout time.Duration) *Event {
-	deadline := time.Now().Add(timeout)
-	for {
-		ev, _ := LoadDir(r.dir)
-		for i := range ev {
-			if f(ev[i]) {
-				return &ev[i]
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer conn.Close(ctx)
+		var n int
+		err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'advisory'`, "pglease "+owner).Scan(&n)
+		return err == nil && n > 0
+	}) {
+		r.t.Fatalf("no session of %s waited on an advisory lock within %v; the server's sessions:\n%s\n%s", owner, patience, r.activity(), r.stderrTails())
 	}
 }
 
@@ -173,6 +160,13 @@ func (r *run) waitEvent(f func(Event) bool, timeout time.Duration) *Event {
 // locks are gone) without restarting. It waits until the server accepts
 // connections again.
 func crashBackend(ctx context.Context, dsn string) error {
+	// A session that the crash cycle ends like every other: its end says
+	// that the cycle has begun.
+	sentinel, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer sentinel.Close(context.Background())
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -188,22 +182,20 @@ func crashBackend(ctx context.Context, dsn string) error {
 		return fmt.Errorf("kill backend %d: %w", pid, err)
 	}
 	conn.Close(ctx)
-	// Wait for the crash cycle to begin (new connections are refused
-	// while it runs), then for the server to accept connections again.
-	time.Sleep(100 * time.Millisecond)
-	for {
+	if !poll(patience, func() bool { return sentinel.Ping(ctx) != nil }) {
+		return fmt.Errorf("the server did not end its sessions within %v of the crash of backend %d", patience, pid)
+	}
+	var last error
+	if !poll(patience, func() bool {
 		c, err := pgx.Connect(ctx, dsn)
 		if err == nil {
 			err = c.Ping(ctx)
 			c.Close(ctx)
-			if err == nil {
-				return nil
-			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("server did not come back after the backend crash: %w", err)
-		case <-time.After(50 * time.Millisecond):
-		}
+		last = err
+		return err == nil
+	}) {
+		return fmt.Errorf("server did not come back after the backend crash: %w", last)
 	}
+	return nil
 }

@@ -103,21 +103,26 @@ ignore_startup_parameters = extra_float_digits
 		}
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lport))
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			break
-		}
+	gone := false
+	listening := poll(patience, func() bool {
 		select {
 		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			t.Fatalf("pgbouncer exited: %s\n%s", out.String(), log)
+			gone = true
+			return true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pgbouncer did not listen on %s", addr)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
 		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	})
+	switch {
+	case gone:
+		log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+		t.Fatalf("pgbouncer exited: %s\n%s", out.String(), log)
+	case !listening:
+		t.Fatalf("pgbouncer did not listen on %s within %v", addr, patience)
 	}
 	// PgBouncer 1.18 in transaction pooling mode cannot keep named prepared
 	// statements: tell pgx to use the unnamed one, as docs/OPERATIONS.md says.
@@ -130,17 +135,17 @@ ignore_startup_parameters = extra_float_digits
 func TestPgBouncerTransactionPooling(t *testing.T) {
 	bouncer := startPgBouncer(t, pgtest.DSN(t))
 	r := startRun(t, scenario{holders: 3, names: []string{"a", "b"}, dsn: bouncer, noNotify: true})
-	r.waitBeliefs(5, 30*time.Second)
+	r.waitBeliefs(5)
 	for i := range 3 {
-		p, _ := r.holderOf(r.sc.names[i%2], 15*time.Second)
+		p, _, _ := r.holderOf(r.sc.names[i%2])
 		r.kill(p)
 		r.spawn()
-		time.Sleep(r.sc.ttl + time.Second)
+		r.waitProgress(Now())
 	}
 	start := Now()
 	n := pgtest.TerminateBackends(t, "%") // PgBouncer's server connections and everything else
 	r.addFault("terminate-all", start, 0)
 	t.Logf("terminated %d backends behind PgBouncer", n)
-	time.Sleep(r.sc.ttl + 2*time.Second)
+	r.waitProgress(Now())
 	r.finish(Options{Liveness: r.sc.ttl + 7*time.Second}) // waiters poll: no notifications
 }

@@ -56,7 +56,7 @@ func soakPhase(t *testing.T, fast bool, target int) (Report, string) {
 	cl := pgtest.RequireCluster(t)
 	r := startRun(t, scenario{holders: 4, names: []string{"n1", "n2", "n3", "n4", "n5", "n6"}, proxy: true, fast: fast,
 		csMin: 10 * time.Millisecond, csMax: 60 * time.Millisecond})
-	r.waitBeliefs(20, time.Minute)
+	r.waitBeliefs(20)
 	ttl := r.sc.ttl
 	pick := func() *proc {
 		ps := r.live()
@@ -72,7 +72,7 @@ func soakPhase(t *testing.T, fast bool, target int) (Report, string) {
 			p := pick()
 			start := Now()
 			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-			time.Sleep(3 * ttl / 2)
+			time.Sleep(3 * ttl / 2) // the fault lasts longer than the TTL
 			_ = p.cmd.Process.Signal(syscall.SIGCONT)
 			r.addFault("sigstop", start, p.pid())
 		}},
@@ -80,7 +80,7 @@ func soakPhase(t *testing.T, fast bool, target int) (Report, string) {
 			p := pick()
 			start := Now()
 			p.proxy.Partition(true)
-			time.Sleep(2 * ttl)
+			time.Sleep(2 * ttl) // the fault lasts twice the TTL
 			p.proxy.Partition(false)
 			r.addFault("partition", start, p.pid())
 		}},
@@ -94,7 +94,7 @@ func soakPhase(t *testing.T, fast bool, target int) (Report, string) {
 			p := pick()
 			start := Now()
 			p.proxy.SetDelay(time.Duration(rand.N(1500)) * time.Millisecond)
-			time.Sleep(2 * ttl)
+			time.Sleep(2 * ttl) // the fault lasts twice the TTL
 			p.proxy.SetDelay(0)
 			r.addFault("delay", start, p.pid())
 		}},
@@ -136,9 +136,11 @@ func soakPhase(t *testing.T, fast bool, target int) (Report, string) {
 		f := faults[i%len(faults)]
 		f.do()
 		injected[f.kind]++
-		time.Sleep(ttl + time.Duration(rand.N(1000))*time.Millisecond)
+		r.waitProgress(Now())
+		// A random pause, so that the next fault lands at a random point
+		// of the holders' sections and renewals.
+		time.Sleep(time.Duration(rand.N(1000)) * time.Millisecond)
 	}
-	time.Sleep(ttl + 2*time.Second)
 	rep := r.finish(Options{})
 	var kinds []string
 	total := 0

@@ -72,7 +72,6 @@ func noArgs(fs *flagSet) error {
 // release, migrate, cleanup.
 type adminCommand struct {
 	name      string
-	flags     []flagSpec
 	takesName bool                    // its one operand is a lease NAME; else it takes none
 	readOnly  bool                    // it changes nothing in the database (see connect)
 	check     func(fs *flagSet) error // further usage checks, or nil
@@ -82,7 +81,7 @@ type adminCommand struct {
 // runAdmin parses and checks args, reporting usage errors before anything
 // connects, then connects and runs a, all within adminTimeout.
 func (e *env) runAdmin(ctx context.Context, a adminCommand, args []string) int {
-	fs, code, done := e.parse(a.name, a.flags, args)
+	fs, code, done := e.parse(a.name, args)
 	if done {
 		return code
 	}
@@ -110,7 +109,7 @@ func (e *env) runAdmin(ctx context.Context, a adminCommand, args []string) int {
 }
 
 func (e *env) cmdList(ctx context.Context, args []string) int {
-	return e.runAdmin(ctx, adminCommand{name: "ls", flags: lsFlags, readOnly: true, run: e.list}, args)
+	return e.runAdmin(ctx, adminCommand{name: "ls", readOnly: true, run: e.list}, args)
 }
 
 func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
@@ -198,7 +197,7 @@ func toJSON(in pglease.Info) leaseJSON {
 }
 
 func (e *env) cmdStatus(ctx context.Context, args []string) int {
-	return e.runAdmin(ctx, adminCommand{name: "status", flags: statusFlags, takesName: true, readOnly: true, run: e.status}, args)
+	return e.runAdmin(ctx, adminCommand{name: "status", takesName: true, readOnly: true, run: e.status}, args)
 }
 
 func (e *env) status(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int {
@@ -226,7 +225,7 @@ func (e *env) status(ctx context.Context, c *pglease.Client, fs *flagSet, name s
 }
 
 func (e *env) cmdRelease(ctx context.Context, args []string) int {
-	return e.runAdmin(ctx, adminCommand{name: "release", flags: releaseFlags, takesName: true,
+	return e.runAdmin(ctx, adminCommand{name: "release", takesName: true,
 		check: func(fs *flagSet) error {
 			if !fs.boolean("force") {
 				return usagef("release takes a lease from its holder: add --force to confirm")
@@ -255,7 +254,7 @@ func (e *env) release(ctx context.Context, c *pglease.Client, _ *flagSet, name s
 }
 
 func (e *env) cmdMigrate(ctx context.Context, args []string) int {
-	return e.runAdmin(ctx, adminCommand{name: "migrate", flags: connFlags, run: e.migrate}, args)
+	return e.runAdmin(ctx, adminCommand{name: "migrate", run: e.migrate}, args)
 }
 
 func (e *env) migrate(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
@@ -267,7 +266,7 @@ func (e *env) migrate(ctx context.Context, c *pglease.Client, fs *flagSet, _ str
 }
 
 func (e *env) cmdSchema(args []string) int {
-	fs, code, done := e.parse("schema", schemaFlags, args)
+	fs, code, done := e.parse("schema", args)
 	if done {
 		return code
 	}
@@ -283,7 +282,7 @@ func (e *env) cmdSchema(args []string) int {
 }
 
 func (e *env) cmdCleanup(ctx context.Context, args []string) int {
-	return e.runAdmin(ctx, adminCommand{name: "cleanup", flags: connFlags, run: e.cleanup}, args)
+	return e.runAdmin(ctx, adminCommand{name: "cleanup", run: e.cleanup}, args)
 }
 
 func (e *env) cleanup(ctx context.Context, c *pglease.Client, _ *flagSet, _ string) int {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -56,7 +55,7 @@ func TestAdminCommands(t *testing.T) {
 	// An expired row: its holder is SIGKILLed and it is not session-bound.
 	gone := holdLease(t, env, table, "abandoned", "--ttl", "1s")
 	gone.signal(syscall.SIGKILL)
-	gone.wait(5 * time.Second)
+	gone.wait()
 
 	code, stdout, stderr := run(t, env, "ls", "--table", table)
 	if code != 0 {
@@ -97,7 +96,7 @@ func TestAdminCommands(t *testing.T) {
 	if code, stdout, _ := run(t, env, "status", "never-taken", "--table", table); code != 3 || !strings.Contains(stdout, "free") {
 		t.Errorf("status of a free lease: exit %d %q", code, stdout)
 	}
-	waitFor(t, 5*time.Second, "the abandoned lease to expire", func() bool {
+	waitFor(t, "the abandoned lease to expire", func() bool {
 		return lsJSON(t, env, table)["abandoned"].State == "expired"
 	})
 	if code, _, _ := run(t, env, "status", "abandoned", "--table", table); code != 3 {
@@ -111,7 +110,7 @@ func TestAdminCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "released nightly-report: owner host-a, token") {
 		t.Errorf("release: exit %d %q", code, stdout)
 	}
-	if code := holder.wait(10 * time.Second); code != 76 {
+	if code := holder.wait(); code != 76 {
 		t.Errorf("holder of a force-released lease: exit %d, want 76", code)
 	}
 	if code, _, stderr := run(t, env, "release", "--force", "nightly-report", "--table", table); code != 3 || !strings.Contains(stderr, "no lease") {
@@ -125,10 +124,16 @@ func TestAdminShowsStaleLease(t *testing.T) {
 	direct := []string{"PGLEASE_DSN=" + pgtest.DSN(t)}
 	proxy := pgtest.NewProxy(t, pgtest.HostPort(t, pgtest.DSN(t)))
 	viaProxy := []string{"PGLEASE_DSN=" + proxy.DSN(pgtest.DSN(t))}
-	holdLease(t, viaProxy, table, "zombie", "--ttl", "3s")
+	// A lease is stale from half its TTL without a heartbeat until it
+	// expires: a 10s TTL leaves the polls 5s to see it so.
+	holdLease(t, viaProxy, table, "zombie", "--ttl", "10s")
 	proxy.Blackhole(true)
-	waitFor(t, 5*time.Second, "the lease to show as stale", func() bool {
-		return lsJSON(t, direct, table)["zombie"].State == "stale"
+	waitFor(t, "the lease to show as stale", func() bool {
+		state := lsJSON(t, direct, table)["zombie"].State
+		if state == "expired" {
+			t.Fatal("the lease expired without ever showing as stale")
+		}
+		return state == "stale"
 	})
 }
 

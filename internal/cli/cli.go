@@ -80,12 +80,15 @@ func (e *env) fail(err error) int {
 	return exitError
 }
 
-// parse parses the flags of cmd; it prints the help when asked for.
-// done reports that the command should return code at once.
-func (e *env) parse(cmd string, specs []flagSpec, args []string) (fs *flagSet, code int, done bool) {
-	fs, err := parseFlags(specs, args)
+// parse parses args with the flags the command table declares for cmd, so
+// that a command parses exactly the flags its help and completions show;
+// it prints the help when asked for. done reports that the command should
+// return code at once.
+func (e *env) parse(cmd string, args []string) (fs *flagSet, code int, done bool) {
+	c := lookupCommand(cmd)
+	fs, err := parseFlags(c.flags, args)
 	if fs != nil && fs.help {
-		fmt.Fprint(e.stdout, lookupCommand(cmd).help())
+		fmt.Fprint(e.stdout, c.help())
 		return fs, exitOK, true
 	}
 	if err != nil {
@@ -119,8 +122,12 @@ var connFlags = []flagSpec{
 }
 
 func (e *env) cmdVersion(args []string) int {
-	if _, code, done := e.parse("version", nil, args); done {
+	fs, code, done := e.parse("version", args)
+	if done {
 		return code
+	}
+	if err := noArgs(fs); err != nil {
+		return e.usage("version", err)
 	}
 	bi, _ := debug.ReadBuildInfo()
 	fmt.Fprintln(e.stdout, versionLine(bi))
@@ -128,19 +135,20 @@ func (e *env) cmdVersion(args []string) int {
 }
 
 func (e *env) cmdHelp(args []string) int {
-	fs, code, done := e.parse("help", nil, args)
+	fs, code, done := e.parse("help", args)
 	if done {
 		return code
 	}
+	words := append(fs.args, fs.rest...)
 	switch {
-	case len(fs.args) == 0:
+	case len(words) == 0:
 		fmt.Fprint(e.stdout, mainHelp())
-	case len(fs.args) > 1:
-		return e.usage("help", usagef("help takes one COMMAND, got %d arguments", len(fs.args)))
+	case len(words) > 1:
+		return e.usage("help", usagef("help takes one COMMAND, got %d arguments", len(words)))
 	default:
-		c := lookupCommand(fs.args[0])
+		c := lookupCommand(words[0])
 		if c == nil || c.hidden {
-			return e.usage("help", usagef("unknown command %s", quoteArg(fs.args[0])))
+			return e.usage("help", usagef("unknown command %s", quoteArg(words[0])))
 		}
 		fmt.Fprint(e.stdout, c.help())
 	}
@@ -148,16 +156,17 @@ func (e *env) cmdHelp(args []string) int {
 }
 
 func (e *env) cmdCompletion(args []string) int {
-	fs, code, done := e.parse("completion", nil, args)
+	fs, code, done := e.parse("completion", args)
 	if done {
 		return code
 	}
-	if len(fs.args) != 1 {
+	words := append(fs.args, fs.rest...)
+	if len(words) != 1 {
 		return e.usage("completion", usagef("completion needs one shell: %s", shellsInWords()))
 	}
-	script, ok := completionScript(fs.args[0])
+	script, ok := completionScript(words[0])
 	if !ok {
-		return e.usage("completion", usagef("unsupported shell %s: use %s", quoteArg(fs.args[0]), shellsInWords()))
+		return e.usage("completion", usagef("unsupported shell %s: use %s", quoteArg(words[0]), shellsInWords()))
 	}
 	fmt.Fprint(e.stdout, script)
 	return exitOK

@@ -6,15 +6,16 @@ import (
 	"strings"
 )
 
-// command is one entry of the command table. Main's dispatch, the help
-// texts and every completion script are generated from the table, so that
-// a command or a flag cannot be added to one and missed by the others.
+// command is one entry of the command table. Main's dispatch, each
+// command's flag parsing (env.parse), the help texts and every completion
+// script come from the table, so that a command or a flag cannot be added
+// to one and missed by the others.
 type command struct {
 	name    string
 	aliases []string   // other names that run the command, e.g. list for ls
 	args    string     // the arguments in the usage line, e.g. "NAME [flags] -- COMMAND [ARG...]"
 	summary string     // one line, for 'pglease --help' and the completion menus
-	flags   []flagSpec // the specs the command parses (--help is implicit)
+	flags   []flagSpec // the flags env.parse accepts for the command (--help is implicit)
 	about   string     // help text between the usage line and the flag table
 	more    string     // help text after the flag table: exit statuses, examples
 	hidden  bool       // internal: not in help and completions

@@ -55,7 +55,7 @@ func TestDemo(t *testing.T) {
 	t.Parallel()
 	env, tmp := demoEnv(t)
 	p := start(t, env, "demo", "--hold", "400ms")
-	if code := p.wait(60 * time.Second); code != 0 {
+	if code := p.wait(); code != 0 {
 		t.Fatalf("demo: exit %d\n%s\n%s", code, p.stdout, p.stderr)
 	}
 	out := p.stdout.String()
@@ -69,23 +69,23 @@ func TestDemo(t *testing.T) {
 	if m == nil {
 		t.Fatal("no port in the demo output")
 	}
-	waitFor(t, 2*time.Second, "no leftovers", func() bool { return len(leftovers(t, tmp, m[1])) == 0 })
+	waitFor(t, "no leftovers", func() bool { return len(leftovers(t, tmp, m[1])) == 0 })
 }
 
 func TestDemoInterrupted(t *testing.T) {
 	t.Parallel()
 	env, tmp := demoEnv(t)
 	p := start(t, env, "demo", "--hold", "5s")
-	waitFor(t, 60*time.Second, "a worker to hold the lease", func() bool { return strings.Contains(p.stdout.String(), "acquired") })
+	waitFor(t, "a worker to hold the lease", func() bool { return strings.Contains(p.stdout.String(), "acquired") })
 	port := portRE.FindStringSubmatch(p.stdout.String())[1]
 	p.signal(syscall.SIGINT)
-	if code := p.wait(20 * time.Second); code != 130 {
+	if code := p.wait(); code != 130 {
 		t.Fatalf("interrupted demo: exit %d\n%s\n%s", code, p.stdout, p.stderr)
 	}
 	if !strings.Contains(p.stdout.String(), "cleaned up") {
 		t.Errorf("no clean-up report:\n%s", p.stdout)
 	}
-	waitFor(t, 2*time.Second, "no leftovers", func() bool { return len(leftovers(t, tmp, port)) == 0 })
+	waitFor(t, "no leftovers", func() bool { return len(leftovers(t, tmp, port)) == 0 })
 }
 
 func TestDemoWithoutPostgreSQL(t *testing.T) {

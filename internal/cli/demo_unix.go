@@ -49,7 +49,7 @@ type demoWorker struct {
 }
 
 func (e *env) cmdDemo(ctx context.Context, args []string) int {
-	fs, code, done := e.parse("demo", demoFlags, args)
+	fs, code, done := e.parse("demo", args)
 	if done {
 		return code
 	}

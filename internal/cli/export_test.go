@@ -33,3 +33,9 @@ func CommandTable() []TestCommand {
 	}
 	return cs
 }
+
+// Patience is patience: the tests of both packages wait as long.
+const Patience = patience
+
+// WaitFor is waitFor: the tests of both packages poll with it.
+var WaitFor = waitFor

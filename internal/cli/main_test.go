@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglease/pglease/internal/cli"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -63,8 +64,9 @@ type proc struct {
 	stdout, stderr *syncBuffer
 	done           chan struct{}
 	code           int
-	elapsed        time.Duration
 	started        time.Time
+	exited         time.Time // when Wait returned, soon after the exit
+	elapsed        time.Duration
 }
 
 // start starts the binary with args and extra environment variables.
@@ -88,7 +90,8 @@ func startWith(t *testing.T, attr *syscall.SysProcAttr, env []string, args ...st
 	}
 	go func() {
 		err := p.cmd.Wait()
-		p.elapsed = time.Since(p.started)
+		p.exited = time.Now()
+		p.elapsed = p.exited.Sub(p.started)
 		p.code = p.cmd.ProcessState.ExitCode()
 		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			p.code = 128 + int(ws.Signal())
@@ -104,13 +107,13 @@ func startWith(t *testing.T, attr *syscall.SysProcAttr, env []string, args ...st
 }
 
 // wait waits for the process to exit and returns its exit status.
-func (p *proc) wait(timeout time.Duration) int {
+func (p *proc) wait() int {
 	p.t.Helper()
 	select {
 	case <-p.done:
 		return p.code
-	case <-time.After(timeout):
-		p.t.Fatalf("pglease %v still running after %s\nstdout: %s\nstderr: %s", p.cmd.Args[1:], timeout, p.stdout, p.stderr)
+	case <-time.After(cli.Patience):
+		p.t.Fatalf("pglease %v still running after %s\nstdout: %s\nstderr: %s", p.cmd.Args[1:], cli.Patience, p.stdout, p.stderr)
 		return -1
 	}
 }
@@ -126,7 +129,7 @@ func (p *proc) signal(sig syscall.Signal) {
 func run(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	p := start(t, env, args...)
-	code = p.wait(30 * time.Second)
+	code = p.wait()
 	return code, p.stdout.String(), p.stderr.String()
 }
 
@@ -161,16 +164,10 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// waitFor polls cond every few milliseconds until it holds or timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitFor polls cond until it holds, failing the test after cli.Patience.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	cli.WaitFor(t, what, cond)
 }
 
 // alive reports whether a process exists and is not a zombie.

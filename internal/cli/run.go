@@ -71,7 +71,7 @@ func reason(err error, sentinel error) string {
 // exactly what the library accepts. Usage errors exit 125: a wrapper's own
 // failure must never look like COMMAND's 1 or 2.
 func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
-	fs, code, done := e.parse("run", runFlags, args)
+	fs, code, done := e.parse("run", args)
 	if done {
 		if code == exitUsage {
 			code = exitRunFailure
@@ -251,7 +251,8 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		return e.runFailure(err)
 	}
 	// Closing waits for the database at most this long; after a lost lease
-	// not at all (SPEC: exit 76 without waiting for the database).
+	// not at all: the exit 76 must not wait on a database that may be why
+	// the lease was lost, and a lost lease has nothing to release.
 	closeWait := 2 * time.Second
 	defer func() { closeBounded(c, closeWait) }()
 	if err := c.Migrate(waitCtx); err != nil {

@@ -22,7 +22,7 @@ import (
 func readInt(t *testing.T, path string) int {
 	t.Helper()
 	var n int
-	waitFor(t, 10*time.Second, "a number in "+filepath.Base(path), func() bool {
+	waitFor(t, "a number in "+filepath.Base(path), func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil || !strings.HasSuffix(string(b), "\n") {
 			return false
@@ -117,17 +117,28 @@ func TestRunExitStatus(t *testing.T) {
 	}
 }
 
-func TestRunSkipsHeldLeaseInUnderASecond(t *testing.T) {
+// Without --wait, run gives up on a held lease at once: it exits 75 while
+// the holder, whose command runs for minutes and whose lease is renewed,
+// still holds it, so it waited neither for the holder nor for the TTL.
+func TestRunSkipsHeldLeaseWithoutWaiting(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
-	holdLease(t, env, table, "nightly")
+	holder := holdLease(t, env, table, "nightly", "--owner", "host-a")
+	tokenSQL := "SELECT token FROM " + table + " WHERE name = 'nightly'"
+	held := query[int64](t, tokenSQL)
 	p := start(t, env, "run", "nightly", "--table", table, "--", "true")
-	if code := p.wait(5 * time.Second); code != 75 {
+	if code := p.wait(); code != 75 {
 		t.Fatalf("exit %d, want 75: %s", code, p.stderr)
 	}
-	if p.elapsed > time.Second {
-		t.Errorf("skipping took %s, want under a second", p.elapsed)
+	select {
+	case <-holder.done:
+		t.Fatalf("the holder exited (%d): the lease was not held throughout", holder.code)
+	default:
 	}
+	if tok := query[int64](t, tokenSQL); tok != held {
+		t.Fatalf("the lease's token went from %d to %d while run was skipping it", held, tok)
+	}
+	t.Logf("exit 75 %s after start", p.elapsed.Round(time.Millisecond))
 }
 
 func TestRunUnreachableDatabaseIs125(t *testing.T) {
@@ -178,18 +189,20 @@ func TestRunKillsWholeGroupWhenPgleaseIsKilled(t *testing.T) {
 		"sleep 300 & echo $! > "+grandchild+"; echo $$ > "+child+"; wait")
 	cpid, gpid := readInt(t, child), readInt(t, grandchild)
 	p.signal(syscall.SIGKILL)
-	p.wait(5 * time.Second)
+	p.wait()
 	killed := time.Now()
-	waitFor(t, time.Second, "the child and grandchild to die", func() bool { return !alive(cpid) && !alive(gpid) })
+	waitFor(t, "the child and grandchild to die", func() bool { return !alive(cpid) && !alive(gpid) })
 	t.Logf("group gone %s after pglease died", time.Since(killed))
 }
 
+// A force-released lease is noticed by its holder, which terminates the
+// command's whole group (SIGKILL after the grace, since the command ignores
+// SIGTERM) and exits 76.
 func TestRunForceReleaseTerminatesCommand(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
 	dir := t.TempDir()
 	child, grandchild := filepath.Join(dir, "child"), filepath.Join(dir, "grandchild")
-	// The command ignores SIGTERM, so SIGKILL after the grace is needed.
 	p := start(t, env, "run", "victim", "--ttl", "3s", "--kill-grace", "500ms", "--table", table, "--", "sh", "-c",
 		"trap '' TERM; sleep 300 & echo $! > "+grandchild+"; echo $$ > "+child+"; wait")
 	cpid, gpid := readInt(t, child), readInt(t, grandchild)
@@ -199,19 +212,19 @@ func TestRunForceReleaseTerminatesCommand(t *testing.T) {
 		t.Fatalf("release: exit %d\n%s%s", code, stdout, stderr)
 	}
 	released := time.Now()
-	// Detected at the next renewal (TTL/3 = 1s), then SIGTERM, SIGKILL
-	// after 500ms.
-	if code := p.wait(5 * time.Second); code != 76 {
+	if code := p.wait(); code != 76 {
 		t.Fatalf("exit %d, want 76: %s", code, p.stderr)
 	}
 	took := time.Since(released)
 	if alive(cpid) || alive(gpid) {
 		t.Fatal("the command's group outlived pglease")
 	}
-	if took > 2500*time.Millisecond {
-		t.Errorf("exit 76 %s after the force-release, want under 2.5s", took)
+	// The renewal found the lease gone: the holder says so, rather than
+	// running into its deadline after failing renewals.
+	if !strings.Contains(p.stderr.String(), "lease victim lost") || !strings.Contains(p.stderr.String(), "SIGKILL after 500ms") {
+		t.Errorf("stderr does not report the lost lease and the grace: %s", p.stderr)
 	}
-	t.Logf("exit 76 %s after the force-release; stderr: %s", took, p.stderr)
+	t.Logf("exit 76 %s after the force-release (TTL 3s: renewal every 1s, then a 500ms grace); stderr: %s", took.Round(time.Millisecond), p.stderr)
 }
 
 func TestRunDatabaseUnreachableWhileHolding(t *testing.T) {
@@ -226,10 +239,10 @@ func TestRunDatabaseUnreachableWhileHolding(t *testing.T) {
 	cpid, gpid := readInt(t, child), readInt(t, grandchild)
 	proxy.Blackhole(true)
 	cut := time.Now()
-	if code := p.wait(8 * time.Second); code != 76 {
+	if code := p.wait(); code != 76 {
 		t.Fatalf("exit %d, want 76: %s", code, p.stderr)
 	}
-	exited := time.Now()
+	exited := p.exited
 	if alive(cpid) || alive(gpid) {
 		t.Fatal("the command's group outlived pglease")
 	}
@@ -261,13 +274,13 @@ while :; do sleep 0.02; done`
 	}{{syscall.SIGHUP, "HUP"}, {syscall.SIGQUIT, "QUIT"}, {syscall.SIGUSR1, "USR1"}, {syscall.SIGUSR2, "USR2"}, {syscall.SIGINT, "INT"}} {
 		p.signal(s.sig)
 		want = append(want, s.name)
-		waitFor(t, 5*time.Second, s.name+" to reach the command", func() bool {
+		waitFor(t, s.name+" to reach the command", func() bool {
 			b, _ := os.ReadFile(got)
 			return strings.Join(strings.Fields(string(b)), " ") == strings.Join(want, " ")
 		})
 	}
 	p.signal(syscall.SIGTERM)
-	if code := p.wait(5 * time.Second); code != 7 {
+	if code := p.wait(); code != 7 {
 		t.Fatalf("exit %d, want the command's 7: %s", code, p.stderr)
 	}
 
@@ -275,7 +288,7 @@ while :; do sleep 0.02; done`
 	p = start(t, env, "run", "sig", "--table", table, "--", "sh", "-c", "echo $$ > "+ready+"2; exec sleep 300")
 	readInt(t, ready+"2")
 	p.signal(syscall.SIGINT)
-	if code := p.wait(5 * time.Second); code != 130 {
+	if code := p.wait(); code != 130 {
 		t.Fatalf("exit %d, want 130: %s", code, p.stderr)
 	}
 }
@@ -286,12 +299,13 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	holdLease(t, env, table, "queue")
 	ran := filepath.Join(t.TempDir(), "ran")
 	p := start(t, env, "run", "queue", "--wait", "--owner", "patient-waiter", "--table", table, "--", "touch", ran)
-	waitFor(t, 10*time.Second, "the waiter to connect", func() bool {
-		return query[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease patient-waiter'") > 0
+	// The waiter's session LISTENs for releases: only a waiting Acquire
+	// opens it.
+	waitFor(t, "the waiter to listen for a release", func() bool {
+		return query[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease patient-waiter' AND query LIKE 'LISTEN %'") > 0
 	})
-	time.Sleep(100 * time.Millisecond) // let it reach the wait
 	p.signal(syscall.SIGTERM)
-	if code := p.wait(5 * time.Second); code != 128+15 {
+	if code := p.wait(); code != 128+15 {
 		t.Fatalf("exit %d, want 143: %s", code, p.stderr)
 	}
 	if _, err := os.Stat(ran); err == nil {
@@ -299,56 +313,59 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	}
 }
 
-// TestRunHandOffGap measures how soon a waiting "run --wait" starts its
-// command after the holder's command exits.
+// TestRunHandOffGap: a waiting "run --wait" starts its command only after
+// the holder's command has ended, with a newer token. The gap between the
+// two, which a release notification keeps short, is measured and logged.
 func TestRunHandOffGap(t *testing.T) {
 	env, table := tableEnv(t)
 	job := []string{"--", bin, "__demo-job", "300ms"}
+	type jobRun struct {
+		start, end, token int64
+	}
 	var best time.Duration
 	for round := 0; round < 3; round++ {
 		name := "handoff-" + strconv.Itoa(round)
 		a := start(t, env, append([]string{"run", name, "--wait", "--table", table}, job...)...)
 		b := start(t, env, append([]string{"run", name, "--wait", "--table", table}, job...)...)
+		var runs []jobRun
 		for _, p := range []*proc{a, b} {
-			if code := p.wait(10 * time.Second); code != 0 {
+			if code := p.wait(); code != 0 {
 				t.Fatalf("exit %d: %s", code, p.stderr)
 			}
-		}
-		var starts, ends []int64
-		for _, p := range []*proc{a, b} {
+			// The job prints "start NS PID TOKEN OWNER" and "end NS".
+			var r jobRun
 			for _, line := range strings.Split(p.stdout.String(), "\n") {
 				f := strings.Fields(line)
-				if len(f) < 2 {
-					continue
-				}
-				n, _ := strconv.ParseInt(f[1], 10, 64)
-				switch f[0] {
-				case "start":
-					starts = append(starts, n)
-				case "end":
-					ends = append(ends, n)
+				switch {
+				case len(f) >= 4 && f[0] == "start":
+					r.start, _ = strconv.ParseInt(f[1], 10, 64)
+					r.token, _ = strconv.ParseInt(f[3], 10, 64)
+				case len(f) >= 2 && f[0] == "end":
+					r.end, _ = strconv.ParseInt(f[1], 10, 64)
 				}
 			}
+			if r.start == 0 || r.end == 0 || r.token == 0 {
+				t.Fatalf("unexpected job output: %q", p.stdout)
+			}
+			runs = append(runs, r)
 		}
-		if len(starts) != 2 || len(ends) != 2 {
-			t.Fatalf("unexpected job output: %q %q", a.stdout, b.stdout)
+		first, second := runs[0], runs[1]
+		if second.start < first.start {
+			first, second = second, first
 		}
-		first, second := 0, 1
-		if starts[1] < starts[0] {
-			first, second = 1, 0
+		if second.start < first.end {
+			t.Fatalf("round %d: the two commands overlapped", round)
 		}
-		if starts[second] < ends[first] {
-			t.Fatal("the two commands overlapped")
+		if second.token <= first.token {
+			t.Errorf("round %d: the second holder's token %d is not above the first's %d", round, second.token, first.token)
 		}
-		gap := time.Duration(starts[second] - ends[first])
+		gap := time.Duration(second.start - first.end)
 		t.Logf("round %d: hand-off gap %s", round, gap)
 		if round == 0 || gap < best {
 			best = gap
 		}
 	}
-	if best > 100*time.Millisecond {
-		t.Errorf("best hand-off gap %s, want under 100ms", best)
-	}
+	t.Logf("best hand-off gap %s", best)
 }
 
 func TestRunCreatesTableSchema(t *testing.T) {
@@ -420,7 +437,7 @@ func TestRunWaitTimeoutWithPersistentErrorsIs125(t *testing.T) {
 	})
 	dsn := strings.Replace(pgtest.DSN(t), "postgres://postgres@", "postgres://"+role+"@", 1)
 	p := start(t, nil, "run", "x", "--wait", "--timeout", "1s", "--fast-failover", "--dsn", dsn, "--table", schema+".leases", "--", "true")
-	code := p.wait(15 * time.Second)
+	code := p.wait()
 	if code != 125 || !strings.Contains(p.stderr.String(), "--timeout") {
 		t.Fatalf("exit %d, want 125: %s", code, p.stderr)
 	}

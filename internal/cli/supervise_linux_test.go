@@ -4,7 +4,6 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // A process group whose only member is a zombie (dead, not yet reaped)
@@ -27,13 +26,7 @@ func TestGroupAliveIgnoresZombies(t *testing.T) {
 	zombie := start("exit 0")
 	defer func() { _ = zombie.Wait() }()
 	pgid := zombie.Process.Pid
-	deadline := time.Now().Add(10 * time.Second)
-	for running, _ := groupRunning(pgid); running; running, _ = groupRunning(pgid) {
-		if time.Now().After(deadline) {
-			t.Fatal("the short-lived member never exited")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the short-lived member to exit", func() bool { running, _ := groupRunning(pgid); return !running })
 	// Not reaped: the kernel still lists the group.
 	if err := syscall.Kill(-pgid, 0); err != nil {
 		t.Fatalf("kill(-pgid, 0) = %v: the zombie was reaped early", err)

@@ -93,6 +93,12 @@ func TestUsageErrorsInProcess(t *testing.T) {
 		{"HelpUnknownCommand", []string{"help", "frob"}, "unknown command frob"},
 		{"HelpHiddenCommand", []string{"help", "__supervise"}, "unknown command"},
 		{"DemoWorkers", []string{"demo", "--workers", "1"}, "--workers"},
+		{"VersionExtraArg", []string{"version", "now"}, "unexpected argument now"},
+		{"VersionExtraArgAfterDashDash", []string{"version", "--", "x"}, "unexpected argument x"},
+		{"DashDashVersionExtraArg", []string{"--version", "x"}, "unexpected argument x"},
+		{"VersionUnknownFlag", []string{"version", "--short"}, "unknown flag --short"},
+		{"CompletionExtraAfterDashDash", []string{"completion", "bash", "--", "zsh"}, "needs one shell"},
+		{"HelpExtraAfterDashDash", []string{"help", "run", "--", "ls"}, "help takes one COMMAND, got 2"},
 	}...)
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
