@@ -256,6 +256,19 @@ func (r *run) conn() *pgx.Conn {
 	return conn
 }
 
+// scan runs one query on a fresh admin connection and scans its row into
+// dest; a poll's try, it reports failure instead of failing the test.
+func (r *run) scan(query string, args []any, dest ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.base)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
 // patience bounds every wait of the suite for something a working system
 // does within seconds (a holder appears, a process exits, a server accepts
 // connections): generous on purpose, because a loaded machine (-race, two
@@ -293,15 +306,8 @@ func (r *run) holderOf(name string) (p *proc, tok int64, expires time.Time) {
 	r.t.Helper()
 	found := poll(patience, func() bool {
 		var owner string
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, r.base)
-		if err != nil {
-			return false
-		}
-		defer conn.Close(ctx)
-		err = conn.QueryRow(ctx, `SELECT owner, token, expires_at FROM `+pgx.Identifier{r.schema, "leases"}.Sanitize()+
-			` WHERE name = $1 AND expires_at > now() + interval '300 ms'`, name).Scan(&owner, &tok, &expires)
+		err := r.scan(`SELECT owner, token, expires_at FROM `+pgx.Identifier{r.schema, "leases"}.Sanitize()+
+			` WHERE name = $1 AND expires_at > now() + interval '300 ms'`, []any{name}, &owner, &tok, &expires)
 		if err != nil {
 			return false
 		}
@@ -333,15 +339,8 @@ func (r *run) waitAcquired(name string, tok int64, timeout time.Duration) bool {
 
 func (r *run) waitNewer(query, name string, tok int64, timeout time.Duration) bool {
 	return poll(timeout, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, r.base)
-		if err != nil {
-			return false
-		}
-		defer conn.Close(ctx)
 		var last int64
-		return conn.QueryRow(ctx, query, name).Scan(&last) == nil && last > tok
+		return r.scan(query, []any{name}, &last) == nil && last > tok
 	})
 }
 

@@ -140,15 +140,8 @@ func incarnation(t *testing.T, fast bool, s incarnationSetup) {
 func (r *run) waitLockWait(owner string) {
 	r.t.Helper()
 	if !poll(patience, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, r.base)
-		if err != nil {
-			return false
-		}
-		defer conn.Close(ctx)
 		var n int
-		err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'advisory'`, "pglease "+owner).Scan(&n)
+		err := r.scan(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'advisory'`, []any{"pglease " + owner}, &n)
 		return err == nil && n > 0
 	}) {
 		r.t.Fatalf("no session of %s waited on an advisory lock within %v; the server's sessions:\n%s\n%s", owner, patience, r.activity(), r.stderrTails())

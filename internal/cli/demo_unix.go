@@ -116,7 +116,7 @@ func (e *env) cmdDemo(ctx context.Context, args []string) int {
 		w := &demoWorker{id: i}
 		w.cmd = exec.Command(self, "run", demoLease, "--wait", "--fast-failover", "--ttl", demoTTL,
 			"--owner", fmt.Sprintf("worker-%d", i), "--dsn", dsn, "--", self, demoJobCmd, hold.String())
-		w.cmd.Env = cleanDemoEnv()
+		w.cmd.Env = withoutConnectionVars()
 		// Own process group: Ctrl-C reaches the demo only, which then stops
 		// the workers itself.
 		w.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -335,19 +335,6 @@ func (d *demo) stopAll() {
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000)
-}
-
-// cleanDemoEnv keeps connection variables of the user's own database away
-// from the workers.
-func cleanDemoEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "DATABASE_URL=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // demoJob is the job the demo's workers run: it reports its start (with

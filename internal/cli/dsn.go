@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"regexp"
 	"strings"
 
@@ -57,4 +58,18 @@ func (e *env) redact(s string) string {
 		}
 	}
 	return s
+}
+
+// withoutConnectionVars is the environment without the connection variables
+// of the user's own database (PG*, DATABASE_URL), for processes that must
+// reach another one: the demo's workers.
+func withoutConnectionVars() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "DATABASE_URL=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }

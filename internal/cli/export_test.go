@@ -39,3 +39,7 @@ const Patience = patience
 
 // WaitFor is waitFor: the tests of both packages poll with it.
 var WaitFor = waitFor
+
+// BaseEnv is withoutConnectionVars: the tests keep the developer's own
+// database away from the processes they start, as the demo does.
+var BaseEnv = withoutConnectionVars

@@ -81,7 +81,7 @@ func startWith(t *testing.T, attr *syscall.SysProcAttr, env []string, args ...st
 	t.Helper()
 	p := &proc{t: t, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(baseEnv(), env...)
+	p.cmd.Env = append(cli.BaseEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.SysProcAttr = attr
 	p.started = time.Now()
@@ -131,19 +131,6 @@ func run(t *testing.T, env []string, args ...string) (code int, stdout, stderr s
 	p := start(t, env, args...)
 	code = p.wait()
 	return code, p.stdout.String(), p.stderr.String()
-}
-
-// baseEnv is the test environment without connection variables of the
-// developer's own database.
-func baseEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "DATABASE_URL=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
