@@ -277,24 +277,6 @@ func (r *run) scan(query string, args []any, dest ...any) error {
 // scenario's configuration instead (see liveness).
 const patience = time.Minute
 
-// poll calls cond every pollInterval until it holds or timeout has
-// passed, and reports whether it held. It is the one poll loop of the
-// suite.
-func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
-const pollInterval = 20 * time.Millisecond
-
 // liveness is how soon after a fault heals some holder must hold each
 // name again: the TTL (a lease of a vanished holder expires) plus room for
 // a reconnection. The history check uses the same bound by default.
@@ -304,7 +286,7 @@ func (r *run) liveness() time.Duration { return r.sc.ttl + 5*time.Second }
 // server) and returns it with its token and the row's expiry then.
 func (r *run) holderOf(name string) (p *proc, tok int64, expires time.Time) {
 	r.t.Helper()
-	found := poll(patience, func() bool {
+	found := pgtest.Eventually(patience, func() bool {
 		var owner string
 		err := r.scan(`SELECT owner, token, expires_at FROM `+pgx.Identifier{r.schema, "leases"}.Sanitize()+
 			` WHERE name = $1 AND expires_at > now() + interval '300 ms'`, []any{name}, &owner, &tok, &expires)
@@ -338,7 +320,7 @@ func (r *run) waitAcquired(name string, tok int64, timeout time.Duration) bool {
 }
 
 func (r *run) waitNewer(query, name string, tok int64, timeout time.Duration) bool {
-	return poll(timeout, func() bool {
+	return pgtest.Eventually(timeout, func() bool {
 		var last int64
 		return r.scan(query, []any{name}, &last) == nil && last > tok
 	})
@@ -366,7 +348,7 @@ func (r *run) successor(name string, tok int64, timeout time.Duration) *Event {
 // reports true) or timeout has passed (false).
 func (r *run) watch(timeout time.Duration, f func(Event) bool) bool {
 	tl := &tail{dir: r.dir, off: map[string]int64{}}
-	return poll(timeout, func() bool {
+	return pgtest.Eventually(timeout, func() bool {
 		for _, e := range tl.next() {
 			if f(e) {
 				return true

@@ -336,7 +336,7 @@ func TestWrongPassword(t *testing.T) {
 	dsn := strings.Replace(base, "postgres@", role+":"+wrong+"@", 1)
 	// The reload is asynchronous: until the server has read the new rule,
 	// trust still lets the role in.
-	if !poll(patience, func() bool {
+	if !pgtest.Eventually(patience, func() bool {
 		var c *pglease.Client
 		c, err = pglease.Open(ctx, dsn, pglease.Config{})
 		if err == nil {

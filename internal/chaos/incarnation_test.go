@@ -139,7 +139,7 @@ func incarnation(t *testing.T, fast bool, s incarnationSetup) {
 // advisory lock: a fast-failover waiter blocked on the holder's session.
 func (r *run) waitLockWait(owner string) {
 	r.t.Helper()
-	if !poll(patience, func() bool {
+	if !pgtest.Eventually(patience, func() bool {
 		var n int
 		err := r.scan(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'advisory'`, []any{"pglease " + owner}, &n)
 		return err == nil && n > 0
@@ -175,11 +175,11 @@ func crashBackend(ctx context.Context, dsn string) error {
 		return fmt.Errorf("kill backend %d: %w", pid, err)
 	}
 	conn.Close(ctx)
-	if !poll(patience, func() bool { return sentinel.Ping(ctx) != nil }) {
+	if !pgtest.Eventually(patience, func() bool { return sentinel.Ping(ctx) != nil }) {
 		return fmt.Errorf("the server did not end its sessions within %v of the crash of backend %d", patience, pid)
 	}
 	var last error
-	if !poll(patience, func() bool {
+	if !pgtest.Eventually(patience, func() bool {
 		c, err := pgx.Connect(ctx, dsn)
 		if err == nil {
 			err = c.Ping(ctx)

@@ -104,7 +104,7 @@ ignore_startup_parameters = extra_float_digits
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lport))
 	gone := false
-	listening := poll(patience, func() bool {
+	listening := pgtest.Eventually(patience, func() bool {
 		select {
 		case <-exited:
 			gone = true

@@ -142,7 +142,7 @@ func TestAdminShowsStaleLease(t *testing.T) {
 // failure) with a message, and nothing was created.
 func TestBadInputChangesNothing(t *testing.T) {
 	env := []string{"PGLEASE_DSN=" + pgtest.DSN(t)}
-	before := query[int](t, "SELECT count(*)::int FROM pg_class") + query[int](t, "SELECT count(*)::int FROM pg_namespace")
+	before := pgtest.Value[int](t, "SELECT count(*)::int FROM pg_class") + pgtest.Value[int](t, "SELECT count(*)::int FROM pg_namespace")
 	for _, tc := range badRunInputs {
 		code, stdout, stderr := run(t, env, tc.args...)
 		if code != 125 || !strings.Contains(stderr, tc.msg) || stdout != "" {
@@ -152,8 +152,25 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Errorf("%s: password in stderr", tc.name)
 		}
 	}
-	after := query[int](t, "SELECT count(*)::int FROM pg_class") + query[int](t, "SELECT count(*)::int FROM pg_namespace")
+	after := pgtest.Value[int](t, "SELECT count(*)::int FROM pg_class") + pgtest.Value[int](t, "SELECT count(*)::int FROM pg_namespace")
 	if before != after {
 		t.Errorf("bad input changed the database: %d relations and schemas before, %d after", before, after)
+	}
+}
+
+// A table pglease cannot use is reported as such, with what to do in the
+// tool's own terms (the library names Client.Migrate), and left as it was.
+func TestAdminReportsAnUnusableTableWithTheMigrateCommand(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	pgtest.Exec(t, "CREATE TABLE "+table+" (x int)")
+	for _, args := range [][]string{{"ls"}, {"migrate"}} {
+		code, stdout, stderr := run(t, env, append(args, "--table", table)...)
+		if code != 1 || !strings.Contains(stderr, "unusable lease table") || !strings.Contains(stderr, "'pglease migrate'") {
+			t.Errorf("%s on a foreign table: exit %d, stdout %q, stderr %q; want exit 1 naming the unusable table and 'pglease migrate'", args[0], code, stdout, stderr)
+		}
+	}
+	if n := pgtest.Value[int](t, "SELECT count(*)::int FROM information_schema.columns WHERE table_schema || '.' || table_name = $1", table); n != 1 {
+		t.Fatalf("the foreign table has %d columns, want its 1", n)
 	}
 }

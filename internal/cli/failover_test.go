@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // TestFastFailoverAfterHolderSIGKILL: with --fast-failover a waiter takes
@@ -23,11 +25,11 @@ func TestFastFailoverAfterHolderSIGKILL(t *testing.T) {
 		"sh", "-c", "echo $PGLEASE_TOKEN > "+took+"; exec sleep 300")
 	// The waiter waits on the holder's session lock, not on the row's expiry.
 	waitFor(t, "the waiter to block on the holder's session lock", func() bool {
-		return query[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease ff-waiter' AND wait_event = 'advisory'") > 0
+		return pgtest.Value[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease ff-waiter' AND wait_event = 'advisory'") > 0
 	})
 	// The row's expiry as it stands before the kill; a renewal can only
 	// move it later.
-	expires := query[time.Time](t, "SELECT expires_at FROM "+table+" WHERE name = 'ff' AND token = $1", oldToken)
+	expires := pgtest.Value[time.Time](t, "SELECT expires_at FROM "+table+" WHERE name = 'ff' AND token = $1", oldToken)
 	killed := time.Now()
 	holder.signal(syscall.SIGKILL)
 	newToken := readInt(t, took)
@@ -35,7 +37,7 @@ func TestFastFailoverAfterHolderSIGKILL(t *testing.T) {
 	if newToken <= oldToken {
 		t.Fatalf("the waiter's token %d is not above the holder's %d", newToken, oldToken)
 	}
-	acquired := query[time.Time](t, "SELECT acquired_at FROM "+table+" WHERE name = 'ff' AND token = $1", newToken)
+	acquired := pgtest.Value[time.Time](t, "SELECT acquired_at FROM "+table+" WHERE name = 'ff' AND token = $1", newToken)
 	if !acquired.Before(expires) {
 		t.Errorf("the waiter acquired at %s, not before the killed holder's lease expired at %s: the takeover waited for the TTL",
 			acquired.Format(time.StampMicro), expires.Format(time.StampMicro))

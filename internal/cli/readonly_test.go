@@ -18,7 +18,7 @@ func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 	t.Parallel()
 	env, existing := tableEnv(t)
 	missing := fmt.Sprintf("cli_ro_%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { execAdmin(t, "DROP SCHEMA IF EXISTS "+missing+" CASCADE") })
+	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+missing+" CASCADE") })
 	for _, table := range []string{missing + ".leases", existing} {
 		if code, stdout, stderr := run(t, env, "ls", "--table", table); code != 0 || strings.TrimSpace(stdout) != "no leases" {
 			t.Fatalf("ls --table %s: exit %d, stdout %q, stderr %q; want no leases", table, code, stdout, stderr)
@@ -29,11 +29,11 @@ func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 		if code, stdout, stderr := run(t, env, "status", "x", "--table", table); code != 3 || strings.TrimSpace(stdout) != "x is free" {
 			t.Fatalf("status x --table %s: exit %d, stdout %q, stderr %q; want x is free, exit 3", table, code, stdout, stderr)
 		}
-		if query[bool](t, "SELECT to_regclass($1) IS NOT NULL OR to_regclass($2) IS NOT NULL", table, table+"_token_seq") {
+		if pgtest.Value[bool](t, "SELECT to_regclass($1) IS NOT NULL OR to_regclass($2) IS NOT NULL", table, table+"_token_seq") {
 			t.Fatalf("a read-only command created %s or its sequence", table)
 		}
 	}
-	if query[int64](t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", missing) != 0 {
+	if pgtest.Value[int64](t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", missing) != 0 {
 		t.Fatalf("a read-only command created the schema %s", missing)
 	}
 }
@@ -49,10 +49,10 @@ func TestReadOnlyCommandsNeedOnlySelect(t *testing.T) {
 
 	role := fmt.Sprintf("cli_ro_role_%d", time.Now().UnixNano())
 	schema := table[:strings.Index(table, ".")]
-	execAdmin(t, "CREATE ROLE "+role+" LOGIN")
-	t.Cleanup(func() { execAdmin(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
-	execAdmin(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
-	execAdmin(t, "GRANT SELECT ON "+table+" TO "+role)
+	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { pgtest.Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+	pgtest.Exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
+	pgtest.Exec(t, "GRANT SELECT ON "+table+" TO "+role)
 	u, err := url.Parse(pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)

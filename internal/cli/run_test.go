@@ -33,35 +33,6 @@ func readInt(t *testing.T, path string) int {
 	return n
 }
 
-// query runs a one-value query on the shared server, bypassing any proxy.
-func query[T any](t *testing.T, sql string, args ...any) T {
-	t.Helper()
-	var v T
-	withAdmin(t, func(ctx context.Context, conn *pgx.Conn) error { return conn.QueryRow(ctx, sql, args...).Scan(&v) }, sql)
-	return v
-}
-
-// execAdmin runs sql on the shared server as the test's superuser.
-func execAdmin(t *testing.T, sql string) {
-	t.Helper()
-	withAdmin(t, func(ctx context.Context, conn *pgx.Conn) error { _, err := conn.Exec(ctx, sql); return err }, sql)
-}
-
-// withAdmin runs fn on a new superuser connection to the shared server.
-func withAdmin(t *testing.T, fn func(context.Context, *pgx.Conn) error, what string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if err := fn(ctx, conn); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
 // holdLease starts a pglease run that holds name until the test ends and
 // waits until its command runs.
 func holdLease(t *testing.T, env []string, table, name string, extra ...string) *proc {
@@ -125,7 +96,7 @@ func TestRunSkipsHeldLeaseWithoutWaiting(t *testing.T) {
 	env, table := tableEnv(t)
 	holder := holdLease(t, env, table, "nightly", "--owner", "host-a")
 	tokenSQL := "SELECT token FROM " + table + " WHERE name = 'nightly'"
-	held := query[int64](t, tokenSQL)
+	held := pgtest.Value[int64](t, tokenSQL)
 	p := start(t, env, "run", "nightly", "--table", table, "--", "true")
 	if code := p.wait(); code != 75 {
 		t.Fatalf("exit %d, want 75: %s", code, p.stderr)
@@ -135,7 +106,7 @@ func TestRunSkipsHeldLeaseWithoutWaiting(t *testing.T) {
 		t.Fatalf("the holder exited (%d): the lease was not held throughout", holder.code)
 	default:
 	}
-	if tok := query[int64](t, tokenSQL); tok != held {
+	if tok := pgtest.Value[int64](t, tokenSQL); tok != held {
 		t.Fatalf("the lease's token went from %d to %d while run was skipping it", held, tok)
 	}
 	t.Logf("exit 75 %s after start", p.elapsed.Round(time.Millisecond))
@@ -249,7 +220,7 @@ func TestRunDatabaseUnreachableWhileHolding(t *testing.T) {
 	// The server's expiry of the row (the database is local: same clock)
 	// must come after the group was dead: nobody else could have had the
 	// lease while the command ran.
-	expires := query[time.Time](t, "SELECT expires_at FROM "+table+" WHERE name = 'cut-off'")
+	expires := pgtest.Value[time.Time](t, "SELECT expires_at FROM "+table+" WHERE name = 'cut-off'")
 	if !exited.Before(expires) {
 		t.Errorf("pglease exited at %s, after the server-side expiry %s", exited.Format(time.StampMicro), expires.Format(time.StampMicro))
 	}
@@ -302,7 +273,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	// The waiter's session LISTENs for releases: only a waiting Acquire
 	// opens it.
 	waitFor(t, "the waiter to listen for a release", func() bool {
-		return query[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease patient-waiter' AND query LIKE 'LISTEN %'") > 0
+		return pgtest.Value[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease patient-waiter' AND query LIKE 'LISTEN %'") > 0
 	})
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(); code != 128+15 {
@@ -383,14 +354,14 @@ func TestRunCreatesTableSchema(t *testing.T) {
 	if code, _, stderr := run(t, env, "run", "s", "--table", schema+".leases", "--", "true"); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if !query[bool](t, "SELECT to_regclass($1) IS NOT NULL", schema+".leases") {
+	if !pgtest.Value[bool](t, "SELECT to_regclass($1) IS NOT NULL", schema+".leases") {
 		t.Fatal("table not created")
 	}
 
 	// A role that may not create schemas gets a clear error, exit 125.
 	role := schema + "_role"
-	execAdmin(t, "CREATE ROLE "+role+" LOGIN")
-	t.Cleanup(func() { execAdmin(t, "DROP ROLE IF EXISTS "+role) })
+	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { pgtest.Exec(t, "DROP ROLE IF EXISTS "+role) })
 	dsn := strings.Replace(pgtest.DSN(t), "postgres://postgres@", "postgres://"+role+"@", 1)
 	code, _, stderr := run(t, nil, "run", "s", "--dsn", dsn, "--table", schema+"_denied.leases", "--", "true")
 	if code != 125 || !strings.Contains(stderr, "privilege") {

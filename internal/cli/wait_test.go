@@ -3,6 +3,8 @@ package cli
 import (
 	"testing"
 	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
 )
 
 // patience bounds every wait of these tests for a signal: a process
@@ -12,16 +14,8 @@ import (
 // into it means the awaited thing did not happen.
 const patience = time.Minute
 
-// waitFor polls cond every few milliseconds until it holds, and fails the
-// test when it still does not after patience. It is the one poll loop of
-// the package's tests.
+// waitFor fails the test unless cond holds within patience.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", patience, what)
-		}
-		time.Sleep(5 * time.Millisecond) // the poll interval
-	}
+	pgtest.WaitFor(t, patience, what, cond)
 }
