@@ -147,12 +147,15 @@ type Options struct {
 	// End is when the run stopped; faults healed less than Liveness before
 	// End are not checked for liveness.
 	End int64
-	// FastPids lists the pids of holders with FastFailover leases. When a
-	// "terminate" fault (pg_terminate_backend) targets one of them, the
-	// lease it held then may overlap its successor's until its Done fires:
-	// the documented window (doc.go, "Fast failover"). Such overlaps are
-	// counted, not reported, and the window is measured; every other
-	// overlap is a violation.
+	// FastPids lists the pids of holders with fast-failover leases. When a
+	// fault ends the session of one of them from outside ("terminate",
+	// pg_terminate_backend; "reset", its proxy resetting its connections,
+	// which closes the server side too), the lease it held then may overlap
+	// its successor's until its Done fires: the holder cannot learn of the
+	// end before the server does, the documented window (doc.go, "Fast
+	// failover": an operator or a proxy ending a live holder's session).
+	// Such overlaps are counted, not reported, and the window is measured;
+	// every other overlap is a violation.
 	FastPids map[int]bool
 	// StaleTolerance is how far past its local deadline a holder not known
 	// to be paused may still see its lease held (timer latency) before it
@@ -160,6 +163,10 @@ type Options struct {
 	// the row outlives the deadline by the safety margin. Default 0.
 	StaleTolerance time.Duration
 }
+
+// endsSession reports whether a fault of kind ends the holder's database
+// session from outside, without the holder's doing.
+func endsSession(kind string) bool { return kind == "terminate" || kind == "reset" }
 
 // Report is the outcome of Check.
 type Report struct {
@@ -172,7 +179,7 @@ type Report struct {
 	StaleRejected int // stale writes after a pause that the fence rejected
 	StaleAccepted int // stale writes after a pause the fence accepted (no newer write yet)
 	AllowedOverl  int // overlaps inside the documented window (FastPids)
-	// Windows are, per fast-failover session terminated by the server, how
+	// Windows are, per fast-failover session ended from outside, how
 	// long after the successor's acquisition the old holder's lease Done
 	// fired (negative: before the successor acquired).
 	Windows     []time.Duration
@@ -282,7 +289,7 @@ func Check(events []Event, writes []Write, faults []Fault, opt Options) Report {
 			start = min(start, a.T)
 		}
 		for _, f := range faults {
-			if f.Kind == "terminate" && f.Pid == k.pid && start <= f.End && succ >= f.Start {
+			if endsSession(f.Kind) && f.Pid == k.pid && start <= f.End && succ >= f.Start {
 				return true
 			}
 		}
@@ -377,7 +384,7 @@ func Check(events []Event, writes []Write, faults []Fault, opt Options) Report {
 		// The documented window, measured: from the successor's
 		// acquisition to the moment the terminated holder's lease ended.
 		for _, f := range faults {
-			if f.Kind != "terminate" || !opt.FastPids[f.Pid] {
+			if !endsSession(f.Kind) || !opt.FastPids[f.Pid] {
 				continue
 			}
 			for i, l := range ls {

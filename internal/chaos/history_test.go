@@ -64,6 +64,18 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 	if !rep.OK() || rep.AllowedOverl != 1 || rep.LateCancels != 1 || len(rep.Windows) != 1 || rep.Windows[0] != 15*time.Millisecond {
 		t.Fatalf("tolerated history: %s, windows %v", rep, rep.Windows)
 	}
+	// A proxy resetting the holder's connections ends its session from
+	// outside too: the same window, for fast-failover holders only.
+	reset := []Fault{{Kind: "reset", Pid: 1, Start: 55 * ms, End: 56 * ms}}
+	if rep := Check(events[:len(events)-1], nil, reset, Options{FastPids: map[int]bool{1: true}}); !rep.OK() || rep.AllowedOverl != 1 || len(rep.Windows) != 1 {
+		t.Fatalf("overlap in the window of a reset: %s, windows %v", rep, rep.Windows)
+	}
+	if rep := Check(events[:len(events)-1], nil, reset, Options{}); rep.OK() {
+		t.Fatalf("overlap of a plain holder after a reset passed: %s", rep)
+	}
+	if rep := Check(events[:len(events)-1], nil, []Fault{{Kind: "partition", Pid: 1, Start: 55 * ms, End: 56 * ms}}, Options{FastPids: map[int]bool{1: true}}); rep.OK() {
+		t.Fatalf("overlap after a partition passed: %s", rep)
+	}
 }
 
 func TestRecorderSurvivesTornLines(t *testing.T) {
