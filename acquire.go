@@ -83,8 +83,10 @@ func SlotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
 // acquire is the one acquisition loop, for a name or for any slot of a
 // semaphore, once (TryAcquire) or until ctx ends (Acquire). A single name is
 // queued on locally for the whole wait (FIFO between the goroutines of this
-// client); the slots of a semaphore are each tried only while no other
-// goroutine of this client holds them.
+// client) and, while the client's dedicated session is live, on the server
+// (FIFO between clients: see "Waiting" in the package documentation); the
+// slots of a semaphore are each tried only while no other goroutine of this
+// client holds them.
 func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait bool) (*Lease, error) {
 	names := []string{name}
 	if o.slots > 1 {
@@ -93,7 +95,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			names[i] = SlotName(name, i)
 		}
 	}
-	var woken chan struct{}
+	var w *waiting
 	if wait {
 		if _, err := c.session(); err != nil { // starts the listener
 			return nil, err
@@ -101,9 +103,9 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 		// One subscription for the whole wait, taken before the first
 		// attempt: a release between an attempt and the pause still wakes
 		// the pause.
-		var unsubscribe func()
-		woken, unsubscribe = c.hub.subscribe(names...)
+		sub, unsubscribe := c.hub.subscribe(names...)
 		defer unsubscribe()
+		w = &waiting{sub: sub, queue: len(names) == 1}
 	}
 	var mine *localSlot // the single name's local slot, held for the whole wait
 	if len(names) == 1 {
@@ -123,18 +125,32 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			}
 		}
 	}
-	watched := map[string]*sessionWatcher{}
+	watched := map[string]watch{} // by name
 	defer func() {
-		for n, w := range watched {
-			c.unwatchSession(n, w)
+		for n, wt := range watched {
+			c.unwatchSession(wt.holder, n, wt.w)
 		}
 	}()
+	// fail ends a wait without a lease: it leaves the server's queue and
+	// then frees the local slot (so that the next local waiter's
+	// registration is not undone by this one's).
+	fail := func(err error) (*Lease, error) {
+		c.leaveQueue(w, names, func() {
+			if mine != nil {
+				c.putSlot(name, mine, true)
+			}
+		})
+		return nil, err
+	}
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last error
 	unbound, retries := 0, 0
 	for {
-		r := c.round(ctx, names, o, mine)
+		r := c.round(ctx, names, o, mine, w)
 		if r.lease != nil {
+			if !r.dequeued {
+				c.leaveQueue(w, names, func() {})
+			}
 			return r.lease, nil
 		}
 		var delay time.Duration
@@ -156,13 +172,10 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			err = gaveUp(ctx, last)
 			fallthrough
 		case c.bg.Err() != nil, !IsRetryable(err), !wait && (retries >= 2 || !redo(err)):
-			if mine != nil {
-				c.putSlot(name, mine, true)
-			}
 			if c.bg.Err() != nil && ctx.Err() == nil {
-				return nil, ErrClosed
+				err = ErrClosed
 			}
-			return nil, err
+			return fail(err)
 		case redo(err):
 			retries++
 		default:
@@ -174,45 +187,121 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			c.cfg.Logger.Warn("pglease: acquire failed; retrying", "name", name, "err", err, "in", delay)
 		}
 		if !wait && r.err == nil {
-			if mine != nil {
-				c.putSlot(name, mine, true)
-			}
-			return nil, r.held
+			return fail(r.held)
 		}
-		for _, n := range r.inSession {
-			if w := watched[n]; w != nil {
-				w.rearm()
-			} else if wait && len(watched) < maxWatched {
-				watched[n] = c.watchSession(n)
+		for _, h := range r.inSession {
+			cur, ok := watched[h.name]
+			switch {
+			case ok && cur.holder == h.client:
+				cur.w.rearm()
+			case ok:
+				c.unwatchSession(cur.holder, h.name, cur.w)
+				watched[h.name] = watch{h.client, c.watchSession(h.client, h.name)}
+			case wait && len(watched) < maxWatched:
+				watched[h.name] = watch{h.client, c.watchSession(h.client, h.name)}
 			}
 		}
-		if err := c.pause(ctx, woken, delay, last); err != nil {
-			if mine != nil {
-				c.putSlot(name, mine, true)
-			}
-			return nil, err
+		if err := c.pause(ctx, w.channel(), delay, last); err != nil {
+			return fail(err)
 		}
 	}
+}
+
+// waiting is a blocked Acquire's state between its attempts.
+type waiting struct {
+	sub *subscription
+	// queue: the wait may queue on the server (a single name); queued:
+	// an attempt registered it there, so it must leave when it gives up.
+	queue, queued bool
+}
+
+func (w *waiting) channel() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.sub.ch
+}
+
+// queueArgs makes an attempt of this wait a queued one when the client's
+// dedicated session is live: without it no targeted notification could
+// reach the wait, and it attempts unqueued, on every release.
+func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
+	if w == nil || !w.queue {
+		return
+	}
+	s, err := c.session()
+	if err != nil || !s.isLive() {
+		w.sub.queued.Store(false)
+		return
+	}
+	args.Queued, args.QueueTTL, w.queued = true, c.queueTTL(), true
+}
+
+// fairAfter is how long a queued waiter may be overtaken: until then a
+// free lease goes to whoever attempts first (the releasing client taking
+// it again at once, say), and afterwards it is promised to the longest
+// waiting live waiter. Contention then runs in bursts, each client's
+// attempts back to back, and no waiter waits much longer than this beyond
+// its turn in the queue.
+var fairAfter = 100 * time.Millisecond
+
+// queueTTL is how long a registration in the queue stays fresh: a waiter
+// attempts at least every PollInterval, and each attempt refreshes it, so
+// only a waiter that stopped attempting (a crash its session survives, a
+// partition) goes stale, and is passed over.
+func (c *Client) queueTTL() time.Duration { return 3*c.cfg.PollInterval + time.Second }
+
+// leaveQueue removes the wait's registrations from the server's queue, if
+// an attempt made one, and then runs then; in the background, bounded by
+// the statement timeout.
+func (c *Client) leaveQueue(w *waiting, names []string, then func()) {
+	if w == nil || !w.queued {
+		then()
+		return
+	}
+	w.queued = false
+	if !c.goBackground(func() {
+		defer then()
+		ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+		defer cancel()
+		if err := c.st.Unqueue(ctx, c.db, c.id, names); err != nil && c.bg.Err() == nil {
+			c.cfg.Logger.Warn("pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", names[0], "err", err)
+		}
+	}) {
+		then()
+	}
+}
+
+// watch is a wait's watcher of a session-bound holder's session.
+type watch struct {
+	holder string // the holder's client id
+	w      *sessionWatcher
 }
 
 // roundResult is the outcome of one attempt on each candidate name.
 type roundResult struct {
 	lease *Lease
-	err   error // an attempt failed (not: the name is held)
+	// dequeued: the lease came from a queued attempt, whose statement left
+	// the queue.
+	dequeued bool
+	err      error // an attempt failed (not: the name is held)
 	// When every name is held: the holder that expires first, its
-	// remaining time, the names whose holders are bound to a session of
-	// this server incarnation (to watch), and whether a holder was seen
+	// remaining time, the session-bound holders of this server
+	// incarnation whose sessions to watch, and whether a holder was seen
 	// that may bind its session in a moment.
 	held      error
 	soonest   time.Duration
-	inSession []string
+	inSession []heldBy
 	unbound   bool
 }
+
+// heldBy names a name's session-bound holder (its client id).
+type heldBy struct{ name, client string }
 
 // round makes one attempt on each of names, in random order so that the
 // contenders for a semaphore spread out, and returns the first lease
 // acquired. mine is the local slot of a single name, held by the caller.
-func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine *localSlot) roundResult {
+func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine *localSlot, w *waiting) roundResult {
 	r := roundResult{soonest: -1}
 	for _, i := range rand.Perm(len(names)) {
 		name := names[i]
@@ -225,12 +314,12 @@ func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine
 				continue
 			}
 		}
-		l, res, err := c.attempt(ctx, name, o, slot)
+		l, res, err := c.attempt(ctx, name, o, slot, w)
 		if errors.Is(err, errOrphan) {
-			l, res, err = c.attempt(ctx, name, o, slot)
+			l, res, err = c.attempt(ctx, name, o, slot, w)
 		}
 		if l != nil {
-			r.lease = l
+			r.lease, r.dequeued = l, res.queued
 			return r
 		}
 		if mine == nil {
@@ -240,11 +329,20 @@ func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine
 			r.err = err
 			return r
 		}
+		if w != nil {
+			w.sub.queued.Store(res.queued)
+		}
+		if res.Ahead > 0 {
+			// Promised to the waiters ahead: this wait's turn comes with a
+			// targeted notification (or, should they vanish, the poll).
+			r.note(queuedError(name, res), c.cfg.PollInterval)
+			continue
+		}
 		r.note(heldError(name, res), res.OtherRemaining)
-		if o.session && res.HolderInSession {
+		if o.session && res.HolderInSession && res.HolderWatchable {
 			// Only a session-bound contender may take over when the
 			// holder's session ends; a plain one waits for the expiry.
-			r.inSession = append(r.inSession, name)
+			r.inSession = append(r.inSession, heldBy{name, res.OtherClient})
 		}
 		if o.session && !res.HolderInSession && !res.busy {
 			r.unbound = true
@@ -275,6 +373,17 @@ func (c *Client) localHolder(name string) error {
 func heldError(name string, r acquireResult) error {
 	return &HeldError{Holder: Info{Name: name, Owner: r.OtherOwner, Token: r.OtherToken,
 		Remaining: r.OtherRemaining, SessionBound: r.HolderInSession}}
+}
+
+// queuedError describes a name whose lease waiters of other clients are
+// queued for ahead of this one (it may be free, promised to the first).
+func queuedError(name string, r acquireResult) error {
+	e := heldError(name, r).(*HeldError)
+	if r.OtherToken == 0 {
+		e.Holder = Info{Name: name}
+	}
+	e.Queued = int(r.Ahead)
+	return e
 }
 
 // pause waits for a wake-up, the delay, the caller's context or the
@@ -316,13 +425,15 @@ type acquireResult struct {
 	// (a guarded transaction, a contender's acquisition); the holder is
 	// unknown.
 	busy bool
+	// queued: the attempt was a queued one (see waiting).
+	queued bool
 }
 
 // attempt runs one acquisition statement. The statement runs on a detached
 // context: when ctx ends first, attempt returns at once with ctx.Err() and
 // a lease the statement may still grant is released by token, so nothing
 // of a cancelled attempt is left behind.
-func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot *localSlot) (*Lease, acquireResult, error) {
+func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot *localSlot, w *waiting) (*Lease, acquireResult, error) {
 	type result struct {
 		res   acquireResult
 		sent  time.Time
@@ -336,7 +447,12 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		// context had already ended would get a lease.
 		return nil, acquireResult{}, err
 	}
-	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id}
+	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id,
+		FairAfter: fairAfter}
+	c.queueArgs(w, &args)
+	if hook := testHookAttempt.Load(); hook != nil {
+		(*hook)(c.id, name)
+	}
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	ch := make(chan result, 1)
 	started := c.goBackground(func() {
@@ -385,6 +501,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		}
 		r = <-ch
 	}
+	r.res.queued = args.Queued
 	if r.err != nil {
 		if errors.Is(r.err, ErrSessionUnavailable) {
 			return nil, r.res, r.err
@@ -448,6 +565,10 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	}
 	return l, r.res, nil
 }
+
+// testHookAttempt, when set by a test, runs before each acquisition
+// statement of any client, with the client's id.
+var testHookAttempt atomic.Pointer[func(client, name string)]
 
 // testHookAcquired, when set by a test, runs in attempt between an
 // acquisition's reply and the lease's registration.

@@ -11,8 +11,9 @@
 // a sequence. The holder's [Client] renews every lease it holds with one
 // statement per renewal interval (TTL/3 by default) on a connection of its
 // own, so renewals never queue behind the application's use of a shared
-// pool. [Lease.Release] deletes the row and notifies waiters with
-// NOTIFY, so [Client.Acquire] wakes at once instead of polling.
+// pool. [Lease.Release] deletes the row and notifies the first waiting
+// client with NOTIFY, so [Client.Acquire] wakes at once instead of polling
+// (see Waiting).
 //
 //	          TryAcquire / Acquire
 //	free ─────────────────────────────▶ held (token T)
@@ -105,13 +106,61 @@
 // pglease was doing and, where the server said why (a missing privilege,
 // table or database), what to do about it.
 //
+// # Waiting
+//
+// A blocked [Client.Acquire] waits for a notification, for a timer at the
+// moment the holder's lease would expire, and for a slow fallback poll
+// ([Config.PollInterval]). Within one client the goroutines waiting for a
+// name queue locally, first come first served, and only the first of them
+// talks to the server. Between clients they queue on the server: each
+// waiting client registers in the table's queue of waiters (the unlogged
+// table "<table>_waiters", one row per client and name, written by the
+// waiter's own attempts), and a release wakes the first live waiter alone,
+// on a notification channel of its client's own. A hand-off therefore
+// costs the release and one acquisition, however many clients wait; the
+// other waiters sleep until their turn (or their fallback poll).
+//
+// A free lease goes to whichever attempt comes first, so that a client
+// that releases and acquires again at once keeps going without a round
+// trip through another process; but once a waiter has been queued for
+// 100 ms it is promised the lease, and every attempt of another client
+// queued after it (or not queued, as TryAcquire) is refused with a
+// *[HeldError] whose Queued field says so. Contention thus runs in bursts
+// and no waiter is starved: each waits at most about its turn in the queue
+// plus 100 ms.
+//
+// What the queue survives:
+//
+//   - A waiter whose client died is passed over at once: a waiter is live
+//     only while its client's dedicated session holds the client's advisory
+//     lock, which the server frees when the session ends.
+//   - A waiter woken by a release that then never acquires (a pause, a
+//     crash its session outlives, a partition) holds the others up until
+//     its registration goes stale (3 × PollInterval + 1 s without an
+//     attempt refreshing it), and at most one fallback poll after that.
+//   - A lost notification, or a dedicated session that reconnects, is
+//     covered as before: the reconnect wakes every waiter, and the expiry
+//     timer and fallback poll never stop.
+//   - A client without a live dedicated session (database/sql with another
+//     driver, [Config.DisableNotify], a transaction-pooling proxy, a
+//     session down) does not register; it attempts at the expiry timer and
+//     fallback poll, and on the table's channel, which every release also
+//     notifies (so that observers such as [Elector.Observe] see every
+//     change).
+//   - The queue decides only who may take a free lease; it never changes
+//     who holds one. Mutual exclusion and fencing do not depend on it.
+//
 // # Fast failover
 //
 // With the [WithFastFailover] option a lease is also tied to the holder's
 // database session through a session advisory lock. When the holder process
-// dies, its session ends and a waiting contender (blocked on the same
-// advisory lock, not polling) takes over within milliseconds instead of
-// waiting out the TTL. The rules that keep the guarantees above:
+// dies, its session ends and a waiting contender takes over within
+// milliseconds instead of waiting out the TTL: the waiting client watches
+// the holder's session on a connection of its own, blocked on the advisory
+// lock the holder's client holds for as long as that session lives (one
+// such connection per holder client, shared by every wait of the client on
+// names that client holds), not polling. The rules that keep the
+// guarantees above:
 //
 //   - The server must not declare a live holder's session dead before the
 //     holder's own local deadline: the session's TCP keepalive and user

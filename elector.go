@@ -222,7 +222,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 			case <-e.c.bg.Done():
 				t.Stop()
 				return
-			case <-woken:
+			case <-woken.ch:
 				recheck = 10 * time.Millisecond
 			case <-t.C:
 			}

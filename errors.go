@@ -72,15 +72,26 @@ type HeldError struct {
 	// how long until it expires unless renewed. When the row was being
 	// changed concurrently Holder may be the zero value.
 	Holder Info
+	// Queued is the number of live waiters of other clients queued ahead
+	// of a blocked Acquire (see "Waiting" in the package documentation);
+	// while there are any, the lease, even a free one, is theirs first.
+	Queued int
 }
 
 // Error describes the holder.
 func (e *HeldError) Error() string {
+	if e.Holder.Owner == "" && e.Queued > 0 {
+		return fmt.Sprintf("pglease: lease %q is promised to %d waiting client(s) queued ahead", e.Holder.Name, e.Queued)
+	}
 	if e.Holder.Owner == "" {
 		return ErrNotAcquired.Error()
 	}
-	return fmt.Sprintf("pglease: lease %q is held by %q (token %d, expires in %s)",
+	msg := fmt.Sprintf("pglease: lease %q is held by %q (token %d, expires in %s)",
 		e.Holder.Name, e.Holder.Owner, e.Holder.Token, e.Holder.Remaining.Round(time.Millisecond))
+	if e.Queued > 0 {
+		msg += fmt.Sprintf(", with %d waiting client(s) queued ahead", e.Queued)
+	}
+	return msg
 }
 
 // Is reports whether target is ErrNotAcquired.

@@ -113,53 +113,56 @@ func (c *Client) unlockAsync(name string, epoch uint64) {
 	})
 }
 
-// sessionWatcher waits, on a connection of its own, on the session advisory
-// lock of one name's session-bound holder, and wakes every local waiter of
-// the name (through the hub, as a notification would) the moment that
-// session releases the lock or ends: a crash sends no notification. A
-// client runs at most one watcher per name, shared by its local waiters,
-// and stops it when the last of them leaves; a waiter for a semaphore
-// watches each session-bound slot holder it saw, up to maxWatched.
+// sessionWatcher waits, on a connection of its own, for the dedicated
+// session of a session-bound holder's client to end (on the client lock
+// that session holds: see ClientLock in queries.sql), and then wakes every
+// local waiter of the names it watches for (through the hub, as a targeted
+// notification would): a crash sends no notification. A client runs at
+// most one watcher per holder client, shared by all its waits on names
+// that client holds, and stops it when the last of them leaves; a wait
+// watches for the holders of at most maxWatched names (the slots of a
+// semaphore).
 type sessionWatcher struct {
-	refs   int           // under c.mu
-	again  chan struct{} // wait for the (new) holder's session again
+	names  map[string]int // under c.mu: the waits per name
+	again  chan struct{}  // wait for the holder's session again
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// maxWatched bounds the session watchers, one connection each, that one
-// wait starts; further slot holders of a semaphore are covered by
-// notifications and their expiry.
+// maxWatched bounds the names one wait watches holders for; further slot
+// holders of a semaphore are covered by notifications and their expiry.
 const maxWatched = 16
 
-// watchSession returns the watcher of name, starting it if needed, and
-// makes it wait for the current holder's session.
-func (c *Client) watchSession(name string) *sessionWatcher {
+// watchSession returns the watcher of holder's session, starting it if
+// needed, and makes it wake the waiters of name when that session ends.
+func (c *Client) watchSession(holder, name string) *sessionWatcher {
 	c.mu.Lock()
-	w := c.watchers[name]
+	w := c.watchers[holder]
 	if w == nil {
-		w = &sessionWatcher{again: make(chan struct{}, 1), done: make(chan struct{})}
+		w = &sessionWatcher{names: map[string]int{}, again: make(chan struct{}, 1), done: make(chan struct{})}
 		var ctx context.Context
 		ctx, w.cancel = context.WithCancel(c.bg)
-		c.watchers[name] = w
-		if !c.goBackground(func() { c.runWatcher(ctx, name, w) }) {
+		c.watchers[holder] = w
+		if !c.goBackground(func() { c.runWatcher(ctx, holder, w) }) {
 			close(w.done)
 		}
 	}
-	w.refs++
+	w.names[name]++
 	c.mu.Unlock()
 	w.rearm()
 	return w
 }
 
-// unwatchSession drops a reference to name's watcher, stopping it after the
-// last.
-func (c *Client) unwatchSession(name string, w *sessionWatcher) {
+// unwatchSession drops a wait's interest in name from holder's watcher,
+// stopping the watcher after the last.
+func (c *Client) unwatchSession(holder, name string, w *sessionWatcher) {
 	c.mu.Lock()
-	w.refs--
-	last := w.refs == 0
-	if last {
-		delete(c.watchers, name)
+	if w.names[name]--; w.names[name] <= 0 {
+		delete(w.names, name)
+	}
+	last := len(w.names) == 0
+	if last && c.watchers[holder] == w {
+		delete(c.watchers, holder)
 	}
 	c.mu.Unlock()
 	if last {
@@ -172,7 +175,7 @@ func (c *Client) unwatchSession(name string, w *sessionWatcher) {
 // reported the last one.
 func (w *sessionWatcher) rearm() { wake(w.again) }
 
-func (c *Client) runWatcher(ctx context.Context, name string, w *sessionWatcher) {
+func (c *Client) runWatcher(ctx context.Context, holder string, w *sessionWatcher) {
 	defer close(w.done)
 	var conn *pgxConn
 	defer func() {
@@ -203,7 +206,7 @@ func (c *Client) runWatcher(ctx context.Context, name string, w *sessionWatcher)
 			}
 			conn = &pc
 		}
-		if err := c.st.AwaitSession(ctx, conn.querier(), name); err != nil {
+		if err := c.st.AwaitSession(ctx, conn.querier(), holder); err != nil {
 			conn.close()
 			conn = nil
 			if ctx.Err() != nil {
@@ -213,6 +216,14 @@ func (c *Client) runWatcher(ctx context.Context, name string, w *sessionWatcher)
 			continue
 		}
 		b.reset()
-		c.hub.notify(name)
+		c.mu.Lock()
+		names := make([]string, 0, len(w.names))
+		for n := range w.names {
+			names = append(names, n)
+		}
+		c.mu.Unlock()
+		for _, n := range names {
+			c.hub.notify(n, true)
+		}
 	}
 }

@@ -1,35 +1,50 @@
 package pglease
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
-// hub routes NOTIFY payloads (lease names) to local waiters.
+// hub routes notifications (lease names) to local waiters. A release
+// notifies the table's channel, which every client hears, and the first
+// queued waiter's client on a channel of its own (targeted); a waiter that
+// queues on the server acts only on the targeted one, so that a release
+// sets one waiting client in motion, not all of them.
 type hub struct {
 	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{}
+	subs map[string]map[*subscription]struct{}
 }
 
-func (h *hub) init() { h.subs = map[string]map[chan struct{}]struct{}{} }
+// subscription is one waiter's (or observer's) interest in some names.
+type subscription struct {
+	ch chan struct{}
+	// queued: the waiter's last attempt registered it in the server's
+	// queue; it is woken by targeted notifications only.
+	queued atomic.Bool
+}
 
-// subscribe returns a channel that receives a value when one of names is
-// released (or when notifications may have been missed). cancel must be
-// called.
-func (h *hub) subscribe(names ...string) (ch chan struct{}, cancel func()) {
-	ch = make(chan struct{}, 1)
+func (h *hub) init() { h.subs = map[string]map[*subscription]struct{}{} }
+
+// subscribe returns a subscription whose channel receives a value when one
+// of names is released (or when notifications may have been missed).
+// cancel must be called.
+func (h *hub) subscribe(names ...string) (s *subscription, cancel func()) {
+	s = &subscription{ch: make(chan struct{}, 1)}
 	h.mu.Lock()
 	for _, name := range names {
 		set := h.subs[name]
 		if set == nil {
-			set = map[chan struct{}]struct{}{}
+			set = map[*subscription]struct{}{}
 			h.subs[name] = set
 		}
-		set[ch] = struct{}{}
+		set[s] = struct{}{}
 	}
 	h.mu.Unlock()
-	return ch, func() {
+	return s, func() {
 		h.mu.Lock()
 		for _, name := range names {
 			if set := h.subs[name]; set != nil {
-				delete(set, ch)
+				delete(set, s)
 				if len(set) == 0 {
 					delete(h.subs, name)
 				}
@@ -46,19 +61,24 @@ func wake(ch chan struct{}) {
 	}
 }
 
-func (h *hub) notify(name string) {
+// notify wakes the subscribers of name; a notification that is not
+// targeted skips the queued ones.
+func (h *hub) notify(name string, targeted bool) {
 	h.mu.Lock()
-	for ch := range h.subs[name] {
-		wake(ch)
+	for s := range h.subs[name] {
+		if targeted || !s.queued.Load() {
+			wake(s.ch)
+		}
 	}
 	h.mu.Unlock()
 }
 
+// notifyAll wakes every subscriber: notifications may have been missed.
 func (h *hub) notifyAll() {
 	h.mu.Lock()
 	for _, set := range h.subs {
-		for ch := range set {
-			wake(ch)
+		for s := range set {
+			wake(s.ch)
 		}
 	}
 	h.mu.Unlock()

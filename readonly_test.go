@@ -120,7 +120,7 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	}
 
 	// A newer version.
-	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 3'`)
+	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 4'`)
 	c = testClient(t, Config{Table: schema + ".leases"})
 	if _, err := c.List(ctx); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("List on a newer table: %v, want ErrSchema", err)

@@ -25,7 +25,7 @@ func TestRoleWithoutCreateWorksOnExistingTable(t *testing.T) {
 	pgtest.Exec(t, `CREATE ROLE `+r+` LOGIN`)
 	t.Cleanup(func() { pgtest.Exec(t, `DROP OWNED BY `+r+`; DROP ROLE `+r) })
 	pgtest.Exec(t, `GRANT USAGE ON SCHEMA `+s+` TO `+r)
-	pgtest.Exec(t, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+s+`.leases TO `+r)
+	pgtest.Exec(t, `GRANT SELECT, INSERT, UPDATE, DELETE ON `+s+`.leases, `+s+`.leases_waiters TO `+r)
 	pgtest.Exec(t, `GRANT USAGE ON SEQUENCE `+s+`.leases_token_seq TO `+r)
 	pgtest.Exec(t, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
 
@@ -80,7 +80,7 @@ func TestDDLIsExportedAndVersioned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`CREATE SCHEMA IF NOT EXISTS "ops"`, `CREATE TABLE IF NOT EXISTS "ops"."locks"`, `"ops"."locks_token_seq"`, "schema version 2"} {
+	for _, want := range []string{`CREATE SCHEMA IF NOT EXISTS "ops"`, `CREATE TABLE IF NOT EXISTS "ops"."locks"`, `"ops"."locks_token_seq"`, `CREATE UNLOGGED TABLE IF NOT EXISTS "ops"."locks_waiters"`, "schema version 3"} {
 		if !strings.Contains(ddl, want) {
 			t.Errorf("DDL lacks %q:\n%s", want, ddl)
 		}

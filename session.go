@@ -42,7 +42,10 @@ type session struct {
 	keepalive time.Duration // TTL the current connection's keepalive covers
 	// shared: the connection's server backend is not its own (a
 	// transaction-pooling proxy); it cannot hold session-bound leases.
-	shared  bool
+	shared bool
+	// live: the connection holds the client lock and listens on the
+	// client's own channel, so this client's waits queue (see queue).
+	live    bool
 	lastErr error
 	done    chan struct{}
 }
@@ -84,9 +87,9 @@ func (w *sessionWatch) HandleUnwatchAfterCancel() { _ = w.conn.SetDeadline(time.
 // database/sql connection (without).
 type dconn interface {
 	querier() store.Querier
-	// wait blocks until a notification arrives (its payload) or ctx ends or
-	// the connection fails.
-	wait(ctx context.Context) (string, error)
+	// wait blocks until a notification arrives (its channel and payload)
+	// or ctx ends or the connection fails.
+	wait(ctx context.Context) (channel, payload string, err error)
 	close()
 	alive() bool
 }
@@ -94,15 +97,12 @@ type dconn interface {
 type pgxConn struct{ c *pgx.Conn }
 
 func (p pgxConn) querier() store.Querier { return store.Pgx(p.c) }
-func (p pgxConn) wait(ctx context.Context) (string, error) {
+func (p pgxConn) wait(ctx context.Context) (string, string, error) {
 	n, err := p.c.WaitForNotification(ctx)
-	if err != nil {
-		return "", err
+	if err != nil || n == nil {
+		return "", "", err
 	}
-	if n == nil {
-		return "", nil
-	}
-	return n.Payload, nil
+	return n.Channel, n.Payload, nil
 }
 func (p pgxConn) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -117,9 +117,9 @@ type sqlConn struct {
 }
 
 func (s *sqlConn) querier() store.Querier { return store.SQL(s.c, nil) }
-func (s *sqlConn) wait(ctx context.Context) (string, error) {
+func (s *sqlConn) wait(ctx context.Context) (string, string, error) {
 	<-ctx.Done()
-	return "", ctx.Err()
+	return "", "", ctx.Err()
 }
 func (s *sqlConn) close()      { _ = s.c.Close() }
 func (s *sqlConn) alive() bool { return !s.dead }
@@ -176,6 +176,14 @@ func (s *session) run(ctx context.Context, op *sessOp) error {
 
 func (s *session) wait() { <-s.done }
 
+// isLive reports whether the current connection lets this client's waits
+// queue (see session.live).
+func (s *session) isLive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live
+}
+
 func (s *session) currentEpoch() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -197,7 +205,8 @@ func (s *session) loop() {
 		if conn == nil {
 			var err error
 			var shared bool
-			conn, shared, err = s.connect()
+			var live bool
+			conn, shared, live, err = s.connect()
 			if err != nil {
 				s.mu.Lock()
 				s.lastErr = err
@@ -216,6 +225,7 @@ func (s *session) loop() {
 			s.epoch = s.conns
 			s.keepalive = 0
 			s.shared = shared
+			s.live = live
 			s.lastErr = nil
 			s.mu.Unlock()
 			c.hub.notifyAll() // notifications may have been missed while down
@@ -248,14 +258,14 @@ func (s *session) loop() {
 			op.res <- err
 			continue
 		}
-		payload, err := conn.wait(wctx)
+		channel, payload, err := conn.wait(wctx)
 		s.mu.Lock()
 		s.stop()
 		s.stop = nil
 		s.mu.Unlock()
 		switch {
 		case err == nil:
-			c.hub.notify(payload)
+			c.hub.notify(payload, channel != c.st.Names.Channel)
 		case wctx.Err() != nil && conn.alive():
 			// interrupted for an operation or by Close
 		default:
@@ -271,6 +281,7 @@ func (s *session) lost(conn dconn, err error) dconn {
 	s.mu.Lock()
 	epoch := s.epoch
 	s.epoch = 0
+	s.live = false
 	s.mu.Unlock()
 	s.c.sessionLost(epoch, err)
 	conn.close()
@@ -299,28 +310,30 @@ func (s *session) failOps(err error) {
 
 // connect opens the dedicated connection and subscribes to notifications.
 // shared reports a connection whose server backend other clients share (a
-// transaction-pooling proxy): it cannot hold session-bound leases.
-func (s *session) connect() (_ dconn, shared bool, _ error) {
+// transaction-pooling proxy): it cannot hold session-bound leases. live
+// reports one that holds the client lock and listens on the client's own
+// channel too: the client's waits may queue.
+func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 	c := s.c
 	ctx, cancel := context.WithTimeout(c.bg, c.connectTimeout())
 	defer cancel()
 	cfg, err := c.dedicatedConfig(ctx)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if cfg == nil { // database/sql with a driver other than pgx
 		sc, err := c.sqlDB.Conn(ctx)
 		if err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
-		return &sqlConn{c: sc}, false, nil
+		return &sqlConn{c: sc}, false, false, nil
 	}
 	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &sessionWatch{conn: pc.Conn(), overdue: s.overdue}
 	}
 	pc, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	// A transaction-pooling proxy (PgBouncer, and others) answers the
 	// startup with a backend key of its own and runs each transaction on
@@ -329,21 +342,49 @@ func (s *session) connect() (_ dconn, shared bool, _ error) {
 	var pid uint32
 	if err := pc.QueryRow(ctx, c.st.Q.BackendPID, pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
 		_ = pc.Close(ctx)
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if pid != pc.PgConn().PID() {
 		shared = true
 	} else if err := c.st.SessionSettings(ctx, store.Pgx(pc), c.cfg.StatementTimeout, sessionLockTimeout); err != nil {
 		_ = pc.Close(ctx)
-		return nil, false, err
+		return nil, false, false, err
+	}
+	if !shared {
+		if live, err = s.clientLock(ctx, pc); err != nil {
+			_ = pc.Close(ctx)
+			return nil, false, false, err
+		}
+		live = live && !c.cfg.DisableNotify
 	}
 	if !c.cfg.DisableNotify {
-		if _, err := pc.Exec(ctx, c.st.Q.Listen, pgx.QueryExecModeSimpleProtocol); err != nil {
-			_ = pc.Close(ctx)
-			return nil, false, err
+		for _, listen := range []string{c.st.Q.Listen, store.ListenSQL(store.ClientChannel(c.id))} {
+			if _, err := pc.Exec(ctx, listen, pgx.QueryExecModeSimpleProtocol); err != nil {
+				_ = pc.Close(ctx)
+				return nil, false, false, err
+			}
 		}
 	}
-	return pgxConn{pc}, shared, nil
+	return pgxConn{pc}, shared, live, nil
+}
+
+// clientLock takes the client lock on a new dedicated connection (see
+// ClientLock in queries.sql). It reports false, without an error, when the
+// lock cannot be had now (an earlier session of this client that the
+// server has not yet ended holds it) or the table was not checked yet: the
+// client then waits without queueing, and its session-bound leases fail
+// over at their expiry rather than at once, until the next connection.
+func (s *session) clientLock(ctx context.Context, pc *pgx.Conn) (bool, error) {
+	c := s.c
+	if err := c.ensureSchema(ctx); err != nil {
+		return false, nil
+	}
+	err := c.st.ClientLock(ctx, store.Pgx(pc), c.id)
+	if err != nil && store.Classify(err) == store.KindLockTimeout {
+		c.cfg.Logger.Warn("pglease: an earlier session of this client still holds its client lock; waiting without queueing until the next connection")
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (c *Client) connectTimeout() time.Duration {

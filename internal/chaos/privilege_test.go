@@ -23,9 +23,10 @@ func MinimalGrants(schema, table, role string) string {
 	s, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
 	t := pgx.Identifier{schema, table}.Sanitize()
 	seq := pgx.Identifier{schema, table + "_token_seq"}.Sanitize()
+	w := pgx.Identifier{schema, table + "_waiters"}.Sanitize()
 	return fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s;
-GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %s TO %s;
-GRANT USAGE ON SEQUENCE %s TO %s;`, s, r, t, r, seq, r)
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE %s, %s TO %s;
+GRANT USAGE ON SEQUENCE %s TO %s;`, s, r, t, w, r, seq, r)
 }
 
 // withUser returns dsn with its user replaced.

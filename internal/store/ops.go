@@ -36,6 +36,7 @@ func (s *Store) DDL() string {
 	}
 	b.WriteString(s.Q.CreateSequence + ";\n\n")
 	b.WriteString(s.Q.CreateTable + ";\n\n")
+	b.WriteString(s.Q.CreateWaiters + ";\n\n")
 	b.WriteString(s.Q.CommentTable + ";\n")
 	return b.String()
 }
@@ -80,7 +81,7 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 	if err != nil {
 		return err
 	}
-	if ex.table && ex.seq {
+	if ex.table && ex.seq && ex.waiters {
 		// Usable as it is, or not ours to change: done. Only what a
 		// migration repairs goes on to the locked transaction below.
 		var se *SchemaError
@@ -123,7 +124,13 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 			stmts = append(stmts, s.Q.CreateSequence)
 		}
 		if !ex.table {
-			stmts = append(stmts, s.Q.CreateTable, s.Q.CommentTable)
+			stmts = append(stmts, s.Q.CreateTable)
+		}
+		if !ex.waiters {
+			stmts = append(stmts, s.Q.CreateWaiters)
+		}
+		if !ex.table {
+			stmts = append(stmts, s.Q.CommentTable)
 		}
 		for _, st := range stmts {
 			if err := q.Exec(ctx, st); err != nil {
@@ -170,12 +177,12 @@ func (s *Store) version(ctx context.Context, q Querier) (int, error) {
 	return v, err
 }
 
-type existing struct{ table, seq, schema bool }
+type existing struct{ table, seq, schema, waiters bool }
 
 // exists reports which of the table, its sequence and their schema exist.
 func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) {
-	err = q.Query(ctx, s.Q.TableExists, []any{s.Names.QualifiedTable(), s.Names.QualifiedSeq(), s.Names.QuotedSchema()},
-		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema) })
+	err = q.Query(ctx, s.Q.TableExists, []any{s.Names.QualifiedTable(), s.Names.QualifiedSeq(), s.Names.QuotedSchema(), s.Names.QualifiedWaiters()},
+		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema, &ex.waiters) })
 	return ex, err
 }
 
@@ -197,6 +204,11 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 	}
 	if v < SchemaVersion {
 		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("table %s has schema version %d, this pglease needs %d; migrate it (Client.Migrate) as a role that owns it", s.Names.QualifiedTable(), v, SchemaVersion)}
+	}
+	if ex, err := s.exists(ctx, q); err != nil {
+		return err
+	} else if !ex.waiters {
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the waiters table %s of %s is missing; migrate the table (Client.Migrate) as a role that may create it", s.Names.QualifiedWaiters(), s.Names.QualifiedTable())}
 	}
 	behind, err := s.tokensBehind(ctx, q)
 	if err != nil {
@@ -271,6 +283,9 @@ func (s *Store) checkColumns(ctx context.Context, q Querier, upgradable bool) er
 	return nil
 }
 
+// LockNamespace is the table's advisory-lock namespace (see lockNS).
+func (s *Store) LockNamespace() (string, error) { return s.lockNS() }
+
 // lockNS is the table's advisory-lock namespace: its schema and name as the
 // server resolved them in CheckShape, whatever spelling the client was
 // configured with, so that every client of one table shares one key space.
@@ -291,6 +306,16 @@ type AcquireArgs struct {
 	// LockTimeout bounds this statement's waits for locks (0: the
 	// session's setting).
 	LockTimeout time.Duration
+	// Queued: the attempt belongs to a blocked wait that queues for the
+	// name (see the waiters table); its registration stays fresh for
+	// QueueTTL, and QueueNames are every name the wait is registered under,
+	// all left when it acquires one.
+	Queued     bool
+	QueueTTL   time.Duration
+	QueueNames []string
+	// FairAfter: how long a queued waiter may be overtaken by attempts
+	// queued after it before the lease is promised to it.
+	FairAfter time.Duration
 }
 
 // AcquireResult is the outcome of one attempt.
@@ -313,6 +338,12 @@ type AcquireResult struct {
 	// OtherHeartbeatAge is the holder's time since its last renewal.
 	OtherHeartbeatAge time.Duration
 	HolderInSession   bool
+	// HolderWatchable: the session-bound holder's client still holds its
+	// client lock, so its session can be watched (AwaitSession).
+	HolderWatchable bool
+	// Ahead is the number of live waiters of other clients queued before a
+	// queued attempt; while there are any, a free lease is theirs.
+	Ahead int64
 }
 
 // Acquire inserts or takes over the lease row in one statement.
@@ -328,9 +359,19 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 	if err != nil {
 		return r, err
 	}
-	err = q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds()},
+	names := a.QueueNames
+	if names == nil {
+		names = []string{a.Name}
+	}
+	queue, err := json.Marshal(names)
+	if err != nil {
+		return r, err
+	}
+	err = q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
+		a.Queued, a.QueueTTL.Milliseconds(), string(queue), a.FairAfter.Milliseconds()},
 		func(row Row) error {
-			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient)
+			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
+				&r.HolderWatchable, &r.Ahead)
 		})
 	r.OtherRemaining = time.Duration(remMS) * time.Millisecond
 	r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond
@@ -473,7 +514,11 @@ func (s *Store) List(ctx context.Context, q Querier) ([]Record, error) {
 // ForceRelease deletes the row of name whoever holds it, notifies waiters,
 // and returns what was deleted.
 func (s *Store) ForceRelease(ctx context.Context, q Querier, name string) (rec Record, ok bool, err error) {
-	err = q.Query(ctx, s.Q.ForceRelease, []any{name, s.Names.Channel}, func(r Row) error {
+	ns, err := s.lockNS()
+	if err != nil {
+		return rec, false, err
+	}
+	err = q.Query(ctx, s.Q.ForceRelease, []any{name, s.Names.Channel, ns}, func(r Row) error {
 		ok = true
 		rec, err = scanRecord(r)
 		return err
@@ -502,11 +547,33 @@ func (s *Store) SessionSettings(ctx context.Context, q Querier, statement, lock 
 	return q.Query(ctx, s.Q.SessionSettings, []any{fmt.Sprint(statement.Milliseconds()), fmt.Sprint(lock.Milliseconds())}, func(Row) error { return nil })
 }
 
-// AwaitSession blocks until no session holds name's session-bound lease.
-func (s *Store) AwaitSession(ctx context.Context, q Querier, name string) error {
+// AwaitSession blocks until the dedicated session of client ends (the
+// session that holds its client lock).
+func (s *Store) AwaitSession(ctx context.Context, q Querier, client string) error {
 	ns, err := s.lockNS()
 	if err != nil {
 		return err
 	}
-	return q.Query(ctx, s.Q.AwaitSession, []any{name, ns}, func(Row) error { return nil })
+	return q.Query(ctx, s.Q.AwaitSession, []any{client, ns}, func(Row) error { return nil })
+}
+
+// ClientLock takes the client lock of client on this session, for as long
+// as the session lives (see queries.sql); it fails when the session's
+// lock_timeout passes first.
+func (s *Store) ClientLock(ctx context.Context, q Querier, client string) error {
+	ns, err := s.lockNS()
+	if err != nil {
+		return err
+	}
+	return q.Query(ctx, s.Q.ClientLock, []any{ns, client}, func(Row) error { return nil })
+}
+
+// Unqueue removes client's registrations under names from the queue of
+// waiters.
+func (s *Store) Unqueue(ctx context.Context, q Querier, client string, names []string) error {
+	arg, err := json.Marshal(names)
+	if err != nil {
+		return err
+	}
+	return q.Query(ctx, s.Q.Unqueue, []any{client, string(arg)}, func(Row) error { return nil })
 }

@@ -46,16 +46,33 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     CHECK ("token" > 0)
 )
 
+-- name: CreateWaiters
+-- The queue of blocked Acquire calls: one row per waiting client and name
+-- (the goroutines of one client queue locally), ordered by "since", so that
+-- a release wakes the first live waiter alone and a free lease is promised
+-- to it (see Acquire and Release). Unlogged: nothing in it must survive a
+-- crash, since waiting clients register again with every attempt, and its
+-- writes cost no WAL.
+CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
+    "name"       text        NOT NULL,
+    "client"     text        NOT NULL,
+    "since"      timestamptz NOT NULL,
+    "expires_at" timestamptz NOT NULL,
+    PRIMARY KEY ("name", "client")
+)
+
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 2'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 3'
 
 -- name: SchemaLock
 SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
 
 -- name: TableExists
 -- $3 the schema ('' for the search_path's first): does it exist already?
+-- $4 the waiters table.
 SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
-       $3::text = '' OR to_regnamespace($3::text) IS NOT NULL
+       $3::text = '' OR to_regnamespace($3::text) IS NOT NULL,
+       to_regclass($4::text) IS NOT NULL
 
 -- name: Columns
 SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull
@@ -75,6 +92,7 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 
 -- name: UpgradeTable
 -- Schema version 1 to 2: the server incarnation of a session-bound lease.
+-- (Version 3 added the waiters table, CreateWaiters.)
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text
 
 -- name: TokenState
@@ -100,6 +118,11 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- whose reply it never got, $9 lock_timeout ms for this statement (0 keeps
 -- the session's): a session-bound acquire runs on the connection that also
 -- renews, and must not sit behind a row lock (a guarded transaction).
+-- $10 queued?: the attempt belongs to a blocked Acquire that waits in the
+-- queue (the waiters table), $11 how long its registration stays fresh (ms),
+-- $12 every name the wait is registered under (the slots of a semaphore),
+-- a JSON array, $13 how long a waiter may be overtaken (ms).
+--
 -- A session-bound acquire first takes a session advisory lock keyed by the
 -- name; holding it proves that no other live session of this server
 -- incarnation holds a session-bound lease on the name, so a session-bound row
@@ -112,16 +135,41 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- of session locks), and only then draw from the sequence. Drawn earlier,
 -- a slow contender could be granted a token older than one granted
 -- meanwhile to a faster contender that has since released.
+--
+-- The queue: blocked waiters register (a queued attempt, $10), and a
+-- release wakes the first live one alone (see Release). A free lease goes to
+-- whichever attempt comes first, so that a client may take a name again at
+-- once (a burst), except that once a live waiter has been queued for $13
+-- ms, it is promised to it: every attempt of another client that is not
+-- queued before it is refused (and a queued one keeps or takes its place).
+-- A waiter is live while its registration is fresh and its client's
+-- dedicated session holds the client lock (the bigint key of seed 1 below,
+-- taken by ClientLock): a crashed waiter is passed over at once. An
+-- attempt that acquires nothing commits without waiting for its WAL flush:
+-- losing it in a crash loses nothing.
 WITH xl AS MATERIALIZED (
     SELECT CASE WHEN $9::int > 0 THEN set_config('lock_timeout', $9::int::text, true) END,
            pg_advisory_xact_lock(hashtext($7::text || $1::text), hashtext($1::text || $7::text))
 ), srv AS MATERIALIZED (
     SELECT {{server}} AS id
+), me AS MATERIALIZED (
+    -- This wait's place in the queue: its first registration, or now.
+    SELECT coalesce((SELECT w."since" FROM {{waiters}} AS w
+                      WHERE $10::bool AND w."name" = $1::text AND w."client" = $8::text), now()) AS since
+      FROM xl
+), ahead AS MATERIALIZED (
+    SELECT count(*) AS n
+      FROM {{waiters}} AS w, me
+     WHERE w."name" = $1::text AND w."client" <> $8::text
+       AND CASE WHEN w."expires_at" > now() AND (w."since", w."client") < (me.since, $8::text)
+                     AND w."since" <= now() - $13::bigint * interval '1 millisecond'
+                THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || w."client", 1))
+                ELSE false END
 ), lk AS MATERIALIZED (
-    SELECT CASE WHEN $5::bool
+    SELECT CASE WHEN $5::bool AND ahead.n = 0
                 THEN pg_try_advisory_lock(hashtextextended($7::text || $1::text, 0))
                 ELSE false END AS got
-      FROM xl
+      FROM ahead
 ), old AS (
     SELECT l."owner", l."token",
            l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
@@ -140,7 +188,8 @@ WITH xl AS MATERIALIZED (
            CASE WHEN lk.got THEN pg_backend_pid() END,
            CASE WHEN lk.got THEN (SELECT id FROM srv) END,
            $6::jsonb || jsonb_build_object('client', $8::text)
-    FROM lk
+    FROM lk, ahead
+    WHERE ahead.n = 0
     ON CONFLICT ("name") DO UPDATE
        SET "owner" = excluded."owner", "token" = excluded."token",
            "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
@@ -156,19 +205,41 @@ WITH xl AS MATERIALIZED (
     -- that the next contender (queued on the transaction lock) can take it.
     SELECT pg_advisory_unlock(hashtextextended($7::text || $1::text, 0)) AS ok
       FROM lk WHERE lk.got AND NOT EXISTS (SELECT 1 FROM ins)
+), queued AS (
+    INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at")
+    SELECT $1::text, $8::text, me.since, now() + $11::bigint * interval '1 millisecond'
+      FROM me WHERE $10::bool AND NOT EXISTS (SELECT 1 FROM ins)
+    ON CONFLICT ("name", "client") DO UPDATE SET "expires_at" = excluded."expires_at"
+    RETURNING 1
+), dequeued AS (
+    DELETE FROM {{waiters}} AS w
+     WHERE $10::bool AND EXISTS (SELECT 1 FROM ins)
+       AND w."client" = $8::text AND w."name" IN (SELECT jsonb_array_elements_text($12::jsonb))
+    RETURNING 1
+), nowait AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS ok
+     WHERE NOT EXISTS (SELECT 1 FROM ins)
 )
 -- Acquired: the new token, and the row taken over if any (as it was before).
--- Not acquired: the holder as this statement saw it; remaining -1 when the
--- row appeared concurrently and could not be seen.
+-- Not acquired: the holder as this statement saw it (remaining -1 when no
+-- holder was seen: the row appeared concurrently, or the lease is free and
+-- promised to the waiters ahead), whether a session-bound holder's client
+-- still holds its client lock (a waiter can watch its session), and the
+-- number of live waiters ahead.
 SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
-       coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, ''
+       coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
+       false, 0::bigint
   FROM ins LEFT JOIN old ON true
 UNION ALL
 SELECT false, 0::bigint, coalesce(old."session_bound", false),
        (SELECT got FROM lk) AND NOT EXISTS (SELECT 1 FROM unlocked),
        coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
-       coalesce(old."heartbeat_ms", 0), coalesce(old."client", '')
-  FROM (SELECT 1) AS one LEFT JOIN old ON true
+       coalesce(old."heartbeat_ms", 0), coalesce(old."client", ''),
+       CASE WHEN old."session_bound"
+            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || old."client", 1))
+            ELSE false END,
+       (SELECT n FROM ahead)
+  FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true
  WHERE NOT EXISTS (SELECT 1 FROM ins)
 
 -- name: Bind
@@ -225,8 +296,12 @@ SELECT "name", false FROM (SELECT "name" FROM held EXCEPT SELECT "name" FROM upd
 -- name: Release
 -- $1 name, $2 token, $3 notification channel, $4 unlock session lock?,
 -- $5 advisory-lock namespace. Before the minimum hold time the row is kept
--- (and stays held) until then; afterwards it is deleted and waiters are
--- notified.
+-- (and stays held) until then; afterwards it is deleted, the first live
+-- waiter of the queue is woken alone on its client's own channel (one
+-- statement per hand-off, however many clients wait: queued waiters do not
+-- act on the table's channel), and the table's channel is notified for
+-- what does not queue (TryAcquire loops, observers of a leader).
+-- Registrations that went stale are dropped on the way.
 WITH keep AS (
     -- The kept row no longer belongs to a client's live lease: drop the
     -- client id so that the client does not take it for a lost reply's row.
@@ -238,8 +313,17 @@ WITH keep AS (
     DELETE FROM {{table}}
      WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" <= now()
     RETURNING "name"
+), lockns AS (
+    SELECT $5::text AS v
+), head AS MATERIALIZED (
+    {{head}}
+), stale AS (
+    DELETE FROM {{waiters}} AS w
+     WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text AND w."expires_at" <= now()
 ), note AS (
     SELECT pg_notify($3::text, "name") FROM del
+    UNION ALL
+    SELECT pg_notify('pglease_' || head."client", del."name") FROM del, head
 ), unlock AS (
     SELECT pg_advisory_unlock(hashtextextended($5::text || $1::text, 0)) AS ok WHERE $4::bool
 ), nowait AS (
@@ -284,6 +368,19 @@ SELECT set_config('idle_in_transaction_session_timeout',
                 AND l."expires_at" > clock_timestamp()
                 FOR SHARE OF l) AS g ON true
 
+-- name: Head
+-- Not a statement: the first live waiter queued for $1 (its client), once
+-- the row was deleted (del), spliced in for {{head}}; lockns holds the
+-- advisory-lock namespace.
+SELECT w."client"
+  FROM {{waiters}} AS w
+ WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text
+   AND CASE WHEN w."expires_at" > now()
+            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended((SELECT v FROM lockns) || w."client", 1))
+            ELSE false END
+ ORDER BY w."since", w."client"
+ LIMIT 1
+
 -- name: Record
 -- Not a statement: the select list of a lease row as Get, List and
 -- ForceRelease return it (scanRecord reads it), spliced in for {{record}}.
@@ -306,21 +403,45 @@ SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
  ORDER BY "name"
 
 -- name: ForceRelease
+-- $1 name, $2 notification channel, $3 advisory-lock namespace. Wakes the
+-- first live waiter, as Release does.
 WITH del AS (
     DELETE FROM {{table}} WHERE "name" = $1::text
     RETURNING "name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "ttl",
               "session_pid", "metadata"
+), lockns AS (
+    SELECT $3::text AS v
+), head AS MATERIALIZED (
+    {{head}}
 ), note AS (
     SELECT pg_notify($2::text, "name") FROM del
+    UNION ALL
+    SELECT pg_notify('pglease_' || head."client", del."name") FROM del, head
 )
 {{record}}
   FROM del, (SELECT count(*) FROM note) AS n
 
 -- name: Cleanup
+-- Expired rows, and the waiters' registrations that went stale.
 WITH del AS (
     DELETE FROM {{table}} WHERE "expires_at" <= now() RETURNING 1
+), stale AS (
+    DELETE FROM {{waiters}} WHERE "expires_at" <= now()
 )
 SELECT count(*) FROM del
+
+-- name: Unqueue
+-- A wait that ends without the lease leaves the queue.
+-- $2 the names, a JSON array.
+DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" IN (SELECT jsonb_array_elements_text($2::jsonb))
+
+-- name: ClientLock
+-- Taken once by each client's dedicated session and held as long as it
+-- lives: it marks the client's queued waits as live, and lets waiters
+-- watch the session of a session-bound holder. $1 namespace, $2 client id.
+-- Waits up to the session's lock_timeout (an earlier session of the same
+-- client that the server has not yet ended may still hold it).
+SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1))
 
 -- name: Listen
 LISTEN {{channel}}
@@ -349,7 +470,7 @@ SELECT set_config('statement_timeout', $1::text, false),
        set_config('lock_timeout', $2::text, false)
 
 -- name: AwaitSession
--- Blocks until no session holds the session-bound lease of $1 (its holder
--- released it or its session ended), then lets go at once.
-SELECT pg_advisory_lock_shared(hashtextextended($2::text || $1::text, 0)),
-       pg_advisory_unlock_shared(hashtextextended($2::text || $1::text, 0))
+-- Blocks until the dedicated session of client $1 ends (it holds the client
+-- lock for as long as it lives), then lets go at once.
+SELECT pg_advisory_lock_shared(hashtextextended($2::text || $1::text, 1)),
+       pg_advisory_unlock_shared(hashtextextended($2::text || $1::text, 1))

@@ -15,7 +15,7 @@ var queriesSQL string
 
 // SchemaVersion is the version of the table layout this package writes and
 // expects. It is recorded in the table's comment.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -35,6 +35,7 @@ type Names struct {
 	Schema  string // "" means the first schema on the search_path
 	Table   string
 	Seq     string // token sequence, in the same schema as the table
+	Waiters string // queue of blocked waiters, in the same schema
 	Channel string // LISTEN/NOTIFY channel
 }
 
@@ -62,6 +63,7 @@ func ParseTable(spec string) (Names, error) {
 		return Names{}, fmt.Errorf("table name %q must match [a-z_][a-z0-9_]{0,62}", n.Table)
 	}
 	n.Seq = derived(n.Table, "_token_seq")
+	n.Waiters = derived(n.Table, "_waiters")
 	n.Channel = n.Table
 	return n, nil
 }
@@ -104,9 +106,20 @@ func (n Names) QualifiedTable() string { return n.qualified(n.Table) }
 // QualifiedSeq is the sequence's name as to_regclass and nextval read it.
 func (n Names) QualifiedSeq() string { return n.qualified(n.Seq) }
 
+// QualifiedWaiters is the waiters table's name as to_regclass reads it.
+func (n Names) QualifiedWaiters() string { return n.qualified(n.Waiters) }
+
+// ListenSQL is the LISTEN statement for channel.
+func ListenSQL(channel string) string { return "LISTEN " + quote(channel) }
+
+// ClientChannel is the notification channel of one client: a release
+// wakes the first queued waiter on it alone.
+func ClientChannel(client string) string { return "pglease_" + client }
+
 // Queries is the SQL text of every statement, with identifiers filled in.
 type Queries struct {
 	CreateSchema, CreateSequence, CreateTable, CommentTable string
+	CreateWaiters, Unqueue, ClientLock                      string
 	SchemaLock, TableExists, Columns, SchemaVersion         string
 	LockNamespace, UpgradeTable, TokenState, LockTable      string
 	RepairSequence                                          string
@@ -123,7 +136,7 @@ const serverIncarnation = `(extract(epoch FROM pg_postmaster_start_time())::text
 
 // fragments are the parts of statements that queries.sql names like
 // statements and other statements splice in, by placeholder.
-var fragments = map[string]string{"Record": "{{record}}"}
+var fragments = map[string]string{"Record": "{{record}}", "Head": "{{head}}"}
 
 // Build renders the statements for the given names.
 func Build(n Names) Queries {
@@ -132,25 +145,28 @@ func Build(n Names) Queries {
 	for name, placeholder := range fragments {
 		pairs = append(pairs, placeholder, stmts[name])
 	}
-	r := strings.NewReplacer(append(pairs,
+	splice := strings.NewReplacer(pairs...) // first, so fragments get identifiers too
+	r := strings.NewReplacer(
 		"{{table}}", n.QualifiedTable(),
 		// nextval takes the sequence as text; quote it once more as a literal.
 		"'{{seq}}'", "'"+strings.ReplaceAll(n.QualifiedSeq(), "'", "''")+"'",
 		"{{seq}}", n.QualifiedSeq(),
+		"{{waiters}}", n.QualifiedWaiters(),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", serverIncarnation,
-	)...)
+	)
 	get := func(name string) string {
 		s, ok := stmts[name]
 		if !ok {
 			panic("store: queries.sql lacks statement " + name) // a build defect, caught by tests
 		}
-		return r.Replace(s)
+		return r.Replace(splice.Replace(s))
 	}
 	return Queries{
 		CreateSchema: get("CreateSchema"), CreateSequence: get("CreateSequence"),
 		CreateTable: get("CreateTable"), CommentTable: get("CommentTable"),
+		CreateWaiters: get("CreateWaiters"), Unqueue: get("Unqueue"), ClientLock: get("ClientLock"),
 		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),

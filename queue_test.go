@@ -1,0 +1,210 @@
+package pglease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// countAttempts counts the acquisition statements of every client until
+// the test ends.
+func countAttempts(t *testing.T) *atomic.Int64 {
+	var n atomic.Int64
+	hook := func(string, string) { n.Add(1) }
+	testHookAttempt.Store(&hook)
+	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	return &n
+}
+
+// queued reports how many clients are registered in the queue of name.
+func queued(t testing.TB, c *Client, name string) int {
+	return pgtest.Value[int](t, `SELECT count(*) FROM `+c.st.Names.QualifiedWaiters()+` WHERE "name" = $1`, name)
+}
+
+// waitQueued waits until client w is registered in the queue of name.
+func waitQueued(t testing.TB, c, w *Client, name string) {
+	t.Helper()
+	pgtest.WaitFor(t, patience, fmt.Sprintf("client %s to queue for %q", w.id, name), func() bool {
+		return pgtest.Value[bool](t, `SELECT EXISTS (SELECT 1 FROM `+c.st.Names.QualifiedWaiters()+` WHERE "name" = $1 AND "client" = $2)`, name, w.id)
+	})
+}
+
+// A release wakes the first queued client alone: handing a lease down a
+// queue of n waiting clients costs n acquisition statements, not the
+// n(n+1)/2 of waking every waiter at every release, and the clients get
+// it in the order they queued.
+func TestReleaseWakesOnlyTheFirstQueuedClient(t *testing.T) {
+	ctx := testCtx(t)
+	cfg := Config{PollInterval: time.Minute}
+	holder := testClient(t, cfg)
+	cfg.Table = holder.cfg.Table
+	l, err := holder.TryAcquire(ctx, "queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range n {
+		w := testClient(t, cfg)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wl, err := w.Acquire(ctx, "queue")
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := wl.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		}()
+		waitQueued(t, holder, w, "queue")
+	}
+	attempts := countAttempts(t)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if got := attempts.Load(); got > n+2 {
+		t.Errorf("handing the lease down %d queued clients took %d acquisition statements, want about %d (one per hand-off)", n, got, n)
+	}
+	for i, w := range order {
+		if i != w {
+			t.Fatalf("clients acquired in the order %v, want the order they queued in", order)
+		}
+	}
+	if q := queued(t, holder, "queue"); q != 0 {
+		t.Errorf("%d registrations left in the queue", q)
+	}
+}
+
+// A waiter whose client has died (its dedicated session, which holds the
+// client lock, is gone) is passed over at once, however early it queued.
+func TestDeadWaiterIsPassedOver(t *testing.T) {
+	ctx := testCtx(t)
+	holder := testClient(t, Config{PollInterval: time.Minute})
+	waiter := testClient(t, Config{Table: holder.cfg.Table, PollInterval: time.Minute})
+	l, err := holder.TryAcquire(ctx, "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A registration from long ago, fresh, of a client with no session.
+	pgtest.Exec(t, `INSERT INTO `+holder.st.Names.QualifiedWaiters()+` VALUES ($1, 'feedfacefeedface', now() - interval '1 hour', now() + interval '1 hour')`, "dead")
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, "dead")
+		if err == nil {
+			err = wl.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, holder, waiter, "dead")
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, got, "the live waiter's acquisition"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A live waiter that is woken but never acquires (a client paused or
+// crashed right after the release; simulated by a session that holds a
+// client lock and listens) holds up the others only until its registration
+// goes stale; then their fallback poll takes the lease.
+func TestWokenWaiterThatNeverComesIsCoveredByThePoll(t *testing.T) {
+	ctx := testCtx(t)
+	holder := testClient(t, Config{})
+	waiter := testClient(t, Config{Table: holder.cfg.Table, PollInterval: 200 * time.Millisecond})
+	l, err := holder.TryAcquire(ctx, "stuck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := holder.st.LockNamespace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ghost = "0123456789abcdef"
+	conn := pgtest.Conn(t)
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1))`, ns, ghost); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{"pglease_" + ghost}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, `INSERT INTO `+holder.st.Names.QualifiedWaiters()+` VALUES ($1, $2, now() - interval '1 hour', now() + interval '2 seconds')`, "stuck", ghost)
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, "stuck")
+		got <- err
+	}()
+	waitQueued(t, holder, waiter, "stuck")
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nctx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	n, err := conn.WaitForNotification(nctx)
+	if err != nil {
+		t.Fatalf("the first waiter was not woken: %v", err)
+	}
+	if n.Payload != "stuck" {
+		t.Fatalf("notification %q, want the lease's name", n.Payload)
+	}
+	if err := pgtest.Receive(t, got, "the second waiter's acquisition once the first's registration went stale"); err != nil {
+		t.Fatal(err)
+	}
+	if pgtest.Value[bool](t, `SELECT l.acquired_at < w.expires_at FROM `+holder.st.Names.QualifiedTable()+` AS l, `+
+		holder.st.Names.QualifiedWaiters()+` AS w WHERE l.name = 'stuck' AND w.client = $1`, ghost) {
+		t.Fatal("the second waiter took the lease promised to the first while the first's registration was fresh")
+	}
+}
+
+// The goroutines of one client waiting on names held by one fast-failover
+// holder share one watcher connection, and all take over at once when the
+// holder's session ends.
+func TestFastFailoverWaitsShareOneWatcher(t *testing.T) {
+	ctx := testCtx(t)
+	holder := testClient(t, Config{Owner: "ff-holder"})
+	waiter := testClient(t, Config{Table: holder.cfg.Table, Owner: "ff-waiter", PollInterval: time.Minute})
+	const n = 4
+	for i := range n {
+		if _, err := holder.TryAcquire(ctx, fmt.Sprint("ff", i), WithFastFailover(), WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := waiter.Acquire(ctx, fmt.Sprint("ff", i), WithFastFailover(), WithTTL(time.Minute))
+			got <- err
+		}()
+	}
+	watchers := func() int {
+		return pgtest.Value[int](t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND application_name LIKE '%ff-waiter%'`)
+	}
+	pgtest.WaitFor(t, patience, "the waiter to watch the holder's session", func() bool { return watchers() > 0 })
+	for i := range n {
+		waitQueued(t, holder, waiter, fmt.Sprint("ff", i))
+	}
+	if w := watchers(); w != 1 {
+		t.Fatalf("%d connections of the waiting client watch the holder's session, want 1", w)
+	}
+	pgtest.Exec(t, `SELECT pg_terminate_backend(session_pid) FROM `+holder.st.Names.QualifiedTable()+` WHERE name = 'ff0'`)
+	for range n {
+		if err := pgtest.Receive(t, got, "a take-over after the holder's session ended"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
