@@ -79,6 +79,71 @@ func BenchmarkHandoff(b *testing.B) {
 	_ = l.Release(ctx)
 }
 
+// BenchmarkContention16Clients measures 16 clients (as 16 processes would
+// be) looping acquire → release on one name. attempts/acq is the number of
+// acquisition statements per acquisition: with every waiter woken at every
+// release it grows with the number of waiting clients; with the queue it
+// stays near 2 (the acquisition, and the first waiter's attempt when the
+// releasing client takes the name again at once).
+func BenchmarkContention16Clients(b *testing.B) {
+	for _, ff := range []bool{false, true} {
+		b.Run(fmt.Sprintf("fastfailover=%v", ff), func(b *testing.B) {
+			benchmarkContention(b, 16, ff)
+		})
+	}
+}
+
+func benchmarkContention(b *testing.B, clients int, ff bool) {
+	ctx := context.Background()
+	first := testClient(b, Config{})
+	var opts []Option
+	if ff {
+		opts = append(opts, WithFastFailover())
+	}
+	cs := []*Client{first}
+	for len(cs) < clients {
+		cs = append(cs, testClient(b, Config{Table: first.cfg.Table}))
+	}
+	var attempts, acquired atomic.Int64
+	hook := func(string, string) { attempts.Add(1) }
+	testHookAttempt.Store(&hook)
+	defer testHookAttempt.Store(nil)
+	var inside atomic.Int32
+	b.ResetTimer()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	done := make(chan error, clients)
+	for _, c := range cs {
+		go func() {
+			for left.Add(-1) >= 0 {
+				l, err := c.Acquire(ctx, "contended", opts...)
+				if err != nil {
+					done <- err
+					return
+				}
+				if inside.Add(1) != 1 {
+					done <- fmt.Errorf("two holders at once")
+					return
+				}
+				acquired.Add(1)
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range cs {
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(attempts.Load())/float64(acquired.Load()), "attempts/acq")
+}
+
 // BenchmarkRenewBatch measures one renewal statement covering 1,000 leases.
 func BenchmarkRenewBatch(b *testing.B) {
 	ctx := context.Background()

@@ -2,7 +2,9 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,7 +124,8 @@ func TestDeadWaiterIsPassedOver(t *testing.T) {
 // A live waiter that is woken but never acquires (a client paused or
 // crashed right after the release; simulated by a session that holds a
 // client lock and listens) holds up the others only until its registration
-// goes stale; then their fallback poll takes the lease.
+// goes stale (made so here at once); then their fallback poll takes the
+// lease.
 func TestWokenWaiterThatNeverComesIsCoveredByThePoll(t *testing.T) {
 	ctx := testCtx(t)
 	holder := testClient(t, Config{})
@@ -143,7 +146,7 @@ func TestWokenWaiterThatNeverComesIsCoveredByThePoll(t *testing.T) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{"pglease_" + ghost}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Exec(t, `INSERT INTO `+holder.st.Names.QualifiedWaiters()+` VALUES ($1, $2, now() - interval '1 hour', now() + interval '2 seconds')`, "stuck", ghost)
+	pgtest.Exec(t, `INSERT INTO `+holder.st.Names.QualifiedWaiters()+` VALUES ($1, $2, now() - interval '1 hour', now() + interval '1 hour')`, "stuck", ghost)
 	got := make(chan error, 1)
 	go func() {
 		_, err := waiter.Acquire(ctx, "stuck")
@@ -162,6 +165,14 @@ func TestWokenWaiterThatNeverComesIsCoveredByThePoll(t *testing.T) {
 	if n.Payload != "stuck" {
 		t.Fatalf("notification %q, want the lease's name", n.Payload)
 	}
+	// The free lease is promised to the first waiter: a TryAcquire of
+	// another client is refused, and says why.
+	var held *HeldError
+	if _, err := holder.TryAcquire(ctx, "stuck"); !errors.As(err, &held) || held.Queued == 0 || !strings.Contains(err.Error(), "queued ahead") {
+		t.Fatalf("TryAcquire of a lease promised to a waiter: %v, want a HeldError naming the queue", err)
+	}
+	// The first waiter never comes: its registration goes stale.
+	pgtest.Exec(t, `UPDATE `+holder.st.Names.QualifiedWaiters()+` SET expires_at = clock_timestamp() WHERE client = $1`, ghost)
 	if err := pgtest.Receive(t, got, "the second waiter's acquisition once the first's registration went stale"); err != nil {
 		t.Fatal(err)
 	}
