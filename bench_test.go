@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,5 +167,59 @@ func BenchmarkRenewBatch(b *testing.B) {
 	}
 	if lost.Load() != 0 {
 		b.Fatalf("%d leases lost", lost.Load())
+	}
+}
+
+// BenchmarkAcquireMany measures acquiring 3,000 leases on distinct names
+// with 16 goroutines of one client, plain and with fast failover (whose
+// acquisitions run on the client's dedicated connection, batched). The
+// leases are released, untimed, after each round.
+func BenchmarkAcquireMany(b *testing.B) {
+	const leases, workers = 3000, 16
+	for _, bc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"Plain", nil},
+		{"FastFailover", []Option{WithFastFailover()}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			c := testClient(b, Config{})
+			if err := c.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			opts := append([]Option{WithTTL(time.Hour)}, bc.opts...)
+			held := make([]*Lease, leases)
+			each := func(f func(i int) error) {
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Go(func() {
+						for i := int(next.Add(1)) - 1; i < leases; i = int(next.Add(1)) - 1 {
+							if err := f(i); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+			}
+			for round := 0; b.Loop(); round++ {
+				each(func(i int) error {
+					var err error
+					held[i], err = c.TryAcquire(ctx, fmt.Sprintf("many-%d-%d", round, i), opts...)
+					return err
+				})
+				if b.Failed() {
+					b.FailNow()
+				}
+				b.StopTimer()
+				each(func(i int) error { return held[i].Release(ctx) })
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*leases), "µs/lease")
+		})
 	}
 }

@@ -9,7 +9,10 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/internal/store"
 )
@@ -26,7 +29,9 @@ const (
 // acquireInSession runs a session-bound acquisition on the dedicated
 // connection, first making sure the server will not declare that session
 // dead before the lease's own deadline. Each statement is an operation of
-// its own, so that renewals run between them.
+// its own, so that renewals run between them; the session loop may run the
+// acquisition in one batch with others queued behind it (acquireBatch),
+// with the same outcome.
 //
 // The operations are bounded by their own timeouts, not by a context of the
 // caller's: the results are read only once an operation has finished.
@@ -36,34 +41,14 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64
 		return acquireResult{}, 0, err
 	}
 	args.LockTimeout = acquireLockTimeout
+	a := &sessAcquire{args: args}
+	err = s.run(c.bg, &sessOp{timeout: c.cfg.StatementTimeout + time.Second, acquire: a, res: make(chan error, 1),
+		fn: func(ctx context.Context, q store.Querier, st *sessState) error { return c.acquireOne(ctx, q, st, a) }})
 	var res acquireResult
 	var epoch uint64
-	err = s.do(c.bg, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
-		if st.shared {
-			return errShared
-		}
-		epoch = st.epoch
-		if *st.keepalive < args.TTL {
-			if err := c.st.SessionKeepalive(ctx, q, args.TTL); err != nil {
-				return err
-			}
-			*st.keepalive = args.TTL
-		}
-		var err error
-		res.AcquireResult, err = c.st.Acquire(ctx, q, args)
-		if store.Classify(err) == store.KindLockTimeout { // the row or name is busy
-			res, err = acquireResult{busy: true}, nil
-			res.OtherRemaining = -1
-		}
-		if err != nil || (!res.Acquired && res.LockTaken) || res.busy {
-			// Not acquired: the session lock this statement may have
-			// taken is given back (a failed statement does not undo it).
-			if uerr := c.st.Unlock(ctx, q, args.Name); err == nil {
-				err = uerr
-			}
-		}
-		return err
-	})
+	if err == nil { // else the operation may not have run yet
+		res, epoch = a.res, a.epoch
+	}
 	// Acquired, but another session held the name's lock for an instant
 	// (a contender's attempt, a waiter passing through): bind the lease
 	// once the lock is free, so that it fails over fast too.
@@ -78,6 +63,113 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64
 		})
 	}
 	return res, epoch, err
+}
+
+// sessAcquire is a session-bound acquisition queued on the session. The
+// loop writes its outcome before it answers the operation.
+type sessAcquire struct {
+	args  store.AcquireArgs
+	alone bool // its batch failed: it runs by itself (under session.mu)
+	res   acquireResult
+	epoch uint64
+	err   error // its own error in a batch that committed
+}
+
+// acquireOne runs one session-bound acquisition by itself.
+func (c *Client) acquireOne(ctx context.Context, q store.Querier, st *sessState, a *sessAcquire) error {
+	if st.shared {
+		return errShared
+	}
+	a.epoch = st.epoch
+	if err := c.keepalive(ctx, q, st, a.args.TTL); err != nil {
+		return err
+	}
+	var err error
+	a.res.AcquireResult, err = c.st.Acquire(ctx, q, a.args)
+	if store.Classify(err) == store.KindLockTimeout { // the row or name is busy
+		a.res, err = acquireResult{busy: true}, nil
+		a.res.OtherRemaining = -1
+	}
+	if err != nil || (!a.res.Acquired && a.res.LockTaken) || a.res.busy {
+		// Not acquired: the session lock this statement may have
+		// taken is given back (a failed statement does not undo it).
+		if uerr := c.st.Unlock(ctx, q, a.args.Name); err == nil {
+			err = uerr
+		}
+	}
+	return err
+}
+
+// keepalive makes sure the server will not declare the session dead before
+// a lease of ttl would expire.
+func (c *Client) keepalive(ctx context.Context, q store.Querier, st *sessState, ttl time.Duration) error {
+	if *st.keepalive >= ttl {
+		return nil
+	}
+	if err := c.st.SessionKeepalive(ctx, q, ttl); err != nil {
+		return err
+	}
+	*st.keepalive = ttl
+	return nil
+}
+
+// maxBatch bounds the acquisitions of one batch, and so the wait of a
+// renewal queued behind it; minBatchStatement is the least server-side
+// bound of each of its statements.
+const (
+	maxBatch          = 64
+	minBatchStatement = 50 * time.Millisecond
+)
+
+// batchLimit is how many acquisitions one batch may hold: each statement
+// of a batch gets an equal share of half the statement timeout, at least
+// minBatchStatement.
+func (c *Client) batchLimit() int {
+	return min(maxBatch, max(1, int(c.cfg.StatementTimeout/2/minBatchStatement)))
+}
+
+// acquireBatch runs the acquisitions of ops (each an acquisition of a
+// distinct name) in one round trip and one transaction on the pgx
+// connection conn, with the outcome each would have by itself: the
+// keepalive step first, for the longest TTL; then the batch, each of its
+// statements bounded on the server by an equal share of half the statement
+// timeout, so that the server, not the client, ends a slow batch; then, for
+// each acquisition that did not acquire but took its session lock, Unlock.
+// A lock timeout (by itself: a busy result) aborts a batch like any failed
+// statement; the acquisitions then run alone.
+//
+// When err is not nil nothing of the batch was acquired; every session lock
+// a statement of it took has been given back unless the connection failed,
+// and alone says whether the acquisitions may simply run again, one by one.
+func (c *Client) acquireBatch(ctx context.Context, conn *pgx.Conn, st *sessState, ops []*sessOp) (alone bool, err error) {
+	q := store.Pgx(conn)
+	var ttl time.Duration
+	args := make([]store.AcquireArgs, len(ops))
+	for i, op := range ops {
+		args[i] = op.acquire.args
+		ttl = max(ttl, args[i].TTL)
+	}
+	if err := c.keepalive(ctx, q, st, ttl); err != nil {
+		return true, err
+	}
+	rs, held, err := c.st.AcquireBatch(ctx, conn, args, c.cfg.StatementTimeout/2/time.Duration(len(ops)))
+	if err != nil {
+		// Rolled back, but the session locks its statements took remain.
+		for _, name := range held {
+			if uerr := c.st.Unlock(ctx, q, name); uerr != nil {
+				return false, errors.Join(err, uerr)
+			}
+		}
+		return true, err
+	}
+	for i, op := range ops {
+		a := op.acquire
+		a.res, a.epoch = acquireResult{AcquireResult: rs[i]}, st.epoch
+		if !rs[i].Acquired && rs[i].LockTaken {
+			a.err = c.st.Unlock(ctx, q, args[i].Name)
+		}
+	}
+	return false, nil
 }
 
 // sessionAvailable reports whether the client can have a pgx session

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +20,9 @@ import (
 
 // session is the client's dedicated connection. One goroutine owns it: it
 // runs queued operations (renewals first, then session-bound acquires and
-// releases) and, while idle, waits for notifications, which also makes it
-// notice at once when the server ends the session. When the connection
+// releases; acquisitions queued together run as one batch, a bounded one,
+// with one commit) and, while idle, waits for notifications, which also
+// makes it notice at once when the server ends the session. When the connection
 // fails, every session-bound lease of that connection (its epoch) is lost
 // immediately and the connection is re-opened with backoff.
 //
@@ -54,6 +57,10 @@ type sessOp struct {
 	timeout time.Duration
 	urgent  bool // runs before queued non-urgent operations (renewals)
 	fn      func(ctx context.Context, q store.Querier, s *sessState) error
+	// acquire, when set, makes the operation a session-bound acquisition,
+	// which the loop may run in one batch with the acquisitions queued
+	// right behind it (fn runs it alone).
+	acquire *sessAcquire
 	res     chan error
 }
 
@@ -236,6 +243,14 @@ func (s *session) loop() {
 			op = s.ops[0]
 			s.ops = s.ops[1:]
 		}
+		if pc, ok := conn.(pgxConn); ok && op != nil && op.acquire != nil && !s.shared {
+			if batch := s.takeBatch(op, c.batchLimit()); len(batch) > 1 {
+				st := &sessState{epoch: s.epoch, keepalive: &s.keepalive}
+				s.mu.Unlock()
+				conn = s.runBatch(pc, st, batch)
+				continue
+			}
+		}
 		var wctx context.Context
 		if op == nil {
 			var cancel context.CancelFunc
@@ -273,6 +288,80 @@ func (s *session) loop() {
 		}
 	}
 }
+
+// takeBatch returns op, an acquisition just taken from the queue, with the
+// acquisitions of other names queued right behind it, at most limit in
+// all, and removes them from the queue; the first operation of another
+// kind ends the batch, so that operations keep their order. An acquisition
+// whose batch failed runs alone. s.mu is held.
+func (s *session) takeBatch(op *sessOp, limit int) []*sessOp {
+	if op.acquire.alone {
+		return nil
+	}
+	batch := []*sessOp{op}
+	names := map[string]bool{op.acquire.args.Name: true}
+	for len(batch) < limit && len(s.ops) > 0 {
+		next := s.ops[0]
+		if next.acquire == nil || next.acquire.alone || names[next.acquire.args.Name] {
+			break
+		}
+		names[next.acquire.args.Name] = true
+		batch = append(batch, next)
+		s.ops = s.ops[1:]
+	}
+	return batch
+}
+
+// runBatch runs a batch of acquisitions (see acquireBatch) under the bound
+// of one operation and answers each. When the batch fails and the
+// connection is intact, its acquisitions go back to the head of the queue
+// (behind urgent operations) to run one by one, each with its own result.
+// It returns the connection, or nil when it failed.
+func (s *session) runBatch(conn pgxConn, st *sessState, batch []*sessOp) dconn {
+	ctx, cancel := context.WithTimeoutCause(s.c.bg, batch[0].timeout, errOverdue)
+	alone, err := s.c.acquireBatch(ctx, conn.c, st, batch)
+	cancel()
+	if hook := testHookBatch.Load(); hook != nil {
+		(*hook)(len(batch), err)
+	}
+	cause := err
+	for _, op := range batch {
+		if cause == nil {
+			cause = op.acquire.err
+		}
+	}
+	var dc dconn = conn
+	if cause != nil && !conn.alive() {
+		dc = s.lost(conn, cause)
+		alone = false
+	}
+	switch {
+	case err == nil:
+		for _, op := range batch {
+			op.res <- op.acquire.err
+		}
+	case alone:
+		s.mu.Lock()
+		i := 0
+		for i < len(s.ops) && s.ops[i].urgent {
+			i++
+		}
+		for _, op := range batch {
+			op.acquire.alone = true
+		}
+		s.ops = slices.Insert(s.ops, i, batch...)
+		s.mu.Unlock()
+	default:
+		for _, op := range batch {
+			op.res <- err
+		}
+	}
+	return dc
+}
+
+// testHookBatch, when set by a test, runs after each batch of
+// acquisitions with its size and error.
+var testHookBatch atomic.Pointer[func(size int, err error)]
 
 // lost handles a failed connection: it ends every session-bound lease of
 // its epoch, then closes the connection, and returns nil so that the loop

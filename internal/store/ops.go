@@ -316,6 +316,8 @@ type AcquireArgs struct {
 	// FairAfter: how long a queued waiter may be overtaken by attempts
 	// queued after it before the lease is promised to it.
 	FairAfter time.Duration
+	// inBatch: the statement shares its transaction (AcquireBatch).
+	inBatch bool
 }
 
 // AcquireResult is the outcome of one attempt.
@@ -348,6 +350,18 @@ type AcquireResult struct {
 
 // Acquire inserts or takes over the lease row in one statement.
 func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireResult, error) {
+	sql, args, scan, result, err := s.acquireStmt(a)
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	err = q.Query(ctx, sql, args, scan)
+	return result(), err
+}
+
+// acquireStmt is the one definition of an acquisition statement, shared by
+// Acquire and AcquireBatch: its SQL and arguments, the scan of its row, and
+// the result once scanned.
+func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Row) error, result func() AcquireResult, err error) {
 	var r AcquireResult
 	var remMS, hbMS int64
 	var sess bool
@@ -357,7 +371,7 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 	}
 	ns, err := s.lockNS()
 	if err != nil {
-		return r, err
+		return "", nil, nil, nil, err
 	}
 	names := a.QueueNames
 	if names == nil {
@@ -365,22 +379,25 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 	}
 	queue, err := json.Marshal(names)
 	if err != nil {
-		return r, err
+		return "", nil, nil, nil, err
 	}
-	err = q.Query(ctx, s.Q.Acquire, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
-		a.Queued, a.QueueTTL.Milliseconds(), string(queue), a.FairAfter.Milliseconds()},
-		func(row Row) error {
-			return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
-				&r.HolderWatchable, &r.Ahead)
-		})
-	r.OtherRemaining = time.Duration(remMS) * time.Millisecond
-	r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond
-	if r.Acquired {
-		r.SessionBound = sess
-	} else {
-		r.HolderInSession = sess
+	args = []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
+		a.Queued, a.QueueTTL.Milliseconds(), string(queue), a.FairAfter.Milliseconds(), a.inBatch}
+	scan = func(row Row) error {
+		return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
+			&r.HolderWatchable, &r.Ahead)
 	}
-	return r, err
+	result = func() AcquireResult {
+		r.OtherRemaining = time.Duration(remMS) * time.Millisecond
+		r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond
+		if r.Acquired {
+			r.SessionBound = sess
+		} else {
+			r.HolderInSession = sess
+		}
+		return r
+	}
+	return s.Q.Acquire, args, scan, result, nil
 }
 
 // Unlock drops the session advisory lock of name (after a failed session

@@ -121,7 +121,9 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- $10 queued?: the attempt belongs to a blocked Acquire that waits in the
 -- queue (the waiters table), $11 how long its registration stays fresh (ms),
 -- $12 every name the wait is registered under (the slots of a semaphore),
--- a JSON array, $13 how long a waiter may be overtaken (ms).
+-- a JSON array, $13 how long a waiter may be overtaken (ms), $14 whether
+-- the statement shares its transaction with others (a batch, whose commit
+-- must wait for its WAL flush if any of them acquired).
 --
 -- A session-bound acquire first takes a session advisory lock keyed by the
 -- name; holding it proves that no other live session of this server
@@ -218,7 +220,7 @@ WITH xl AS MATERIALIZED (
     RETURNING 1
 ), nowait AS (
     SELECT set_config('synchronous_commit', 'off', true) AS ok
-     WHERE NOT EXISTS (SELECT 1 FROM ins)
+     WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $14::bool
 )
 -- Acquired: the new token, and the row taken over if any (as it was before).
 -- Not acquired: the holder as this statement saw it (remaining -1 when no
@@ -456,6 +458,11 @@ SELECT set_config('tcp_keepalives_idle', $1::text, false),
        set_config('tcp_keepalives_count', '2', false),
        set_config('tcp_user_timeout', $2::text, false),
        set_config('idle_session_timeout', '0', false)
+
+-- name: BatchStatementTimeout
+-- Bounds each later statement of a batch's transaction (and reverts at its
+-- end). $1 ms.
+SELECT set_config('statement_timeout', $1::text, true)
 
 -- name: BackendPID
 -- Compared with the backend key of the connection's startup: a

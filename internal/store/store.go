@@ -126,7 +126,7 @@ type Queries struct {
 	Acquire, Unlock, Renew, Release, Guard                  string
 	Get, List, ForceRelease, Cleanup, Listen                string
 	SessionKeepalive, AwaitSession, Bind                    string
-	BackendPID, SessionSettings                             string
+	BackendPID, SessionSettings, BatchStatementTimeout      string
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -176,6 +176,7 @@ func Build(n Names) Queries {
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"), Bind: get("Bind"),
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
+		BatchStatementTimeout: get("BatchStatementTimeout"),
 	}
 }
 

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Batcher sends several statements in one round trip: a pgx connection.
+// Batching needs pgx; the database/sql adapter has no equivalent.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// AcquireBatch runs the acquisitions as in one round trip: the statements
+// Acquire runs (acquireStmt), sent together and ended by one Sync, so that
+// they form one implicit transaction with one commit (one WAL flush). When
+// perStatement is positive, each acquisition statement is bounded by it on
+// the server (statement_timeout for this transaction only), so that the
+// batch ends, in an error, within len(as) × perStatement.
+//
+// rs holds the statements' results only when err is nil. Otherwise nothing
+// of the batch committed: the first statement that failed (a lock timeout,
+// a cancellation) aborted the transaction, and results read before it
+// describe rows that were rolled back. Session advisory locks are not
+// transactional, though: held then names every lock the batch may have
+// left taken (statements that reported LockTaken, and the statement that
+// failed), which the caller gives back with Unlock.
+func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, held []string, err error) {
+	type stmt struct {
+		scan   func(Row) error
+		result func() AcquireResult
+	}
+	b := &pgx.Batch{}
+	if perStatement > 0 {
+		b.Queue(s.Q.BatchStatementTimeout, strconv.FormatInt(max(perStatement.Milliseconds(), 1), 10))
+	}
+	stmts := make([]stmt, len(as))
+	for i, a := range as {
+		a.inBatch = true
+		sql, args, scan, result, err := s.acquireStmt(a)
+		if err != nil {
+			return nil, nil, err // nothing sent
+		}
+		b.Queue(sql, args...)
+		stmts[i] = stmt{scan, result}
+	}
+	br := conn.SendBatch(ctx, b)
+	read := func(scan func(Row) error) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		return each(rows, scan)
+	}
+	if perStatement > 0 {
+		err = read(func(Row) error { return nil })
+	}
+	rs = make([]AcquireResult, len(as))
+	done, failed := 0, -1 // statements read; the one that failed
+	for ; err == nil && done < len(as); done++ {
+		if err = read(stmts[done].scan); err != nil {
+			failed = done
+			break
+		}
+		rs[done] = stmts[done].result()
+	}
+	// Close reads up to the Sync: the commit, or the error that aborted
+	// the transaction.
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		return rs, nil, nil
+	}
+	for i := range done {
+		if rs[i].LockTaken {
+			held = append(held, as[i].Name)
+		}
+	}
+	if failed >= 0 {
+		// The statement that failed may have taken its lock first.
+		held = append(held, as[failed].Name)
+	}
+	return nil, held, err
+}

@@ -1,0 +1,200 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// sessionArgs are the arguments of a session-bound acquisition of name.
+func sessionArgs(name string, lockTimeout time.Duration) AcquireArgs {
+	return AcquireArgs{Name: name, Owner: "batch", TTL: time.Minute, Session: true, Client: "c1", LockTimeout: lockTimeout}
+}
+
+// advisoryLocks counts the session advisory locks (bigint keys) that the
+// backend pid holds.
+func advisoryLocks(t *testing.T, pid uint32) int {
+	t.Helper()
+	return pgtest.Value[int](t, `SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = $1`, int(pid))
+}
+
+func batchConn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(testCtx(t), pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// A batch commits as one transaction (every row gets the same now()) and
+// reports each acquisition as Acquire would: acquired and session-bound,
+// or not acquired with the session-bound holder.
+func TestAcquireBatchIsOneTransaction(t *testing.T) {
+	ctx := testCtx(t)
+	s, db := migrated(t)
+	other := batchConn(t)
+	if r, err := s.Acquire(ctx, Pgx(other), sessionArgs("held", 0)); err != nil || !r.SessionBound {
+		t.Fatalf("the other session's acquisition: %+v, %v", r, err)
+	}
+	conn := batchConn(t)
+	names := []string{"a", "b", "held", "c"}
+	as := make([]AcquireArgs, len(names))
+	for i, n := range names {
+		as[i] = sessionArgs(n, 50*time.Millisecond)
+	}
+	rs, held, err := s.AcquireBatch(ctx, conn, as, 100*time.Millisecond)
+	if err != nil || held != nil {
+		t.Fatalf("AcquireBatch: %v (held %v)", err, held)
+	}
+	for i, r := range rs {
+		if names[i] == "held" {
+			if r.Acquired || r.LockTaken || !r.HolderInSession || r.OtherToken == 0 {
+				t.Errorf("held: %+v, want not acquired, the session-bound holder", r)
+			}
+			continue
+		}
+		if !r.Acquired || !r.SessionBound || !r.LockTaken || r.Token == 0 {
+			t.Errorf("%s: %+v, want acquired and session-bound", names[i], r)
+		}
+	}
+	var stamps, pids int
+	err = db.Query(ctx, `SELECT count(DISTINCT "acquired_at")::int, count(DISTINCT "session_pid")::int FROM `+s.Names.QualifiedTable()+` WHERE "name" IN ('a', 'b', 'c')`, nil,
+		func(r Row) error { return r.Scan(&stamps, &pids) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stamps != 1 || pids != 1 {
+		t.Fatalf("%d acquisition times and %d sessions, want 1 and 1: one transaction", stamps, pids)
+	}
+	if n := advisoryLocks(t, conn.PgConn().PID()); n != 3 {
+		t.Fatalf("the batch's session holds %d advisory locks, want 3", n)
+	}
+}
+
+// A statement that fails (a lock timeout on a locked row) aborts the whole
+// batch: nothing committed, and the names whose session lock the batch
+// left taken are reported, so that the caller can give them back.
+func TestFailedAcquireBatchReportsItsSessionLocks(t *testing.T) {
+	ctx := testCtx(t)
+	s, db := migrated(t)
+	if r, err := s.Acquire(ctx, db, AcquireArgs{Name: "busy", Owner: "x", TTL: time.Minute, Client: "c2"}); err != nil || !r.Acquired {
+		t.Fatalf("plain acquisition: %+v, %v", r, err)
+	}
+	pgtest.LeaseTable(t, pgtest.DSN(t), s.Names.Schema+"."+s.Names.Table).LockRow("busy")
+	conn := batchConn(t)
+	names := []string{"a", "b", "busy", "c"}
+	as := make([]AcquireArgs, len(names))
+	for i, n := range names {
+		as[i] = sessionArgs(n, 50*time.Millisecond)
+	}
+	rs, held, err := s.AcquireBatch(ctx, conn, as, time.Second)
+	if Classify(err) != KindLockTimeout {
+		t.Fatalf("AcquireBatch: %v, want a lock timeout", err)
+	}
+	if rs != nil {
+		t.Errorf("results of a failed batch: %+v", rs)
+	}
+	if fmt.Sprint(held) != "[a b busy]" {
+		t.Fatalf("held %v, want [a b busy]", held)
+	}
+	var n int
+	if err := db.Query(ctx, `SELECT count(*)::int FROM `+s.Names.QualifiedTable()+` WHERE "name" <> 'busy'`, nil, func(r Row) error { return r.Scan(&n) }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d rows of a failed batch committed", n)
+	}
+	pid := conn.PgConn().PID()
+	if got := advisoryLocks(t, pid); got != 3 {
+		t.Fatalf("%d advisory locks after the failed batch, want 3 (a, b, busy)", got)
+	}
+	for _, name := range held {
+		if err := s.Unlock(ctx, Pgx(conn), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := advisoryLocks(t, pid); got != 0 {
+		t.Fatalf("%d advisory locks left after Unlock", got)
+	}
+	// The connection is usable: the batch without the busy name commits.
+	if _, _, err := s.AcquireBatch(ctx, conn, []AcquireArgs{as[0], as[1], as[3]}, time.Second); err != nil {
+		t.Fatalf("the next batch: %v", err)
+	}
+}
+
+// Each statement of a batch is bounded on the server by perStatement: a
+// statement that would wait for a row lock without a lock timeout of its
+// own ends the batch with the server's statement timeout, long before the
+// session's.
+func TestAcquireBatchStatementBound(t *testing.T) {
+	ctx := testCtx(t)
+	s, db := migrated(t)
+	if _, err := s.Acquire(ctx, db, AcquireArgs{Name: "busy", Owner: "x", TTL: time.Minute, Client: "c2"}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.LeaseTable(t, pgtest.DSN(t), s.Names.Schema+"."+s.Names.Table).LockRow("busy")
+	conn := batchConn(t)
+	if _, err := conn.Exec(ctx, "SET statement_timeout = '60s'"); err != nil {
+		t.Fatal(err)
+	}
+	_, held, err := s.AcquireBatch(ctx, conn, []AcquireArgs{sessionArgs("a", 0), sessionArgs("busy", 0)}, 100*time.Millisecond)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("AcquireBatch: %v, want the statement timeout (57014)", err)
+	}
+	if fmt.Sprint(held) != "[a busy]" {
+		t.Fatalf("held %v, want [a busy]", held)
+	}
+	var setting string
+	if err := conn.QueryRow(ctx, "SHOW statement_timeout").Scan(&setting); err != nil || setting != "1min" {
+		t.Fatalf("statement_timeout after the batch: %q, %v; want the session's own", setting, err)
+	}
+}
+
+// An attempt that acquires nothing lets its own transaction commit without
+// waiting for the WAL flush, but never a batch's: a batch that acquired
+// something must commit durably even when another of its statements found
+// its name held.
+func TestOnlyALoneFailedAttemptCommitsAsynchronously(t *testing.T) {
+	ctx := testCtx(t)
+	s, db := migrated(t)
+	if r, err := s.Acquire(ctx, db, AcquireArgs{Name: "held", Owner: "o", TTL: time.Minute, Client: "c1"}); err != nil || !r.Acquired {
+		t.Fatalf("acquire: %+v, %v", r, err)
+	}
+	conn := batchConn(t)
+	for _, inBatch := range []bool{false, true} {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := AcquireArgs{Name: "held", Owner: "o2", TTL: time.Minute, Client: "c2", inBatch: inBatch}
+		sql, args, scan, result, err := s.acquireStmt(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, sql, args...)
+		if err == nil {
+			err = each(rows, scan)
+		}
+		if err != nil || result().Acquired {
+			t.Fatalf("attempt on a held name: %+v, %v", result(), err)
+		}
+		var setting string
+		if err := tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting); err != nil {
+			t.Fatal(err)
+		}
+		_ = tx.Rollback(ctx)
+		if want := map[bool]string{false: "off", true: "on"}[inBatch]; setting != want {
+			t.Errorf("in a batch: %v: synchronous_commit %q after a failed attempt, want %q", inBatch, setting, want)
+		}
+	}
+}
