@@ -20,6 +20,7 @@ var peerColor = map[string]color.RGBA{
 	"pglease":    {0xd6, 0x27, 0x28, 0xff},
 	"pglease-ff": {0xff, 0x7f, 0x0e, 0xff},
 	"ref":        {0x7f, 0x7f, 0x7f, 0xff},
+	"ref50":      {0xbc, 0xbd, 0x22, 0xff},
 	"advisory":   {0x2c, 0xa0, 0x2c, 0xff},
 	"pglock":     {0x94, 0x67, 0xbd, 0xff},
 	"redsync":    {0x8c, 0x56, 0x4b, 0xff},
@@ -54,14 +55,25 @@ func (c canvas) text(x, y int, s string, col color.Color) {
 
 func textWidth(s string) int { return len(s) * 7 }
 
+// chartPanels are the S3 cases of the chart, one panel each.
+var chartPanels = []struct {
+	waiters   int
+	oneClient bool
+	title     string
+}{
+	{1, false, "1 blocked waiter, a client each"},
+	{8, false, "8 blocked waiters, a client each"},
+	{8, true, "8 blocked waiters, all in one client"},
+}
+
 // drawChart renders the cumulative distribution of S3 hand-off latencies,
-// one panel per waiter count, log-scaled time axis.
+// one panel per case of chartPanels, log-scaled time axis.
 func drawChart(path string, rows []s3Row) error {
 	const (
-		W, H           = 1240, 560
 		panelW, panelH = 520, 400
 		left, top      = 70, 60
 		gap            = 110
+		W, H           = left + 3*panelW + 2*gap + 40, 560
 		minExp, maxExp = -1.0, 4.0 // 0.1 ms … 10 s
 	)
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
@@ -72,7 +84,8 @@ func drawChart(path string, rows []s3Row) error {
 	title := "pglease bench S3: hand-off latency (release -> acquired by a blocked waiter), cumulative distribution"
 	c.text((W-textWidth(title))/2, 25, title, black)
 
-	for pi, waiters := range []int{1, 8} {
+	for pi, panel := range chartPanels {
+		waiters := panel.waiters
 		x0 := left + pi*(panelW+gap)
 		y0 := top
 		xOf := func(d time.Duration) float64 {
@@ -97,11 +110,7 @@ func drawChart(path string, rows []s3Row) error {
 		}
 		c.line(float64(x0), float64(y0), float64(x0), float64(y0+panelH), black, 0)
 		c.line(float64(x0), float64(y0+panelH), float64(x0+panelW), float64(y0+panelH), black, 0)
-		pt := fmt.Sprintf("%d blocked waiter", waiters)
-		if waiters > 1 {
-			pt += "s"
-		}
-		c.text(x0+(panelW-textWidth(pt))/2, y0-10, pt, black)
+		c.text(x0+(panelW-textWidth(panel.title))/2, y0-10, panel.title, black)
 		c.text(x0+(panelW-textWidth("latency (log scale)"))/2, y0+panelH+36, "latency (log scale)", black)
 		// 5 ms / 25 ms target marks
 		if waiters == 8 {
@@ -116,7 +125,7 @@ func drawChart(path string, rows []s3Row) error {
 		}
 		// curves (step CDF)
 		for _, r := range rows {
-			if r.waiters != waiters || len(r.lat) == 0 {
+			if r.waiters != waiters || r.oneClient != panel.oneClient || len(r.lat) == 0 {
 				continue
 			}
 			col := peerColor[r.peer.id]
@@ -132,7 +141,7 @@ func drawChart(path string, rows []s3Row) error {
 			c.line(px, py, float64(x0+panelW), py, col, 1)
 		}
 	}
-	// one legend for both panels, in peer order
+	// one legend for all panels, in peer order
 	lx, ly := left, top+panelH+70
 	for _, p := range peers {
 		found := false

@@ -41,18 +41,20 @@ func TestChartPlacesCurvesOnTheLogAxis(t *testing.T) {
 	rows := []s3Row{
 		{peer: peerByID("pglease"), waiters: 1, lat: msDurs(3)},
 		{peer: peerByID("etcd"), waiters: 8, lat: msDurs(10)},
-		{peer: peerByID("pglock"), waiters: 8}, // no samples: no curve, no legend
+		{peer: peerByID("ref50"), waiters: 8, oneClient: true, lat: msDurs(1)},
+		{peer: peerByID("pglock"), waiters: 8},                  // no samples: no curve, no legend
+		{peer: peerByID("pglock"), waiters: 8, oneClient: true}, // the same
 	}
 	if err := drawChart(path, rows); err != nil {
 		t.Fatal(err)
 	}
 	img := readPNG(t, path)
-	if got := img.Bounds().Size(); got != image.Pt(1240, 560) {
+	if got := img.Bounds().Size(); got != image.Pt(1890, 560) {
 		t.Fatalf("size %v", got)
 	}
 	// A panel spans 520 px for 0.1 ms … 10 s (five decades) from x0 (70 for
-	// one waiter, 700 for eight); one sample is a vertical step from 0 % (y
-	// 460) to 100 % (y 60) at its latency.
+	// one waiter, 700 for eight, 1330 for eight in one client); one sample is
+	// a vertical step from 0 % (y 460) to 100 % (y 60) at its latency.
 	at := func(x, y int) color.RGBA { return color.RGBAModel.Convert(img.At(x, y)).(color.RGBA) }
 	for _, c := range []struct {
 		id   string
@@ -60,6 +62,7 @@ func TestChartPlacesCurvesOnTheLogAxis(t *testing.T) {
 	}{
 		{"pglease", 224, 260}, // 3 ms: 70 + (log10(3)+1)/5·520
 		{"etcd", 908, 300},    // 10 ms: 700 + 2/5·520
+		{"ref50", 1434, 300},  // 1 ms: 1330 + 1/5·520
 	} {
 		if got := at(c.x, c.y); got != peerColor[c.id] {
 			t.Errorf("%s at (%d,%d): %v, want %v", c.id, c.x, c.y, got, peerColor[c.id])

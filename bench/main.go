@@ -6,9 +6,12 @@
 // etcd on 12379/12380), runs six scenarios and writes a markdown report
 // and a PNG chart of hand-off latencies. The scenarios: S1 uncontended
 // try + release on distinct names; S2 16 goroutines contending for one
-// name; S3 hand-off from a release to a blocked waiter; S4 failover after
-// the holder's process is killed; S5 the server work of waiters blocked on
-// a held name; S6 one process holding many leases.
+// name, sharing one client and (PostgreSQL peers) with a client each; S3
+// hand-off from a release to a blocked waiter, with a client each and (8
+// waiters) all in one client; S4 failover after the holder's process is
+// killed; S5 the server work of waiters blocked on a held name; S6 one
+// process holding many leases. The report gathers the contention figures
+// of issue 11 (S2, S3 in one client, S6) in one table with their targets.
 //
 //	go run . [-quick] [-out DIR] [-scenarios S1,S3] [-peers pglease,etcd]
 package main
@@ -201,7 +204,8 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 	rep := &report{cfg: cfg, machine: machineInfo(ctx, e)}
 
 	if cfg.scenarios["S1"] {
-		for _, p := range cfg.selected(nil) {
+		// ref50 tries exactly as ref does; only its waiting differs.
+		for _, p := range cfg.selected(func(p *peer) bool { return p.id != "ref50" }) {
 			r := runS1(ctx, e, cfg, p)
 			logf("S1 %-10s n=%d pair p50=%v p99=%v ops/s=%.0f err=%v", p.id, r.n, r.pair.pct(50), r.pair.pct(99), r.opsPerSec, r.err)
 			rep.s1 = append(rep.s1, r)
@@ -210,23 +214,23 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 	if cfg.scenarios["S2"] {
 		for _, p := range cfg.selected(nil) {
 			for _, shared := range []bool{true, false} {
-				if !shared && p.id != "pglease" && p.id != "pglease-ff" {
+				if !shared && p.backend != "pg" {
 					continue
 				}
 				r := runS2(ctx, e, cfg, p, shared)
-				if !shared {
-					r.label = " (16 clients)"
-				}
 				logf("S2 %-10s%s acq/s=%.1f jain=%.2f min=%d max=%d viol=%d errs=%d %v %v", p.id, r.label, r.acqPerSec, r.jain, r.minC, r.maxC, r.violations, r.errs, r.firstErr, r.err)
 				rep.s2 = append(rep.s2, r)
 			}
 		}
 	}
 	if cfg.scenarios["S3"] {
-		for _, w := range []int{1, 8} {
+		for _, c := range []struct {
+			waiters   int
+			oneClient bool
+		}{{1, false}, {8, false}, {8, true}} {
 			for _, p := range cfg.selected(nil) {
-				r := runS3(ctx, e, cfg, p, w)
-				logf("S3 %-10s waiters=%d n=%d p50=%v p99=%v viol=%d err=%v", p.id, w, len(r.lat), r.lat.pct(50), r.lat.pct(99), r.violations, r.err)
+				r := runS3(ctx, e, cfg, p, c.waiters, c.oneClient)
+				logf("S3 %-10s waiters=%d one-client=%v n=%d p50=%v p99=%v viol=%d err=%v", p.id, c.waiters, c.oneClient, len(r.lat), r.lat.pct(50), r.lat.pct(99), r.violations, r.err)
 				rep.s3 = append(rep.s3, r)
 			}
 		}
@@ -235,7 +239,7 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 		rep.s4 = runS4All(ctx, e, cfg)
 	}
 	if cfg.scenarios["S5"] {
-		for _, p := range cfg.selected(func(p *peer) bool { return p.id != "ref" }) {
+		for _, p := range cfg.selected(func(p *peer) bool { return p.renews }) {
 			r := runS5(ctx, e, cfg, p, cfg.s5Waiters, 1)
 			logf("S5 %-10s waiters=%d stmts/s=%.1f cpu=%.1f%% conns=%d err=%v", p.id, r.waiters, r.d.stmtsPerSec(), r.d.cpuPercent(), r.d.conns, r.err)
 			rep.s5 = append(rep.s5, r)
@@ -247,7 +251,7 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 		}
 	}
 	if cfg.scenarios["S6"] {
-		for _, p := range cfg.selected(func(p *peer) bool { return p.id != "ref" }) {
+		for _, p := range cfg.selected(func(p *peer) bool { return p.renews }) {
 			r := runS6(ctx, e, cfg, p)
 			logf("S6 %-10s n=%d acquire=%v stmts/interval=%.1f bytes/lease=%.0f cpu=%.1f%% err=%v", p.id, r.n, r.acquireTime.Round(time.Millisecond),
 				float64(r.d.stmts)/2, r.perLease, r.d.cpuPercent(), r.err)
@@ -283,7 +287,7 @@ func runS4All(ctx context.Context, e *env, cfg *config) []s4Row {
 		n       int
 	}
 	var jobsByPeer [][]job
-	for _, p := range cfg.selected(func(p *peer) bool { return p.id != "ref" }) {
+	for _, p := range cfg.selected(func(p *peer) bool { return p.renews }) {
 		var js []job
 		session := p.id == "pglease-ff" || p.id == "advisory"
 		if p.id == "advisory" {

@@ -67,14 +67,15 @@ type peer struct {
 	title   string
 	backend string        // pg, redis, etcd
 	defTTL  time.Duration // the peer's default TTL; 0 = none (n/a)
-	renews  bool          // keeps a held lock alive by itself or through our loop
+	renews  bool          // keeps a held lock alive by itself or through our loop; the upsert references do not (not run in S4–S6)
 	open    func(ctx context.Context, e *env, o peerOpts) (locker, error)
 }
 
 var peers = []*peer{
 	{id: "pglease", title: "pglease", backend: "pg", defTTL: 30 * time.Second, renews: true, open: openPglease(false)},
 	{id: "pglease-ff", title: "pglease FastFailover", backend: "pg", defTTL: 30 * time.Second, renews: true, open: openPglease(true)},
-	{id: "ref", title: "upsert reference", backend: "pg", open: openRef},
+	{id: "ref", title: "upsert reference", backend: "pg", open: openRef(0)},
+	{id: "ref50", title: "upsert reference, 50 ms polling", backend: "pg", open: openRef(50 * time.Millisecond)},
 	{id: "advisory", title: "advisory lock", backend: "pg", renews: true, open: openAdvisory},
 	{id: "pglock", title: "cirello.io/pglock", backend: "pg", defTTL: pglock.DefaultLeaseDuration, renews: true, open: openPglock},
 	{id: "redsync", title: "redsync", backend: "redis", defTTL: 8 * time.Second, renews: true, open: openRedsync},
@@ -169,29 +170,49 @@ func (p *pgleaseLocker) close() { _ = p.c.Close() }
 // token from a sequence, and a DELETE scoped by token whose commit does not
 // wait for the WAL flush (a release lost in a crash only delays the next
 // holder). It neither renews nor notifies: a blocking lock polls every
-// 1–3 ms, the fastest a table lease without notifications can hand over,
-// at the price of a statement per poll.
+// 1–3 ms (poll 0), the fastest a table lease without notifications can
+// hand over, at the price of a statement per poll; with poll > 0 it polls
+// every poll instead, as a lease table with an ordinary poll interval
+// would (peer ref50).
 type refLocker struct {
 	pool  *pgxpool.Pool
 	table string
 	ttl   time.Duration
 	owner string
+	poll  time.Duration
 }
 
-func openRef(ctx context.Context, e *env, o peerOpts) (locker, error) {
-	pool, err := newPool(ctx, e.dsn, o.conns)
-	if err != nil {
-		return nil, err
-	}
-	table := "ref_leases" + o.tableTag
-	_, err = pool.Exec(ctx, fmt.Sprintf(`
+func openRef(poll time.Duration) func(ctx context.Context, e *env, o peerOpts) (locker, error) {
+	return func(ctx context.Context, e *env, o peerOpts) (locker, error) {
+		pool, err := newPool(ctx, e.dsn, o.conns)
+		if err != nil {
+			return nil, err
+		}
+		table := "ref_leases" + o.tableTag
+		_, err = pool.Exec(ctx, fmt.Sprintf(`
 CREATE SEQUENCE IF NOT EXISTS %[1]s_token;
 CREATE TABLE IF NOT EXISTS %[1]s (name text PRIMARY KEY, owner text NOT NULL, token bigint NOT NULL, expires_at timestamptz NOT NULL)`, table))
-	if err != nil && !isDuplicate(err) {
-		pool.Close()
-		return nil, err
+		if err != nil && !isDuplicate(err) {
+			pool.Close()
+			return nil, err
+		}
+		return &refLocker{pool: pool, table: table, ttl: o.ttlOr(30 * time.Second), owner: "ref-" + randHex(4), poll: poll}, nil
 	}
-	return &refLocker{pool: pool, table: table, ttl: o.ttlOr(30 * time.Second), owner: "ref-" + randHex(4)}, nil
+}
+
+// pollDelay is the wait before attempt i+1 of a blocked lock. With a poll
+// interval the first wait is a random part of it: waiters that block at
+// the same moment poll at random phases, as separate processes would, not
+// in step.
+func (r *refLocker) pollDelay(i int) time.Duration {
+	switch {
+	case r.poll <= 0:
+		return time.Millisecond + mrand.N(2*time.Millisecond+1)
+	case i == 0:
+		return 1 + mrand.N(r.poll)
+	default:
+		return r.poll
+	}
 }
 
 func isDuplicate(err error) bool {
@@ -201,7 +222,7 @@ func isDuplicate(err error) bool {
 
 func (r *refLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
 	var token int64
-	for {
+	for i := 0; ; i++ {
 		err := r.pool.QueryRow(ctx, `
 INSERT INTO `+r.table+` AS l (name, owner, token, expires_at)
 VALUES ($1, $2, nextval('`+r.table+`_token'), now() + $3::bigint * interval '1 millisecond')
@@ -217,7 +238,7 @@ RETURNING token`, name, r.owner, r.ttl.Milliseconds()).Scan(&token)
 		if !block {
 			return nil, errBusy
 		}
-		if sleepCtx(ctx, time.Millisecond+mrand.N(2*time.Millisecond+1)); ctx.Err() != nil {
+		if sleepCtx(ctx, r.pollDelay(i)); ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 	}

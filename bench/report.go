@@ -93,6 +93,7 @@ func (r *report) markdown() string {
 			s.md(w)
 		}
 	}
+	r.mdContention(w)
 	r.mdTargets(w)
 	return b.String()
 }
@@ -152,14 +153,14 @@ func (r *report) s2Of(id, label string) *s2Row {
 
 func (r *report) mdS2(w func(string, ...any)) {
 	w("## S2 — 16 goroutines on one name, %v\n\n", r.cfg.s2Dur)
-	w("Each goroutine loops acquire → release with no hold time. All 16 share one client of the peer, as 16 goroutines of one process would (advisory locks: a connection each, since a session lock is re-entrant; etcd: a session each, since a Mutex is re-entrant within its session), except the rows marked *16 clients*, which model 16 contending processes. Fairness is Jain's index of the per-goroutine counts (1 = equal shares, 1/16 = 0.06 = one goroutine got everything). pglock runs with a 2 s lease here (its waiters sleep a whole lease between attempts).\n\n")
+	w("Each goroutine loops acquire → release with no hold time. All 16 share one client of the peer, as 16 goroutines of one process would (advisory locks: a connection each, since a session lock is re-entrant; etcd: a session each, since a Mutex is re-entrant within its session), except the rows marked *16 clients* (PostgreSQL peers), where every goroutine has a client and pool of its own, as 16 contending processes would. Fairness is Jain's index of the per-goroutine counts (1 = equal shares, 1/16 = 0.06 = one goroutine got everything). The ratios are to the reference and to pglock in the same mode (one client or 16). pglock runs with a 2 s lease here (its waiters sleep a whole lease between attempts).\n\n")
 	w("| peer | acquisitions/s | ÷ ref | ÷ pglock | fairness (Jain) | min–max per goroutine | statements per acquisition | overlaps | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	ref, pgl := r.s2Of("ref", ""), r.s2Of("pglock", "")
 	for _, x := range r.s2 {
 		if x.err != nil {
 			w("| %s%s | | | | | | | | %s |\n", x.peer.title, x.label, errCell(x.err))
 			continue
 		}
+		ref, pgl := r.s2Of("ref", x.label), r.s2Of("pglock", x.label)
 		a, c := "–", "–"
 		if ref != nil {
 			a = ratio(x.acqPerSec, ref.acqPerSec)
@@ -180,35 +181,55 @@ func (r *report) mdS2(w func(string, ...any)) {
 	w("\n")
 }
 
-func (r *report) s3Of(id string, waiters int) *s3Row {
+// s3Of returns the S3 row of peer id with samples, or nil.
+func (r *report) s3Of(id string, waiters int, oneClient bool) *s3Row {
+	if x := r.s3Row(id, waiters, oneClient); x != nil && len(x.lat) > 0 {
+		return x
+	}
+	return nil
+}
+
+// s3Row returns the S3 row of peer id, with or without samples, or nil.
+func (r *report) s3Row(id string, waiters int, oneClient bool) *s3Row {
 	for i := range r.s3 {
-		if r.s3[i].peer.id == id && r.s3[i].waiters == waiters && len(r.s3[i].lat) > 0 {
-			return &r.s3[i]
+		if x := &r.s3[i]; x.peer.id == id && x.waiters == waiters && x.oneClient == oneClient {
+			return x
 		}
 	}
 	return nil
 }
 
+// noHandoff describes an S3 row without samples.
+func noHandoff(x *s3Row) string {
+	if x.err != nil {
+		return errCell(x.err)
+	}
+	return fmt.Sprintf("no hand-off within %v", x.within)
+}
+
+func clientsCell(oneClient bool) string {
+	if oneClient {
+		return "one for all"
+	}
+	return "one each"
+}
+
 func (r *report) mdS3(w func(string, ...any)) {
 	w("## S3 — hand-off: release → acquired by a blocked waiter\n\n")
-	w("Every participant has a client of its own; the holder keeps the lease %v so the previous holder is queued again, stamps the time, releases; the sample is the time until a blocked waiter holds it (same process, same monotonic clock). At most %d samples or %v per row. Ratios are to raw advisory locks, whose waiters the server wakes itself (the physical limit of a PostgreSQL hand-off).\n\n",
+	w("In the rows with *one each* client every participant has a client of its own; in the rows with *one for all* the holder and the 8 waiters are goroutines of one client (advisory locks: still a connection each, from the client's pool; etcd: a session each). The holder keeps the lease %v so the previous holder is queued again, stamps the time, releases; the sample is the time until a blocked waiter holds it (same process, same monotonic clock). At most %d samples or %v per row; a row in which no waiter took over is shown as such. Ratios are to raw advisory locks in the same mode, whose waiters the server wakes itself (the physical limit of a PostgreSQL hand-off).\n\n",
 		r.cfg.s3Hold, r.cfg.s3Samples, r.cfg.s3Cap)
-	w("| waiters | peer | n | p50 ms | p90 ms | p99 ms | max ms | p50 ÷ advisory | p99 ÷ advisory | overlaps |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| waiters | client | peer | n | p50 ms | p90 ms | p99 ms | max ms | p50 ÷ advisory | p99 ÷ advisory | overlaps |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.s3 {
 		if len(x.lat) == 0 {
-			msg := "no samples"
-			if x.err != nil {
-				msg = errCell(x.err)
-			}
-			w("| %d | %s | 0 | | | | | | | %s |\n", x.waiters, x.peer.title, msg)
+			w("| %d | %s | %s | 0 | | | | | | | %s |\n", x.waiters, clientsCell(x.oneClient), x.peer.title, noHandoff(&x))
 			continue
 		}
 		a, b := "–", "–"
-		if adv := r.s3Of("advisory", x.waiters); adv != nil {
+		if adv := r.s3Of("advisory", x.waiters, x.oneClient); adv != nil {
 			a = ratio(float64(x.lat.pct(50)), float64(adv.lat.pct(50)))
 			b = ratio(float64(x.lat.pct(99)), float64(adv.lat.pct(99)))
 		}
-		w("| %d | %s | %d | %s | %s | %s | %s | %s | %s | %d |\n", x.waiters, x.peer.title, len(x.lat), ms(x.lat.pct(50)), ms(x.lat.pct(90)),
+		w("| %d | %s | %s | %d | %s | %s | %s | %s | %s | %s | %d |\n", x.waiters, clientsCell(x.oneClient), x.peer.title, len(x.lat), ms(x.lat.pct(50)), ms(x.lat.pct(90)),
 			ms(x.lat.pct(99)), ms(x.lat.pct(100)), a, b, x.violations)
 	}
 	if r.chart != "" {
@@ -274,7 +295,7 @@ func (r *report) mdS6(w func(string, ...any)) {
 			w("| %s | %d | | | | | %s |\n", x.peer.title, x.n, errCell(x.err))
 			continue
 		}
-		per := func(d delta) string { return num(float64(d.stmts) / (d.dur.Seconds() / x.interval.Seconds())) }
+		per := func(d delta) string { return num(x.perInterval(d)) }
 		small := "–"
 		if x.dSmall != nil {
 			small = per(*x.dSmall)
@@ -306,10 +327,10 @@ func (r *report) mdTargets(w func(string, ...any)) {
 	}
 	if pg, pgl := r.s2Of("pglease", ""), r.s2Of("pglock", ""); pg != nil && pgl != nil {
 		x := pg.acqPerSec / pgl.acqPerSec
-		w("| S2 ≥ 2× pglock acquisitions/s | %s/s vs %s/s = %.1f× (fairness %.2f vs %.2f) | %s |\n", num(pg.acqPerSec), num(pgl.acqPerSec), x, pg.jain, pgl.jain, verdict(x >= 2))
+		w("| S2 16 goroutines of one client: ≥ 2× pglock acquisitions/s | %s/s vs %s/s = %.1f× (fairness %.2f vs %.2f) | %s |\n", num(pg.acqPerSec), num(pgl.acqPerSec), x, pg.jain, pgl.jain, verdict(x >= 2))
 	}
 	for _, id := range []string{"pglease", "pglease-ff"} {
-		if x := r.s3Of(id, 8); x != nil {
+		if x := r.s3Of(id, 8, false); x != nil {
 			p50, p99 := x.lat.pct(50), x.lat.pct(99)
 			w("| S3 %s, 8 waiters: p50 ≤ 5 ms, p99 ≤ 25 ms | p50 %s ms, p99 %s ms (n=%d) | %s |\n", peerByID(id).title, ms(p50), ms(p99), len(x.lat),
 				verdict(p50 <= 5*time.Millisecond && p99 <= 25*time.Millisecond))
@@ -343,15 +364,16 @@ func (r *report) mdTargets(w func(string, ...any)) {
 		if x.err != nil || (x.peer.id != "pglease" && x.peer.id != "pglease-ff") {
 			continue
 		}
-		perN := float64(x.d.stmts) / (x.d.dur.Seconds() / x.interval.Seconds())
+		perN := x.perInterval(x.d)
 		fig := fmt.Sprintf("%s statements per interval at %d leases", num(perN), x.n)
 		ok := perN <= 2.5
 		if x.dSmall != nil {
-			ps := float64(x.dSmall.stmts) / (x.dSmall.dur.Seconds() / x.interval.Seconds())
+			ps := x.perInterval(*x.dSmall)
 			fig += fmt.Sprintf(", %s at %d", num(ps), x.n/10)
 		}
 		w("| S6 %s: renewal statements per interval independent of lease count | %s | %s |\n", x.peer.title, fig, verdict(ok))
 		w("| S6 %s: ≤ 2 KiB client memory per lease | %.0f bytes | %s |\n", x.peer.title, x.perLease, verdict(x.perLease <= 2048))
 	}
+	r.mdContentionTargets(w)
 	w("\n")
 }

@@ -103,8 +103,17 @@ type s2Row struct {
 	err         error
 }
 
+// labelClients marks the S2 rows in which every goroutine has a client of
+// its own.
+const labelClients = " (16 clients)"
+
+// runS2 runs 16 goroutines on one name, sharing one locker or (not shared)
+// with a locker each, as 16 processes would.
 func runS2(ctx context.Context, e *env, cfg *config, p *peer, shared bool) (r s2Row) {
 	r.peer = p
+	if !shared {
+		r.label = labelClients
+	}
 	const g = 16
 	opts := peerOpts{tableTag: "_s2", ttl: cfg.waitTTL(p)}
 	lks := make([]locker, g)
@@ -208,23 +217,42 @@ func runS2(ctx context.Context, e *env, cfg *config, p *peer, shared bool) (r s2
 type s3Row struct {
 	peer       *peer
 	waiters    int
-	lat        durs // sorted
+	oneClient  bool          // the holder and the waiters are goroutines of one locker
+	within     time.Duration // the row's time limit (cfg.s3Cap)
+	lat        durs          // sorted
 	violations int64
 	err        error
 }
 
-func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int) (r s3Row) {
-	r.peer, r.waiters = p, waiters
+// runS3 measures hand-offs among waiters+1 participants, each with a
+// locker of its own, or, with oneClient, all goroutines of one locker (as
+// the goroutines of one process would contend).
+func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int, oneClient bool) (r s3Row) {
+	r.peer, r.waiters, r.oneClient, r.within = p, waiters, oneClient, cfg.s3Cap
 	n := waiters + 1
 	lks := make([]locker, n)
-	for i := range lks {
-		lk, err := p.open(ctx, e, peerOpts{tableTag: "_s3", conns: 2, ttl: cfg.waitTTL(p)})
+	if oneClient {
+		// A connection for every participant (advisory locks hold one
+		// per holder or waiter) and a few for the library.
+		lk, err := p.open(ctx, e, peerOpts{tableTag: "_s3", conns: int32(n + 2), ttl: cfg.waitTTL(p)})
 		if err != nil {
 			r.err = err
 			return r
 		}
 		defer lk.close()
-		lks[i] = lk
+		for i := range lks {
+			lks[i] = lk
+		}
+	} else {
+		for i := range lks {
+			lk, err := p.open(ctx, e, peerOpts{tableTag: "_s3", conns: 2, ttl: cfg.waitTTL(p)})
+			if err != nil {
+				r.err = err
+				return r
+			}
+			defer lk.close()
+			lks[i] = lk
+		}
 	}
 	name := "s3-" + randHex(6)
 	runCtx, cancel := context.WithTimeout(ctx, cfg.s3Cap)
@@ -239,7 +267,12 @@ func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int) (r s3
 	)
 	participant := func(i int) {
 		if i != 0 {
-			<-started // the first holder holds before the others queue up
+			// The first holder holds before the others queue up.
+			select {
+			case <-started:
+			case <-runCtx.Done(): // it failed
+				return
+			}
 		}
 		for runCtx.Err() == nil {
 			u, err := lks[i].lock(runCtx, name, true)

@@ -83,6 +83,9 @@ func TestScenariosMeasureTheLock(t *testing.T) {
 
 	for _, shared := range []bool{true, false} {
 		s2 := runS2(ctx, nil, cfg, memPeer(), shared)
+		if wantLabel := map[bool]string{true: "", false: labelClients}[shared]; s2.label != wantLabel {
+			t.Errorf("S2 shared=%v: label %q, want %q", shared, s2.label, wantLabel)
+		}
 		var total int64
 		for _, c := range s2.counts {
 			total += c
@@ -96,13 +99,61 @@ func TestScenariosMeasureTheLock(t *testing.T) {
 	}
 
 	for _, w := range []int{1, 8} {
-		s3 := runS3(ctx, nil, cfg, memPeer(), w)
-		if s3.err != nil || s3.violations != 0 || len(s3.lat) != cfg.s3Samples {
-			t.Fatalf("S3 %d waiters: err %v, %d overlaps, %d samples, want %d", w, s3.err, s3.violations, len(s3.lat), cfg.s3Samples)
-		}
-		// A hand-off on a channel is far below the holder's hold time.
-		if s3.lat.pct(50) >= cfg.s3Hold {
-			t.Errorf("S3 %d waiters: p50 %v", w, s3.lat.pct(50))
+		for _, one := range []bool{false, true} {
+			s3 := runS3(ctx, nil, cfg, memPeer(), w, one)
+			if s3.err != nil || s3.violations != 0 || len(s3.lat) != cfg.s3Samples || s3.oneClient != one || s3.within != cfg.s3Cap {
+				t.Fatalf("S3 %d waiters, one client %v: err %v, %d overlaps, %d samples, want %d", w, one, s3.err, s3.violations, len(s3.lat), cfg.s3Samples)
+			}
+			// A hand-off on a channel is far below the holder's hold time.
+			if s3.lat.pct(50) >= cfg.s3Hold {
+				t.Errorf("S3 %d waiters, one client %v: p50 %v", w, one, s3.lat.pct(50))
+			}
 		}
 	}
 }
+
+// stuckLocker grants a name once and never again: no hand-off happens.
+type stuckLocker struct{ memLocker }
+
+func (s *stuckLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
+	if _, err := s.memLocker.lock(ctx, name, block); err != nil {
+		return nil, err
+	}
+	return func(context.Context) error { return nil }, nil // never frees the slot
+}
+
+// A lock that never hands over gives an S3 row without samples within the
+// cap, not a hang or an error.
+func TestS3WithoutHandoff(t *testing.T) {
+	cfg := quickConfig()
+	cfg.s3Cap = 100 * time.Millisecond
+	s := &stuckLocker{memLocker{slots: map[string]chan struct{}{}}}
+	p := &peer{id: "stuck", title: "stuck", backend: "mem", open: func(context.Context, *env, peerOpts) (locker, error) { return s, nil }}
+	t0 := time.Now()
+	r := runS3(context.Background(), nil, cfg, p, 8, true)
+	if r.err != nil || len(r.lat) != 0 || r.violations != 0 {
+		t.Fatalf("err %v, %d samples, %d overlaps", r.err, len(r.lat), r.violations)
+	}
+	if el := time.Since(t0); el > cfg.s3Cap+time.Second {
+		t.Errorf("took %v with a cap of %v", el, cfg.s3Cap)
+	}
+	if got, want := noHandoff(&r), "no hand-off within 100ms"; got != want {
+		t.Errorf("noHandoff = %q, want %q", got, want)
+	}
+}
+
+// A participant whose first lock fails ends the row with its error; the
+// others, which never started, do not hang.
+func TestS3FirstLockFails(t *testing.T) {
+	boom := errors.New("boom")
+	p := &peer{id: "fail", title: "fail", backend: "mem", open: func(context.Context, *env, peerOpts) (locker, error) { return failLocker{boom}, nil }}
+	r := runS3(context.Background(), nil, quickConfig(), p, 8, true)
+	if !errors.Is(r.err, boom) || len(r.lat) != 0 {
+		t.Fatalf("err %v, %d samples", r.err, len(r.lat))
+	}
+}
+
+type failLocker struct{ err error }
+
+func (f failLocker) lock(context.Context, string, bool) (unlock, error) { return nil, f.err }
+func (f failLocker) close()                                             {}
