@@ -128,7 +128,9 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 	watched := map[string]watch{} // by name
 	defer func() {
 		for n, wt := range watched {
-			c.unwatchSession(wt.holder, n, wt.w)
+			if wt.w != nil {
+				c.unwatchSession(wt.holder, n, wt.w)
+			}
 		}
 	}()
 	// fail ends a wait without a lease: it leaves the server's queue and
@@ -145,6 +147,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last error
 	unbound, retries := 0, 0
+	woken := false // the last pause ended with a wake-up
 	for {
 		r := c.round(ctx, names, o, mine, w)
 		if r.lease != nil {
@@ -168,6 +171,12 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			} else if len(r.inSession) > 0 {
 				unbound = 0
 			}
+			if woken && !r.behind {
+				// Woken in vain: the releasing client took the name again
+				// first. The server wakes this waiter at most every
+				// WakeEvery, so look again by then.
+				delay = min(delay, store.WakeEvery+rand.N(store.WakeEvery/2))
+			}
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			err = gaveUp(ctx, last)
 			fallthrough
@@ -190,18 +199,28 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			return fail(r.held)
 		}
 		for _, h := range r.inSession {
-			cur, ok := watched[h.name]
+			cur := watched[h.name]
 			switch {
-			case ok && cur.holder == h.client:
+			case cur.holder != h.client:
+				// A new holder: watch its session once it has held the
+				// name for watchAfter (look again then).
+				if cur.w != nil {
+					c.unwatchSession(cur.holder, h.name, cur.w)
+				}
+				watched[h.name] = watch{holder: h.client, since: time.Now()}
+				delay = min(delay, watchAfter)
+			case cur.w != nil:
 				cur.w.rearm()
-			case ok:
-				c.unwatchSession(cur.holder, h.name, cur.w)
-				watched[h.name] = watch{h.client, c.watchSession(h.client, h.name)}
-			case wait && len(watched) < maxWatched:
-				watched[h.name] = watch{h.client, c.watchSession(h.client, h.name)}
+			case !wait || len(watched) > maxWatched:
+			case time.Since(cur.since) >= watchAfter:
+				cur.w = c.watchSession(h.client, h.name)
+				watched[h.name] = cur
+			default:
+				delay = min(delay, watchAfter-time.Since(cur.since))
 			}
 		}
-		if err := c.pause(ctx, w.channel(), delay, last); err != nil {
+		var err error
+		if woken, err = c.pause(ctx, w.channel(), delay, last); err != nil {
 			return fail(err)
 		}
 	}
@@ -274,9 +293,17 @@ func (c *Client) leaveQueue(w *waiting, names []string, then func()) {
 
 // watch is a wait's watcher of a session-bound holder's session.
 type watch struct {
-	holder string // the holder's client id
+	holder string    // the holder's client id
+	since  time.Time // when this wait first saw it hold the name
 	w      *sessionWatcher
 }
+
+// watchAfter is how long a fast-failover holder holds a name before a
+// waiter watches its session (a connection of its own, blocked on the
+// holder's client lock). Holders that hand a name on sooner are followed
+// by their releases' notifications, without a connection each; a crash
+// fails over within about this much more than the session's end.
+const watchAfter = 200 * time.Millisecond
 
 // roundResult is the outcome of one attempt on each candidate name.
 type roundResult struct {
@@ -293,6 +320,8 @@ type roundResult struct {
 	soonest   time.Duration
 	inSession []heldBy
 	unbound   bool
+	// behind: a name was promised to waiters queued ahead of this wait.
+	behind bool
 }
 
 // heldBy names a name's session-bound holder (its client id).
@@ -336,6 +365,7 @@ func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine
 			// Promised to the waiters ahead: this wait's turn comes with a
 			// targeted notification (or, should they vanish, the poll).
 			r.note(queuedError(name, res), c.cfg.PollInterval)
+			r.behind = true
 			continue
 		}
 		r.note(heldError(name, res), res.OtherRemaining)
@@ -387,23 +417,25 @@ func queuedError(name string, r acquireResult) error {
 }
 
 // pause waits for a wake-up, the delay, the caller's context or the
-// client's Close, and says which of the last two ended the wait.
-func (c *Client) pause(ctx context.Context, woken <-chan struct{}, delay time.Duration, last error) error {
+// client's Close; it says whether a wake-up ended it, or which of the last
+// two did.
+func (c *Client) pause(ctx context.Context, wakeups <-chan struct{}, delay time.Duration, last error) (woken bool, err error) {
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
-	case <-woken:
+	case <-wakeups:
+		woken = true
 	case <-t.C:
 	case <-ctx.Done():
 	case <-c.bg.Done():
 	}
 	switch {
 	case ctx.Err() != nil:
-		return gaveUp(ctx, last)
+		return false, gaveUp(ctx, last)
 	case c.bg.Err() != nil:
-		return ErrClosed
+		return false, ErrClosed
 	}
-	return nil
+	return woken, nil
 }
 
 // expiryWait is how long to sleep before the next attempt when the holder's

@@ -452,6 +452,11 @@ func (s *Store) Renew(ctx context.Context, q Querier, tokens map[string]int64, c
 	return renewed, busy, err
 }
 
+// WakeEvery is how often a release may wake one waiter: a waiter woken
+// in vain (the releasing client took the lease again first) looks again by
+// itself after that long.
+const WakeEvery = 10 * time.Millisecond
+
 // Release deletes (or, before the minimum hold time, keeps until then) the
 // row held with token and notifies waiters. It reports whether the row was
 // still ours.
@@ -461,7 +466,7 @@ func (s *Store) Release(ctx context.Context, q Querier, name string, token int64
 	if err != nil {
 		return false, err
 	}
-	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, unlock, ns},
+	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, unlock, ns, WakeEvery.Milliseconds()},
 		func(r Row) error { return r.Scan(&n, &notified, &unlocked) })
 	return n > 0, err
 }

@@ -56,8 +56,9 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     "name"       text        NOT NULL,
     "client"     text        NOT NULL,
-    "since"      timestamptz NOT NULL,
-    "expires_at" timestamptz NOT NULL,
+    "since"       timestamptz NOT NULL,
+    "expires_at"  timestamptz NOT NULL,
+    "notified_at" timestamptz,
     PRIMARY KEY ("name", "client")
 )
 
@@ -160,7 +161,7 @@ WITH xl AS MATERIALIZED (
                       WHERE $10::bool AND w."name" = $1::text AND w."client" = $8::text), now()) AS since
       FROM xl
 ), ahead AS MATERIALIZED (
-    SELECT count(*) AS n
+    SELECT count(*) AS n, (array_agg(w."client" ORDER BY w."since", w."client"))[1] AS first
       FROM {{waiters}} AS w, me
      WHERE w."name" = $1::text AND w."client" <> $8::text
        AND CASE WHEN w."expires_at" > now() AND (w."since", w."client") < (me.since, $8::text)
@@ -218,6 +219,12 @@ WITH xl AS MATERIALIZED (
      WHERE $10::bool AND EXISTS (SELECT 1 FROM ins)
        AND w."client" = $8::text AND w."name" IN (SELECT jsonb_array_elements_text($12::jsonb))
     RETURNING 1
+), nudge AS (
+    -- Refused a free lease promised to a waiter: wake that waiter now
+    -- rather than at its next look (see Release).
+    SELECT pg_notify('pglease_' || ahead.first, $1::text) AS ok
+      FROM ahead
+     WHERE ahead.n > 0 AND NOT EXISTS (SELECT 1 FROM old WHERE old."remaining_ms" > 0)
 ), nowait AS (
     SELECT set_config('synchronous_commit', 'off', true) AS ok
      WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $14::bool
@@ -241,7 +248,7 @@ SELECT false, 0::bigint, coalesce(old."session_bound", false),
             THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || old."client", 1))
             ELSE false END,
        (SELECT n FROM ahead)
-  FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true
+  FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
  WHERE NOT EXISTS (SELECT 1 FROM ins)
 
 -- name: Bind
@@ -297,7 +304,8 @@ SELECT "name", false FROM (SELECT "name" FROM held EXCEPT SELECT "name" FROM upd
 
 -- name: Release
 -- $1 name, $2 token, $3 notification channel, $4 unlock session lock?,
--- $5 advisory-lock namespace. Before the minimum hold time the row is kept
+-- $5 advisory-lock namespace, $6 how often a waiter may be woken (ms).
+-- Before the minimum hold time the row is kept
 -- (and stays held) until then; afterwards it is deleted, the first live
 -- waiter of the queue is woken alone on its client's own channel (one
 -- statement per hand-off, however many clients wait: queued waiters do not
@@ -319,13 +327,23 @@ WITH keep AS (
     SELECT $5::text AS v
 ), head AS MATERIALIZED (
     {{head}}
+), wake AS MATERIALIZED (
+    -- At most one wake-up per waiter every $6 ms: a waiter woken in vain
+    -- (its releaser took the lease again first) looks again by itself
+    -- after that long, so that a client taking a name back to back does
+    -- not set the first waiter in motion at every release.
+    SELECT h."client" FROM head AS h
+     WHERE h."notified_at" IS NULL OR h."notified_at" <= now() - $6::bigint * interval '1 millisecond'
+), marked AS (
+    UPDATE {{waiters}} AS w SET "notified_at" = now()
+      FROM wake WHERE w."name" = $1::text AND w."client" = wake."client"
 ), stale AS (
     DELETE FROM {{waiters}} AS w
      WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text AND w."expires_at" <= now()
 ), note AS (
     SELECT pg_notify($3::text, "name") FROM del
     UNION ALL
-    SELECT pg_notify('pglease_' || head."client", del."name") FROM del, head
+    SELECT pg_notify('pglease_' || wake."client", del."name") FROM del, wake
 ), unlock AS (
     SELECT pg_advisory_unlock(hashtextextended($5::text || $1::text, 0)) AS ok WHERE $4::bool
 ), nowait AS (
@@ -371,10 +389,11 @@ SELECT set_config('idle_in_transaction_session_timeout',
                 FOR SHARE OF l) AS g ON true
 
 -- name: Head
--- Not a statement: the first live waiter queued for $1 (its client), once
+-- Not a statement: the first live waiter queued for $1 (its client, and
+-- when it was last woken), once
 -- the row was deleted (del), spliced in for {{head}}; lockns holds the
 -- advisory-lock namespace.
-SELECT w."client"
+SELECT w."client", w."notified_at"
   FROM {{waiters}} AS w
  WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text
    AND CASE WHEN w."expires_at" > now()
