@@ -269,14 +269,16 @@ func (e *env) pgCounters(ctx context.Context) (counters, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var c counters
-	// Statements of the bench database only, not this query's own.
+	// Statements of the bench database only, not the monitoring queries
+	// (which read pg_stat_statements). Not '%pg_stat%': pglease's acquire
+	// and renew statements call pg_stat_get_bgwriter_stat_reset_time().
 	var ms float64
 	err = conn.QueryRow(ctx, `
 SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time + total_plan_time), 0)::float8,
        (SELECT count(*) FROM pg_stat_activity WHERE datname = 'bench' AND pid <> pg_backend_pid())::int
   FROM pg_stat_statements s
  WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = 'bench')
-   AND s.query NOT LIKE '%pg_stat%'`).Scan(&c.stmts, &ms, &c.conns)
+   AND s.query NOT LIKE '%pg_stat_statements%'`).Scan(&c.stmts, &ms, &c.conns)
 	if err != nil {
 		return c, err
 	}
