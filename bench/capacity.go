@@ -1421,7 +1421,7 @@ func (r *capResult) markdown() string {
 		if r.raised {
 			raised = " (raised for this scenario with ALTER SYSTEM and a restart)"
 		}
-		w("- max_connections %d%s, max_locks_per_transaction %s; idle server CPU %.2f%% of a core, subtracted from every CPU figure below\n", r.maxConns, raised, pgSettings["max_locks_per_transaction"], 100*r.bg())
+		w("- max_connections %d%s, max_locks_per_transaction %s; idle server CPU %.2f%% of a core, subtracted from every CPU figure below; a CPU figure is – where its window's CPU is below %v, what the counters resolve\n", r.maxConns, raised, pgSettings["max_locks_per_transaction"], 100*r.bg(), minCPU)
 	}
 	w("\n")
 	if r.err != nil {
@@ -1441,8 +1441,8 @@ func (r *capResult) mdLeases(w func(string, ...any)) {
 	}
 	bg, cc := r.bg(), r.cc
 	w("### Leases held by one client\n\n")
-	w("One `Client` (MaxConns %d) acquires N leases on distinct names with %d goroutines (`TryAcquire`); its renewal loop then sends one statement per renewal interval (TTL/3) for all of them. The window is about %v of whole renewal intervals, two intervals after the last acquisition. Server CPU is user+system time of all PostgreSQL processes (WAL writer, checkpointer and autovacuum included) minus the idle rate; per renewal it counts the loop's one statement per interval. Rows and execution time (planning + execution, without the commit's WAL flush) come from pg_stat_statements; *slowest renewal* is the slowest of the whole row, the acquisition burst included. *Lost* counts leases that ended before the window's end: a renewal must end before the local deadline of the previous one (TTL − TTL/5 − TTL/3, at most `StatementTimeout`, 10 s). Client memory is the Go heap + stacks per lease after GC; server bytes are the table and its index per lease right after the acquisitions (with the dead row versions of the renewals made meanwhile). A CPU figure is – where the window's CPU is below what the counters resolve (%v).\n\n",
-		cc.acquirers, cc.acquirers, cc.leaseWindow, minCPU)
+	w("One `Client` (MaxConns %d) acquires N leases on distinct names with %d goroutines (`TryAcquire`); its renewal loop then sends one statement per renewal interval (TTL/3) for all of them. The window is about %v of whole renewal intervals, two intervals after the last acquisition. Server CPU is user+system time of all PostgreSQL processes (WAL writer, checkpointer and autovacuum included) minus the idle rate; per renewal it counts the loop's one statement per interval. Rows and execution time (planning + execution, without the commit's WAL flush) come from pg_stat_statements; *slowest renewal* is the slowest of the whole row, the acquisition burst included. *Lost* counts leases that ended before the window's end: a renewal must end before the local deadline of the previous one (TTL − TTL/5 − TTL/3, at most `StatementTimeout`, 10 s). Client memory is the Go heap + stacks per lease after GC; server bytes are the table and its index per lease right after the acquisitions (with the dead row versions of the renewals made meanwhile).\n\n",
+		cc.acquirers, cc.acquirers, cc.leaseWindow)
 	w("| mode | leases | TTL | time to acquire | acquisitions/s | lost | renewal statements/s | rows per statement | exec ms per renewal | slowest renewal ms | server CPU ms per renewal | CPU µs per renewed row | server CPU %% | server bytes per lease | client bytes per lease |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.leases {
 		if x.err != nil {
@@ -1541,7 +1541,7 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	w(".\n")
 	w("- **Renewal time**: one statement renews all of a client's leases and must end before the local deadline of the previous renewal, T − T/5 − T/3 with the default margin and interval, and within `StatementTimeout` (10 s): **L̄ × e ≤ min(10 s, 0.47 T)**")
 	if m.execOK {
-		w(", e ≈ %s µs of execution per row when the server is otherwise quiet (the slowest renewal of %d leases took %s ms, during the acquisition burst)", us(m.execRow), m.slowRenewAt, ms(m.slowRenew))
+		w(", e ≈ %s µs of execution per row in the steady window of %d leases, with no acquisitions running (the slowest renewal of that row took %s ms, during the acquisition burst)", us(m.execRow), m.slowRenewAt, ms(m.slowRenew))
 	}
 	w(". The statement runs on one backend, so a busy server stretches it: leave a wide margin.\n")
 	w("- **Acquire + release**: two statements, and the release notifies every client listening on the table, waiting or not; each listening session costs the server a wake-up: **R × (c + f × C)** of server CPU for R acquire + release cycles per second")
@@ -1594,7 +1594,7 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	}
 	if m.execOK {
 		for _, ttl := range []time.Duration{def.TTL, 6 * time.Second} {
-			w("| leases one client can renew, TTL %v (quiet server) | min(10 s, 0.47 T) ÷ e | %s leases |\n", ttl, about(renewBudget(ttl).Seconds()/m.execRow))
+			w("| leases one client can renew, TTL %v (steady state) | min(10 s, 0.47 T) ÷ e | %s leases |\n", ttl, about(renewBudget(ttl).Seconds()/m.execRow))
 		}
 	}
 	if m.cycleOK && m.fanoutOK {
@@ -1609,7 +1609,7 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	}
 	if m.handoffFitOK && m.h1 > 0 {
 		for _, k := range []int{1, 10, 100} {
-			w("| hand-offs/s, %d waiting clients per name | budget ÷ (h0 + h1 × k) | %s/s |\n", k, about(budget/max(m.h0+m.h1*float64(k), 1e-9)))
+			w("| hand-offs/s, k = %d clients waiting on the name | budget ÷ (h0 + h1 × k) | %s/s |\n", k, about(budget/max(m.h0+m.h1*float64(k), 1e-9)))
 		}
 	} else if m.handoffOK && m.handoffCPU > 0 {
 		w("| hand-offs/s, %d clients waiting on each name | budget ÷ h | %s/s |\n", m.handoffClients, about(budget/m.handoffCPU))

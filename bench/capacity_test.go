@@ -244,11 +244,11 @@ func TestCapMarkdown(t *testing.T) {
 		"| plain | 10000 | 100 | 10 | 200 | 200 |",
 		"**C × 3/T statements/s**",
 		"a ≈ 200 µs per statement, b ≈ 5.00 µs per renewed row",
-		"e ≈ 10.0 µs of execution per row",
-		"the slowest renewal of 100000 leases took 4000 ms",
+		"e ≈ 10.0 µs of execution per row in the steady window of 100000 leases",
+		"the slowest renewal of that row took 4000 ms",
 		"s0 ≈ 2.00, s1 ≈ 1.00, h0 ≈ 1000 µs, h1 ≈ 200 µs",
 		"with k = 10: 12.0 statements, h ≈ 3000 µs",
-		"| hand-offs/s, 10 waiting clients per name | budget ÷ (h0 + h1 × k) | 330/s |",
+		"| hand-offs/s, k = 10 clients waiting on the name | budget ÷ (h0 + h1 × k) | 330/s |",
 		"### Where one server stops being enough",
 		// 1,000 clients: 1,000 × 3/30 s × 225 µs = 2.25% of a core for
 		// renewals; (1 − 0.0225) ÷ (520 µs + 1,000 × 2 µs) cycles/s.
@@ -256,8 +256,8 @@ func TestCapMarkdown(t *testing.T) {
 		// 10 clients: 40 statements of 225 µs, below what the counters resolve
 		"| 10 | 1.00 s | 20 | 2.00 | 40.0 | 2.00 | 0 | 5.00 | 0.50 | – | – |",
 		"c ≈ 520 µs per try+release cycle (with 10 listening clients), f ≈ 2.00 µs per listening client",
-		"| leases one client can renew, TTL 30s (quiet server) | min(10 s, 0.47 T) ÷ e | 1,000,000 leases |",
-		"| leases one client can renew, TTL 6s (quiet server) | min(10 s, 0.47 T) ÷ e | 280,000 leases |",
+		"| leases one client can renew, TTL 30s (steady state) | min(10 s, 0.47 T) ÷ e | 1,000,000 leases |",
+		"| leases one client can renew, TTL 6s (steady state) | min(10 s, 0.47 T) ÷ e | 280,000 leases |",
 		"### What one server of this machine handles",
 		"Not measured here",
 	} {
