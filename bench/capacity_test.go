@@ -248,7 +248,7 @@ func TestCapMarkdown(t *testing.T) {
 		"the slowest renewal of that row took 4000 ms",
 		"s0 ≈ 2.00, s1 ≈ 1.00, h0 ≈ 1000 µs, h1 ≈ 200 µs",
 		"with k = 10: 12.0 statements, h ≈ 3000 µs",
-		"| hand-offs/s, k = 10 clients waiting on the name | budget ÷ (h0 + h1 × k) | 330/s |",
+		"| hand-offs/s with k = 10 (clients waiting on the name) | budget ÷ (h0 + h1 × k) | 330/s |",
 		"### Where one server stops being enough",
 		// 1,000 clients: 1,000 × 3/30 s × 225 µs = 2.25% of a core for
 		// renewals; (1 − 0.0225) ÷ (520 µs + 1,000 × 2 µs) cycles/s.
