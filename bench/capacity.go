@@ -565,9 +565,22 @@ func capLeases(ctx context.Context, e *env, cc capConfig, n int, ff bool) (r cap
 	}
 	prefix := "capl-" + randHex(4) + "-"
 	held := make([]*pglease.Lease, n) // allocated before the first heap reading
-	m0 := heapStack()
 	t0 := time.Now()
+	// The first lease alone starts what a client starts once (the renewal
+	// loop, its dedicated connection), before the heap is read.
+	l, err := c.TryAcquire(ctx, prefix+"0", opts...)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	held[0] = l
+	if err := l.Renew(ctx); err != nil {
+		r.err = err
+		return r
+	}
+	m0 := heapStack()
 	var next atomic.Int64
+	next.Store(1)
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for range cc.acquirers {
@@ -595,7 +608,7 @@ func capLeases(ctx context.Context, e *env, cc capConfig, n int, ff bool) (r cap
 		r.err = *p
 		return r
 	}
-	r.perLease = (float64(heapStack()) - float64(m0)) / float64(n)
+	r.perLease = (float64(heapStack()) - float64(m0)) / float64(n-1)
 	if conn, err := pgx.Connect(ctx, e.dsn); err == nil {
 		_ = conn.QueryRow(ctx, "SELECT pg_total_relation_size($1)", table).Scan(&r.tableBytes)
 		conn.Close(ctx)
@@ -607,7 +620,7 @@ func capLeases(ctx context.Context, e *env, cc capConfig, n int, ff bool) (r cap
 		r.err = err
 		return r
 	}
-	sleepCtx(ctx, max(2, cc.leaseWindow/r.interval)*r.interval)
+	sleepCtx(ctx, max(3, cc.leaseWindow/r.interval)*r.interval)
 	b, err := capSnapshot(ctx, e)
 	if err != nil {
 		r.err = err
@@ -998,6 +1011,12 @@ func capWaiters(ctx context.Context, e *env, cc capConfig, w capWaitCase) (r cap
 		if i == 0 {
 			first = l
 		}
+	}
+	// A manual renewal opens the holder's dedicated connection now (LISTEN
+	// and its settings are three statements), not in the window.
+	if err := first.Renew(ctx); err != nil {
+		r.err = fmt.Errorf("holder renew: %w", err)
+		return r
 	}
 	if r.base, err = capSnapshot(ctx, e); err != nil {
 		r.err = err
@@ -1443,7 +1462,7 @@ func (r *capResult) mdLeases(w func(string, ...any)) {
 	}
 	bg, cc := r.bg(), r.cc
 	w("### Leases held by one client\n\n")
-	w("One `Client` (MaxConns %d) acquires N leases on distinct names with %d goroutines (`TryAcquire`); its renewal loop then sends one statement per renewal interval (TTL/3) for all of them. The window is about %v of whole renewal intervals, two intervals after the last acquisition. Server CPU is user+system time of all PostgreSQL processes (WAL writer, checkpointer and autovacuum included) minus the idle rate; per renewal it counts the loop's one statement per interval. Rows and execution time (planning + execution, without the commit's WAL flush) come from pg_stat_statements; *slowest renewal* is the slowest of the whole row, the acquisition burst included. *Lost* counts leases that ended before the window's end: a renewal must end before the local deadline of the previous one (TTL − TTL/5 − TTL/3, at most `StatementTimeout`, 10 s). Client memory is the Go heap + stacks per lease after GC; server bytes are the table and its index per lease right after the acquisitions (with the dead row versions of the renewals made meanwhile).\n\n",
+	w("One `Client` (MaxConns %d) acquires N leases on distinct names with %d goroutines (`TryAcquire`); its renewal loop then sends one statement per renewal interval (TTL/3) for all of them. The window is about %v of whole renewal intervals (at least three), two intervals after the last acquisition. Server CPU is user+system time of all PostgreSQL processes (WAL writer, checkpointer and autovacuum included) minus the idle rate; per renewal it counts the loop's one statement per interval. Rows and execution time (planning + execution, without the commit's WAL flush) come from pg_stat_statements; *slowest renewal* is the slowest of the whole row, the acquisition burst included. *Lost* counts leases that ended before the window's end: a renewal must end before the local deadline of the previous one (TTL − TTL/5 − TTL/3, at most `StatementTimeout`, 10 s). Client memory is the Go heap + stacks per lease after GC; server bytes are the table and its index per lease right after the acquisitions (with the dead row versions of the renewals made meanwhile).\n\n",
 		cc.acquirers, cc.acquirers, cc.leaseWindow)
 	w("| mode | leases | TTL | time to acquire | acquisitions/s | lost | renewal statements/s | rows per statement | exec ms per renewal | slowest renewal ms | server CPU ms per renewal | CPU µs per renewed row | server CPU %% | server bytes per lease | client bytes per lease |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.leases {
@@ -1457,9 +1476,13 @@ func (r *capResult) mdLeases(w func(string, ...any)) {
 			exec = num(x.d.srvTime.Seconds() * 1e3 / float64(x.d.stmts))
 		}
 		cpu := x.renewCPU(bg)
-		w("| %s | %d | %v | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", mode(x.ff), x.n, x.ttl, secs(x.acquire), num(float64(x.n)/x.acquire.Seconds()),
+		heap := "–" // growth below zero: garbage of an earlier row freed meanwhile
+		if x.perLease > 0 {
+			heap = fmt.Sprintf("%.0f", x.perLease)
+		}
+		w("| %s | %d | %v | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", mode(x.ff), x.n, x.ttl, secs(x.acquire), num(float64(x.n)/x.acquire.Seconds()),
 			x.lost, num(x.d.stmtsPerSec()), rows, exec, ms(x.renew.max), cpuCell(x.d.delta, bg, num, cpu*1e3), cpuCell(x.d.delta, bg, us, cpu/float64(x.n)), pctCell(x.d.delta, bg),
-			float64(x.tableBytes)/float64(x.n), x.perLease)
+			float64(x.tableBytes)/float64(x.n), heap)
 	}
 	w("\n")
 }
