@@ -170,6 +170,8 @@ func runChild(ctx context.Context, role, peerID, name string, ttl time.Duration,
 		err = childHold(ctx, e, peerID, name, ttl)
 	case "wait":
 		err = childWait(ctx, e, peerID, name, waiters)
+	case "cap":
+		err = capChild(ctx, e)
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -194,8 +196,9 @@ func (c *config) selected(keep func(*peer) bool) []*peer {
 
 func run(ctx context.Context, cfg *config, outDir string) error {
 	start := time.Now()
-	needRedis := len(cfg.selected(func(p *peer) bool { return p.backend == "redis" })) > 0
-	needEtcd := len(cfg.selected(func(p *peer) bool { return p.backend == "etcd" })) > 0
+	peerScenarios := len(cfg.scenarios) > 1 || !cfg.scenarios["CAP"] // CAP runs pglease only
+	needRedis := peerScenarios && len(cfg.selected(func(p *peer) bool { return p.backend == "redis" })) > 0
+	needEtcd := peerScenarios && len(cfg.selected(func(p *peer) bool { return p.backend == "etcd" })) > 0
 	e, err := startEnv(ctx, logf, needRedis, needEtcd)
 	if err != nil {
 		return err
@@ -258,8 +261,15 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 			rep.s6 = append(rep.s6, r)
 		}
 	}
+	capMD := ""
+	if cfg.scenarios["CAP"] {
+		capMD = runCAP(ctx, e, cfg).markdown()
+	}
 	rep.elapsed = time.Since(start)
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	if err := writeCapacity(outDir, capMD); err != nil {
 		return err
 	}
 	png := filepath.Join(outDir, "handoff.png")
@@ -270,7 +280,7 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 		rep.chart = "handoff.png"
 	}
 	md := filepath.Join(outDir, "results.md")
-	if err := os.WriteFile(md, []byte(rep.markdown()), 0o644); err != nil {
+	if err := os.WriteFile(md, []byte(rep.markdown()+capMD), 0o644); err != nil {
 		return err
 	}
 	logf("wrote %s and %s in %v", md, png, rep.elapsed.Round(time.Second))
