@@ -1582,7 +1582,7 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 		w(", p ≈ %s µs of CPU each", us(m.poll))
 	}
 	w(". Goroutines of one client waiting on one name count once.\n")
-	w("- **Hand-off**: each client with a waiter on the released name tries again, so a hand-off costs **s0 + s1 × k statements and h0 + h1 × k of server CPU** for k clients waiting on the name")
+	w("- **Hand-off**: a release wakes the first queued client alone, so s1 and h1, the cost per further waiting client, should be near 0; a hand-off costs **s0 + s1 × k statements and h0 + h1 × k of server CPU** for k clients waiting on the name")
 	if m.handoffFitOK {
 		w(", s0 ≈ %s, s1 ≈ %s, h0 ≈ %s µs, h1 ≈ %s µs (a line through the plain one-name rows, averaged per k; an intercept the fit puts below zero is shown as 0)", num(max(0, m.s0)), num(m.s1), us(max(0, m.h0)), us(m.h1))
 	}
