@@ -125,7 +125,8 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			}
 		}
 	}
-	watched := map[string]watch{} // by name
+	watched := map[string]watch{} // by name: the holders seen, and their watchers
+	watchers := 0                 // watchers started, at most maxWatched
 	defer func() {
 		for n, wt := range watched {
 			if wt.w != nil {
@@ -137,7 +138,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 	// then frees the local slot (so that the next local waiter's
 	// registration is not undone by this one's).
 	fail := func(err error) (*Lease, error) {
-		c.leaveQueue(w, names, func() {
+		c.leaveQueue(w, name, func() {
 			if mine != nil {
 				c.putSlot(name, mine, true)
 			}
@@ -152,7 +153,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 		r := c.round(ctx, names, o, mine, w)
 		if r.lease != nil {
 			if !r.dequeued {
-				c.leaveQueue(w, names, func() {})
+				c.leaveQueue(w, name, func() {})
 			}
 			return r.lease, nil
 		}
@@ -206,15 +207,17 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 				// name for watchAfter (look again then).
 				if cur.w != nil {
 					c.unwatchSession(cur.holder, h.name, cur.w)
+					watchers--
 				}
 				watched[h.name] = watch{holder: h.client, since: time.Now()}
 				delay = min(delay, watchAfter)
 			case cur.w != nil:
 				cur.w.rearm()
-			case !wait || len(watched) > maxWatched:
+			case !wait || watchers >= maxWatched:
 			case time.Since(cur.since) >= watchAfter:
 				cur.w = c.watchSession(h.client, h.name)
 				watched[h.name] = cur
+				watchers++
 			default:
 				delay = min(delay, watchAfter-time.Since(cur.since))
 			}
@@ -262,7 +265,7 @@ func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
 // waiting live waiter. Contention then runs in bursts, each client's
 // attempts back to back, and no waiter waits much longer than this beyond
 // its turn in the queue.
-var fairAfter = 100 * time.Millisecond
+const fairAfter = 100 * time.Millisecond
 
 // queueTTL is how long a registration in the queue stays fresh: a waiter
 // attempts at least every PollInterval, and each attempt refreshes it, so
@@ -270,10 +273,10 @@ var fairAfter = 100 * time.Millisecond
 // partition) goes stale, and is passed over.
 func (c *Client) queueTTL() time.Duration { return 3*c.cfg.PollInterval + time.Second }
 
-// leaveQueue removes the wait's registrations from the server's queue, if
-// an attempt made one, and then runs then; in the background, bounded by
-// the statement timeout.
-func (c *Client) leaveQueue(w *waiting, names []string, then func()) {
+// leaveQueue removes the wait's registration for name from the server's
+// queue, if an attempt made one, and then runs then; in the background,
+// bounded by the statement timeout. (Only single names queue.)
+func (c *Client) leaveQueue(w *waiting, name string, then func()) {
 	if w == nil || !w.queued {
 		then()
 		return
@@ -283,8 +286,8 @@ func (c *Client) leaveQueue(w *waiting, names []string, then func()) {
 		defer then()
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
 		defer cancel()
-		if err := c.st.Unqueue(ctx, c.db, c.id, names); err != nil && c.bg.Err() == nil {
-			c.cfg.Logger.Warn("pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", names[0], "err", err)
+		if err := c.st.Unqueue(ctx, c.db, c.id, name); err != nil && c.bg.Err() == nil {
+			c.cfg.Logger.Warn("pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", name, "err", err)
 		}
 	}) {
 		then()

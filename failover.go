@@ -50,7 +50,7 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64
 		res, epoch = a.res, a.epoch
 	}
 	// Acquired, but another session held the name's lock for an instant
-	// (a contender's attempt, a waiter passing through): bind the lease
+	// (a contender's attempt): bind the lease
 	// once the lock is free, so that it fails over fast too.
 	for try := 1; err == nil && res.Acquired && !res.SessionBound && try <= 20; try++ {
 		time.Sleep(time.Duration(try) * time.Millisecond)

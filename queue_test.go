@@ -171,6 +171,10 @@ func TestWokenWaiterThatNeverComesIsCoveredByThePoll(t *testing.T) {
 	if _, err := holder.TryAcquire(ctx, "stuck"); !errors.As(err, &held) || held.Queued == 0 || !strings.Contains(err.Error(), "queued ahead") {
 		t.Fatalf("TryAcquire of a lease promised to a waiter: %v, want a HeldError naming the queue", err)
 	}
+	// ... and wakes the waiter the lease is promised to.
+	if n, err := conn.WaitForNotification(nctx); err != nil || n.Payload != "stuck" {
+		t.Fatalf("a refused attempt on a promised lease did not wake the first waiter: %v, %v", n, err)
+	}
 	// The first waiter never comes: its registration goes stale.
 	pgtest.Exec(t, `UPDATE `+holder.st.Names.QualifiedWaiters()+` SET expires_at = clock_timestamp() WHERE client = $1`, ghost)
 	if err := pgtest.Receive(t, got, "the second waiter's acquisition once the first's registration went stale"); err != nil {

@@ -47,7 +47,7 @@ type session struct {
 	// transaction-pooling proxy); it cannot hold session-bound leases.
 	shared bool
 	// live: the connection holds the client lock and listens on the
-	// client's own channel, so this client's waits queue (see queue).
+	// client's own channel, so this client's waits queue (queueArgs).
 	live    bool
 	lastErr error
 	done    chan struct{}

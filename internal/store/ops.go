@@ -307,12 +307,10 @@ type AcquireArgs struct {
 	// session's setting).
 	LockTimeout time.Duration
 	// Queued: the attempt belongs to a blocked wait that queues for the
-	// name (see the waiters table); its registration stays fresh for
-	// QueueTTL, and QueueNames are every name the wait is registered under,
-	// all left when it acquires one.
-	Queued     bool
-	QueueTTL   time.Duration
-	QueueNames []string
+	// name (see the waiters table), and leaves the queue when it acquires;
+	// its registration stays fresh for QueueTTL.
+	Queued   bool
+	QueueTTL time.Duration
 	// FairAfter: how long a queued waiter may be overtaken by attempts
 	// queued after it before the lease is promised to it.
 	FairAfter time.Duration
@@ -373,16 +371,8 @@ func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Ro
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
-	names := a.QueueNames
-	if names == nil {
-		names = []string{a.Name}
-	}
-	queue, err := json.Marshal(names)
-	if err != nil {
-		return "", nil, nil, nil, err
-	}
 	args = []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
-		a.Queued, a.QueueTTL.Milliseconds(), string(queue), a.FairAfter.Milliseconds(), a.inBatch}
+		a.Queued, a.QueueTTL.Milliseconds(), a.FairAfter.Milliseconds(), a.inBatch}
 	scan = func(row Row) error {
 		return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
 			&r.HolderWatchable, &r.Ahead)
@@ -590,12 +580,8 @@ func (s *Store) ClientLock(ctx context.Context, q Querier, client string) error 
 	return q.Query(ctx, s.Q.ClientLock, []any{ns, client}, func(Row) error { return nil })
 }
 
-// Unqueue removes client's registrations under names from the queue of
+// Unqueue removes client's registration for name from the queue of
 // waiters.
-func (s *Store) Unqueue(ctx context.Context, q Querier, client string, names []string) error {
-	arg, err := json.Marshal(names)
-	if err != nil {
-		return err
-	}
-	return q.Query(ctx, s.Q.Unqueue, []any{client, string(arg)}, func(Row) error { return nil })
+func (s *Store) Unqueue(ctx context.Context, q Querier, client, name string) error {
+	return q.Query(ctx, s.Q.Unqueue, []any{client, name}, func(Row) error { return nil })
 }

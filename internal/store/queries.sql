@@ -121,8 +121,7 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- renews, and must not sit behind a row lock (a guarded transaction).
 -- $10 queued?: the attempt belongs to a blocked Acquire that waits in the
 -- queue (the waiters table), $11 how long its registration stays fresh (ms),
--- $12 every name the wait is registered under (the slots of a semaphore),
--- a JSON array, $13 how long a waiter may be overtaken (ms), $14 whether
+-- $12 how long a waiter may be overtaken (ms), $13 whether
 -- the statement shares its transaction with others (a batch, whose commit
 -- must wait for its WAL flush if any of them acquired).
 --
@@ -142,7 +141,7 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- The queue: blocked waiters register (a queued attempt, $10), and a
 -- release wakes the first live one alone (see Release). A free lease goes to
 -- whichever attempt comes first, so that a client may take a name again at
--- once (a burst), except that once a live waiter has been queued for $13
+-- once (a burst), except that once a live waiter has been queued for $12
 -- ms, it is promised to it: every attempt of another client that is not
 -- queued before it is refused (and a queued one keeps or takes its place).
 -- A waiter is live while its registration is fresh and its client's
@@ -165,7 +164,7 @@ WITH xl AS MATERIALIZED (
       FROM {{waiters}} AS w, me
      WHERE w."name" = $1::text AND w."client" <> $8::text
        AND CASE WHEN w."expires_at" > now() AND (w."since", w."client") < (me.since, $8::text)
-                     AND w."since" <= now() - $13::bigint * interval '1 millisecond'
+                     AND w."since" <= now() - $12::bigint * interval '1 millisecond'
                 THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || w."client", 1))
                 ELSE false END
 ), lk AS MATERIALIZED (
@@ -217,7 +216,7 @@ WITH xl AS MATERIALIZED (
 ), dequeued AS (
     DELETE FROM {{waiters}} AS w
      WHERE $10::bool AND EXISTS (SELECT 1 FROM ins)
-       AND w."client" = $8::text AND w."name" IN (SELECT jsonb_array_elements_text($12::jsonb))
+       AND w."client" = $8::text AND w."name" = $1::text
     RETURNING 1
 ), nudge AS (
     -- Refused a free lease promised to a waiter: wake that waiter now
@@ -227,7 +226,7 @@ WITH xl AS MATERIALIZED (
      WHERE ahead.n > 0 AND NOT EXISTS (SELECT 1 FROM old WHERE old."remaining_ms" > 0)
 ), nowait AS (
     SELECT set_config('synchronous_commit', 'off', true) AS ok
-     WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $14::bool
+     WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $13::bool
 )
 -- Acquired: the new token, and the row taken over if any (as it was before).
 -- Not acquired: the holder as this statement saw it (remaining -1 when no
@@ -453,8 +452,7 @@ SELECT count(*) FROM del
 
 -- name: Unqueue
 -- A wait that ends without the lease leaves the queue.
--- $2 the names, a JSON array.
-DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" IN (SELECT jsonb_array_elements_text($2::jsonb))
+DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 
 -- name: ClientLock
 -- Taken once by each client's dedicated session and held as long as it
