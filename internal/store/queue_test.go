@@ -26,45 +26,53 @@ func TestReleaseWakesTheFirstWaiterAtMostEveryWakeEvery(t *testing.T) {
 	if _, err := conn.Exec(ctx, ListenSQL(ClientChannel(waiter))); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Exec(t, `INSERT INTO `+s.Names.QualifiedWaiters()+` VALUES ('n', $1, now() - interval '1 second', now() + interval '1 hour')`, waiter)
-	release := func() {
+	register := func(name string) {
+		t.Helper()
+		pgtest.Exec(t, `INSERT INTO `+s.Names.QualifiedWaiters()+` VALUES ($1, $2, now() - interval '1 second', now() + interval '1 hour')`, name, waiter)
+	}
+	release := func(name string) {
 		t.Helper()
 		// The waiter is not yet promised the lease (FairAfter), so the
 		// holder may take it.
-		r, err := s.Acquire(ctx, db, AcquireArgs{Name: "n", Owner: "o", TTL: time.Minute, Client: "c1", FairAfter: time.Hour})
+		r, err := s.Acquire(ctx, db, AcquireArgs{Name: name, Owner: "o", TTL: time.Minute, Client: "c1", FairAfter: time.Hour})
 		if err != nil || !r.Acquired {
-			t.Fatalf("acquire: %+v, %v", r, err)
+			t.Fatalf("acquire %s: %+v, %v", name, r, err)
 		}
-		if _, err := s.Release(ctx, db, "n", r.Token, false); err != nil {
+		if _, err := s.Release(ctx, db, name, r.Token, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	woken := func() bool {
+	// next is the payload of the next notification. Notifications arrive in
+	// commit order, so one that should not have been sent shows up before
+	// the one expected.
+	next := func() string {
 		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		wctx, cancel := context.WithTimeout(ctx, pgtest.Patience)
 		defer cancel()
 		n, err := conn.WaitForNotification(wctx)
 		if err != nil {
-			return false // none came: a missing one is what a broken rule shows
+			t.Fatalf("no notification: %v", err)
 		}
-		if n.Payload != "n" {
-			t.Fatalf("notification %q, want the name", n.Payload)
-		}
-		return true
+		return n.Payload
 	}
-	release()
-	if !woken() {
-		t.Fatal("the first release did not wake the first waiter")
+	register("n")
+	release("n")
+	if got := next(); got != "n" {
+		t.Fatalf("the first release woke the waiter for %q, want n", got)
 	}
-	// Woken just now (made certain, whatever the machine's speed).
+	// Woken just now (made certain, whatever the machine's speed): the
+	// next release of n does not wake it; a release of m, which it has
+	// not been woken for, does.
 	pgtest.Exec(t, `UPDATE `+s.Names.QualifiedWaiters()+` SET notified_at = clock_timestamp() + interval '1 hour'`)
-	release()
-	if woken() {
-		t.Fatal("a release woke the first waiter again within WakeEvery")
+	register("m")
+	release("n")
+	release("m")
+	if got := next(); got != "m" {
+		t.Fatalf("a release woke the first waiter for %q again within WakeEvery", got)
 	}
 	pgtest.Exec(t, `UPDATE `+s.Names.QualifiedWaiters()+` SET notified_at = now() - interval '1 second'`)
-	release()
-	if !woken() {
-		t.Fatal("a release did not wake the first waiter once WakeEvery had passed")
+	release("n")
+	if got := next(); got != "n" {
+		t.Fatalf("got %q: a release did not wake the first waiter once WakeEvery had passed", got)
 	}
 }
