@@ -80,7 +80,7 @@ func TestDDLIsExportedAndVersioned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`CREATE SCHEMA IF NOT EXISTS "ops"`, `CREATE TABLE IF NOT EXISTS "ops"."locks"`, `"ops"."locks_token_seq"`, `CREATE UNLOGGED TABLE IF NOT EXISTS "ops"."locks_waiters"`, "schema version 3"} {
+	for _, want := range []string{`CREATE SCHEMA IF NOT EXISTS "ops"`, `CREATE TABLE IF NOT EXISTS "ops"."locks"`, `"ops"."locks_token_seq"`, `CREATE UNLOGGED TABLE IF NOT EXISTS "ops"."locks_waiters"`, `CREATE INDEX IF NOT EXISTS "locks_semaphore_idx" ON "ops"."locks"`, "schema version 4"} {
 		if !strings.Contains(ddl, want) {
 			t.Errorf("DDL lacks %q:\n%s", want, ddl)
 		}
@@ -136,4 +136,51 @@ func TestTokenSequenceRepairedBehindTable(t *testing.T) {
 		}
 		defer l.Release(ctx)
 	}
+}
+
+// A table of schema version 3 (pglease before the semaphore and step-down
+// columns) is refused until migrated, keeps its leases through the
+// migration, and is usable afterwards.
+func TestVersion3TableIsMigrated(t *testing.T) {
+	ctx := testCtx(t)
+	schema := pgtest.Schema(t)
+	owner := testClient(t, Config{Table: schema + ".leases"})
+	if err := owner.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, err := owner.TryAcquire(ctx, "kept", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := owner.st.Names.QualifiedTable()
+	pgtest.Exec(t, `DROP INDEX `+pgx.Identifier{schema, owner.st.Names.SemaphoreIndex}.Sanitize())
+	pgtest.Exec(t, `ALTER TABLE `+tbl+` DROP COLUMN semaphore, DROP COLUMN slots, DROP COLUMN stepdown_at`)
+	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 3'`)
+
+	old := testClient(t, Config{Table: schema + ".leases", DisableAutoMigrate: true})
+	if _, err := old.TryAcquire(ctx, "x"); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "migrate") {
+		t.Fatalf("TryAcquire on a version-3 table without migrating: %v, want ErrSchema saying to migrate", err)
+	}
+	c := testClient(t, Config{Table: schema + ".leases"})
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var comment string
+	var idx bool
+	pgtest.QueryRow(t, `SELECT obj_description($1::regclass, 'pg_class'), to_regclass($2) IS NOT NULL`,
+		[]any{tbl, pgx.Identifier{schema, owner.st.Names.SemaphoreIndex}.Sanitize()}, &comment, &idx)
+	if !strings.Contains(comment, "version 4") || !idx {
+		t.Fatalf("after Migrate: comment %q, semaphore index present: %v", comment, idx)
+	}
+	if in, err := c.Get(ctx, "kept"); err != nil || in.Token != held.Token() {
+		t.Fatalf("the lease held across the migration: %+v, %v", in, err)
+	}
+	if err := held.Renew(ctx); err != nil {
+		t.Fatalf("renewing across the migration: %v", err)
+	}
+	l, err := c.TryAcquire(ctx, "new", WithSlots(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
 }

@@ -36,6 +36,7 @@ func (s *Store) DDL() string {
 	}
 	b.WriteString(s.Q.CreateSequence + ";\n\n")
 	b.WriteString(s.Q.CreateTable + ";\n\n")
+	b.WriteString(s.Q.CreateSemaphoreIndex + ";\n\n")
 	b.WriteString(s.Q.CreateWaiters + ";\n\n")
 	b.WriteString(s.Q.CommentTable + ";\n")
 	return b.String()
@@ -55,10 +56,13 @@ var wantColumns = []column{
 	{"hold_until", "timestamp with time zone", true},
 	{"ttl", "interval", true}, {"session_pid", "integer", false},
 	{"metadata", "jsonb", true}, {"session_server", "text", false},
+	{"semaphore", "text", false}, {"slots", "integer", false},
+	{"stepdown_at", "timestamp with time zone", false},
 }
 
-// addedInV2 is the column schema version 2 added; UpgradeTable adds it.
-const addedInV2 = "session_server"
+// upgradeAdds are the columns that schema versions 2 and 4 added;
+// UpgradeTable adds them to an older table.
+var upgradeAdds = map[string]bool{"session_server": true, "semaphore": true, "slots": true, "stepdown_at": true}
 
 // SchemaError describes a problem with an existing table's layout.
 // Migrate is set when a migration repairs it (an older schema version, a
@@ -112,7 +116,7 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 				return err
 			}
 			if v < SchemaVersion {
-				stmts = append(stmts, s.Q.UpgradeTable, s.Q.CommentTable)
+				stmts = append(stmts, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex, s.Q.CommentTable)
 			}
 		}
 		if !ex.schema {
@@ -124,7 +128,7 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 			stmts = append(stmts, s.Q.CreateSequence)
 		}
 		if !ex.table {
-			stmts = append(stmts, s.Q.CreateTable)
+			stmts = append(stmts, s.Q.CreateTable, s.Q.CreateSemaphoreIndex)
 		}
 		if !ex.waiters {
 			stmts = append(stmts, s.Q.CreateWaiters)
@@ -273,7 +277,7 @@ func (s *Store) checkColumns(ctx context.Context, q Querier, upgradable bool) er
 	for _, w := range wantColumns {
 		g, ok := got[w.name]
 		switch {
-		case !ok && upgradable && w.name == addedInV2:
+		case !ok && upgradable && upgradeAdds[w.name]:
 		case !ok:
 			return &SchemaError{Msg: fmt.Sprintf("table %s exists but has no column %q; it was not created by pglease or by this version (nothing was changed; pick another table or migrate it)", s.Names.QualifiedTable(), w.name)}
 		case g.typ != w.typ || g.notNull != w.notNull:

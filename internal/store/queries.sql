@@ -41,10 +41,18 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     "session_pid"   integer,
     "metadata"      jsonb       NOT NULL DEFAULT '{}',
     "session_server" text,
+    "semaphore"     text,
+    "slots"         integer,
+    "stepdown_at"   timestamptz,
     PRIMARY KEY ("name"),
     CHECK (octet_length("name") BETWEEN 1 AND 255),
     CHECK ("token" > 0)
 )
+
+-- name: CreateSemaphoreIndex
+-- The slot rows of a semaphore, found by its name (see WithSlots): an
+-- acquisition compares the slot count it asks for with theirs.
+CREATE INDEX IF NOT EXISTS {{semaphore_index}} ON {{table}} ("semaphore") WHERE "semaphore" IS NOT NULL
 
 -- name: CreateWaiters
 -- The queue of blocked Acquire calls: one row per waiting client and name
@@ -63,7 +71,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
 )
 
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 3'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 4'
 
 -- name: SchemaLock
 SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
@@ -93,8 +101,13 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 
 -- name: UpgradeTable
 -- Schema version 1 to 2: the server incarnation of a session-bound lease.
--- (Version 3 added the waiters table, CreateWaiters.)
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text
+-- (Version 3 added the waiters table, CreateWaiters.) Version 4: the
+-- semaphore a slot row belongs to and its slot count, and a step-down
+-- request to the holder (CreateSemaphoreIndex follows).
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
+                      ADD COLUMN IF NOT EXISTS "semaphore" text,
+                      ADD COLUMN IF NOT EXISTS "slots" integer,
+                      ADD COLUMN IF NOT EXISTS "stepdown_at" timestamptz
 
 -- name: TokenState
 -- The largest token in the table and the sequence's last value (0 when the
@@ -197,7 +210,8 @@ WITH xl AS MATERIALIZED (
            "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
            "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
            "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
-           "session_server" = excluded."session_server", "metadata" = excluded."metadata"
+           "session_server" = excluded."session_server", "metadata" = excluded."metadata",
+           "stepdown_at" = NULL
      WHERE l."expires_at" <= now()
         OR (l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv)
             AND (SELECT got FROM lk))

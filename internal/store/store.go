@@ -15,7 +15,7 @@ var queriesSQL string
 
 // SchemaVersion is the version of the table layout this package writes and
 // expects. It is recorded in the table's comment.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -32,11 +32,12 @@ func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"
 
 // Names are the database objects one lease table uses.
 type Names struct {
-	Schema  string // "" means the first schema on the search_path
-	Table   string
-	Seq     string // token sequence, in the same schema as the table
-	Waiters string // queue of blocked waiters, in the same schema
-	Channel string // LISTEN/NOTIFY channel
+	Schema         string // "" means the first schema on the search_path
+	Table          string
+	Seq            string // token sequence, in the same schema as the table
+	Waiters        string // queue of blocked waiters, in the same schema
+	SemaphoreIndex string // index of the slot rows by semaphore
+	Channel        string // LISTEN/NOTIFY channel
 }
 
 // ParseTable splits "[schema.]table" and derives the sequence and channel
@@ -64,6 +65,7 @@ func ParseTable(spec string) (Names, error) {
 	}
 	n.Seq = derived(n.Table, "_token_seq")
 	n.Waiters = derived(n.Table, "_waiters")
+	n.SemaphoreIndex = derived(n.Table, "_semaphore_idx")
 	n.Channel = n.Table
 	return n, nil
 }
@@ -120,6 +122,7 @@ func ClientChannel(client string) string { return "pglease_" + client }
 type Queries struct {
 	CreateSchema, CreateSequence, CreateTable, CommentTable string
 	CreateWaiters, Unqueue, ClientLock                      string
+	CreateSemaphoreIndex                                    string
 	SchemaLock, TableExists, Columns, SchemaVersion         string
 	LockNamespace, UpgradeTable, TokenState, LockTable      string
 	RepairSequence                                          string
@@ -152,6 +155,7 @@ func Build(n Names) Queries {
 		"'{{seq}}'", "'"+strings.ReplaceAll(n.QualifiedSeq(), "'", "''")+"'",
 		"{{seq}}", n.QualifiedSeq(),
 		"{{waiters}}", n.QualifiedWaiters(),
+		"{{semaphore_index}}", quote(n.SemaphoreIndex),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", serverIncarnation,
@@ -166,7 +170,7 @@ func Build(n Names) Queries {
 	return Queries{
 		CreateSchema: get("CreateSchema"), CreateSequence: get("CreateSequence"),
 		CreateTable: get("CreateTable"), CommentTable: get("CommentTable"),
-		CreateWaiters: get("CreateWaiters"), Unqueue: get("Unqueue"), ClientLock: get("ClientLock"),
+		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), Unqueue: get("Unqueue"), ClientLock: get("ClientLock"),
 		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),
