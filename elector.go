@@ -25,11 +25,14 @@ type Elector struct {
 	running bool
 	term    *Lease
 	resign  context.CancelCauseFunc
+	holdOff time.Duration // after a step-down; 0: the client's PollInterval
 }
 
 // NewElector returns an elector for name. Each time this instance is
 // elected, lead is called with a context that is cancelled when leadership
-// ends (lease lost, [Elector.Resign], or Run's context cancelled); lead
+// ends (lease lost, [Elector.Resign], a step-down request from any client
+// ([Client.RequestStepDown]; the context's cause is then [ErrStepDown]), or
+// Run's context cancelled); lead
 // should return promptly then. Like [Lease.Context], its Err reports a
 // lost lease as soon as the local deadline has passed, even to a goroutine
 // resuming from a pause before the deadline timer ran. When lead returns, the lease is released and
@@ -76,29 +79,46 @@ func (e *Elector) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		resigned := e.serve(ctx, l)
+		why := e.serve(ctx, l)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if resigned {
-			e.yield(ctx)
+		switch why {
+		case errResigned:
+			e.yield(ctx, e.c.cfg.PollInterval)
+		case ErrStepDown:
+			e.yield(ctx, e.stepDownHoldOff())
 		}
 	}
 }
 
-// serve runs one term and reports whether it ended by Resign.
-func (e *Elector) serve(ctx context.Context, l *Lease) bool {
+// serve runs one term and returns errResigned or ErrStepDown when it
+// ended by Resign or by a step-down request, else nil.
+func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	// Like the lease's own context, tctx checks the deadline on Err.
 	tctx, cancel := withLease(ctx, l)
 	e.mu.Lock()
 	e.term, e.resign = l, cancel
 	e.mu.Unlock()
+	go func() {
+		select {
+		case <-l.StepDownRequested():
+			cancel(ErrStepDown)
+		case <-tctx.Done():
+		}
+	}()
 	err := e.callLead(tctx)
 	// Read before cancel(nil) ends the term's context: an error of lead
 	// while its term still ran is worth logging; one after the term ended
 	// is lead's answer to that end.
 	ended := tctx.Err() != nil
-	resigned := errors.Is(context.Cause(tctx), errResigned)
+	var why error
+	switch cause := context.Cause(tctx); {
+	case errors.Is(cause, errResigned):
+		why = errResigned
+	case errors.Is(cause, ErrStepDown):
+		why = ErrStepDown
+	}
 	cancel(nil)
 	e.mu.Lock()
 	e.term, e.resign = nil, nil
@@ -107,7 +127,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) bool {
 		e.c.cfg.Logger.Error("pglease: leader function failed", "name", e.name, "err", err)
 	}
 	_ = l.Release(context.WithoutCancel(ctx))
-	return resigned
+	return why
 }
 
 func (e *Elector) callLead(ctx context.Context) (err error) {
@@ -120,10 +140,10 @@ func (e *Elector) callLead(ctx context.Context) (err error) {
 	return e.lead(ctx)
 }
 
-// yield lets another instance take over after a resignation: it waits
-// until someone else leads, or a short while.
-func (e *Elector) yield(ctx context.Context) {
-	deadline := time.Now().Add(e.c.cfg.PollInterval)
+// yield lets another instance take over after a resignation or a
+// step-down: it waits until someone else leads, or for d.
+func (e *Elector) yield(ctx context.Context, d time.Duration) {
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		info, err := e.Leader(ctx)
 		if err == nil && info.Owner != e.c.cfg.Owner {
@@ -146,6 +166,26 @@ func (e *Elector) Resign() {
 	if cancel != nil {
 		cancel(errResigned)
 	}
+}
+
+// SetStepDownHoldOff sets how long this elector stays out of the election
+// after it stepped down at a request ([Client.RequestStepDown]): it
+// campaigns again as soon as another instance leads, or once d has passed
+// if none does. The default (and what d <= 0 restores) is the client's
+// [Config.PollInterval].
+func (e *Elector) SetStepDownHoldOff(d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.holdOff = d
+}
+
+func (e *Elector) stepDownHoldOff() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.holdOff > 0 {
+		return e.holdOff
+	}
+	return e.c.cfg.PollInterval
 }
 
 // IsLeader reports whether this instance leads now.

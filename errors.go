@@ -32,12 +32,15 @@ var (
 	// of the end of every lease the client held when it was closed.
 	ErrClosed = errors.New("pglease: client closed")
 	// ErrNoLease is returned by [Client.Get] and [Client.ForceRelease]
-	// when the table has no row for the name, and by [Elector.Leader] when
-	// nobody leads.
+	// when the table has no row for the name, by [Client.RequestStepDown]
+	// when nothing holds it, and by [Elector.Leader] when nobody leads.
 	ErrNoLease = errors.New("pglease: no such lease")
 	// ErrNotHeld is returned by [Lease.Guard] when the lease is no longer
 	// held with its token.
 	ErrNotHeld = errors.New("pglease: lease is no longer held with this token")
+	// ErrStepDown is the cause of an [Elector] term that ended because
+	// some client asked its leader to step down ([Client.RequestStepDown]).
+	ErrStepDown = errors.New("pglease: asked to step down")
 	// ErrSessionUnavailable means a feature needs a dedicated database
 	// session (fast failover, notifications) that this client cannot open.
 	ErrSessionUnavailable = errors.New("pglease: a dedicated database session is not available")

@@ -28,6 +28,9 @@ type Lease struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 
+	stepDown     chan struct{} // closed when a step-down is requested of it
+	stepDownOnce sync.Once
+
 	mu       sync.Mutex
 	sent     time.Time // send time of the last successful acquire/renew
 	deadline time.Time // local safety deadline (monotonic)
@@ -41,7 +44,8 @@ type Lease struct {
 var testHookEnding atomic.Pointer[func(*Lease)]
 
 func (c *Client) newLease(name string, token int64, o leaseOptions, sent time.Time, epoch uint64, sessionBound bool, slot *localSlot) *Lease {
-	l := &Lease{c: c, name: name, token: token, ttl: o.ttl, session: sessionBound, epoch: epoch, slot: slot, sent: sent}
+	l := &Lease{c: c, name: name, token: token, ttl: o.ttl, session: sessionBound, epoch: epoch, slot: slot, sent: sent,
+		stepDown: make(chan struct{})}
 	inner, cancel := context.WithCancelCause(context.Background())
 	l.ctx, l.cancel = leaseContext{inner, l}, cancel
 	l.deadline = sent.Add(o.ttl - c.margin(o.ttl))

@@ -128,7 +128,7 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 	if timeout <= 0 {
 		return nil, nil
 	}
-	var renewed, busy map[string]bool
+	var res store.RenewResult
 	var epoch uint64
 	sent := time.Now()
 	err = s.doFirst(ctx, timeout, func(ctx context.Context, q store.Querier, st *sessState) error {
@@ -144,7 +144,7 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 			return nil
 		}
 		var err error
-		renewed, busy, err = c.st.Renew(ctx, q, batch, c.id)
+		res, err = c.st.Renew(ctx, q, batch, c.id)
 		return err
 	})
 	if err != nil {
@@ -156,20 +156,23 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 		case l.session && l.epoch != epoch:
 			l.lose(sessionEnded("its database session ended"))
 			lost = append(lost, l)
-		case renewed[l.name]:
+		case res.Renewed[l.name]:
 			if l.extend(sent) {
 				c.events.send(Event{Kind: EventRenewed, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Latency: latency})
+				if res.StepDown[l.name] {
+					l.requestStepDown() // the notification was lost, or this client does not listen
+				}
 			} else if l.Err() == nil {
 				l.expire() // renewed after its deadline: it stays lost
 			}
-		case busy[l.name]:
+		case res.Busy[l.name]:
 			// Still held; a guarded transaction has its row locked.
 		case l.Err() == nil:
 			l.lose(&lostError{why: "its row was taken over, force-released or expired"})
 			lost = append(lost, l)
 		}
 	}
-	if len(busy) > 0 {
+	if len(res.Busy) > 0 {
 		return lost, errRowBusy
 	}
 	return lost, nil

@@ -236,6 +236,9 @@ func (s *session) loop() {
 			s.lastErr = nil
 			s.mu.Unlock()
 			c.hub.notifyAll() // notifications may have been missed while down
+			if !c.cfg.DisableNotify {
+				c.pendingStepDowns(conn.querier()) // and so may step-down requests
+			}
 		}
 		s.mu.Lock()
 		var op *sessOp
@@ -279,6 +282,8 @@ func (s *session) loop() {
 		s.stop = nil
 		s.mu.Unlock()
 		switch {
+		case err == nil && channel == c.stepDownChannel():
+			c.stepDownNotified(payload)
 		case err == nil:
 			c.hub.notify(payload, channel != c.st.Names.Channel)
 		case wctx.Err() != nil && conn.alive():
@@ -447,7 +452,7 @@ func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 		live = live && !c.cfg.DisableNotify
 	}
 	if !c.cfg.DisableNotify {
-		for _, listen := range []string{c.st.Q.Listen, store.ListenSQL(store.ClientChannel(c.id))} {
+		for _, listen := range []string{c.st.Q.Listen, store.ListenSQL(store.ClientChannel(c.id)), store.ListenSQL(c.stepDownChannel())} {
 			if _, err := pc.Exec(ctx, listen, pgx.QueryExecModeSimpleProtocol); err != nil {
 				_ = pc.Close(ctx)
 				return nil, false, false, err

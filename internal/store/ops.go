@@ -423,27 +423,66 @@ func (s *Store) Bind(ctx context.Context, q Querier, name string, token int64) (
 // holds with its token. It returns the names renewed, and the names still
 // held but not renewed because a guarded transaction has their row locked;
 // a name in neither was lost.
-func (s *Store) Renew(ctx context.Context, q Querier, tokens map[string]int64, client string) (renewed, busy map[string]bool, err error) {
+func (s *Store) Renew(ctx context.Context, q Querier, tokens map[string]int64, client string) (r RenewResult, err error) {
 	arg, err := json.Marshal(tokens)
 	if err != nil {
-		return nil, nil, err
+		return r, err
 	}
-	renewed = make(map[string]bool, len(tokens))
-	busy = map[string]bool{}
-	err = q.Query(ctx, s.Q.Renew, []any{string(arg), client}, func(r Row) error {
+	r = RenewResult{Renewed: make(map[string]bool, len(tokens)), Busy: map[string]bool{}, StepDown: map[string]bool{}}
+	err = q.Query(ctx, s.Q.Renew, []any{string(arg), client}, func(row Row) error {
 		var name string
-		var done bool
-		if err := r.Scan(&name, &done); err != nil {
+		var done, stepDown bool
+		if err := row.Scan(&name, &done, &stepDown); err != nil {
 			return err
 		}
 		if done {
-			renewed[name] = true
+			r.Renewed[name] = true
 		} else {
-			busy[name] = true
+			r.Busy[name] = true
+		}
+		if stepDown {
+			r.StepDown[name] = true
 		}
 		return nil
 	})
-	return renewed, busy, err
+	return r, err
+}
+
+// RenewResult is what one renewal statement found, by lease name.
+type RenewResult struct {
+	Renewed  map[string]bool // renewed
+	Busy     map[string]bool // still held, but a guarded transaction had the row locked
+	StepDown map[string]bool // renewed, and a step-down was requested of it
+}
+
+// StepDownsRequested returns the leases of tokens (name → token), still
+// held with that token, of which a step-down was requested.
+func (s *Store) StepDownsRequested(ctx context.Context, q Querier, tokens map[string]int64) (map[string]bool, error) {
+	arg, err := json.Marshal(tokens)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	err = q.Query(ctx, s.Q.StepDownsRequested, []any{string(arg)}, func(r Row) error {
+		var name string
+		if err := r.Scan(&name); err != nil {
+			return err
+		}
+		names[name] = true
+		return nil
+	})
+	return names, err
+}
+
+// RequestStepDown asks the live holder of name to let go (see the
+// statement). ok is false when nothing live holds it.
+func (s *Store) RequestStepDown(ctx context.Context, q Querier, name string) (owner string, token int64, ok bool, err error) {
+	err = q.Query(ctx, s.Q.RequestStepDown, []any{name}, func(r Row) error {
+		var notified int64
+		ok = true
+		return r.Scan(&owner, &token, &notified)
+	})
+	return owner, token, ok, err
 }
 
 // WakeEvery is how often a release may wake one waiter: a waiter woken

@@ -153,11 +153,11 @@ func TestLateRenewalDoesNotExtendReleasedOrExpiredRow(t *testing.T) {
 		return r.Token
 	}
 	renew := func(name string, token int64) bool {
-		renewed, _, err := s.Renew(ctx, db, map[string]int64{name: token}, client)
+		r, err := s.Renew(ctx, db, map[string]int64{name: token}, client)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return renewed[name]
+		return r.Renewed[name]
 	}
 
 	kept := acquire("kept", 5*time.Second)
@@ -206,7 +206,7 @@ func TestReleaseSkipsTheFlushWait(t *testing.T) {
 			_, err := s.Acquire(ctx, q, AcquireArgs{Name: "x", Owner: "o", TTL: time.Second})
 			return err
 		},
-		"Renew": func(q Querier) error { _, _, err := s.Renew(ctx, q, map[string]int64{"x": 1}, "c"); return err },
+		"Renew": func(q Querier) error { _, err := s.Renew(ctx, q, map[string]int64{"x": 1}, "c"); return err },
 	} {
 		if v := setting(run); v != "on" {
 			t.Errorf("synchronous_commit after %s = %q, want on", what, v)

@@ -290,7 +290,9 @@ SELECT pg_advisory_unlock(hashtextextended($2::text || $1::text, 0))
 -- incarnation would have broken the session). A row locked by a guarded
 -- transaction is skipped, not waited for, so that one guard does not stall
 -- the client's other leases. Returns the names renewed (true) and those
--- still held but skipped (false); a missing name was lost.
+-- still held but skipped (false); a missing name was lost. The third column
+-- says whether a step-down was requested of a renewed lease (the fallback
+-- of the notification RequestStepDown sends).
 -- Rows are found through the primary key (= ANY of the batch's names), so
 -- the cost grows with the batch, not the table, whatever the estimates.
 WITH held AS (
@@ -308,11 +310,11 @@ WITH held AS (
        SET "renewed_at" = now(), "expires_at" = now() + l."ttl",
            "session_server" = CASE WHEN l."session_pid" IS NULL THEN NULL ELSE {{server}} END
      WHERE l."name" = ANY (ARRAY(SELECT "name" FROM mine)) AND l."expires_at" > now()
-    RETURNING l."name"
+    RETURNING l."name", l."stepdown_at" IS NOT NULL AS "stepdown"
 )
-SELECT "name", true FROM upd
+SELECT "name", true, "stepdown" FROM upd
 UNION ALL
-SELECT "name", false FROM (SELECT "name" FROM held EXCEPT SELECT "name" FROM upd) AS busy
+SELECT "name", false, false FROM (SELECT "name" FROM held EXCEPT SELECT "name" FROM upd) AS busy
  WHERE (SELECT count(*) FROM upd) < (SELECT count(*) FROM held)
 
 -- name: Release
@@ -454,6 +456,33 @@ WITH del AS (
 )
 {{record}}
   FROM del, (SELECT count(*) FROM note) AS n
+
+-- name: RequestStepDown
+-- $1 name. Asks the live holder of the name to let go: stamps the row (a
+-- new acquisition clears the stamp, and every renewal reports it, so a lost
+-- notification delays the request by one renewal interval at most) and
+-- notifies the holder's client on its step-down channel with the token and
+-- the name. A row kept for a minimum hold after its release has no client
+-- and is not notified. Returns the holder, or no row when nothing live
+-- holds the name.
+WITH req AS (
+    UPDATE {{table}} AS l SET "stepdown_at" = coalesce(l."stepdown_at", now())
+     WHERE l."name" = $1::text AND l."expires_at" > now()
+    RETURNING l."owner", l."token", l."metadata" ->> 'client' AS "client"
+), note AS (
+    SELECT pg_notify('pglease_' || req."client" || '_stepdown', req."token"::text || ' ' || $1::text)
+      FROM req WHERE req."client" IS NOT NULL
+)
+SELECT req."owner", req."token", (SELECT count(*) FROM note) FROM req
+
+-- name: StepDownsRequested
+-- $1 a JSON object {name: token, …}: the leases of the batch, still held
+-- with that token, of which a step-down was requested (for a client that
+-- was not listening when the request was made).
+SELECT l."name" FROM {{table}} AS l
+ WHERE l."name" = ANY (ARRAY(SELECT jsonb_object_keys($1::jsonb)))
+   AND l."token" = ($1::jsonb ->> l."name")::bigint
+   AND l."stepdown_at" IS NOT NULL
 
 -- name: Cleanup
 -- Expired rows, and the waiters' registrations that went stale.

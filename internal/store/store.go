@@ -118,18 +118,23 @@ func ListenSQL(channel string) string { return "LISTEN " + quote(channel) }
 // wakes the first queued waiter on it alone.
 func ClientChannel(client string) string { return "pglease_" + client }
 
+// StepDownChannel is the notification channel on which a client hears
+// step-down requests for the leases it holds (see RequestStepDown); the
+// payload is the lease's token and name, separated by a space.
+func StepDownChannel(client string) string { return "pglease_" + client + "_stepdown" }
+
 // Queries is the SQL text of every statement, with identifiers filled in.
 type Queries struct {
-	CreateSchema, CreateSequence, CreateTable, CommentTable string
-	CreateWaiters, Unqueue, ClientLock                      string
-	CreateSemaphoreIndex                                    string
-	SchemaLock, TableExists, Columns, SchemaVersion         string
-	LockNamespace, UpgradeTable, TokenState, LockTable      string
-	RepairSequence                                          string
-	Acquire, Unlock, Renew, Release, Guard                  string
-	Get, List, ForceRelease, Cleanup, Listen                string
-	SessionKeepalive, AwaitSession, Bind                    string
-	BackendPID, SessionSettings, BatchStatementTimeout      string
+	CreateSchema, CreateSequence, CreateTable, CommentTable   string
+	CreateWaiters, Unqueue, ClientLock                        string
+	CreateSemaphoreIndex, RequestStepDown, StepDownsRequested string
+	SchemaLock, TableExists, Columns, SchemaVersion           string
+	LockNamespace, UpgradeTable, TokenState, LockTable        string
+	RepairSequence                                            string
+	Acquire, Unlock, Renew, Release, Guard                    string
+	Get, List, ForceRelease, Cleanup, Listen                  string
+	SessionKeepalive, AwaitSession, Bind                      string
+	BackendPID, SessionSettings, BatchStatementTimeout        string
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -170,7 +175,7 @@ func Build(n Names) Queries {
 	return Queries{
 		CreateSchema: get("CreateSchema"), CreateSequence: get("CreateSequence"),
 		CreateTable: get("CreateTable"), CommentTable: get("CommentTable"),
-		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), Unqueue: get("Unqueue"), ClientLock: get("ClientLock"),
+		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), RequestStepDown: get("RequestStepDown"), StepDownsRequested: get("StepDownsRequested"), Unqueue: get("Unqueue"), ClientLock: get("ClientLock"),
 		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),

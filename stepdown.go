@@ -1,0 +1,107 @@
+package pglease
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// RequestStepDown asks whoever holds name, in any process, to let go of it
+// gracefully: for a rolling deploy, move leadership off the instance about
+// to restart before it stops. An [Elector] leading name ends its term (its
+// lead context is cancelled with the cause [ErrStepDown]), releases the
+// lease and stays out of the election for its hold-off
+// ([Elector.SetStepDownHoldOff]) so that another instance wins. A plain
+// lease holder sees the request on [Lease.StepDownRequested] and decides
+// for itself.
+//
+// The request is recorded on the lease's row and sent to the holder's
+// client as a notification, which it hears at once when it listens (every
+// client that renews a lease does, unless [Config.DisableNotify] is set);
+// a lost notification is made up for by the holder's next renewal, at most
+// a renewal interval later. A new acquisition of the name clears the
+// request. RequestStepDown returns once the request is recorded, not once
+// the holder has let go, and an error matching [ErrNoLease] when nothing
+// holds name.
+func (c *Client) RequestStepDown(ctx context.Context, name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if err := c.prepare(ctx); err != nil {
+		return err
+	}
+	var ok bool
+	err := c.retry(ctx, func() (err error) {
+		_, _, ok, err = c.st.RequestStepDown(ctx, c.db, name)
+		return err
+	})
+	if err != nil {
+		return opError("request a step-down", err)
+	}
+	if !ok {
+		return errorf("%w: nothing holds %q, so nobody was asked to step down", ErrNoLease, name)
+	}
+	return nil
+}
+
+// StepDownRequested returns a channel that is closed when some client asks
+// the holder of this lease to let go ([Client.RequestStepDown]). The lease
+// is still held: releasing it is up to the holder. The first call starts
+// the client's listener if it was not running, so that the request arrives
+// at once rather than with the next renewal.
+func (l *Lease) StepDownRequested() <-chan struct{} {
+	if !l.c.cfg.DisableNotify {
+		_, _ = l.c.session() // fails only once the client is closed
+	}
+	return l.stepDown
+}
+
+func (l *Lease) requestStepDown() {
+	l.stepDownOnce.Do(func() { close(l.stepDown) })
+}
+
+// stepDownNotified handles a notification on the client's step-down
+// channel: "token name".
+func (c *Client) stepDownNotified(payload string) {
+	tok, name, ok := strings.Cut(payload, " ")
+	token, err := strconv.ParseInt(tok, 10, 64)
+	if !ok || err != nil {
+		return
+	}
+	c.mu.Lock()
+	l := c.held[name]
+	c.mu.Unlock()
+	if l != nil && l.token == token {
+		l.requestStepDown()
+	}
+}
+
+// pendingStepDowns delivers the step-down requests made of this client's
+// leases while it was not listening (before its dedicated connection was
+// up, or while it was down), on that connection once it listens.
+func (c *Client) pendingStepDowns(q store.Querier) {
+	held := c.heldLeases()
+	if len(held) == 0 {
+		return
+	}
+	tokens := make(map[string]int64, len(held))
+	for _, l := range held {
+		tokens[l.name] = l.token
+	}
+	ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+	defer cancel()
+	names, err := c.st.StepDownsRequested(ctx, q, tokens)
+	if err != nil {
+		return // the next renewal reports them
+	}
+	for _, l := range held {
+		if names[l.name] {
+			l.requestStepDown()
+		}
+	}
+}
+
+// stepDownChannel is this client's step-down channel.
+func (c *Client) stepDownChannel() string { return store.StepDownChannel(c.id) }
