@@ -217,6 +217,22 @@
 // for that one statement): a server crash right after a release can bring
 // the row back until it expires. That costs availability, never safety.
 //
+// # Stepping down
+//
+// [Client.RequestStepDown] asks the holder of a name, in whatever process,
+// to let go: a rolling deploy moves leadership off an instance before
+// stopping it. The request is a stamp on the lease's row plus a
+// notification to the holder's client; the holder's renewals report the
+// stamp too, so a lost notification delays the request by one renewal
+// interval at most, and a client that starts listening after the request
+// looks for it then. A new acquisition clears the stamp. The request never
+// ends a lease by itself: an [Elector] that leads ends its term (cause
+// [ErrStepDown]), releases once lead has returned, and stays out of the
+// election until another instance leads or its hold-off has passed; a plain
+// holder watches [Lease.StepDownRequested] and decides. A holder that
+// ignores the request keeps its lease, so a request is no substitute for
+// fencing.
+//
 // # Concurrency
 //
 // [Client] and [Lease] are safe for concurrent use by multiple goroutines.
