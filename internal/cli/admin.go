@@ -253,6 +253,23 @@ func (e *env) release(ctx context.Context, c *pglease.Client, _ *flagSet, name s
 	return exitOK
 }
 
+func (e *env) cmdStepDown(ctx context.Context, args []string) int {
+	return e.runAdmin(ctx, adminCommand{name: "stepdown", takesName: true, run: e.stepDown}, args)
+}
+
+func (e *env) stepDown(ctx context.Context, c *pglease.Client, _ *flagSet, name string) int {
+	err := c.RequestStepDown(ctx, name)
+	switch {
+	case errors.Is(err, pglease.ErrNoLease):
+		fmt.Fprintf(e.stderr, "pglease: nothing holds %s\n", display(name, 255))
+		return exitFree
+	case err != nil:
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "asked the holder of %s to step down\n", display(name, 255))
+	return exitOK
+}
+
 func (e *env) cmdMigrate(ctx context.Context, args []string) int {
 	return e.runAdmin(ctx, adminCommand{name: "migrate", run: e.migrate}, args)
 }

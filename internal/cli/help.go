@@ -97,6 +97,23 @@ there was no such lease.
   pglease release --force nightly-report
 `,
 	}, {
+		name: "stepdown", args: "NAME", flags: connFlags,
+		summary: "ask the holder of a lease to let go",
+		operand: "lease name",
+		run:     (*env).cmdStepDown,
+		about: `Ask whoever holds the lease NAME to let go of it gracefully, for a rolling
+deploy: a leader elected with the Go library's Elector ends its term,
+releases the lease and stays out of the election for a while, so that
+another instance takes over before this one is stopped. A program holding a
+plain lease sees the request and decides for itself. The request is
+delivered at once to a holder that listens, else with its next renewal.
+Nothing is taken by force (see release --force). Exit status 3 when nothing
+holds NAME.
+`,
+		more: `Example:
+  pglease stepdown scheduler-leader && kubectl rollout restart deploy/scheduler
+`,
+	}, {
 		name: "migrate", flags: connFlags,
 		summary: "create the lease table",
 		run:     (*env).cmdMigrate,
