@@ -92,6 +92,13 @@
 //     affected, even with the same owner label.
 //   - [Client.Close] releases every lease (bounded by a timeout; past the TTL,
 //     expiry is the safety net), stops every goroutine and waits for them.
+//   - An [Elector]'s term ends with its lease (or on [Elector.Resign]), and
+//     its lead function is expected to return then; pglease cannot make it.
+//     A lead function still running past the term's end plus a tolerance
+//     is what [Elector.Check] and the [Elector] HTTP handler report to a
+//     liveness probe, so that the process is restarted. Failing renewals
+//     alone do not fail the probe: the term ends and the elector campaigns
+//     again.
 //
 // # Errors
 //

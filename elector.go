@@ -26,6 +26,8 @@ type Elector struct {
 	term    *Lease
 	resign  context.CancelCauseFunc
 	holdOff time.Duration // after a step-down; 0: the client's PollInterval
+	events  electorEvents // what observers were told (elector_events.go)
+	health  electorHealth // tolerance, and when the term ended (elector_health.go)
 }
 
 // NewElector returns an elector for name. Each time this instance is
@@ -54,7 +56,9 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, o
 // Run campaigns until ctx ends or the client is closed, leading whenever
 // elected. It returns ctx's error (or [ErrClosed]) after the last term's
 // lead function returned and its lease was released. Errors of lead are
-// logged through the client's logger and do not stop the campaign.
+// logged through the client's logger and do not stop the campaign. With
+// an [Observer] in the client's Config, Run reports its terms and the
+// leaders it sees ([EventElected], [EventDemoted], [EventLeaderChanged]).
 func (e *Elector) Run(ctx context.Context) error {
 	e.mu.Lock()
 	if e.running {
@@ -63,6 +67,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 	e.running = true
 	e.mu.Unlock()
+	defer e.watchLeaders(ctx)() // EventLeaderChanged while campaigning
 	for {
 		l, err := e.c.Acquire(ctx, e.name, e.opts...)
 		if err != nil {
@@ -99,6 +104,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	tctx, cancel := withLease(ctx, l)
 	e.mu.Lock()
 	e.term, e.resign = l, cancel
+	e.elected(l)
 	e.mu.Unlock()
 	go func() {
 		select {
@@ -107,27 +113,37 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 		case <-tctx.Done():
 		}
 	}()
+	stopWatch := context.AfterFunc(tctx, func() { e.termEnded(l, tctx) })
 	err := e.callLead(tctx)
 	// Read before cancel(nil) ends the term's context: an error of lead
 	// while its term still ran is worth logging; one after the term ended
 	// is lead's answer to that end.
 	ended := tctx.Err() != nil
-	var why error
+	var ending error // errResigned or ErrStepDown, for Run
 	switch cause := context.Cause(tctx); {
 	case errors.Is(cause, errResigned):
-		why = errResigned
+		ending = errResigned
 	case errors.Is(cause, ErrStepDown):
-		why = ErrStepDown
+		ending = ErrStepDown
 	}
+	why := err // why the term ended, for EventDemoted
+	if ended {
+		why = context.Cause(tctx)
+	}
+	if ending == errResigned {
+		why = nil
+	}
+	stopWatch()
 	cancel(nil)
 	e.mu.Lock()
 	e.term, e.resign = nil, nil
+	e.demoted(l, why)
 	e.mu.Unlock()
 	if err != nil && !ended {
 		e.c.cfg.Logger.Error("pglease: leader function failed", "name", e.name, "err", err)
 	}
 	_ = l.Release(context.WithoutCancel(ctx))
-	return why
+	return ending
 }
 
 func (e *Elector) callLead(ctx context.Context) (err error) {
@@ -222,55 +238,66 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 	}
 	started := e.c.goBackground(func() {
 		defer close(out)
-		woken, unsubscribe := e.c.hub.subscribe(e.name)
-		defer unsubscribe()
 		var last Info
 		first := true
-		recheck := time.Duration(0)
-		for {
-			info, err := e.Leader(ctx)
-			wait := e.c.cfg.PollInterval
-			switch {
-			case err == nil:
-				wait = min(wait, info.Remaining+5*time.Millisecond)
-			case errors.Is(err, ErrNoLease):
-				info = Info{}
+		e.watch(ctx, e.Leader, func(info Info) {
+			if !first && info.Owner == last.Owner && info.Token == last.Token {
+				return
+			}
+			first = false
+			last = info
+			select { // keep only the latest for a slow receiver
+			case <-out:
 			default:
-				info = last // a read error is not a change
 			}
-			if first || info.Owner != last.Owner || info.Token != last.Token {
-				first = false
-				last = info
-				select { // keep only the latest for a slow receiver
-				case <-out:
-				default:
-				}
-				out <- info
-			}
-			if recheck > 0 { // just after a release a successor may be acquiring
-				wait = min(wait, recheck)
-				recheck = min(recheck*2, time.Second)
-				if recheck >= time.Second {
-					recheck = 0
-				}
-			}
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-e.c.bg.Done():
-				t.Stop()
-				return
-			case <-woken.ch:
-				recheck = 10 * time.Millisecond
-			case <-t.C:
-			}
-			t.Stop()
-		}
+			out <- info
+		})
 	})
 	if !started {
 		close(out)
 	}
 	return out
+}
+
+// watch reads the leader with read at once, then on every release
+// notification of the name (and a few times shortly after, while a
+// successor may be acquiring), at the moment the leader's lease would
+// expire, and at least every [Config.PollInterval]. It passes each reading
+// to seen (an empty Info when nobody leads) and skips failed reads. It
+// returns when ctx ends or the client closes.
+func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, error), seen func(Info)) {
+	woken, unsubscribe := e.c.hub.subscribe(e.name)
+	defer unsubscribe()
+	recheck := time.Duration(0)
+	for {
+		info, err := read(ctx)
+		wait := e.c.cfg.PollInterval
+		switch {
+		case err == nil:
+			wait = min(wait, info.Remaining+5*time.Millisecond)
+			seen(info)
+		case errors.Is(err, ErrNoLease):
+			seen(Info{})
+		}
+		if recheck > 0 { // just after a release a successor may be acquiring
+			wait = min(wait, recheck)
+			recheck = min(recheck*2, time.Second)
+			if recheck >= time.Second {
+				recheck = 0
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-e.c.bg.Done():
+			t.Stop()
+			return
+		case <-woken.ch:
+			recheck = 10 * time.Millisecond
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }

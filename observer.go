@@ -10,6 +10,15 @@ import (
 type EventKind int
 
 // The kinds of [Event].
+//
+// An [Elector] reports EventElected when its term begins, then
+// EventLeaderChanged naming itself; EventDemoted when its lead function
+// has returned, before the lease is released (Err is nil after
+// [Elector.Resign] or when lead returned nil of its own accord, else lead's
+// error or the cause that ended the term); and EventLeaderChanged when it
+// sees another leader, or nobody (Owner "", Token 0), read as
+// [Elector.Observe] does but only while [Elector.Run] campaigns and the
+// client has an observer. Each kind is reported once per change, in order.
 const (
 	EventAcquired       EventKind = iota + 1 // a lease was acquired
 	EventReleased                            // a lease was released
@@ -18,13 +27,19 @@ const (
 	EventRenewed                             // a renewal succeeded (Latency is its round trip)
 	EventStaleReclaimed                      // an acquisition took over an expired lease (Previous names its owner)
 	EventAlert                               // a lease's heartbeat is older than an alert threshold
+	EventElected                             // an [Elector] of this client began a term (Token is the term's)
+	EventDemoted                             // an [Elector]'s term ended: its lead function returned (Err says why)
+	EventLeaderChanged                       // the leader an [Elector] sees changed (Owner "" and Token 0: nobody leads)
 )
 
 var kindNames = map[EventKind]string{
 	EventAcquired: "acquired", EventReleased: "released", EventContended: "contended",
 	EventLost: "lost", EventRenewed: "renewed", EventStaleReclaimed: "stale-reclaimed", EventAlert: "alert",
+	EventElected: "elected", EventDemoted: "demoted", EventLeaderChanged: "leader-changed",
 }
 
+// String returns the kind's name as used in metrics: "acquired",
+// "leader-changed"…
 func (k EventKind) String() string {
 	if s, ok := kindNames[k]; ok {
 		return s
@@ -37,12 +52,12 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind     EventKind
 	Name     string
-	Owner    string        // the owner of this client (the holder's, for EventAlert)
-	Token    int64         // the lease's token
+	Owner    string        // the owner of this client (the holder's, for EventAlert; the leader's, for EventLeaderChanged)
+	Token    int64         // the lease's token (the leader's, for EventLeaderChanged)
 	Latency  time.Duration // EventRenewed: round trip of the renewal statement
 	Previous string        // EventStaleReclaimed, EventContended: the other owner
 	Age      time.Duration // EventAlert: heartbeat age
-	Err      error         // EventLost: the cause
+	Err      error         // EventLost: the cause; EventDemoted: why the term ended, if not by Resign or lead returning nil
 }
 
 // Observer receives events in the order they happened, on a goroutine of

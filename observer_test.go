@@ -45,3 +45,15 @@ func TestObserverGetsEventsInOrderAndSurvivesItsOwnPanic(t *testing.T) {
 		t.Fatalf("events %v", k)
 	}
 }
+
+// Every kind has a name.
+func TestEveryEventKindHasAName(t *testing.T) {
+	for k := EventAcquired; k <= EventLeaderChanged; k++ {
+		if _, ok := kindNames[k]; !ok {
+			t.Errorf("%v has no name", k)
+		}
+	}
+	if s := EventKind(0).String(); s != "EventKind(0)" {
+		t.Errorf("EventKind(0) = %q", s)
+	}
+}

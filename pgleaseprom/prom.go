@@ -27,6 +27,7 @@ type Observer struct {
 	events *prometheus.CounterVec
 	renew  *prometheus.HistogramVec
 	held   *prometheus.GaugeVec
+	leader *prometheus.GaugeVec
 	byName bool
 }
 
@@ -48,7 +49,7 @@ func New(reg prometheus.Registerer, opt Options) *Observer {
 		byName: opt.NameLabel,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "events_total",
-			Help: "Lease events: acquired, released, contended, lost, renewed, stale-reclaimed, alert.",
+			Help: "Lease events: acquired, released, contended, lost, renewed, stale-reclaimed, alert, elected, demoted, leader-changed.",
 		}, labels),
 		renew: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "renew_latency_seconds",
@@ -59,8 +60,12 @@ func New(reg prometheus.Registerer, opt Options) *Observer {
 			Namespace: ns, Name: "leases_held",
 			Help: "Leases held by this process.",
 		}, nameLabels),
+		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "is_leader",
+			Help: "1 while a pglease elector of this process leads (its lead function runs), else 0.",
+		}, nameLabels),
 	}
-	reg.MustRegister(o.events, o.renew, o.held)
+	reg.MustRegister(o.events, o.renew, o.held, o.leader)
 	return o
 }
 
@@ -78,5 +83,9 @@ func (o *Observer) Observe(e pglease.Event) {
 		o.held.WithLabelValues(name...).Dec()
 	case pglease.EventRenewed:
 		o.renew.WithLabelValues(name...).Observe(e.Latency.Seconds())
+	case pglease.EventElected:
+		o.leader.WithLabelValues(name...).Inc()
+	case pglease.EventDemoted:
+		o.leader.WithLabelValues(name...).Dec()
 	}
 }

@@ -20,6 +20,10 @@ func TestObserverCountsEvents(t *testing.T) {
 		{Kind: pglease.EventContended, Name: "b"},
 		{Kind: pglease.EventReleased, Name: "a"},
 		{Kind: pglease.EventAcquired, Name: "b"},
+		{Kind: pglease.EventElected, Name: "a"},
+		{Kind: pglease.EventDemoted, Name: "a"},
+		{Kind: pglease.EventElected, Name: "b"},
+		{Kind: pglease.EventLeaderChanged, Name: "b"},
 	} {
 		o.Observe(e)
 	}
@@ -28,8 +32,12 @@ func TestObserverCountsEvents(t *testing.T) {
 # TYPE pglease_leases_held gauge
 pglease_leases_held{name="a"} 0
 pglease_leases_held{name="b"} 1
+# HELP pglease_is_leader 1 while a pglease elector of this process leads (its lead function runs), else 0.
+# TYPE pglease_is_leader gauge
+pglease_is_leader{name="a"} 0
+pglease_is_leader{name="b"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pglease_leases_held"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pglease_leases_held", "pglease_is_leader"); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(o.events.WithLabelValues("contended", "b")); got != 1 {
