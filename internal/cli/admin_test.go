@@ -106,17 +106,6 @@ func TestAdminCommands(t *testing.T) {
 		t.Errorf("cleanup: exit %d %q", code, stdout)
 	}
 
-	code, stdout, _ = run(t, env, "stepdown", "nightly-report", "--table", table)
-	if code != 0 || !strings.Contains(stdout, "asked the holder of nightly-report to step down") {
-		t.Errorf("stepdown: exit %d %q", code, stdout)
-	}
-	if !pgtest.Value[bool](t, `SELECT "stepdown_at" IS NOT NULL FROM `+table+` WHERE "name" = 'nightly-report'`) {
-		t.Error("stepdown did not record the request on the row")
-	}
-	if code, _, stderr := run(t, env, "stepdown", "never-taken", "--table", table); code != 3 || !strings.Contains(stderr, "nothing holds never-taken") {
-		t.Errorf("stepdown of a free name: exit %d %q", code, stderr)
-	}
-
 	code, stdout, _ = run(t, env, "release", "--force", "nightly-report", "--table", table)
 	if code != 0 || !strings.Contains(stdout, "released nightly-report: owner host-a, token") {
 		t.Errorf("release: exit %d %q", code, stdout)

@@ -321,6 +321,7 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 		killed      bool      // SIGKILL sent
 		killAt      time.Time // when SIGKILL is due once terminating
 		lost        = lease.Done()
+		stepDown    = lease.StepDownRequested()
 	)
 	terminate := func(why string, killBy time.Time) {
 		if !terminating {
@@ -357,6 +358,12 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 		select {
 		case s := <-sigs:
 			sup.forward(s.(syscall.Signal))
+		case <-stepDown:
+			// pglease stepdown (or RequestStepDown) from anywhere: ask the
+			// command to stop; the lease is released once its group is gone.
+			stepDown = nil
+			fmt.Fprintf(e.stderr, "pglease: asked to step down from lease %s; sending SIGTERM to the command\n", quoteArg(o.name))
+			sup.forward(syscall.SIGTERM)
 		case <-lost:
 			lost = nil
 			why := strings.TrimPrefix(fmt.Sprint(lease.Err()), "pglease: lease lost: ")

@@ -413,3 +413,32 @@ func TestRunWaitTimeoutWithPersistentErrorsIs125(t *testing.T) {
 		t.Fatalf("exit %d, want 125: %s", code, p.stderr)
 	}
 }
+
+// pglease stepdown asks a pglease run holder to let go: its command gets
+// SIGTERM, exits in its own time, pglease exits with the command's status
+// and releases the lease, and a waiter takes over.
+func TestStepDownStopsTheCommandGracefully(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	if code, _, stderr := run(t, env, "stepdown", "worker", "--table", table); code != 3 || !strings.Contains(stderr, "nothing holds worker") {
+		t.Fatalf("stepdown of a free name: exit %d %q", code, stderr)
+	}
+	mark := filepath.Join(t.TempDir(), "held")
+	holder := start(t, env, "run", "worker", "--table", table, "--ttl", "1m", "--", "sh", "-c",
+		"trap 'echo stopping cleanly; exit 0' TERM; echo $$ > "+mark+"; while :; do sleep 0.05; done")
+	readInt(t, mark)
+	waiter := start(t, env, "run", "worker", "--wait", "--table", table, "--", "sh", "-c", "echo took over")
+	code, stdout, stderr := run(t, env, "stepdown", "worker", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "asked the holder of worker to step down") {
+		t.Fatalf("stepdown: exit %d %q %q", code, stdout, stderr)
+	}
+	if code := holder.wait(); code != 0 || !strings.Contains(holder.stdout.String(), "stopping cleanly") ||
+		!strings.Contains(holder.stderr.String(), "asked to step down") {
+		t.Fatalf("the holder asked to step down: exit %d, stdout %q, stderr %q; want its command's own status 0 after SIGTERM", code, holder.stdout, holder.stderr)
+	}
+	// The lease was released at once: the waiter runs long before the
+	// 1-minute TTL could have expired.
+	if code := waiter.wait(); code != 0 || !strings.Contains(waiter.stdout.String(), "took over") {
+		t.Fatalf("the waiter: exit %d, stdout %q", code, waiter.stdout)
+	}
+}
