@@ -458,3 +458,34 @@ func TestAcquireAllRefusesBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A set works on a database/sql handle too, with a driver pglease knows
+// nothing about (its transaction runs through database/sql's).
+func TestSetsOnDatabaseSQL(t *testing.T) {
+	ctx := testCtx(t)
+	c, err := NewFromDB(openSQL(t, true), Config{Table: pgtest.Schema(t) + ".leases"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := c.TryAcquireAll(ctx, []string{"b", "a"})
+	if err != nil {
+		t.Fatalf("TryAcquireAll: %v", err)
+	}
+	if _, err := c.TryAcquireAll(ctx, []string{"c", "b"}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("overlapping TryAcquireAll: %v, want ErrNotAcquired", err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err = c.AcquireAll(ctx, []string{"c", "b"})
+	if err != nil {
+		t.Fatalf("AcquireAll: %v", err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(t, c).Count(); n != 0 {
+		t.Fatalf("%d rows after Release", n)
+	}
+}
