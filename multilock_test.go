@@ -489,3 +489,45 @@ func TestSetsOnDatabaseSQL(t *testing.T) {
 		t.Fatalf("%d rows after Release", n)
 	}
 }
+
+// A set keeps the queue's promise: a name that expired while a waiter of
+// another client has been queued for it longer than fairAfter is not free
+// for a set, which is refused with the waiter counted (HeldError.Queued),
+// writes nothing, and wakes the waiter, who takes the name.
+func TestASetKeepsTheQueuesPromise(t *testing.T) {
+	ctx := testCtx(t)
+	cfg := Config{PollInterval: time.Minute}
+	holder := testClient(t, cfg)
+	cfg.Table = holder.cfg.Table
+	waiter, set := testClient(t, cfg), testClient(t, cfg)
+	if _, err := holder.TryAcquire(ctx, "x", WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, "x")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, holder, waiter, "x")
+	pgtest.WaitFor(t, patience, "the waiter to be queued longer than fairAfter", func() bool {
+		return pgtest.Value[bool](t, `SELECT bool_and("since" <= now() - $1 * interval '1 millisecond') FROM `+
+			holder.st.Names.QualifiedWaiters()+` WHERE "name" = 'x'`, fairAfter.Milliseconds())
+	})
+	// Expired, without a release to notify: the waiter sleeps on (its
+	// poll is a minute away), and x is free but promised to it.
+	rows(t, holder).SetExpiry("x", -time.Second)
+	_, err := set.TryAcquireAll(ctx, []string{"x", "y"})
+	var held *HeldError
+	if !errors.As(err, &held) || held.Holder.Name != "x" || held.Queued != 1 {
+		t.Fatalf("TryAcquireAll of a promised name: %v, want a HeldError for x with 1 queued", err)
+	}
+	if _, ok := rows(t, holder).Get("y"); ok {
+		t.Fatal("a refused set wrote y")
+	}
+	if err := pgtest.Receive(t, got, "the promised waiter, woken by the refused set, to take x"); err != nil {
+		t.Fatal(err)
+	}
+}
