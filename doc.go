@@ -159,6 +159,21 @@
 //   - The queue decides only who may take a free lease; it never changes
 //     who holds one. Mutual exclusion and fencing do not depend on it.
 //
+// # Sets of leases
+//
+// [Client.AcquireAll] and [Client.TryAcquireAll] take up to 64 names all or
+// nothing, as a [LeaseSet]: one transaction takes the names' advisory locks
+// (the ones every single acquisition of a name takes first) in sorted
+// order, checks that every name is free, and only then writes every row,
+// each with a token of its own; otherwise it writes nothing. Sets asked for
+// in any order therefore never deadlock, and a waiting set holds nothing,
+// on the server or locally. A set does not queue: a name promised to a
+// queued waiter is not free for it, so the queue's promise holds, but a
+// set contending with steady single-name waiters may wait long. Its leases
+// are plain ones (no [WithFastFailover]), renewed with the client's
+// others, and they end together: when one is lost, the set deletes the
+// others' rows and cancels its context with the cause.
+//
 // # Fast failover
 //
 // With the [WithFastFailover] option a lease is also tied to the holder's

@@ -221,6 +221,12 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	if !l.end(cause) {
 		return nil
 	}
+	return l.deleteRow(ctx)
+}
+
+// deleteRow deletes the row of a lease that has just ended (see release)
+// and then frees its local slot.
+func (l *Lease) deleteRow(ctx context.Context) error {
 	if l.slot != nil {
 		defer l.c.putSlot(l.name, l.slot, true)
 	}

@@ -541,3 +541,105 @@ SELECT set_config('statement_timeout', $1::text, false),
 -- lock for as long as it lives), then lets go at once.
 SELECT pg_advisory_lock_shared(hashtextextended($2::text || $1::text, 1)),
        pg_advisory_unlock_shared(hashtextextended($2::text || $1::text, 1))
+
+-- name: AcquireAllLocks
+-- The first statement of AcquireAll's transaction. $1 the names (a JSON
+-- array, sorted and without duplicates), $2 advisory-lock namespace.
+-- Takes each name's transaction-scoped advisory lock, the very lock Acquire
+-- takes first (the two-int4 key space), so that single and all-or-nothing
+-- acquisitions of one name serialize; one name after the other, in the
+-- array's order (the caller's canonical, sorted order), so that two
+-- transactions asking for overlapping sets in any order never wait for
+-- each other in a cycle. The locks are held until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text))
+  FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
+ ORDER BY u.i
+
+-- name: AcquireAll
+-- The second statement of AcquireAll's transaction, run with every name's
+-- lock held (AcquireAllLocks), so its snapshot sees every acquisition of
+-- these names that committed before. $1 the names (JSON array, as above),
+-- $2 owner, $3 ttl ms, $4 min-hold ms, $5 metadata json, $6 advisory-lock
+-- namespace, $7 the client's random id (recorded in the metadata, as
+-- Acquire does), $8 how long a waiter may be overtaken (ms).
+--
+-- All or nothing: every name must be free (no row, an expired row, or a
+-- row of this client's own whose acquisition reply was lost: the caller
+-- holds every name's local slot, so no lease of the client holds it), and
+-- no name may be promised to a waiter of another client (the queue, see
+-- Acquire: a live waiter queued for at least $8 ms); only then is every
+-- row written, each with its own token drawn from the sequence after the
+-- locks were taken. Otherwise nothing is written, the promised waiters of
+-- free names are woken (as Acquire's nudge), and the commit does not wait
+-- for its WAL flush. A set never registers in the queue itself.
+--
+-- A row can still change under this statement without the advisory lock
+-- (a renewal that began before the row expired): the ON CONFLICT clause
+-- then skips it, and the caller, seeing fewer rows written than names,
+-- rolls the transaction back. Returns one row per name, in $1's order:
+-- whether it was written, its token, and the holder as seen (remaining -1
+-- when no row was seen), whether the name was free, and the number of
+-- promised waiters of other clients.
+WITH names AS MATERIALIZED (
+    SELECT u.n AS "name", u.i AS i
+      FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
+), old AS MATERIALIZED (
+    SELECT n."name", l."owner", l."token",
+           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+           coalesce(l."metadata" ->> 'client', '') AS "client",
+           l."name" IS NULL OR l."expires_at" <= now()
+               OR coalesce(l."metadata" ->> 'client' = $7::text, false) AS "free"
+      FROM names AS n LEFT JOIN {{table}} AS l ON l."name" = n."name"
+), ahead AS MATERIALIZED (
+    SELECT n."name", a.n, a.first
+      FROM names AS n, LATERAL (
+            SELECT count(*) AS n, (array_agg(w."client" ORDER BY w."since", w."client"))[1] AS first
+              FROM {{waiters}} AS w
+             WHERE w."name" = n."name" AND w."client" <> $7::text
+               AND CASE WHEN w."expires_at" > now()
+                             AND w."since" <= now() - $8::bigint * interval '1 millisecond'
+                        THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($6::text || w."client", 1))
+                        ELSE false END) AS a
+), ok AS MATERIALIZED (
+    SELECT coalesce(bool_and(o."free" AND a.n = 0), false) AS "all"
+      FROM old AS o JOIN ahead AS a USING ("name")
+), ins AS (
+    INSERT INTO {{table}} AS l
+        ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+         "hold_until", "ttl", "metadata")
+    SELECT n."name", $2::text, nextval('{{seq}}'), now(), now(),
+           now() + $3::bigint * interval '1 millisecond',
+           now() + $4::bigint * interval '1 millisecond',
+           $3::bigint * interval '1 millisecond',
+           $5::jsonb || jsonb_build_object('client', $7::text)
+      FROM names AS n, ok
+     WHERE ok."all"
+     ORDER BY n.i
+    ON CONFLICT ("name") DO UPDATE
+       SET "owner" = excluded."owner", "token" = excluded."token",
+           "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
+           "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
+           "ttl" = excluded."ttl", "session_pid" = NULL, "session_server" = NULL,
+           "metadata" = excluded."metadata", "semaphore" = NULL, "slots" = NULL,
+           "stepdown_at" = NULL
+     WHERE l."expires_at" <= now() OR l."metadata" ->> 'client' = $7::text
+    RETURNING l."name", l."token"
+), nudge AS (
+    SELECT pg_notify('pglease_' || a.first, a."name") AS ok
+      FROM ahead AS a JOIN old AS o USING ("name")
+     WHERE a.n > 0 AND o."free"
+), nowait AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS ok
+      FROM ok WHERE NOT ok."all"
+)
+SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
+       coalesce(o."owner", ''), coalesce(o."token", 0), coalesce(o."remaining_ms", -1),
+       coalesce(o."heartbeat_ms", 0), o."client", o."free", a.n
+  FROM names AS n
+  JOIN old AS o USING ("name")
+  JOIN ahead AS a USING ("name")
+  LEFT JOIN ins AS i USING ("name")
+ CROSS JOIN (SELECT count(*) FROM nudge) AS nn
+ CROSS JOIN (SELECT count(*) FROM nowait) AS nw
+ ORDER BY n.i

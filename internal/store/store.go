@@ -135,6 +135,7 @@ type Queries struct {
 	Get, List, ForceRelease, Cleanup, Listen                  string
 	SessionKeepalive, AwaitSession, Bind                      string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
+	AcquireAllLocks, AcquireAll                               string // multi.go
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -186,6 +187,7 @@ func Build(n Names) Queries {
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"), Bind: get("Bind"),
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
+		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
 	}
 }
 
