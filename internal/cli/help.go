@@ -37,9 +37,10 @@ PGLEASE_OWNER and PGLEASE_TOKEN (the fencing token) in its environment, and
 PGLEASE_SLOT with --slots. When the lease is lost the group gets SIGTERM, then
 SIGKILL after --kill-grace, before anyone else can take the lease (SIGKILL at
 once when a --fast-failover lease lost its database session), and pglease
-exits 76. When COMMAND exits, the lease is released at once (or when
---min-hold has passed). The group never outlives pglease, even a SIGKILLed
-pglease or a SIGKILL to its whole process group.
+exits 76. A step-down request (pglease stepdown NAME) sends COMMAND SIGTERM
+and lets it stop in its own time. When COMMAND exits, the lease is released
+at once (or when --min-hold has passed). The group never outlives pglease,
+even a SIGKILLed pglease or a SIGKILL to its whole process group.
 `,
 		more: `Exit status: COMMAND's own (128+N when a signal N killed it); 75 (or
 --conflict-exit-code) held by another; 76 lease lost; 125 pglease's own
