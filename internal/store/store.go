@@ -130,6 +130,7 @@ type Queries struct {
 	Get, List, ForceRelease, Cleanup, Listen                string
 	SessionKeepalive, AwaitSession, Bind                    string
 	BackendPID, SessionSettings, BatchStatementTimeout      string
+	SemaphoreLock                                           string
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -180,7 +181,7 @@ func Build(n Names) Queries {
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"), Bind: get("Bind"),
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
-		BatchStatementTimeout: get("BatchStatementTimeout"),
+		BatchStatementTimeout: get("BatchStatementTimeout"), SemaphoreLock: get("SemaphoreLock"),
 	}
 }
 
