@@ -23,7 +23,7 @@ var runFlags = append([]flagSpec{
 	{name: "kill-grace", kind: durationFlag, arg: "DURATION", usage: "SIGTERM to SIGKILL grace when the lease is lost; must leave room for a renewal before SIGTERM would be due (default min(TTL/4, 10s))"},
 	{name: "fast-failover", kind: boolFlag, usage: "tie the lease to the database session: a waiter takes over within milliseconds when this process dies"},
 	{name: "min-hold", kind: durationFlag, arg: "DURATION", usage: "keep the lease at least this long after acquiring, even if COMMAND ends sooner (at most the TTL)"},
-	{name: "slots", kind: intFlag, arg: "N", usage: "let up to N holders run at once (a semaphore); COMMAND finds its slot, 0 to N-1, in $PGLEASE_SLOT"},
+	{name: "slots", kind: intFlag, arg: "N", usage: "let up to N holders run at once (a semaphore; every run of NAME must use the same N); COMMAND finds its slot, 0 to N-1, in $PGLEASE_SLOT"},
 	{name: "conflict-exit-code", kind: intFlag, arg: "N", usage: "exit status when the lease is held elsewhere, 0-255 (default 75; 0 suits Kubernetes CronJobs and cron mail)"},
 }, connFlags...)
 
