@@ -354,8 +354,9 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 }
 
 // ForceRelease deletes the lease of name whoever holds it, wakes waiters,
-// and returns what it deleted. name may be a slot's ([SlotName]). It is an administrative action: the holder
-// learns of it at its next renewal and its lease ends with [ErrLeaseLost].
+// and returns what it deleted; name may be a slot's ([SlotName]). It is an
+// administrative action: the holder learns of it at its next renewal and
+// its lease ends with [ErrLeaseLost].
 func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 	if err := checkRowName(name); err != nil {
 		return Info{}, err

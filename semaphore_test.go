@@ -169,6 +169,34 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	}
 }
 
+// On database/sql (a driver pglease knows nothing of, so no pgx batch)
+// the semaphore's lock and the acquisition share a transaction too: the
+// count is recorded and checked the same way.
+func TestSemaphoreOnDatabaseSQL(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{})
+	c, err := NewFromDB(openSQL(t, true), Config{Table: a.cfg.Table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := a.TryAcquire(ctx, "sql", WithSlots(3)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.TryAcquire(ctx, "sql", WithSlots(4))
+	wantSlotsError(t, "TryAcquire with 4 slots on database/sql", err, "sql", 4, 3)
+	l, err := c.TryAcquire(ctx, "sql", WithSlots(3))
+	if err != nil {
+		t.Fatalf("TryAcquire with the same 3 slots on database/sql: %v", err)
+	}
+	if sem, n := slotColumns(t, a, l.Name()); sem != "sql" || n != 3 {
+		t.Fatalf("slot %q records semaphore %q and %d slots, want sql and 3", l.Name(), sem, n)
+	}
+	if n := rows(t, a).Count(); n != 2 {
+		t.Fatalf("%d rows, want the two slots", n)
+	}
+}
+
 // Concurrent acquisitions of one semaphore with two slot counts never
 // hold slots of both counts at once (which would let more holders in than
 // the smaller count): the check and the insert are one atomic step under
