@@ -19,6 +19,8 @@ import (
 // dropped pooled connection) is retried a few times first, as nothing can
 // have been acquired twice: a row of this client's whose reply was lost is
 // recognised and freed. ctx bounds this call only, never the lease.
+// name must pass [CheckName]. A semaphore whose live slots record another
+// slot count fails with a *[SlotsError] (see [WithSlots]).
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	o, err := c.begin(ctx, name, opts)
 	if err != nil {
@@ -33,7 +35,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 // holder's lease would expire, by the end of a fast-failover holder's
 // session, and by a slow fallback poll. When ctx ends first the error
 // matches both [ErrNotAcquired] and ctx.Err(), and nothing of the attempt
-// is left behind. ctx bounds this call only, never the lease.
+// is left behind. ctx bounds this call only, never the lease. A
+// semaphore whose live slots record another slot count fails at once with
+// a *[SlotsError] (see [WithSlots]): waiting would not end the mismatch.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	o, err := c.begin(ctx, name, opts)
 	if err != nil {
@@ -56,7 +60,7 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 		return o, err
 	}
 	if o.slots > 1 {
-		if err := CheckName(SlotName(name, o.slots-1)); err != nil {
+		if err := checkRowName(SlotName(name, o.slots-1)); err != nil {
 			return o, errorf("%w (with %d slots the name gets a %q suffix)", err, o.slots, "#N")
 		}
 	}
@@ -77,7 +81,8 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 
 // SlotName is the lease name of slot i of the semaphore name (see
 // [WithSlots]): "name#i". Each slot is a lease of its own, with its own
-// fencing token, that [Client.Get] reads by this name.
+// fencing token, that [Client.Get] reads by this name. No lease name
+// can end like a slot name ([CheckName]), so the two never meet.
 func SlotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
 
 // acquire is the one acquisition loop, for a name or for any slot of a
@@ -90,6 +95,7 @@ func SlotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
 func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait bool) (*Lease, error) {
 	names := []string{name}
 	if o.slots > 1 {
+		o.semaphore = name
 		names = make([]string, o.slots)
 		for i := range names {
 			names[i] = SlotName(name, i)
@@ -483,7 +489,10 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		return nil, acquireResult{}, err
 	}
 	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id,
-		FairAfter: fairAfter}
+		FairAfter: fairAfter, Semaphore: o.semaphore}
+	if o.semaphore != "" {
+		args.Slots = o.slots
+	}
 	c.queueArgs(w, &args)
 	if hook := testHookAttempt.Load(); hook != nil {
 		(*hook)(c.id, name)
@@ -555,6 +564,10 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 			return nil, r.res, opError(fmt.Sprintf("release an orphaned row of %q", name), err)
 		}
 		return nil, r.res, errorf("acquire %q: %w", name, errOrphan)
+	}
+	if r.res.SlotsMismatch != 0 {
+		// Not retryable: the acquisition loop returns it at once.
+		return nil, r.res, &SlotsError{Name: o.semaphore, Want: o.slots, Have: r.res.SlotsMismatch}
 	}
 	if !r.res.Acquired {
 		if !r.res.busy {

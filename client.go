@@ -309,13 +309,14 @@ func infoOf(r store.Record) Info {
 }
 
 // Get returns the lease row of name, held or expired, or [ErrNoLease].
+// name may be a slot's ([SlotName]).
 // It only reads: it never creates or alters the table, whatever
 // [Config.DisableAutoMigrate] says, and a role with SELECT on the table
 // (and USAGE on its schema) may call it. Without the table it returns
 // [ErrNoLease]; a table this version cannot read is reported as
 // [ErrSchema].
 func (c *Client) Get(ctx context.Context, name string) (Info, error) {
-	if err := CheckName(name); err != nil {
+	if err := checkRowName(name); err != nil {
 		return Info{}, err
 	}
 	var rec store.Record
@@ -353,10 +354,11 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 }
 
 // ForceRelease deletes the lease of name whoever holds it, wakes waiters,
-// and returns what it deleted. It is an administrative action: the holder
-// learns of it at its next renewal and its lease ends with [ErrLeaseLost].
+// and returns what it deleted; name may be a slot's ([SlotName]). It is an
+// administrative action: the holder learns of it at its next renewal and
+// its lease ends with [ErrLeaseLost].
 func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
-	if err := CheckName(name); err != nil {
+	if err := checkRowName(name); err != nil {
 		return Info{}, err
 	}
 	if err := c.prepare(ctx); err != nil {

@@ -205,15 +205,49 @@ func (cfg *Config) checkTiming(ttl time.Duration) error {
 	return nil
 }
 
-// CheckName returns an error matching [ErrInvalidName] unless name is 1–255
-// bytes of valid UTF-8 without NUL.
+// CheckName returns an error matching [ErrInvalidName] unless name may be
+// acquired: 1–255 bytes of valid UTF-8 without NUL, and not ending in '#'
+// and digits after at least one other byte ("job#0" is refused; "job#",
+// "#0" and "job#0x" are not). That form is reserved for the slots of
+// semaphores ("job#0" is slot 0 of "job", see [SlotName]), so that a lease
+// name never meets a slot's. [Client.TryAcquire], [Client.Acquire], [Client.Run],
+// [Client.TryRun] and [Client.NewElector] check their name with it
+// (with [WithSlots], the semaphore's name); [Client.Get] and
+// [Client.ForceRelease] also accept slot names, to reach slot rows.
 func CheckName(name string) error {
+	if err := checkRowName(name); err != nil {
+		return err
+	}
+	if i, ok := slotSuffix(name); ok {
+		return errorf("%w: %q ends in %q, which is reserved for slot names (%q is slot %s of the semaphore %q): use another name, such as %q",
+			ErrInvalidName, name, name[i:], name, name[i+1:], name[:i], name[:i]+"-"+name[i+1:])
+	}
+	return nil
+}
+
+// checkRowName returns an error matching [ErrInvalidName] unless name may
+// name a row of the lease table: 1–255 bytes of valid UTF-8 without NUL
+// (slot names included).
+func checkRowName(name string) error {
 	return checkLabel(ErrInvalidName, "name", name, maxNameBytes, func(r rune) string {
 		if r == 0 {
 			return "a NUL byte"
 		}
 		return ""
 	})
+}
+
+// slotSuffix reports whether name has the form of a slot name, a
+// nonempty name followed by '#' and ASCII digits, and where the '#' is.
+func slotSuffix(name string) (int, bool) {
+	i := len(name)
+	for i > 0 && name[i-1] >= '0' && name[i-1] <= '9' {
+		i--
+	}
+	if i == len(name) || i < 2 || name[i-1] != '#' {
+		return 0, false
+	}
+	return i - 1, true
 }
 
 // CheckOwner returns an error matching [ErrInvalidOwner] unless owner is

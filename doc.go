@@ -109,9 +109,35 @@
 // [ErrInvalidTTL], else [ErrInvalidArgument]), a name or an [Option] at
 // the call ([ErrInvalidName] and the same sentinels). A lease held
 // elsewhere is a *[HeldError] matching [ErrNotAcquired]; an acquisition
-// whose context ended also matches ctx.Err(). Database errors name what
+// whose context ended also matches ctx.Err(). A semaphore's slot asked for
+// with another slot count than its live slots record is a *[SlotsError]
+// matching [ErrSlotsMismatch], returned at once (see Semaphores). Database errors name what
 // pglease was doing and, where the server said why (a missing privilege,
 // table or database), what to do about it.
+//
+// # Semaphores
+//
+// [WithSlots](n) lets up to n holders hold a name at once. Each holder
+// holds one slot, the lease "name#i" ([SlotName]) with a fencing token of
+// its own; a waiter waits for any slot, in the same loop as for a name
+// (fast failover included). Lease names never end like a slot name
+// ([CheckName] refuses "job#0" for every call that acquires; [Client.Get]
+// and [Client.ForceRelease] accept it, to reach the slot row).
+//
+// The slot count is recorded in every slot row, beside the semaphore's
+// name, and must be the same for every client of the semaphore: while any
+// slot is live (held, or kept for its minimum hold), an acquisition with
+// another count fails at once with a *[SlotsError]; nothing is written
+// and the live slots are untouched. Without that check, clients with 3
+// and 5 slots would together admit 5 holders. The check and the insert
+// are atomic: the acquisitions of one semaphore's slots serialize on a
+// transaction-scoped advisory lock of the semaphore, taken in a statement
+// of its own just before the acquisition (in one round trip with pgx), so
+// that the acquisition reads the table only once that lock is held. Once
+// every slot has been released or has expired, a client may use another
+// count. [WithSlots](1) is a plain lease on the name itself, not a
+// semaphore: it is not compared with the slots of a semaphore of the same
+// name. [Client.NewElector] refuses WithSlots.
 //
 // # Waiting
 //

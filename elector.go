@@ -39,7 +39,8 @@ type Elector struct {
 // lost lease as soon as the local deadline has passed, even to a goroutine
 // resuming from a pause before the deadline timer ran. When lead returns, the lease is released and
 // the instance campaigns again. Options apply to every term's lease
-// ([WithTTL], [WithFastFailover]…).
+// ([WithTTL], [WithFastFailover]…); [WithSlots] is refused with
+// [ErrInvalidArgument], as an election has one leader.
 func (c *Client) NewElector(name string, lead func(ctx context.Context) error, opts ...Option) (*Elector, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
@@ -47,7 +48,9 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, o
 	if lead == nil {
 		return nil, errorf("%w: NewElector: lead function is nil", ErrInvalidArgument)
 	}
-	if _, err := c.leaseOptions(opts); err != nil {
+	if o, err := c.leaseOptions(opts); err != nil {
+		return nil, err
+	} else if err := o.checkElector(); err != nil {
 		return nil, err
 	}
 	return &Elector{c: c, name: name, lead: lead, opts: opts}, nil

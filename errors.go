@@ -47,9 +47,15 @@ var (
 	// ErrSchema means the lease table exists with a layout this version of
 	// pglease cannot use. Nothing was changed.
 	ErrSchema = errors.New("pglease: unusable lease table")
+	// ErrSlotsMismatch means a slot of a semaphore was asked for with a
+	// slot count ([WithSlots]) other than the one its live slots record.
+	// The error returned is a *[SlotsError]; nothing was acquired, and
+	// waiting does not help while those slots are held.
+	ErrSlotsMismatch = errors.New("pglease: semaphore is held with another slot count")
 
 	// ErrInvalidName means a lease name is empty, longer than 255 bytes, not
-	// valid UTF-8 or contains NUL.
+	// valid UTF-8 or contains NUL, or, for an acquisition, ends in the
+	// suffix reserved for slot names (see [CheckName]).
 	ErrInvalidName = errors.New("pglease: invalid lease name")
 	// ErrInvalidOwner means an owner label is empty, longer than 255 bytes,
 	// not valid UTF-8 or contains control characters.
@@ -99,6 +105,28 @@ func (e *HeldError) Error() string {
 
 // Is reports whether target is ErrNotAcquired.
 func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+
+// SlotsError is returned when a slot of a semaphore is asked for with a
+// slot count ([WithSlots]) other than the one recorded by a live slot of
+// it (held, or kept for its minimum hold). It matches [ErrSlotsMismatch]
+// with errors.Is. Every client of a semaphore must use the same count; it
+// can change once every slot has been released (or has expired).
+type SlotsError struct {
+	// Name is the semaphore's name (without a slot suffix).
+	Name string
+	// Want is the slot count asked for, Have the one recorded by a live
+	// slot.
+	Want, Have int
+}
+
+// Error says what went wrong and what to do.
+func (e *SlotsError) Error() string {
+	return fmt.Sprintf("pglease: semaphore %q is held with %d slots; this client asked for %d: use the same WithSlots on every client, or wait until every slot is released",
+		e.Name, e.Have, e.Want)
+}
+
+// Is reports whether target is ErrSlotsMismatch.
+func (e *SlotsError) Is(target error) bool { return target == ErrSlotsMismatch }
 
 // IsRetryable reports whether err is transient (connection lost, server
 // restarting or failing over, too many connections) so that the same call

@@ -16,6 +16,9 @@ type leaseOptions struct {
 	metadata     []byte // JSON object
 	session      bool   // WithFastFailover
 	slots        int
+	// semaphore: the name whose slots are acquired (slots > 1), set by
+	// the acquisition itself.
+	semaphore string
 }
 
 const (
@@ -95,7 +98,15 @@ func WithFastFailover() Option {
 // (Consul's lock -n). Each holder gets one of the slot names "NAME#0" …
 // "NAME#n-1" ([Lease.Name] says which, [SlotName] builds them), each a
 // lease of its own with its own fencing token. n is 1 to 1000 (1 is a
-// plain lease); otherwise the error matches [ErrInvalidArgument].
+// plain lease on NAME itself, not a semaphore); otherwise the error
+// matches [ErrInvalidArgument].
+//
+// n is recorded in every slot row, and every client of a semaphore must
+// use the same n: while any slot is live (held, or kept for its minimum
+// hold), an acquisition with another n fails at once with a *[SlotsError]
+// rather than let more than the smaller n hold. Once every slot has been
+// released or has expired, the next acquisition may use another n.
+// [Client.NewElector] refuses WithSlots: an election has one leader.
 func WithSlots(n int) Option {
 	return Option{func(o *leaseOptions) error {
 		if n < 1 || n > maxSlots {
@@ -108,6 +119,16 @@ func WithSlots(n int) Option {
 
 func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 	return resolveOptions(&c.cfg, c.meta, opts)
+}
+
+// checkElector refuses the options an election cannot use: WithSlots
+// (more than one slot), since an election has one leader.
+func (o leaseOptions) checkElector() error {
+	if o.slots > 1 {
+		return errorf("%w: NewElector: WithSlots(%d) does not apply: an election has one leader (use Acquire or Run with WithSlots for up to %d holders at once)",
+			ErrInvalidArgument, o.slots, o.slots)
+	}
+	return nil
 }
 
 // resolveOptions applies opts to the defaults of cfg (already validated)

@@ -24,9 +24,9 @@ import (
 // a renewal interval later. A new acquisition of the name clears the
 // request. RequestStepDown returns once the request is recorded, not once
 // the holder has let go, and an error matching [ErrNoLease] when nothing
-// holds name.
+// holds name. name may be a semaphore's slot ([SlotName]).
 func (c *Client) RequestStepDown(ctx context.Context, name string) error {
-	if err := CheckName(name); err != nil {
+	if err := checkRowName(name); err != nil { // a semaphore's slot too
 		return err
 	}
 	if err := c.prepare(ctx); err != nil {

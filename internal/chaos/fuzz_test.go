@@ -22,6 +22,9 @@ import (
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
+// slotNameRE is the form reserved for the slot names of semaphores.
+var slotNameRE = regexp.MustCompile(`(?s)^.+#[0-9]+$`)
+
 func validTable(s string) bool {
 	if s == "" {
 		return true // the default
@@ -42,12 +45,14 @@ func FuzzCheckName(f *testing.F) {
 	for _, s := range hostileNames {
 		f.Add(s)
 	}
-	for _, s := range []string{"job", "a", strings.Repeat("x", 255), "😀", "a b;'\"--", "\u2028", "\xc0\xaf"} {
+	for _, s := range []string{"job", "a", strings.Repeat("x", 255), "😀", "a b;'\"--", "\u2028", "\xc0\xaf",
+		"job#0", "job#", "#0", "a#1#0", "job#0x", "é#12", "\n#3"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
 		err := pglease.CheckName(name)
-		valid := len(name) >= 1 && len(name) <= 255 && utf8.ValidString(name) && !strings.ContainsRune(name, 0)
+		valid := len(name) >= 1 && len(name) <= 255 && utf8.ValidString(name) && !strings.ContainsRune(name, 0) &&
+			!slotNameRE.MatchString(name)
 		if valid != (err == nil) {
 			t.Fatalf("CheckName(%q) = %v, valid = %v", name, err, valid)
 		}

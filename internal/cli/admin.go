@@ -52,13 +52,14 @@ func (e *env) connect(ctx context.Context, cmd string, fs *flagSet, readOnly boo
 	return c, 0, true
 }
 
-// nameArg checks that a command got exactly one valid lease name.
+// nameArg checks that a command got exactly one valid lease name (a slot
+// name included).
 func nameArg(fs *flagSet) (string, error) {
 	args := append(fs.args, fs.rest...)
 	if len(args) != 1 {
 		return "", usagef("expected one lease NAME, got %d arguments", len(args))
 	}
-	return args[0], checkName(args[0])
+	return args[0], checkRowName(args[0])
 }
 
 func noArgs(fs *flagSet) error {

@@ -105,7 +105,7 @@ func checkTable(table string) error {
 	return nil
 }
 
-// checkName validates a lease name without connecting.
+// checkName validates a lease name that run acquires, without connecting.
 func checkName(name string) error {
 	if strings.HasPrefix(name, "-") {
 		return usagef("invalid lease name %s: it must not start with '-'", quoteArg(name))
@@ -114,6 +114,20 @@ func checkName(name string) error {
 		return usagef("invalid lease name %s: %s", quoteArg(name), strings.TrimPrefix(err.Error(), "pglease: invalid lease name: "))
 	}
 	return nil
+}
+
+// checkRowName validates the NAME of a command that reads or deletes a
+// lease row (status, release), without connecting: a slot name
+// ("NAME#SLOT", which run refuses, being reserved for --slots) is
+// accepted, so that slot rows can be reached.
+func checkRowName(name string) error {
+	if i := strings.LastIndexByte(name, '#'); i > 0 && i < len(name)-1 &&
+		strings.Trim(name[i+1:], "0123456789") == "" {
+		// Checked as the same name without the slot form, so that the
+		// other rules (length, UTF-8, NUL) still apply.
+		return checkName(name[:i] + "-" + name[i+1:])
+	}
+	return checkName(name)
 }
 
 var connFlags = []flagSpec{

@@ -55,6 +55,7 @@ Examples:
   # wait up to 10 minutes for the lease
   pglease run --wait --timeout 10m db-migrate -- ./migrate up
   # at most 3 exports at once; each learns its slot from $PGLEASE_SLOT
+  # (every run of export must say --slots 3: another N exits 125)
   pglease run --wait --slots 3 export -- ./export.sh
   # a singleton worker with fast failover and a Kubernetes pod name as owner
   pglease run --wait --fast-failover --owner "$POD_NAME" queue-worker -- ./worker

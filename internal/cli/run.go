@@ -23,7 +23,7 @@ var runFlags = append([]flagSpec{
 	{name: "kill-grace", kind: durationFlag, arg: "DURATION", usage: "SIGTERM to SIGKILL grace when the lease is lost; must leave room for a renewal before SIGTERM would be due (default min(TTL/4, 10s))"},
 	{name: "fast-failover", kind: boolFlag, usage: "tie the lease to the database session: a waiter takes over within milliseconds when this process dies"},
 	{name: "min-hold", kind: durationFlag, arg: "DURATION", usage: "keep the lease at least this long after acquiring, even if COMMAND ends sooner (at most the TTL)"},
-	{name: "slots", kind: intFlag, arg: "N", usage: "let up to N holders run at once (a semaphore); COMMAND finds its slot, 0 to N-1, in $PGLEASE_SLOT"},
+	{name: "slots", kind: intFlag, arg: "N", usage: "let up to N holders run at once (a semaphore; every run of NAME must use the same N); COMMAND finds its slot, 0 to N-1, in $PGLEASE_SLOT"},
 	{name: "conflict-exit-code", kind: intFlag, arg: "N", usage: "exit status when the lease is held elsewhere, 0-255 (default 75; 0 suits Kubernetes CronJobs and cron mail)"},
 }, connFlags...)
 
@@ -141,7 +141,7 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 		if err := cfg.Validate(pglease.WithSlots(o.slots)); err != nil {
 			return bad(usagef("invalid --slots %s: %s", fs.str("slots"), reason(err, pglease.ErrInvalidArgument)))
 		}
-		if err := checkName(pglease.SlotName(o.name, o.slots-1)); o.slots > 1 && err != nil {
+		if err := checkRowName(pglease.SlotName(o.name, o.slots-1)); o.slots > 1 && err != nil {
 			return bad(usagef("lease NAME %s is too long for %d slots: the slot names add \"#0\" to \"#%d\"", quoteArg(o.name), o.slots, o.slots-1))
 		}
 	}
@@ -288,12 +288,18 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		var held *pglease.HeldError
+		var slots *pglease.SlotsError
 		switch {
 		case signalled:
 			return 128 + sigNum(sig)
 		case errors.As(err, &held):
 			fmt.Fprintln(e.stderr, e.redact(held.Error()))
 			return o.conflict
+		case errors.As(err, &slots):
+			// Not a conflict: waiting would not end it, and the conflict
+			// code must never hide a misconfiguration.
+			return e.runFailure(fmt.Errorf("semaphore %s is held with %d slots; this run asked for --slots %d: use the same --slots for every run of %s, or wait until every slot is released",
+				quoteArg(slots.Name), slots.Have, slots.Want, quoteArg(slots.Name)))
 		case o.wait && errors.Is(err, context.DeadlineExceeded):
 			// Acquire only matches a *HeldError when it saw the lease held;
 			// otherwise every attempt failed.

@@ -14,6 +14,16 @@ type Batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
+// batcher returns the pgx handle behind q that can send a batch, if any.
+func batcher(q Querier) (Batcher, bool) {
+	d, ok := q.(pgxDB)
+	if !ok {
+		return nil, false
+	}
+	b, ok := d.q.(Batcher)
+	return b, ok
+}
+
 // AcquireBatch runs the acquisitions as in one round trip: the statements
 // Acquire runs (acquireStmt), sent together and ended by one Sync, so that
 // they form one implicit transaction with one commit (one WAL flush). When
@@ -28,8 +38,23 @@ type Batcher interface {
 // transactional, though: held then names every lock the batch may have
 // left taken (statements that reported LockTaken, and the statement that
 // failed), which the caller gives back with Unlock.
+//
+// A slot of a semaphore is preceded by its SemaphoreLock statement, as in
+// Acquire.
 func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, held []string, err error) {
+	inBatch := make([]AcquireArgs, len(as))
+	for i, a := range as {
+		a.inBatch = true
+		inBatch[i] = a
+	}
+	return s.sendAcquire(ctx, conn, inBatch, perStatement)
+}
+
+// sendAcquire is AcquireBatch for acquisitions whose inBatch is already
+// set as it must be (Acquire sends a slot's two statements alone).
+func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, held []string, err error) {
 	type stmt struct {
+		slot   bool // preceded by SemaphoreLock
 		scan   func(Row) error
 		result func() AcquireResult
 	}
@@ -39,13 +64,16 @@ func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs
 	}
 	stmts := make([]stmt, len(as))
 	for i, a := range as {
-		a.inBatch = true
 		sql, args, scan, result, err := s.acquireStmt(a)
 		if err != nil {
 			return nil, nil, err // nothing sent
 		}
+		if a.Semaphore != "" {
+			lock, largs := s.semaphoreLock(a)
+			b.Queue(lock, largs...)
+		}
 		b.Queue(sql, args...)
-		stmts[i] = stmt{scan, result}
+		stmts[i] = stmt{a.Semaphore != "", scan, result}
 	}
 	br := conn.SendBatch(ctx, b)
 	read := func(scan func(Row) error) error {
@@ -62,6 +90,12 @@ func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs
 	rs = make([]AcquireResult, len(as))
 	done, failed := 0, -1 // statements read; the one that failed
 	for ; err == nil && done < len(as); done++ {
+		if stmts[done].slot {
+			if err = read(func(Row) error { return nil }); err != nil {
+				failed = done
+				break
+			}
+		}
 		if err = read(stmts[done].scan); err != nil {
 			failed = done
 			break

@@ -93,7 +93,7 @@ type SQLQueryer interface {
 }
 
 // SQL adapts a database/sql handle. begin may be nil when the handle is
-// already a transaction.
+// already a transaction or a *sql.Conn (whose own BeginTx InTx uses).
 func SQL(q SQLQueryer, begin func(context.Context) (*sql.Tx, error)) DB {
 	return sqlDB{q, begin}
 }
@@ -118,10 +118,14 @@ func (d sqlDB) Exec(ctx context.Context, query string) error {
 }
 
 func (d sqlDB) InTx(ctx context.Context, fn func(Querier) error) error {
-	if d.begin == nil {
+	begin := d.begin
+	if c, ok := d.q.(*sql.Conn); ok && begin == nil {
+		begin = func(ctx context.Context) (*sql.Tx, error) { return c.BeginTx(ctx, nil) }
+	}
+	if begin == nil { // already a transaction
 		return fn(d)
 	}
-	tx, err := d.begin(ctx)
+	tx, err := begin(ctx)
 	if err != nil {
 		return err
 	}

@@ -318,6 +318,12 @@ type AcquireArgs struct {
 	// FairAfter: how long a queued waiter may be overtaken by attempts
 	// queued after it before the lease is promised to it.
 	FairAfter time.Duration
+	// Semaphore and Slots: Name is a slot of the semaphore Semaphore of
+	// Slots slots, both recorded in the row. The attempt is refused
+	// (AcquireResult.SlotsMismatch) while a live slot row of the semaphore
+	// records another count. Empty for a plain lease.
+	Semaphore string
+	Slots     int
 	// inBatch: the statement shares its transaction (AcquireBatch).
 	inBatch bool
 }
@@ -348,16 +354,52 @@ type AcquireResult struct {
 	// Ahead is the number of live waiters of other clients queued before a
 	// queued attempt; while there are any, a free lease is theirs.
 	Ahead int64
+	// SlotsMismatch is the slot count that a live slot row of the
+	// attempt's semaphore records when it differs from AcquireArgs.Slots
+	// (0 when none); the attempt then acquired and wrote nothing.
+	SlotsMismatch int
 }
 
-// Acquire inserts or takes over the lease row in one statement.
+// Acquire inserts or takes over the lease row in one statement. A slot of
+// a semaphore (a.Semaphore) is acquired in a transaction that takes the
+// semaphore's lock first (SemaphoreLock, see queries.sql): in one round
+// trip on a pgx pool or connection, between BEGIN and COMMIT otherwise. q
+// must then be a DB (or a handle already in a transaction).
 func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireResult, error) {
 	sql, args, scan, result, err := s.acquireStmt(a)
 	if err != nil {
 		return AcquireResult{}, err
 	}
-	err = q.Query(ctx, sql, args, scan)
+	if a.Semaphore == "" {
+		err = q.Query(ctx, sql, args, scan)
+		return result(), err
+	}
+	if b, ok := batcher(q); ok {
+		rs, _, err := s.sendAcquire(ctx, b, []AcquireArgs{a}, 0)
+		if err != nil {
+			return AcquireResult{}, err
+		}
+		return rs[0], nil
+	}
+	db, ok := q.(DB)
+	if !ok {
+		return AcquireResult{}, fmt.Errorf("store: a slot of %q needs a transaction, and %T cannot start one (a pglease bug)", a.Semaphore, q)
+	}
+	lock, largs := s.semaphoreLock(a)
+	err = db.InTx(ctx, func(q Querier) error {
+		if err := q.Query(ctx, lock, largs, func(Row) error { return nil }); err != nil {
+			return err
+		}
+		return q.Query(ctx, sql, args, scan)
+	})
 	return result(), err
+}
+
+// semaphoreLock is the SemaphoreLock statement that precedes the
+// acquisition of a slot (a.Semaphore set) in its transaction.
+func (s *Store) semaphoreLock(a AcquireArgs) (sql string, args []any) {
+	ns, _ := s.lockNS() // checked by acquireStmt
+	return s.Q.SemaphoreLock, []any{a.Semaphore, ns, a.LockTimeout.Milliseconds()}
 }
 
 // acquireStmt is the one definition of an acquisition statement, shared by
@@ -375,11 +417,15 @@ func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Ro
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
+	var sem, slots any // NULL for a plain lease
+	if a.Semaphore != "" {
+		sem, slots = a.Semaphore, a.Slots
+	}
 	args = []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
-		a.Queued, a.QueueTTL.Milliseconds(), a.FairAfter.Milliseconds(), a.inBatch}
+		a.Queued, a.QueueTTL.Milliseconds(), a.FairAfter.Milliseconds(), a.inBatch, sem, slots}
 	scan = func(row Row) error {
 		return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
-			&r.HolderWatchable, &r.Ahead)
+			&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch)
 	}
 	result = func() AcquireResult {
 		r.OtherRemaining = time.Duration(remMS) * time.Millisecond

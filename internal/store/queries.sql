@@ -136,7 +136,9 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- queue (the waiters table), $11 how long its registration stays fresh (ms),
 -- $12 how long a waiter may be overtaken (ms), $13 whether
 -- the statement shares its transaction with others (a batch, whose commit
--- must wait for its WAL flush if any of them acquired).
+-- must wait for its WAL flush if any of them acquired). $14 the semaphore
+-- whose slot $1 is and $15 its slot count (see WithSlots), both recorded in
+-- the row; NULL for a plain lease.
 --
 -- A session-bound acquire first takes a session advisory lock keyed by the
 -- name; holding it proves that no other live session of this server
@@ -162,9 +164,24 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- taken by ClientLock): a crashed waiter is passed over at once. An
 -- attempt that acquires nothing commits without waiting for its WAL flush:
 -- losing it in a crash loses nothing.
+--
+-- Semaphores: a slot is refused, and nothing written, while a live slot
+-- row of its semaphore records another slot count. The check reads the
+-- table as of the statement's start, so the caller runs SemaphoreLock
+-- first, in the same transaction: the semaphore's lock is then held before
+-- this statement starts, every slot row committed before is seen, and none
+-- can commit between the check and the insert. (A lock taken within this
+-- statement would not do: a slot row committed while it waited would be
+-- missed.) For a plain lease ($14 NULL) the check never reads the table.
 WITH xl AS MATERIALIZED (
     SELECT CASE WHEN $9::int > 0 THEN set_config('lock_timeout', $9::int::text, true) END,
            pg_advisory_xact_lock(hashtext($7::text || $1::text), hashtext($1::text || $7::text))
+), clash AS MATERIALIZED (
+    -- The slot count of a live slot row of the semaphore that differs.
+    SELECT l."slots" FROM {{table}} AS l
+     WHERE $14::text IS NOT NULL AND l."semaphore" = $14::text
+       AND l."slots" <> $15::int AND l."expires_at" > now()
+     LIMIT 1
 ), srv AS MATERIALIZED (
     SELECT {{server}} AS id
 ), me AS MATERIALIZED (
@@ -181,7 +198,7 @@ WITH xl AS MATERIALIZED (
                 THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || w."client", 1))
                 ELSE false END
 ), lk AS MATERIALIZED (
-    SELECT CASE WHEN $5::bool AND ahead.n = 0
+    SELECT CASE WHEN $5::bool AND ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash)
                 THEN pg_try_advisory_lock(hashtextextended($7::text || $1::text, 0))
                 ELSE false END AS got
       FROM ahead
@@ -195,22 +212,24 @@ WITH xl AS MATERIALIZED (
 ), ins AS (
     INSERT INTO {{table}} AS l
         ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-         "hold_until", "ttl", "session_pid", "session_server", "metadata")
+         "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
     SELECT $1::text, $2::text, nextval('{{seq}}'), now(), now(),
            now() + $3::bigint * interval '1 millisecond',
            now() + $4::bigint * interval '1 millisecond',
            $3::bigint * interval '1 millisecond',
            CASE WHEN lk.got THEN pg_backend_pid() END,
            CASE WHEN lk.got THEN (SELECT id FROM srv) END,
-           $6::jsonb || jsonb_build_object('client', $8::text)
+           $6::jsonb || jsonb_build_object('client', $8::text),
+           $14::text, $15::int
     FROM lk, ahead
-    WHERE ahead.n = 0
+    WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash)
     ON CONFLICT ("name") DO UPDATE
        SET "owner" = excluded."owner", "token" = excluded."token",
            "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
            "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
            "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
            "session_server" = excluded."session_server", "metadata" = excluded."metadata",
+           "semaphore" = excluded."semaphore", "slots" = excluded."slots",
            "stepdown_at" = NULL
      WHERE l."expires_at" <= now()
         OR (l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv)
@@ -224,7 +243,7 @@ WITH xl AS MATERIALIZED (
 ), queued AS (
     INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at")
     SELECT $1::text, $8::text, me.since, now() + $11::bigint * interval '1 millisecond'
-      FROM me WHERE $10::bool AND NOT EXISTS (SELECT 1 FROM ins)
+      FROM me WHERE $10::bool AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
     ON CONFLICT ("name", "client") DO UPDATE SET "expires_at" = excluded."expires_at"
     RETURNING 1
 ), dequeued AS (
@@ -246,11 +265,12 @@ WITH xl AS MATERIALIZED (
 -- Not acquired: the holder as this statement saw it (remaining -1 when no
 -- holder was seen: the row appeared concurrently, or the lease is free and
 -- promised to the waiters ahead), whether a session-bound holder's client
--- still holds its client lock (a waiter can watch its session), and the
--- number of live waiters ahead.
+-- still holds its client lock (a waiter can watch its session), the
+-- number of live waiters ahead, and the slot count of a live slot row of
+-- the semaphore that differs from $15 (0 when none).
 SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
        coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
-       false, 0::bigint
+       false, 0::bigint, 0
   FROM ins LEFT JOIN old ON true
 UNION ALL
 SELECT false, 0::bigint, coalesce(old."session_bound", false),
@@ -260,7 +280,7 @@ SELECT false, 0::bigint, coalesce(old."session_bound", false),
        CASE WHEN old."session_bound"
             THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || old."client", 1))
             ELSE false END,
-       (SELECT n FROM ahead)
+       (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0)
   FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
  WHERE NOT EXISTS (SELECT 1 FROM ins)
 
@@ -643,3 +663,15 @@ SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
  CROSS JOIN (SELECT count(*) FROM nudge) AS nn
  CROSS JOIN (SELECT count(*) FROM nowait) AS nw
  ORDER BY n.i
+
+-- name: SemaphoreLock
+-- Serializes the acquisitions of one semaphore's slots, for Acquire's
+-- check of the slot count: run just before Acquire, in the same
+-- transaction, so that Acquire reads the table once the lock is granted.
+-- $1 semaphore, $2 advisory-lock namespace, $3 lock_timeout ms for the rest
+-- of the transaction (0 keeps the session's). The key is a bigint key of
+-- seed 2, which no other lock uses: bigint keys of seed 0 are the names'
+-- session locks, of seed 1 the client locks, and the names' transaction
+-- locks are two-int4 keys. It holds until the transaction ends.
+SELECT CASE WHEN $3::int > 0 THEN set_config('lock_timeout', $3::int::text, true) END,
+       pg_advisory_xact_lock(hashtextextended($2::text || $1::text, 2))

@@ -136,6 +136,7 @@ type Queries struct {
 	SessionKeepalive, AwaitSession, Bind                      string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
+	SemaphoreLock                                             string
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -188,6 +189,7 @@ func Build(n Names) Queries {
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
+		SemaphoreLock: get("SemaphoreLock"),
 	}
 }
 

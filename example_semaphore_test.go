@@ -1,0 +1,45 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/pglease/pglease"
+)
+
+// Every client of a semaphore must ask for the same number of slots: the
+// count is recorded with each slot, and a client asking for another while
+// any slot is held gets a *SlotsError at once, rather than letting more
+// holders in than the smaller count allows.
+func ExampleSlotsError() {
+	ctx := context.Background()
+	client, err := pglease.Open(ctx, os.Getenv("DATABASE_URL"), pglease.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	l, err := client.TryAcquire(ctx, "example-uploads", pglease.WithSlots(3))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = client.TryAcquire(ctx, "example-uploads", pglease.WithSlots(5))
+	var se *pglease.SlotsError
+	fmt.Println(errors.As(err, &se), se.Want, se.Have, errors.Is(err, pglease.ErrSlotsMismatch))
+
+	// Once every slot is released, the next client may use another count.
+	l.Release(ctx)
+	l, err = client.TryAcquire(ctx, "example-uploads", pglease.WithSlots(5))
+	fmt.Println(err == nil)
+	l.Release(ctx)
+
+	// Names of the slot form are reserved for slots.
+	fmt.Println(errors.Is(pglease.CheckName("example-uploads#0"), pglease.ErrInvalidName))
+	// Output:
+	// true 5 3 true
+	// true
+	// true
+}
