@@ -459,6 +459,56 @@ func (c *Client) expiryWait(remaining time.Duration) time.Duration {
 	return min(d, c.cfg.PollInterval)
 }
 
+// detached runs a statement for a caller on a goroutine of the client's,
+// bounded by the statement timeout rather than by ctx: a statement
+// cancelled midway would leave its outcome unknown. A statement whose
+// connection failed (a pooled one that died while idle, a server restart)
+// (failed tells the statement's error from its result) is retried on
+// another, three tries in all. When ctx ends first, detached returns at
+// once with ctx's error (ErrClosed when the client is closed), and undo
+// later gets the result nobody waited for, to give back whatever the
+// statement took; otherwise the error is nil and the result says how the
+// statement went. The caller checks ctx before
+// calling: a statement that completed before the wait began would
+// otherwise be delivered to a caller whose context had already ended.
+func detached[R any](c *Client, ctx context.Context, run func(context.Context) R, failed func(R) error, undo func(R)) (r R, err error) {
+	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
+	ch := make(chan R, 1)
+	started := c.goBackground(func() {
+		var r R
+		sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+		b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
+		for try := 0; ; try++ {
+			r = run(sctx)
+			if err := failed(r); err == nil || try == 2 || !store.ConnectionFailed(err) || sctx.Err() != nil {
+				break
+			}
+			select {
+			case <-time.After(b.next()):
+			case <-sctx.Done():
+			}
+		}
+		cancel()
+		if state.CompareAndSwap(0, 1) {
+			ch <- r
+			return
+		}
+		undo(r) // the caller gave up
+	})
+	if !started {
+		return r, ErrClosed
+	}
+	select {
+	case r = <-ch:
+		return r, nil
+	case <-ctx.Done():
+		if state.CompareAndSwap(0, 2) {
+			return r, ctx.Err()
+		}
+		return <-ch, nil
+	}
+}
+
 // acquireResult is one attempt's outcome as the client sees it.
 type acquireResult struct {
 	store.AcquireResult
@@ -497,53 +547,26 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	if hook := testHookAttempt.Load(); hook != nil {
 		(*hook)(c.id, name)
 	}
-	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
-	ch := make(chan result, 1)
-	started := c.goBackground(func() {
-		var r result
-		sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
-		b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
-		for try := 0; ; try++ {
-			r.sent = time.Now()
-			if o.session {
-				r.res, r.epoch, r.err = c.acquireInSession(args)
-			} else {
-				r.res.AcquireResult, r.err = c.st.Acquire(sctx, c.db, args)
-			}
-			// A connection that failed (a pooled one that died while idle,
-			// a server restart) is retried on another. Even if the failed
-			// statement committed, a retry cannot acquire twice: it finds
-			// the row as this client's own and frees it (errOrphan).
-			if r.err == nil || try == 2 || !store.ConnectionFailed(r.err) || sctx.Err() != nil {
-				break
-			}
-			select {
-			case <-time.After(b.next()):
-			case <-sctx.Done():
-			}
+	// Even if a statement that failed with its connection committed, the
+	// retry cannot acquire twice: it finds the row as this client's own
+	// and frees it (errOrphan).
+	r, err := detached(c, ctx, func(sctx context.Context) (r result) {
+		r.sent = time.Now()
+		if o.session {
+			r.res, r.epoch, r.err = c.acquireInSession(args)
+		} else {
+			r.res.AcquireResult, r.err = c.st.Acquire(sctx, c.db, args)
 		}
-		cancel()
-		if state.CompareAndSwap(0, 1) {
-			ch <- r
-			return
-		}
-		if r.err == nil && r.res.Acquired { // the caller gave up: undo
+		return r
+	}, func(r result) error { return r.err }, func(r result) {
+		if r.err == nil && r.res.Acquired {
 			l := c.newLease(name, r.res.Token, o, r.sent, r.epoch, r.res.SessionBound, nil)
 			_ = c.releaseRow(context.Background(), l)
 			l.end(ErrReleased)
 		}
 	})
-	if !started {
-		return nil, acquireResult{}, ErrClosed
-	}
-	var r result
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		if state.CompareAndSwap(0, 2) {
-			return nil, acquireResult{}, ctx.Err()
-		}
-		r = <-ch
+	if err != nil {
+		return nil, acquireResult{}, err
 	}
 	r.res.queued = args.Queued
 	if r.err != nil {

@@ -63,12 +63,14 @@ func (e *Elector) showLeader(owner string, token int64) {
 }
 
 // sawLeader reports a reading of the leader begun at generation gen,
-// unless a term began or ended since (the reading may predate it) or this
-// instance leads (it knows better than a reading).
+// unless a term began or ended since (the reading may predate it), or this
+// instance leads or the reading names it (it knows better than a reading:
+// a reading that names it outside a term saw a term that elected is about
+// to report, or one that has just ended and whose row is being released).
 func (e *Elector) sawLeader(gen uint64, info Info) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if gen != e.events.gen || e.term != nil {
+	if gen != e.events.gen || e.term != nil || info.Owner == e.c.cfg.Owner {
 		return
 	}
 	e.showLeader(info.Owner, info.Token)

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pglease/pglease/internal/store"
@@ -372,31 +371,14 @@ func (c *Client) attemptAll(ctx context.Context, names []string, o leaseOptions,
 	}
 	args := store.AcquireAllArgs{Names: names, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Metadata: o.metadata,
 		Client: c.id, FairAfter: fairAfter}
-	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
-	ch := make(chan result, 1)
-	started := c.goBackground(func() {
-		var r result
-		sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
-		b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
-		for try := 0; ; try++ {
-			r.sent = time.Now()
-			r.res, r.err = c.st.AcquireAll(sctx, c.db, args)
-			// As in attempt: a transaction whose commit's reply was lost
-			// left rows of this client's, which the retry takes over.
-			if r.err == nil || try == 2 || !store.ConnectionFailed(r.err) || sctx.Err() != nil {
-				break
-			}
-			select {
-			case <-time.After(b.next()):
-			case <-sctx.Done():
-			}
-		}
-		cancel()
-		if state.CompareAndSwap(0, 1) {
-			ch <- r
-			return
-		}
-		if r.err == nil && r.res.Acquired { // the caller gave up: undo
+	// As in attempt: a transaction whose commit's reply was lost left rows
+	// of this client's, which the retry takes over.
+	r, err := detached(c, ctx, func(sctx context.Context) (r result) {
+		r.sent = time.Now()
+		r.res, r.err = c.st.AcquireAll(sctx, c.db, args)
+		return r
+	}, func(r result) error { return r.err }, func(r result) {
+		if r.err == nil && r.res.Acquired {
 			rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 			defer cancel()
 			for _, n := range r.res.Names {
@@ -404,17 +386,8 @@ func (c *Client) attemptAll(ctx context.Context, names []string, o leaseOptions,
 			}
 		}
 	})
-	if !started {
-		return nil, setRefusal{}, ErrClosed
-	}
-	var r result
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		if state.CompareAndSwap(0, 2) {
-			return nil, setRefusal{}, ctx.Err()
-		}
-		r = <-ch
+	if err != nil {
+		return nil, setRefusal{}, err
 	}
 	if r.err != nil {
 		return nil, setRefusal{}, opError(fmt.Sprintf("acquire the set %q", names), r.err)
