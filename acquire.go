@@ -459,18 +459,17 @@ func (c *Client) expiryWait(remaining time.Duration) time.Duration {
 	return min(d, c.cfg.PollInterval)
 }
 
-// detached runs a statement for a caller on a goroutine of the client's,
-// bounded by the statement timeout rather than by ctx: a statement
-// cancelled midway would leave its outcome unknown. A statement whose
-// connection failed (a pooled one that died while idle, a server restart)
-// (failed tells the statement's error from its result) is retried on
-// another, three tries in all. When ctx ends first, detached returns at
-// once with ctx's error (ErrClosed when the client is closed), and undo
-// later gets the result nobody waited for, to give back whatever the
-// statement took; otherwise the error is nil and the result says how the
-// statement went. The caller checks ctx before
-// calling: a statement that completed before the wait began would
-// otherwise be delivered to a caller whose context had already ended.
+// detached runs a statement (run) for a caller on a goroutine of the
+// client's, bounded by the statement timeout rather than by ctx: a
+// statement cancelled midway would leave its outcome unknown. When the
+// statement's error (failed) says its connection failed (a pooled one that
+// died while idle, a server restart), it is retried on another, three
+// tries in all. It returns the statement's result with a nil error; or,
+// when ctx ends first, ctx's error at once (ErrClosed when the client is
+// closed), and undo later gets the result nobody waited for, to give back
+// whatever the statement took. The caller checks ctx before calling: a
+// statement that completed before the wait began would otherwise be
+// delivered to a caller whose context had already ended.
 func detached[R any](c *Client, ctx context.Context, run func(context.Context) R, failed func(R) error, undo func(R)) (r R, err error) {
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	ch := make(chan R, 1)
@@ -539,10 +538,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		return nil, acquireResult{}, err
 	}
 	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id,
-		FairAfter: fairAfter, Semaphore: o.semaphore}
-	if o.semaphore != "" {
-		args.Slots = o.slots
-	}
+		FairAfter: fairAfter, Semaphore: o.semaphore, Slots: o.slots}
 	c.queueArgs(w, &args)
 	if hook := testHookAttempt.Load(); hook != nil {
 		(*hook)(c.id, name)

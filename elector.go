@@ -160,19 +160,17 @@ func (e *Elector) callLead(ctx context.Context) (err error) {
 }
 
 // yield lets another instance take over after a resignation or a
-// step-down: it waits until someone else leads, or for d.
+// step-down: it waits until someone else leads, or for d. It reads the
+// leader as Observe does (on release notifications, not by polling), so a
+// long hold-off costs the database next to nothing.
 func (e *Elector) yield(ctx context.Context, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		info, err := e.Leader(ctx)
-		if err == nil && info.Owner != e.c.cfg.Owner {
-			return
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	e.watch(wctx, e.Leader, func(info Info) {
+		if info.Owner != "" && info.Owner != e.c.cfg.Owner {
+			cancel()
 		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-		}
-	}
+	})
 }
 
 // Resign ends the current term, if this instance leads: lead's context is

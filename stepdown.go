@@ -34,7 +34,7 @@ func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 	}
 	var ok bool
 	err := c.retry(ctx, func() (err error) {
-		_, _, ok, err = c.st.RequestStepDown(ctx, c.db, name)
+		ok, err = c.st.RequestStepDown(ctx, c.db, name)
 		return err
 	})
 	if err != nil {

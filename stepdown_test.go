@@ -194,3 +194,36 @@ func TestStepDownRequestedBeforeTheHolderListened(t *testing.T) {
 	}
 	pgtest.Receive(t, l.StepDownRequested(), "the holder to see the request made before it listened")
 }
+
+// An elector asked to step down with no other candidate stays out for its
+// hold-off, then campaigns and leads again.
+func TestSteppedDownElectorLeadsAgainAfterItsHoldOff(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	const holdOff = 300 * time.Millisecond
+	elected := make(chan time.Time, 10)
+	ended := make(chan time.Time, 10)
+	e, err := c.NewElector("alone", func(ctx context.Context) error {
+		elected <- time.Now()
+		<-ctx.Done()
+		ended <- time.Now()
+		return nil
+	}, WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetStepDownHoldOff(holdOff)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	pgtest.Receive(t, elected, "the elector to lead")
+	if err := c.RequestStepDown(ctx, "alone"); err != nil {
+		t.Fatal(err)
+	}
+	end := pgtest.Receive(t, ended, "the term to end at the request")
+	again := pgtest.Receive(t, elected, "the elector to lead again after its hold-off")
+	if out := again.Sub(end); out < holdOff {
+		t.Fatalf("the elector led again %v after it stepped down, within its %v hold-off", out, holdOff)
+	}
+}

@@ -522,13 +522,13 @@ func (s *Store) StepDownsRequested(ctx context.Context, q Querier, tokens map[st
 
 // RequestStepDown asks the live holder of name to let go (see the
 // statement). ok is false when nothing live holds it.
-func (s *Store) RequestStepDown(ctx context.Context, q Querier, name string) (owner string, token int64, ok bool, err error) {
+func (s *Store) RequestStepDown(ctx context.Context, q Querier, name string) (ok bool, err error) {
 	err = q.Query(ctx, s.Q.RequestStepDown, []any{name}, func(r Row) error {
 		var notified int64
 		ok = true
-		return r.Scan(&owner, &token, &notified)
+		return r.Scan(&notified)
 	})
-	return owner, token, ok, err
+	return ok, err
 }
 
 // WakeEvery is how often a release may wake one waiter: a waiter woken

@@ -483,17 +483,17 @@ WITH del AS (
 -- notification delays the request by one renewal interval at most) and
 -- notifies the holder's client on its step-down channel with the token and
 -- the name. A row kept for a minimum hold after its release has no client
--- and is not notified. Returns the holder, or no row when nothing live
--- holds the name.
+-- and is not notified. Returns a row when a live holder was asked, none
+-- when nothing live holds the name.
 WITH req AS (
     UPDATE {{table}} AS l SET "stepdown_at" = coalesce(l."stepdown_at", now())
      WHERE l."name" = $1::text AND l."expires_at" > now()
-    RETURNING l."owner", l."token", l."metadata" ->> 'client' AS "client"
+    RETURNING l."token", l."metadata" ->> 'client' AS "client"
 ), note AS (
     SELECT pg_notify('pglease_' || req."client" || '_stepdown', req."token"::text || ' ' || $1::text)
       FROM req WHERE req."client" IS NOT NULL
 )
-SELECT req."owner", req."token", (SELECT count(*) FROM note) FROM req
+SELECT (SELECT count(*) FROM note) FROM req
 
 -- name: StepDownsRequested
 -- $1 a JSON object {name: token, …}: the leases of the batch, still held
