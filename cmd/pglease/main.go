@@ -6,7 +6,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/pglease/pglease/internal/cli"
+	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 )
 
 func main() {

@@ -675,3 +675,149 @@ SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
 -- locks are two-int4 keys. It holds until the transaction ends.
 SELECT CASE WHEN $3::int > 0 THEN set_config('lock_timeout', $3::int::text, true) END,
        pg_advisory_xact_lock(hashtextextended($2::text || $1::text, 2))
+
+-- Scheduled jobs (package pgleasecron): {{jobs}} holds one row per job and
+-- the last tick claimed for it, {{runs}} a bounded history of ticks, one row
+-- per claimed tick. A tick is identified by (job, scheduled instant) and
+-- claimed by moving the job's "last_tick" forward past it in one statement
+-- (ClaimTick): replicas that race for a tick serialize on the job's row and
+-- only the first moves it. Ticks are due by the server's clock (now()), so a
+-- replica's own clock decides nothing.
+
+-- name: CreateJobs
+CREATE TABLE IF NOT EXISTS {{jobs}} (
+    "job"           text        NOT NULL,
+    "schedule"      text        NOT NULL,
+    "last_tick"     timestamptz NOT NULL,
+    "registered_at" timestamptz NOT NULL,
+    "seen_at"       timestamptz NOT NULL,
+    PRIMARY KEY ("job"),
+    CHECK (octet_length("job") BETWEEN 1 AND 200)
+)
+
+-- name: CreateRuns
+-- status: running, succeeded, failed, lost (the runner's lease ended while
+-- it ran), abandoned (the runner died; see AbandonRun), skipped (the run
+-- before was still going), missed (no replica ran it in time). "missed"
+-- counts the earlier ticks this row stands for under the missed-tick policy.
+CREATE TABLE IF NOT EXISTS {{runs}} (
+    "job"        text        NOT NULL,
+    "tick"       timestamptz NOT NULL,
+    "status"     text        NOT NULL,
+    "replica"    text        NOT NULL,
+    "token"      bigint,
+    "attempt"    integer     NOT NULL DEFAULT 1,
+    "missed"     bigint      NOT NULL DEFAULT 0,
+    "claimed_at" timestamptz NOT NULL,
+    "started_at" timestamptz,
+    "ended_at"   timestamptz,
+    "error"      text,
+    PRIMARY KEY ("job", "tick")
+)
+
+-- name: RegisterJob
+-- $1 job, $2 schedule (its text, for people reading the table). A new job's
+-- first tick is the first one after now: ticks before a job existed are not
+-- missed ticks. Returns the last tick claimed and the server's time.
+INSERT INTO {{jobs}} AS j ("job", "schedule", "last_tick", "registered_at", "seen_at")
+VALUES ($1::text, $2::text, now(), now(), now())
+ON CONFLICT ("job") DO UPDATE SET "schedule" = excluded."schedule", "seen_at" = excluded."seen_at"
+RETURNING j."last_tick", clock_timestamp()
+
+-- name: JobState
+-- $1 job: the last tick claimed, and the server's time.
+SELECT j."last_tick", clock_timestamp() FROM {{jobs}} AS j WHERE j."job" = $1::text
+
+-- name: ClaimTick
+-- $1 job, $2 tick, $3 replica, $4 status, $5 the runner's lease token (NULL
+-- when the tick does not run), $6 missed ticks it stands for, $7 error text,
+-- $8 runs kept per job, $9 lease name: a 'skipped' claim ($4) is made only
+-- while that lease is held by the run of an earlier tick (otherwise the
+-- lease may have been taken for this very tick, whose runner has yet to
+-- claim it). The tick is claimed when it is due by the server's clock and
+-- later than the job's last tick; then its row is written and the oldest
+-- finished rows beyond $8 are dropped. Returns whether it was claimed, the
+-- job's last tick (before this statement, when it claimed) and the server's
+-- time.
+WITH busy AS MATERIALIZED (
+    SELECT EXISTS (
+        SELECT 1 FROM {{runs}} AS r JOIN {{table}} AS l ON l."name" = $9::text AND l."token" = r."token"
+         WHERE r."job" = $1::text AND r."status" = 'running' AND r."tick" < $2::timestamptz
+           AND l."expires_at" > now()) AS held
+), adv AS (
+    UPDATE {{jobs}} AS j SET "last_tick" = $2::timestamptz, "seen_at" = now()
+     WHERE j."job" = $1::text AND j."last_tick" < $2::timestamptz AND $2::timestamptz <= now()
+       AND ($4::text <> 'skipped' OR (SELECT held FROM busy))
+    RETURNING 1
+), ins AS (
+    INSERT INTO {{runs}} ("job", "tick", "status", "replica", "token", "missed", "claimed_at",
+                          "started_at", "ended_at", "error")
+    SELECT $1::text, $2::timestamptz, $4::text, $3::text, $5::bigint, $6::bigint, now(),
+           CASE WHEN $4::text = 'running' THEN now() END,
+           CASE WHEN $4::text <> 'running' THEN now() END,
+           nullif($7::text, '')
+      FROM adv
+    ON CONFLICT ("job", "tick") DO NOTHING
+    RETURNING 1
+), trim AS (
+    DELETE FROM {{runs}} AS r
+     WHERE EXISTS (SELECT 1 FROM adv) AND r."job" = $1::text AND r."status" <> 'running'
+       AND r."tick" < (SELECT k."tick" FROM {{runs}} AS k WHERE k."job" = $1::text
+                        ORDER BY k."tick" DESC OFFSET greatest($8::int - 1, 0) LIMIT 1)
+)
+SELECT EXISTS (SELECT 1 FROM adv),
+       (SELECT j."last_tick" FROM {{jobs}} AS j WHERE j."job" = $1::text), clock_timestamp()
+
+-- name: FinishRun
+-- $1 job, $2 tick, $3 the runner's token, $4 status, $5 error text. Only
+-- the runner that still owns the row (by token) ends it: a row another
+-- replica has since abandoned or retried is left alone.
+UPDATE {{runs}} SET "status" = $4::text, "ended_at" = now(), "error" = nullif($5::text, '')
+ WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint AND "status" = 'running'
+
+-- name: OrphanedRuns
+-- $1 job, $2 lease name, $3 the token of the lease the caller holds (0:
+-- none). Runs still marked running whose runner no longer holds the lease:
+-- with $3 every running row of another token (the caller holds the lease,
+-- so their runner does not); without, those whose lease row is gone,
+-- expired or taken with another token.
+SELECT r."tick", r."token", r."replica", r."attempt" FROM {{runs}} AS r
+ WHERE r."job" = $1::text AND r."status" = 'running'
+   AND CASE WHEN $3::bigint > 0 THEN r."token" IS DISTINCT FROM $3::bigint
+            ELSE NOT EXISTS (SELECT 1 FROM {{table}} AS l
+                              WHERE l."name" = $2::text AND l."token" = r."token" AND l."expires_at" > now())
+       END
+ ORDER BY r."tick"
+
+-- name: AbandonRun
+-- $1 job, $2 tick, $3 the runner's token, $4 error text.
+UPDATE {{runs}} SET "status" = 'abandoned', "ended_at" = now(), "error" = $4::text
+ WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint AND "status" = 'running'
+
+-- name: RetryRun
+-- $1 job, $2 tick, $3 the dead runner's token, $4 the new runner's token,
+-- $5 the new replica. Returns the attempt number.
+UPDATE {{runs}} SET "token" = $4::bigint, "replica" = $5::text, "attempt" = "attempt" + 1,
+                    "started_at" = now(), "error" = NULL
+ WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint AND "status" = 'running'
+RETURNING "attempt"
+
+-- name: Runs
+-- $1 job, $2 how many: the newest runs first.
+SELECT r."job", r."tick", r."status", r."replica", coalesce(r."token", 0), r."attempt", r."missed",
+       r."claimed_at", r."started_at", r."ended_at", coalesce(r."error", '')
+  FROM {{runs}} AS r WHERE r."job" = $1::text ORDER BY r."tick" DESC LIMIT $2::int
+
+-- name: Jobs
+-- Every job with its last tick claimed and its newest run.
+SELECT j."job", j."schedule", j."last_tick", j."seen_at",
+       r."tick", coalesce(r."status", ''), coalesce(r."replica", ''),
+       coalesce(r."token", 0), coalesce(r."attempt", 0), coalesce(r."missed", 0),
+       r."claimed_at", r."started_at", r."ended_at", coalesce(r."error", '')
+  FROM {{jobs}} AS j
+  LEFT JOIN LATERAL (SELECT * FROM {{runs}} AS x WHERE x."job" = j."job"
+                      ORDER BY x."tick" DESC LIMIT 1) AS r ON true
+ ORDER BY j."job"
+
+-- name: JobTablesExist
+SELECT to_regclass($1::text) IS NOT NULL AND to_regclass($2::text) IS NOT NULL

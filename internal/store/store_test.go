@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// Every statement of queries.sql is a field of Queries and every field is a
-// statement of the file, so that neither a new statement nor a new field
+// Every statement of queries.sql is a field of Queries or JobQueries and
+// every field is a statement of the file, so that neither a new statement nor a new field
 // can be missed; each is built non-empty, without a placeholder left or a
 // comment line kept.
 func TestEveryStatementIsDefined(t *testing.T) {
@@ -16,9 +16,26 @@ func TestEveryStatementIsDefined(t *testing.T) {
 	if len(stmts) == 0 {
 		t.Fatal("queries.sql has no statements")
 	}
-	q := Build(Names{Schema: "s", Table: "t", Seq: "t_token_seq", Channel: "t"})
-	v := reflect.ValueOf(q)
+	n := Names{Schema: "s", Table: "t", Seq: "t_token_seq", Channel: "t", Jobs: "t_jobs", Runs: "t_runs"}
+	q := Build(n)
 	fields := map[string]bool{}
+	for _, v := range []reflect.Value{reflect.ValueOf(q), reflect.ValueOf(BuildJobs(n))} {
+		checkStatements(t, stmts, v, fields)
+	}
+	for name := range stmts {
+		if !fields[name] && fragments[name] == "" {
+			t.Errorf("queries.sql has statement %s, which Queries and JobQueries lack", name)
+		}
+	}
+	if !strings.Contains(q.Acquire, `nextval('"s"."t_token_seq"')`) {
+		t.Errorf("sequence not quoted in Acquire:\n%s", q.Acquire)
+	}
+}
+
+// checkStatements checks each field of v (a Queries or JobQueries) against
+// the file's statements and records it in fields.
+func checkStatements(t *testing.T, stmts map[string]string, v reflect.Value, fields map[string]bool) {
+	t.Helper()
 	for i := range v.NumField() {
 		f := v.Type().Field(i)
 		if f.Type.Kind() != reflect.String {
@@ -41,14 +58,6 @@ func TestEveryStatementIsDefined(t *testing.T) {
 				t.Errorf("statement %s kept a comment line: %s", f.Name, line)
 			}
 		}
-	}
-	for name := range stmts {
-		if !fields[name] && fragments[name] == "" {
-			t.Errorf("queries.sql has statement %s, which Queries lacks", name)
-		}
-	}
-	if !strings.Contains(q.Acquire, `nextval('"s"."t_token_seq"')`) {
-		t.Errorf("sequence not quoted in Acquire:\n%s", q.Acquire)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/cli"
+	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 )
 
 func TestVersionLine(t *testing.T) {

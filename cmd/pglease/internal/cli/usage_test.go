@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pglease/pglease/internal/cli"
+	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 )
 
 // main runs cli.Main in-process.

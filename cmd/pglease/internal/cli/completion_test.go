@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pglease/pglease/internal/cli"
+	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 )
 
 var shellNames = []string{"bash", "zsh", "fish"}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pglease/pglease/internal/cli"
+	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 

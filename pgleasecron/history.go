@@ -1,0 +1,152 @@
+package pgleasecron
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/store"
+)
+
+// Status is the state of a tick in the history.
+type Status string
+
+// The statuses of a run.
+const (
+	StatusRunning   Status = "running"   // its runner holds the job's lease
+	StatusSucceeded Status = "succeeded" // the function returned nil
+	StatusFailed    Status = "failed"    // it returned an error or panicked
+	StatusLost      Status = "lost"      // the job's lease ended while it ran
+	StatusAbandoned Status = "abandoned" // its runner died before it ended
+	StatusSkipped   Status = "skipped"   // the run before was still going
+	StatusMissed    Status = "missed"    // no replica ran it in time (Skip)
+)
+
+// Run is one tick in a job's history.
+type Run struct {
+	Job     string
+	Tick    time.Time // the scheduled instant
+	Status  Status
+	Replica string // the Owner of the replica that claimed (or last ran) it
+	Token   int64  // the fencing token it ran under; 0 when it did not run
+	Attempt int
+	Missed  int64 // earlier ticks not run that this row stands for
+	// ClaimedAt, StartedAt and EndedAt are the server's times; StartedAt
+	// and EndedAt are zero when the tick did not start or has not ended.
+	ClaimedAt, StartedAt, EndedAt time.Time
+	Error                         string
+}
+
+// JobInfo is a job as the database knows it.
+type JobInfo struct {
+	Name     string
+	Schedule string    // as registered
+	LastTick time.Time // the last tick claimed (or the job's registration)
+	SeenAt   time.Time // the last time a replica registered or claimed it
+	// Next is the first tick after LastTick (in the past when it is due
+	// and no replica has claimed it yet); zero when the schedule cannot be
+	// read here or has no more instants.
+	Next    time.Time
+	LastRun *Run // nil before the first tick
+}
+
+// History returns the newest runs of job, newest first, at most limit.
+func (s *Scheduler) History(ctx context.Context, job string, limit int) ([]Run, error) {
+	return history(ctx, s.pool, s.names, s.q, job, limit)
+}
+
+// Jobs returns every job of the lease table, by name.
+func (s *Scheduler) Jobs(ctx context.Context) ([]JobInfo, error) {
+	return jobs(ctx, s.pool, s.names, s.q)
+}
+
+// ReadHistory is [Scheduler.History] without a scheduler: the runs of job
+// in the lease table named table ("" for the default). It creates nothing:
+// a table that does not exist has no runs.
+func ReadHistory(ctx context.Context, pool *pgxpool.Pool, table, job string, limit int) ([]Run, error) {
+	n, q, err := names(table)
+	if err != nil {
+		return nil, err
+	}
+	return history(ctx, pool, n, q, job, limit)
+}
+
+// ReadJobs is [Scheduler.Jobs] without a scheduler. It creates nothing: a
+// table that does not exist has no jobs.
+func ReadJobs(ctx context.Context, pool *pgxpool.Pool, table string) ([]JobInfo, error) {
+	n, q, err := names(table)
+	if err != nil {
+		return nil, err
+	}
+	return jobs(ctx, pool, n, q)
+}
+
+func names(table string) (store.Names, store.JobQueries, error) {
+	n, err := store.ParseTable(table)
+	if err != nil {
+		return n, store.JobQueries{}, fmt.Errorf("pgleasecron: %w: %v", pglease.ErrInvalidIdentifier, err)
+	}
+	return n, store.BuildJobs(n), nil
+}
+
+func history(ctx context.Context, pool *pgxpool.Pool, n store.Names, q store.JobQueries, job string, limit int) ([]Run, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("pgleasecron: history limit %d: ask for at least 1 run", limit)
+	}
+	if ok, err := tablesExist(ctx, pool, n, q); err != nil || !ok {
+		return nil, err
+	}
+	rows, err := pool.Query(ctx, q.Runs, job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgleasecron: read the runs of job %q: %w", job, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Run, error) {
+		var run Run
+		var started, ended *time.Time
+		err := r.Scan(&run.Job, &run.Tick, &run.Status, &run.Replica, &run.Token, &run.Attempt,
+			&run.Missed, &run.ClaimedAt, &started, &ended, &run.Error)
+		run.StartedAt, run.EndedAt = deref(started), deref(ended)
+		return run, err
+	})
+}
+
+func jobs(ctx context.Context, pool *pgxpool.Pool, n store.Names, q store.JobQueries) ([]JobInfo, error) {
+	if ok, err := tablesExist(ctx, pool, n, q); err != nil || !ok {
+		return nil, err
+	}
+	rows, err := pool.Query(ctx, q.Jobs)
+	if err != nil {
+		return nil, fmt.Errorf("pgleasecron: read the jobs: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobInfo, error) {
+		var j JobInfo
+		var run Run
+		var started, ended *time.Time
+		var tick, claimed *time.Time
+		err := r.Scan(&j.Name, &j.Schedule, &j.LastTick, &j.SeenAt, &tick, &run.Status, &run.Replica,
+			&run.Token, &run.Attempt, &run.Missed, &claimed, &started, &ended, &run.Error)
+		if err != nil {
+			return j, err
+		}
+		if run.Status != "" {
+			run.Job, run.Tick, run.ClaimedAt = j.Name, deref(tick), deref(claimed)
+			run.StartedAt, run.EndedAt = deref(started), deref(ended)
+			j.LastRun = &run
+		}
+		if sched, err := Parse(j.Schedule, nil); err == nil {
+			j.Next = sched.Next(j.LastTick)
+		}
+		return j, nil
+	})
+}
+
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}

@@ -1,0 +1,269 @@
+package pgleasecron
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/store"
+)
+
+// Config configures a [Scheduler].
+type Config struct {
+	// Config is the configuration of the scheduler's lease client: the
+	// lease table (the jobs and runs tables are named after it), the
+	// replica's Owner (recorded in each run), the job leases' TTL, the
+	// Logger.
+	pglease.Config
+	// History is how many runs of each job the runs table keeps. Default
+	// 100.
+	History int
+	// Tolerance is how late a tick may be claimed and still be on time;
+	// a later one is a missed tick (see [MissedPolicy]). Default 1 minute.
+	Tolerance time.Duration
+	// Clock is the replica's clock. Only durations are taken from it: a
+	// tick is due by the server's clock, which the scheduler estimates
+	// from its replies. Tests skew it; default time.Now.
+	Clock func() time.Time
+}
+
+const (
+	defaultHistory   = 100
+	defaultTolerance = time.Minute
+	maxJobName       = 200
+	leasePrefix      = "cron:"
+	opTimeout        = 10 * time.Second
+)
+
+// A Scheduler runs jobs on one replica. Every replica creates one with the
+// same jobs and calls Run; each tick of a job then runs on one of them.
+type Scheduler struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	client *pglease.Client
+	names  store.Names
+	q      store.JobQueries
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	jobs    []*job
+	byName  map[string]*job
+	started bool
+
+	clock serverClock
+}
+
+// New returns a scheduler whose jobs' leases and state live in the lease
+// table cfg names, on pool. It checks cfg without connecting.
+func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
+	if pool == nil {
+		return nil, errors.New("pgleasecron: New needs a pool")
+	}
+	if cfg.History == 0 {
+		cfg.History = defaultHistory
+	}
+	if cfg.History < 1 {
+		return nil, fmt.Errorf("pgleasecron: Config.History %d: keep at least 1 run per job", cfg.History)
+	}
+	if cfg.Tolerance == 0 {
+		cfg.Tolerance = defaultTolerance
+	}
+	if cfg.Tolerance < 0 {
+		return nil, fmt.Errorf("pgleasecron: Config.Tolerance %v must not be negative", cfg.Tolerance)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	names, err := store.ParseTable(cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("pgleasecron: %w: %v", pglease.ErrInvalidIdentifier, err)
+	}
+	client, err := pglease.NewFromPool(pool, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Scheduler{
+		cfg: cfg, pool: pool, client: client, names: names, q: store.BuildJobs(names),
+		log: log, byName: map[string]*job{}, clock: serverClock{local: cfg.Clock},
+	}, nil
+}
+
+// Add registers a job: its name (1–200 bytes of UTF-8, unique in the lease
+// table; every replica must give it the same schedule), its schedule (see
+// [Parse]) and its function. fn runs once per tick on one replica, with a
+// context that ends when the job's lease is lost or Run's context ends;
+// [TickOf] tells it which tick it runs. A returned error (or a panic) is
+// recorded as the run's outcome. Add must be called before Run.
+func (s *Scheduler) Add(name, schedule string, fn func(context.Context) error, opts ...Option) error {
+	o := jobOptions{missed: RunOnce, overlap: SkipOverlap, abandoned: Leave}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	sched, err := Parse(schedule, o.loc)
+	if err != nil {
+		return fmt.Errorf("pgleasecron: job %q: %w", name, unwrapPrefix(err))
+	}
+	return s.add(name, sched, fn, o)
+}
+
+// AddSchedule is Add with a Schedule of the caller's own (its String is
+// recorded in the jobs table).
+func (s *Scheduler) AddSchedule(name string, sched Schedule, fn func(context.Context) error, opts ...Option) error {
+	o := jobOptions{missed: RunOnce, overlap: SkipOverlap, abandoned: Leave}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if sched == nil {
+		return fmt.Errorf("pgleasecron: job %q: nil schedule", name)
+	}
+	return s.add(name, sched, fn, o)
+}
+
+func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) error, o jobOptions) error {
+	if err := CheckJobName(name); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("pgleasecron: job %q: nil function", name)
+	}
+	if err := o.check(); err != nil {
+		return fmt.Errorf("pgleasecron: job %q: %w", name, unwrapPrefix(err))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fmt.Errorf("pgleasecron: job %q: Add after Run: register every job before Run", name)
+	}
+	if _, dup := s.byName[name]; dup {
+		return fmt.Errorf("pgleasecron: job %q is registered twice: job names must be unique", name)
+	}
+	j := &job{s: s, name: name, lease: leasePrefix + name, sched: sched, fn: fn, o: o}
+	s.jobs = append(s.jobs, j)
+	s.byName[name] = j
+	return nil
+}
+
+// CheckJobName reports whether name is a valid job name: 1–200 bytes of
+// UTF-8 that make a valid lease name once prefixed with "cron:".
+func CheckJobName(name string) error {
+	if name == "" || len(name) > maxJobName {
+		return fmt.Errorf("pgleasecron: invalid job name %q: it must be 1 to %d bytes", name, maxJobName)
+	}
+	if err := pglease.CheckName(leasePrefix + name); err != nil {
+		return fmt.Errorf("pgleasecron: invalid job name %q: %s", name, strings.TrimPrefix(err.Error(), "pglease: invalid lease name: "))
+	}
+	return nil
+}
+
+func unwrapPrefix(err error) error {
+	return errors.New(strings.TrimPrefix(err.Error(), "pgleasecron: "))
+}
+
+// Run runs the registered jobs until ctx ends, then waits for the runs
+// going on to return (their contexts are cancelled) and releases their
+// leases. It creates the jobs and runs tables when missing (and the lease
+// table, unless Config.DisableAutoMigrate is set). Database errors while
+// running are logged and retried; Run returns nil once ctx ends, or the
+// error that kept it from starting.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("pgleasecron: Run called twice")
+	}
+	s.started = true
+	jobs := append([]*job(nil), s.jobs...)
+	s.mu.Unlock()
+	if len(jobs) == 0 {
+		return errors.New("pgleasecron: no jobs: call Add before Run")
+	}
+	if err := s.ensureTables(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() { j.loop(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// Close closes the scheduler's lease client (not the pool). Call it after
+// Run has returned.
+func (s *Scheduler) Close() error { return s.client.Close() }
+
+// ensureTables creates the lease table (as the client does before its first
+// acquisition) and the jobs and runs tables when missing.
+func (s *Scheduler) ensureTables(ctx context.Context) error {
+	if !s.cfg.DisableAutoMigrate {
+		if err := s.client.Migrate(ctx); err != nil {
+			return err
+		}
+	}
+	exists, err := tablesExist(ctx, s.pool, s.names, s.q)
+	if err != nil || exists {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The lock the lease table's creation takes: one schema's tables
+		// are created one after the other.
+		key := "pglease schema " + s.names.QuotedSchema()
+		if _, err := tx.Exec(ctx, store.Build(s.names).SchemaLock, key); err != nil {
+			return err
+		}
+		for _, stmt := range []string{s.q.CreateJobs, s.q.CreateRuns} {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pgleasecron: create the tables %s and %s: %w", s.names.QualifiedJobs(), s.names.QualifiedRuns(), err)
+	}
+	return nil
+}
+
+func tablesExist(ctx context.Context, pool *pgxpool.Pool, n store.Names, q store.JobQueries) (bool, error) {
+	var ok bool
+	if err := pool.QueryRow(ctx, q.JobTablesExist, n.QualifiedJobs(), n.QualifiedRuns()).Scan(&ok); err != nil {
+		return false, fmt.Errorf("pgleasecron: look for the jobs tables: %w", err)
+	}
+	return ok, nil
+}
+
+// serverClock estimates the server's clock from the local one and the
+// server's replies.
+type serverClock struct {
+	local  func() time.Time
+	mu     sync.Mutex
+	offset time.Duration // server minus local
+}
+
+// observe records a reply: the server read its clock (server) between the
+// local readings before and after.
+func (c *serverClock) observe(before, after, server time.Time) {
+	mid := before.Add(after.Sub(before) / 2)
+	c.mu.Lock()
+	c.offset = server.Sub(mid)
+	c.mu.Unlock()
+}
+
+// now is the server's time by the estimate.
+func (c *serverClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.local().Add(c.offset)
+}
