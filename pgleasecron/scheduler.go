@@ -189,7 +189,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if len(jobs) == 0 {
 		return errors.New("pgleasecron: no jobs: call Add before Run")
 	}
-	if err := s.ensureTables(ctx); err != nil {
+	if err := s.Migrate(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
@@ -204,9 +204,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // Run has returned.
 func (s *Scheduler) Close() error { return s.client.Close() }
 
-// ensureTables creates the lease table (as the client does before its first
-// acquisition) and the jobs and runs tables when missing.
-func (s *Scheduler) ensureTables(ctx context.Context) error {
+// Migrate creates the lease table (unless Config.DisableAutoMigrate is set)
+// and the jobs and runs tables when missing; Run does it first.
+func (s *Scheduler) Migrate(ctx context.Context) error {
 	if !s.cfg.DisableAutoMigrate {
 		if err := s.client.Migrate(ctx); err != nil {
 			return err

@@ -296,6 +296,10 @@ func checkout(t *testing.T) *checkoutInfo {
 	if work.Go != c.goVersion {
 		t.Errorf("go.work says go %s, go.mod says go %s", work.Go, c.goVersion)
 	}
+	dirs := map[string]string{} // module path => directory
+	for _, mod := range c.modules {
+		dirs[mod.path] = mod.dir
+	}
 	var used []string
 	for _, u := range work.Use {
 		used = append(used, path.Clean(filepath.ToSlash(u.DiskPath)))
@@ -312,8 +316,8 @@ func checkout(t *testing.T) *checkoutInfo {
 			t.Errorf("%s has an exclude directive: 'go install %s/...@%s' refuses it", f, mod.path, tag)
 		}
 		for _, r := range mod.edit.Require {
-			if r.Path == modulePath && r.Version != tag {
-				t.Errorf("%s requires %s %s, but Version in config.go is %s: bump them together", f, modulePath, r.Version, c.version)
+			if _, ours := dirs[r.Path]; ours && r.Version != tag {
+				t.Errorf("%s requires %s %s, but Version in config.go is %s: bump them together", f, r.Path, r.Version, c.version)
 			}
 		}
 		if !slices.Contains(used, mod.dir) {
@@ -321,9 +325,10 @@ func checkout(t *testing.T) *checkoutInfo {
 		}
 	}
 	for _, r := range work.Replace {
-		if r.Old.Path != modulePath || r.Old.Version != tag || path.Clean(r.New.Path) != "." {
-			t.Errorf("go.work: replace %s %s => %s %s, want only %s %s => ./ (Version in config.go is %s)",
-				r.Old.Path, r.Old.Version, r.New.Path, r.New.Version, modulePath, tag, c.version)
+		dir, ours := dirs[r.Old.Path]
+		if !ours || r.Old.Version != tag || path.Clean(r.New.Path) != dir {
+			t.Errorf("go.work: replace %s %s => %s %s, want only replaces of this checkout's modules at %s by their directories (%s %s => ./; Version in config.go is %s)",
+				r.Old.Path, r.Old.Version, r.New.Path, r.New.Version, tag, modulePath, tag, c.version)
 		}
 	}
 	if len(c.modules) > 1 && len(work.Replace) == 0 {
