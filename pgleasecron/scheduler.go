@@ -200,6 +200,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
+// Owner is the replica's Owner, recorded in the runs it claims.
+func (s *Scheduler) Owner() string { return s.client.Owner() }
+
 // Close closes the scheduler's lease client (not the pool). Call it after
 // Run has returned.
 func (s *Scheduler) Close() error { return s.client.Close() }

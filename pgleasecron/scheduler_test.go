@@ -19,6 +19,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(replicaEnv) != "" {
 		os.Exit(replicaMain())
 	}
+	pgtest.ExportDatabaseURL = true // for the examples
 	pgtest.Main(m)
 }
 
