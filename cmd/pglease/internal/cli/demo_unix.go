@@ -357,10 +357,3 @@ func demoJob(ctx context.Context, args []string, stdout io.Writer) int {
 	fmt.Fprintf(stdout, "end %d\n", time.Now().UnixNano())
 	return exitOK
 }
-
-func signalName(s syscall.Signal) string {
-	if s == syscall.SIGKILL {
-		return "SIGKILL"
-	}
-	return s.String()
-}

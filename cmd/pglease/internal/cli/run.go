@@ -316,28 +316,62 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 
 // hold runs the command under a held lease and returns the exit status.
 func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs chan os.Signal) int {
-	env := childEnv(os.Environ(), leaseVars(o, lease))
-	sup, err := startSupervisor(o, env, e)
+	sup, err := startSupervisor(child{path: o.path, argv: o.command, env: childEnv(os.Environ(), leaseVars(o, lease)),
+		grace: o.grace, stdin: true}, e)
 	if err != nil {
 		_ = lease.Release(ctx)
 		return e.runFailure(err)
 	}
+	terminated := e.guard(guard{lease: lease, sup: sup, grace: o.grace, sigs: sigs})
+	return e.finish(ctx, o, lease, sup, terminated)
+}
+
+// child is a command to run under a supervisor (see startSupervisor).
+type child struct {
+	path  string   // the executable
+	argv  []string // its arguments, argv[0] first
+	env   []string
+	grace time.Duration // SIGTERM to SIGKILL, for what is left of its group when it exits
+	stdin bool          // it reads pglease's stdin; else /dev/null
+}
+
+// guard is a running command and the lease it runs under.
+type guard struct {
+	lease *pglease.Lease
+	sup   *supervisor
+	grace time.Duration
+	sigs  <-chan os.Signal // signals to forward to the command
+	// stop, once closed, gives the command the grace to end (pglease cron
+	// is stopping; the signal itself comes on sigs); kill, once closed,
+	// ends it at once. nil for never.
+	stop, kill <-chan struct{}
+}
+
+// guard keeps the command within its lease and returns once the command
+// and everything in its group are gone. It reports whether the group was
+// terminated for the lease's sake (lost, or its renewals failing).
+func (e *env) guard(g guard) (terminated bool) {
 	var (
 		terminating bool      // SIGTERM sent to the group because of the lease
 		killed      bool      // SIGKILL sent
-		killAt      time.Time // when SIGKILL is due once terminating
-		lost        = lease.Done()
-		stepDown    = lease.StepDownRequested()
+		killAt      time.Time // when SIGKILL is due; zero: not yet
+		lost        = g.lease.Done()
+		stepDown    = g.lease.StepDownRequested()
+		stop, kill  = g.stop, g.kill
+		name        = quoteArg(g.lease.Name())
 	)
-	terminate := func(why string, killBy time.Time) {
+	killBy := func(t time.Time) {
+		if killAt.IsZero() || t.Before(killAt) {
+			killAt = t
+		}
+	}
+	terminate := func(why string, t time.Time) {
 		if !terminating {
 			terminating = true
-			fmt.Fprintf(e.stderr, "pglease: %s; terminating the command (SIGTERM, SIGKILL after %s)\n", why, o.grace)
-			sup.terminate()
+			fmt.Fprintf(e.stderr, "pglease: %s; terminating the command (SIGTERM, SIGKILL after %s)\n", why, g.grace)
+			g.sup.terminate()
 		}
-		if killAt.IsZero() || killBy.Before(killAt) {
-			killAt = killBy
-		}
+		killBy(t)
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -346,34 +380,40 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 		// deadline-grace, SIGKILL at the deadline. Renewals move the
 		// deadline; a timer that fires early just re-arms.
 		now := time.Now()
-		deadline := lease.Deadline()
-		if !terminating && !now.Before(deadline.Add(-o.grace)) && lease.Err() == nil {
-			terminate("renewals of the lease are failing and its deadline is near", deadline)
+		deadline := g.lease.Deadline()
+		if !terminating && !now.Before(deadline.Add(-g.grace)) && g.lease.Err() == nil {
+			terminate(fmt.Sprintf("renewals of lease %s are failing and its deadline is near", name), deadline)
 		}
-		if terminating && !killed && !now.Before(killAt) {
+		if !killed && !killAt.IsZero() && !now.Before(killAt) {
 			killed = true
-			sup.kill()
-		}
-		next := deadline.Add(-o.grace)
-		if terminating {
-			next = killAt
+			g.sup.kill()
 		}
 		if !killed {
+			next := killAt
+			if !terminating && (next.IsZero() || deadline.Add(-g.grace).Before(next)) {
+				next = deadline.Add(-g.grace)
+			}
 			timer.Reset(max(time.Until(next), 0))
 		}
 		select {
-		case s := <-sigs:
-			sup.forward(s.(syscall.Signal))
+		case s := <-g.sigs:
+			g.sup.forward(s.(syscall.Signal))
+		case <-stop:
+			stop = nil
+			killBy(time.Now().Add(g.grace))
+		case <-kill:
+			kill = nil
+			killBy(time.Now())
 		case <-stepDown:
 			// pglease stepdown (or RequestStepDown) from anywhere: ask the
 			// command to stop; the lease is released once its group is gone.
 			stepDown = nil
-			fmt.Fprintf(e.stderr, "pglease: asked to step down from lease %s; sending SIGTERM to the command\n", quoteArg(o.name))
-			sup.forward(syscall.SIGTERM)
+			fmt.Fprintf(e.stderr, "pglease: asked to step down from lease %s; sending SIGTERM to the command\n", name)
+			g.sup.forward(syscall.SIGTERM)
 		case <-lost:
 			lost = nil
-			why := strings.TrimPrefix(fmt.Sprint(lease.Err()), "pglease: lease lost: ")
-			switch err := lease.Err(); {
+			why := strings.TrimPrefix(fmt.Sprint(g.lease.Err()), "pglease: lease lost: ")
+			switch err := g.lease.Err(); {
 			case errors.Is(err, pglease.ErrSessionLost):
 				// A fast-failover waiter may hold the lease milliseconds
 				// after the session ended: a grace period would be an
@@ -381,16 +421,16 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 				terminating = true
 				if !killed {
 					killed = true
-					fmt.Fprintf(e.stderr, "pglease: lease %s lost: %s; a waiter may already hold it, so the command gets SIGKILL at once\n", quoteArg(o.name), why)
-					sup.kill()
+					fmt.Fprintf(e.stderr, "pglease: lease %s lost: %s; a waiter may already hold it, so the command gets SIGKILL at once\n", name, why)
+					g.sup.kill()
 				}
 			case errors.Is(err, pglease.ErrLeaseLost):
-				terminate(fmt.Sprintf("lease %s lost: %s", quoteArg(o.name), why),
-					minTime(time.Now().Add(o.grace), lease.Deadline()))
+				terminate(fmt.Sprintf("lease %s lost: %s", name, why),
+					minTime(time.Now().Add(g.grace), g.lease.Deadline()))
 			}
 		case <-timer.C:
-		case <-sup.done:
-			return e.finish(ctx, o, lease, sup, terminating)
+		case <-g.sup.done:
+			return terminating
 		}
 	}
 }
@@ -437,13 +477,16 @@ func leaseVars(o runOptions, lease *pglease.Lease) []string {
 	return vars
 }
 
-// childEnv is env with vars ("KEY=value") set: any PGLEASE_ variable of
-// pglease's own environment is dropped, so that COMMAND never sees a
-// stale one (say PGLEASE_SLOT of an outer run).
+// childEnv is env with vars ("KEY=value") set: the variables of vars and
+// of leaseVarNames in pglease's own environment are dropped, so that
+// COMMAND never sees a stale one (say PGLEASE_SLOT of an outer run).
 func childEnv(env []string, vars []string) []string {
+	set := func(k string) bool {
+		return slices.ContainsFunc(vars, func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
+	}
 	out := make([]string, 0, len(env)+len(vars))
 	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); slices.Contains(leaseVarNames, k) {
+		if k, _, _ := strings.Cut(kv, "="); slices.Contains(leaseVarNames, k) || set(k) {
 			continue
 		}
 		out = append(out, kv)

@@ -18,14 +18,17 @@ const superviseCmd = "__supervise"
 var forwarded = []os.Signal{os.Interrupt}
 
 type supervisor struct {
-	done chan struct{}
-	code int
-	err  error
+	done   chan struct{}
+	code   int
+	signal int
+	err    error
 }
 
-func startSupervisor(runOptions, []string, *env) (*supervisor, error) {
-	return nil, errors.New("pglease run is not supported on this platform")
+func startSupervisor(child, *env) (*supervisor, error) {
+	return nil, errors.New("commands cannot be supervised on this platform")
 }
+
+func signalName(s syscall.Signal) string { return s.String() }
 
 func (*supervisor) terminate()             {}
 func (*supervisor) kill()                  {}

@@ -67,10 +67,11 @@ type supervisor struct {
 	gone   atomic.Bool   // the supervisor exited: pglease signals the group itself
 	done   chan struct{} // closed when the command's group is gone
 	code   int           // the command's exit status (valid after done)
+	signal int           // the signal that killed the command, or 0 (valid after done)
 	err    error         // why the command could not run, if it could not
 }
 
-func startSupervisor(o runOptions, env []string, e *env) (*supervisor, error) {
+func startSupervisor(c child, e *env) (*supervisor, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find the pglease executable to supervise the command: %w", err)
@@ -85,10 +86,13 @@ func startSupervisor(o runOptions, env []string, e *env) (*supervisor, error) {
 		ctrlW.Close()
 		return nil, err
 	}
-	args := append([]string{superviseCmd, o.grace.String(), o.path}, o.command...)
+	args := append([]string{superviseCmd, c.grace.String(), c.path}, c.argv...)
 	cmd := exec.Command(self, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
-	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = e.stdout, e.stderr
+	if c.stdin {
+		cmd.Stdin = os.Stdin
+	}
+	cmd.Env = c.env
 	cmd.ExtraFiles = []*os.File{ctrlR, statW} // fds 3 and 4
 	// A process group of its own: out of reach of signals to pglease's.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -103,7 +107,7 @@ func startSupervisor(o runOptions, env []string, e *env) (*supervisor, error) {
 		statR.Close()
 		return nil, fmt.Errorf("start the supervisor: %w", err)
 	}
-	s := &supervisor{cmd: cmd, ctrl: ctrlW, grace: o.grace, stderr: e.stderr, done: make(chan struct{}), code: exitRunFailure}
+	s := &supervisor{cmd: cmd, ctrl: ctrlW, grace: c.grace, stderr: e.stderr, done: make(chan struct{}), code: exitRunFailure}
 	go s.read(statR)
 	return s, nil
 }
@@ -121,6 +125,8 @@ func (s *supervisor) read(statR *os.File) {
 		case "pid":
 			n, _ := strconv.Atoi(rest)
 			s.pgid.Store(int64(n))
+		case "signal":
+			s.signal, _ = strconv.Atoi(rest)
 		case "exit":
 			s.code, _ = strconv.Atoi(rest)
 			got = true
@@ -200,13 +206,13 @@ func (s *supervisor) forward(sig syscall.Signal) {
 // supervise is the supervisor process: args are GRACE PATH ARGV0 [ARG...].
 func supervise(args []string, stderr io.Writer) int {
 	if len(args) < 3 {
-		fmt.Fprintln(stderr, "pglease: __supervise is internal to pglease run")
+		fmt.Fprintln(stderr, "pglease: __supervise is internal to pglease run and cron")
 		return exitUsage
 	}
 	grace, err := time.ParseDuration(args[0])
 	ctrl, stat := os.NewFile(3, "ctrl"), os.NewFile(4, "status")
 	if err != nil || ctrl == nil || stat == nil {
-		fmt.Fprintln(stderr, "pglease: __supervise is internal to pglease run")
+		fmt.Fprintln(stderr, "pglease: __supervise is internal to pglease run and cron")
 		return exitUsage
 	}
 	syscall.CloseOnExec(3)
@@ -255,6 +261,9 @@ func supervise(args []string, stderr io.Writer) int {
 	}()
 	_ = cmd.Wait()
 	code := exitStatus(cmd.ProcessState)
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		fmt.Fprintf(stat, "signal %d\n", int(ws.Signal()))
+	}
 	fmt.Fprintf(stat, "exit %d\n", code)
 	if orphaned.Load() {
 		grace = 0
@@ -274,6 +283,24 @@ func exitStatus(ps *os.ProcessState) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// signalNames are the names of the signals a command is commonly killed by.
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+	syscall.SIGILL: "SIGILL", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS",
+	syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV",
+	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+	syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2", syscall.SIGXCPU: "SIGXCPU",
+}
+
+// signalName is "SIGKILL" for syscall.SIGKILL, the system's description
+// for the rarer signals.
+func signalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return s.String()
 }
 
 // endGroup sends SIGTERM to whatever is left of the process group, SIGKILL
