@@ -150,3 +150,14 @@ func deref(t *time.Time) time.Time {
 	}
 	return *t
 }
+
+// DDL returns the SQL that creates the jobs and runs tables of the lease
+// table "[schema.]table" ("" for the default), for users' own migration
+// tools (the lease table's is pglease.DDL); it is idempotent.
+func DDL(table string) (string, error) {
+	_, q, err := names(table)
+	if err != nil {
+		return "", err
+	}
+	return q.CreateJobs + ";\n\n" + q.CreateRuns + ";\n", nil
+}

@@ -189,7 +189,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if len(jobs) == 0 {
 		return errors.New("pgleasecron: no jobs: call Add before Run")
 	}
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.prepare(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
@@ -207,13 +207,24 @@ func (s *Scheduler) Owner() string { return s.client.Owner() }
 // Run has returned.
 func (s *Scheduler) Close() error { return s.client.Close() }
 
-// Migrate creates the lease table (unless Config.DisableAutoMigrate is set)
-// and the jobs and runs tables when missing; Run does it first.
-func (s *Scheduler) Migrate(ctx context.Context) error {
+// prepare is what Run does first: Migrate, or with
+// Config.DisableAutoMigrate only a check that the tables exist.
+func (s *Scheduler) prepare(ctx context.Context) error {
 	if !s.cfg.DisableAutoMigrate {
-		if err := s.client.Migrate(ctx); err != nil {
-			return err
-		}
+		return s.Migrate(ctx)
+	}
+	exists, err := tablesExist(ctx, s.pool, s.names, s.q)
+	if err == nil && !exists {
+		err = fmt.Errorf("pgleasecron: the tables %s and %s do not exist and Config.DisableAutoMigrate is set: create them with the statements of pgleasecron.DDL", s.names.QualifiedJobs(), s.names.QualifiedRuns())
+	}
+	return err
+}
+
+// Migrate creates the lease table and the jobs and runs tables when
+// missing (Run does it first, unless Config.DisableAutoMigrate is set).
+func (s *Scheduler) Migrate(ctx context.Context) error {
+	if err := s.client.Migrate(ctx); err != nil {
+		return err
 	}
 	exists, err := tablesExist(ctx, s.pool, s.names, s.q)
 	if err != nil || exists {

@@ -595,3 +595,38 @@ func TestClaimIsAtomic(t *testing.T) {
 		}
 	}
 }
+
+// The DDL creates the tables a scheduler uses: a scheduler whose client
+// may not create anything runs on them.
+func TestDDL(t *testing.T) {
+	table := tableIn(t)
+	ddl, err := pglease.DDL(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobsDDL, err := DDL(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, ddl)
+	refused := newScheduler(t, table, "r", func(c *Config) { c.DisableAutoMigrate = true })
+	if err := refused.AddSchedule("job", fast(time.Second), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := refused.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "pgleasecron.DDL") {
+		t.Errorf("Run without the tables, auto-migration off: %v", err)
+	}
+	refused.Close()
+	pgtest.Exec(t, jobsDDL)
+	pgtest.Exec(t, jobsDDL) // idempotent
+	s := newScheduler(t, table, "r", func(c *Config) { c.DisableAutoMigrate = true })
+	ran := make(chan struct{}, 10)
+	if err := s.AddSchedule("job", fast(100*time.Millisecond), func(context.Context) error { ran <- struct{}{}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	startReplica(t, s)
+	pgtest.Receive(t, ran, "a run")
+	if _, err := DDL("No-Such"); !errors.Is(err, pglease.ErrInvalidIdentifier) {
+		t.Errorf("DDL(bad name): %v", err)
+	}
+}

@@ -120,8 +120,9 @@ const maxCrontab = 1 << 20
 var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*[ \t]*=`)
 
 // parseCrontab reads the file's text (file names it in the errors) with
-// defaults as the policies of lines without options. It returns the jobs,
-// or one error per invalid line ("FILE:LINE: what is wrong: what to do").
+// defaults as the policies of lines without options. It returns the jobs
+// of the valid lines and one error per invalid line ("FILE:LINE: what is
+// wrong: what to do").
 func parseCrontab(file string, text string, defaults cronPolicies) ([]cronJob, []error) {
 	var jobs []cronJob
 	var errs []error
@@ -171,9 +172,6 @@ func parseCrontab(file string, text string, defaults cronPolicies) ([]cronJob, [
 		}
 		firstLine[job.name] = n
 		jobs = append(jobs, cronJob{line: n, name: job.name, spec: job.spec, loc: loc, sched: sched, command: job.command, policies: job.policies})
-	}
-	if len(jobs) == 0 && len(errs) == 0 {
-		errs = append(errs, fmt.Errorf("%s: no jobs: add lines of the form NAME SCHEDULE -- COMMAND", file))
 	}
 	return jobs, errs
 }
