@@ -139,7 +139,8 @@ func TestEveryTickRunsOnceOnThreeReplicas(t *testing.T) {
 			}
 			tokens[tick.Lease.Token()] = true
 			return nil
-		})
+		}, OnMissed(RunAll(10))) // a replica woken late on a loaded machine runs both ticks
+
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ type command struct {
 
 	// For the completions:
 	operand  string   // what the positional argument is, e.g. "lease name"; "" for none
+	files    bool     // the positional argument is a file
 	words    []string // the values the positional argument can take, if known
 	dashdash bool     // a command line follows "--"
 }

@@ -8,8 +8,9 @@ import (
 // The completion scripts are generated from the command table: the visible
 // commands with their aliases and summaries, each command's flags (those
 // that take a value complete nothing after them), the values of a
-// positional argument (the shells of 'completion', the commands of 'help'),
-// and after "--" a command line for the commands that run one.
+// positional argument (the shells of 'completion', the commands of 'help';
+// file names for a file), and after "--" a command line for the commands
+// that run one.
 
 var shells = []struct {
 	name   string
@@ -133,6 +134,9 @@ _pglease() {
 			fmt.Fprintf(&b, "        if [[ $cur != -* ]]; then COMPREPLY=($(compgen -W %s -- \"$cur\")); return; fi\n",
 				shSingleQuote(strings.Join(c.words, " ")))
 		}
+		if c.files {
+			b.WriteString("        if [[ $cur != -* ]]; then compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- \"$cur\")); return; fi\n")
+		}
 		fmt.Fprintf(&b, "        COMPREPLY=($(compgen -W %s -- \"$cur\"))\n        ;;\n", shSingleQuote(strings.Join(all, " ")))
 	}
 	b.WriteString(`    esac
@@ -210,8 +214,11 @@ _pglease() {
 		}
 		if c.operand != "" {
 			action := " "
-			if len(c.words) > 0 {
+			switch {
+			case len(c.words) > 0:
 				action = "(" + strings.Join(c.words, " ") + ")"
+			case c.files:
+				action = "_files"
 			}
 			fmt.Fprintf(&b, " \\\n            %s", shSingleQuote("1:"+zshColon(c.operand)+":"+action))
 		}
@@ -297,6 +304,9 @@ complete -c pglease -f
 		}
 		if len(c.words) > 0 {
 			fmt.Fprintf(&b, "complete -c pglease -n %s -a %s\n", cond, fishQuote(strings.Join(c.words, " ")))
+		}
+		if c.files {
+			fmt.Fprintf(&b, "complete -c pglease -n %s -F\n", cond)
 		}
 		if c.dashdash {
 			fmt.Fprintf(&b, "complete -c pglease -n %s -a '(__pglease_complete_command)'\n",

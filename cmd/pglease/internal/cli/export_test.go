@@ -12,6 +12,7 @@ type TestCommand struct {
 	Flags         []TestFlag
 	Hidden        bool
 	Words         []string // the completions of the positional argument
+	Files         bool     // the positional argument is a file
 	DashDash      bool
 }
 
@@ -25,7 +26,7 @@ type TestFlag struct {
 func CommandTable() []TestCommand {
 	var cs []TestCommand
 	for _, c := range commands {
-		tc := TestCommand{Name: c.name, Summary: c.summary, Aliases: c.aliases, Hidden: c.hidden, Words: c.words, DashDash: c.dashdash}
+		tc := TestCommand{Name: c.name, Summary: c.summary, Aliases: c.aliases, Hidden: c.hidden, Words: c.words, Files: c.files, DashDash: c.dashdash}
 		for _, f := range c.flags {
 			tc.Flags = append(tc.Flags, TestFlag{Name: f.name, Usage: f.usage, TakesValue: f.takesValue()})
 		}

@@ -16,12 +16,14 @@ Examples:
   pglease demo
   pglease run nightly-report -- ./report.sh
   pglease run --wait --timeout 10m db-migrate -- ./migrate up
+  pglease cron /etc/pglease/crontab
   pglease ls
 
 Run 'pglease COMMAND --help' for the flags of a command.
 Exit statuses of run: COMMAND's own; 75 (or --conflict-exit-code) held by
 another; 76 lease lost; 125 pglease's own failure; 126/127 COMMAND not
-executable/not found. Other commands: 0 ok, 1 error, 2 usage, 3 free.
+executable/not found. Other commands: 0 ok, 1 error, 2 usage, 3 free (or
+no such job).
 `
 
 func init() {
@@ -61,6 +63,63 @@ Examples:
   pglease run --wait --fast-failover --owner "$POD_NAME" queue-worker -- ./worker
 `,
 	}, {
+		name: "cron", args: "FILE", flags: cronFlags,
+		summary: "run the jobs of a crontab, each tick on one replica",
+		operand: "crontab file", files: true,
+		run:     (*env).cmdCron,
+		about: `Run the jobs of FILE, a crontab with a name per job, on a fleet of replicas:
+start 'pglease cron FILE' with the same FILE and --table on several hosts or
+pods, and each tick of each job runs its COMMAND on exactly one of them. A
+tick is claimed once in the database, when it is due by the server's clock:
+clock skew between replicas neither doubles nor drops it, and a replica that
+is down loses no tick while another one runs.
+
+Each line of FILE is
+  NAME  SCHEDULE  [OPTIONS]  --  COMMAND
+NAME is the job's name (1 to 200 bytes, unique in the table). SCHEDULE is 5
+cron fields (minute hour day-of-month month day-of-week), 6 with seconds
+first, @hourly, @daily, @weekly, @monthly, @yearly, or @every DURATION (the
+multiples of DURATION since the Unix epoch; at least 1s). COMMAND, the rest
+of the line, runs with /bin/sh -c. Blank lines and lines starting with # are
+ignored. A line CRON_TZ=ZONE (an IANA name such as Europe/Berlin) sets the
+time zone of the schedules after it (default UTC, whatever the replicas'
+zones); a SCHEDULE may start with its own CRON_TZ=ZONE. OPTIONS, written
+--missed=POLICY, --overlap=POLICY or --abandoned=POLICY, set the policies of
+one job; the flags set them for the others. Every invalid line is reported
+as FILE:LINE before anything connects.
+
+COMMAND runs as pglease run runs its command: in a process group of its own
+(stdin from /dev/null, stdout and stderr inherited) with PGLEASE_JOB,
+PGLEASE_TICK (the scheduled instant, RFC 3339 in UTC), PGLEASE_NAME (the
+job's lease, cron:NAME), PGLEASE_TOKEN (its fencing token), PGLEASE_OWNER
+and PGLEASE_ATTEMPT (1, more for a tick run again by --abandoned=retry:N)
+in its environment. When the job's lease is lost, the group gets SIGTERM,
+then SIGKILL after --kill-grace, before anyone else could take the lease;
+when pglease cron dies, even by SIGKILL, the group is killed. COMMAND's exit
+status is the run's outcome in the history (pglease jobs): 0 succeeded,
+else failed with "exit status N" or "killed by signal N".
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT stop pglease cron: it claims no more
+ticks, passes the signal on to the running commands, waits for them
+(SIGKILL after --kill-grace; a second signal kills them at once), releases
+their leases and exits 0. SIGUSR1 and SIGUSR2 are passed on.
+`,
+		more: `Exit status: 0 after a stop signal, or when --check found FILE valid; 2 usage
+errors: bad flags, a FILE that cannot be read, invalid lines; 1 other errors
+(database unreachable or refusing us).
+
+Example FILE:
+  # NAME          SCHEDULE                      -- COMMAND
+  nightly-report  0 3 * * *                     -- /usr/local/bin/report --full
+  cleanup         @every 15m                    -- find /var/tmp/app -mtime +1 -delete
+  CRON_TZ=Europe/Berlin
+  invoices        30 6 * * 1-5 --overlap=queue  -- /usr/local/bin/send-invoices
+
+Examples:
+  pglease cron --check /etc/pglease/crontab
+  pglease cron --owner "$POD_NAME" --fast-failover /etc/pglease/crontab
+`,
+	}, {
 		name: "ls", aliases: []string{"list"}, args: "[--json]", flags: lsFlags,
 		summary: "list leases",
 		run:     (*env).cmdList,
@@ -72,6 +131,25 @@ stuck) or expired.
 		more: `Examples:
   pglease ls
   pglease ls --json | jq '.[] | select(.state != "held")'
+`,
+	}, {
+		name: "jobs", args: "[JOB]", flags: jobsFlags,
+		summary: "list scheduled jobs, or the runs of JOB",
+		operand: "job name",
+		run:     (*env).cmdJobs,
+		about: `List the scheduled jobs of a table (those that pglease cron and the Go package
+pgleasecron run) with their schedule, last run (tick, outcome, replica,
+duration) and next tick; with JOB, its newest runs. Outcomes: succeeded;
+failed (with the exit status or error); lost (the job's lease ended while it
+ran); abandoned (its replica died); skipped (the job's previous run was still
+going); missed (no replica ran it in time); running. Times are RFC 3339 in
+UTC, durations by the server's clock. Only reads: no jobs when the tables do
+not exist. Exit status 3 when there is no job JOB.
+`,
+		more: `Examples:
+  pglease jobs
+  pglease jobs nightly-report --limit 5
+  pglease jobs --json | jq '.[] | select(.last_run.status == "failed")'
 `,
 	}, {
 		name: "status", args: "NAME", flags: statusFlags,
