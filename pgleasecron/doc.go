@@ -52,7 +52,7 @@
 //     its lease is gone. [Leave] (the default) records the run as
 //     abandoned: the tick ran at most once. [Retry] runs the tick again on
 //     another replica once the dead runner's lease has ended (at most
-//     [MaxAttempts] attempts in all): the tick runs at least once, perhaps
+//     the attempts it is given in all): the tick runs at least once, perhaps
 //     partly twice.
 //
 // # Failure model
