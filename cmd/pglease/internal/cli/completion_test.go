@@ -203,6 +203,9 @@ var completionCases = []struct {
 	{"pglease completion ", []string{"bash", "zsh", "fish"}, nil},
 	{"pglease run x -- ech", []string{"echo"}, []string{"--ttl"}},
 	{"pglease release --force -- --", nil, []string{"--force", "--dsn"}},
+	{"pglease cron /etc/passw", []string{"/etc/passwd"}, nil},
+	{"pglease cron --mi", []string{"--missed"}, []string{"/etc/passwd"}},
+	{"pglease jobs --l", []string{"--limit"}, nil},
 }
 
 // TestCompletionBash calls _pglease as bash would.

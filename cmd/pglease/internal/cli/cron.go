@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +36,7 @@ var cronFlags = append([]flagSpec{
 	{name: "ttl", kind: durationFlag, arg: "DURATION", usage: "TTL of the jobs' leases, at least 1s (default 30s)"},
 	{name: "owner", kind: stringFlag, arg: "ID", usage: "this replica's name in the leases and the run history, e.g. a pod name (default hostname-pid-random)"},
 	{name: "kill-grace", kind: durationFlag, arg: "DURATION", usage: "SIGTERM to SIGKILL grace when a job's lease is lost or pglease cron stops; must leave room for a renewal (default min(TTL/4, 10s))"},
-	{name: "fast-failover", kind: boolFlag, usage: "tie the jobs' leases to the database session: a tick whose replica died before claiming it runs elsewhere at once, not after the TTL"},
+	{name: "fast-failover", kind: boolFlag, usage: "tie the jobs' leases to the database session: when a replica dies holding a job's lease, the job's next tick runs elsewhere at once, not after the TTL"},
 	{name: "missed", kind: stringFlag, arg: "POLICY", usage: "ticks that came while no replica ran the job: run-once (the latest, the default), skip or all:N (the latest N)"},
 	{name: "overlap", kind: stringFlag, arg: "POLICY", usage: "a tick that comes while the job's previous run goes on: skip (the default) or queue"},
 	{name: "abandoned", kind: stringFlag, arg: "POLICY", usage: "a tick whose replica died while running it: leave (at most once, the default) or retry:N (at least once, N runs at most)"},
@@ -63,13 +64,14 @@ func (e *env) parseCron(args []string) (o cronOptions, code int, done bool) {
 		return o, code, true
 	}
 	bad := func(err error) (cronOptions, int, bool) { return o, e.usage("cron", err), true }
-	if words := append(fs.args, fs.rest...); len(words) != 1 {
-		if len(words) == 0 {
-			return bad(usagef("missing FILE: pglease cron FILE, where each line of FILE is NAME SCHEDULE -- COMMAND"))
-		}
+	switch words := append(fs.args, fs.rest...); len(words) {
+	case 0:
+		return bad(usagef("missing FILE: pglease cron FILE, where each line of FILE is NAME SCHEDULE -- COMMAND"))
+	case 1:
+		o.file = words[0]
+	default:
 		return bad(usagef("expected one FILE, got %d arguments: %s", len(words), quoteArg(strings.Join(words, " "))))
 	}
-	o.file = append(fs.args, fs.rest...)[0]
 	o.ttl = fs.duration("ttl", 30*time.Second)
 	sched, err := (pglease.Config{}).Schedule(pglease.WithTTL(o.ttl))
 	if err != nil {
@@ -244,19 +246,23 @@ func (c *cron) dispatch(ctx context.Context, sigs <-chan os.Signal, finished <-c
 			}
 		}
 		running := len(c.subs)
-		stop := false
-		for _, s := range cronStops {
-			stop = stop || s == sig
-		}
+		stop := slices.Contains(cronStops, sig)
+		name := signalName(sig.(syscall.Signal))
 		switch {
-		case stop && !c.stopped:
+		case !stop:
+			fmt.Fprintf(c.e.stderr, "pglease: cron: passed %s on to %d running command(s)\n", name, running)
+		case !c.stopped:
 			c.stopped = true
 			close(c.stop)
-			fmt.Fprintf(c.e.stderr, "pglease: cron: got %s; stopping: %d running command(s) get it too, and SIGKILL after %s\n", signalName(sig.(syscall.Signal)), running, c.o.grace)
-		case stop && !c.killed:
+			what := "stopping"
+			if running > 0 {
+				what = fmt.Sprintf("stopping once the %d running command(s), which got it too, have exited (SIGKILL after %s; %s again: at once)", running, c.o.grace, name)
+			}
+			fmt.Fprintf(c.e.stderr, "pglease: cron: got %s; %s\n", name, what)
+		case !c.killed:
 			c.killed = true
 			close(c.kill)
-			fmt.Fprintf(c.e.stderr, "pglease: cron: got %s again; killing %d running command(s)\n", signalName(sig.(syscall.Signal)), running)
+			fmt.Fprintf(c.e.stderr, "pglease: cron: got %s again; killing %d running command(s)\n", name, running)
 		}
 		c.mu.Unlock()
 		if stop {
@@ -298,25 +304,34 @@ func (c *cron) tick(j cronJob) func(context.Context) error {
 		if !ok {
 			return errors.New("pglease cron: a job function ran without its tick")
 		}
-		sigs := make(chan os.Signal, 8)
-		if !c.subscribe(sigs) {
-			return errors.New("not started: pglease cron was stopping")
-		}
-		defer c.unsubscribe(sigs)
-		lease := t.Lease
-		vars := []string{"PGLEASE_NAME=" + lease.Name(), "PGLEASE_OWNER=" + lease.Owner(),
-			"PGLEASE_TOKEN=" + strconv.FormatInt(lease.Token(), 10), "PGLEASE_JOB=" + j.name,
-			"PGLEASE_TICK=" + t.At.UTC().Format(time.RFC3339Nano), "PGLEASE_ATTEMPT=" + strconv.Itoa(t.Attempt)}
 		began := time.Now()
-		sup, err := startSupervisor(child{path: "/bin/sh", argv: []string{"/bin/sh", "-c", j.command},
-			env: childEnv(os.Environ(), vars), grace: c.o.grace}, c.e)
-		if err == nil {
-			c.e.guard(guard{lease: lease, sup: sup, grace: c.o.grace, sigs: sigs, stop: c.stop, kill: c.kill})
-			err = commandOutcome(sup)
+		err := c.runCommand(j, t)
+		if err != nil && c.stopping() {
+			err = fmt.Errorf("%w (pglease cron was stopping)", err)
 		}
 		c.report(j, t, err, time.Since(began))
 		return err
 	}
+}
+
+// runCommand runs j's command for tick t and returns its outcome.
+func (c *cron) runCommand(j cronJob, t pgleasecron.Tick) error {
+	sigs := make(chan os.Signal, 8)
+	if !c.subscribe(sigs) {
+		return errors.New("not started")
+	}
+	defer c.unsubscribe(sigs)
+	lease := t.Lease
+	vars := []string{"PGLEASE_NAME=" + lease.Name(), "PGLEASE_OWNER=" + lease.Owner(),
+		"PGLEASE_TOKEN=" + strconv.FormatInt(lease.Token(), 10), "PGLEASE_JOB=" + j.name,
+		"PGLEASE_TICK=" + t.At.UTC().Format(time.RFC3339Nano), "PGLEASE_ATTEMPT=" + strconv.Itoa(t.Attempt)}
+	sup, err := startSupervisor(child{path: "/bin/sh", argv: []string{"/bin/sh", "-c", j.command},
+		env: childEnv(os.Environ(), vars), grace: c.o.grace}, c.e)
+	if err != nil {
+		return err
+	}
+	c.e.guard(guard{lease: lease, sup: sup, grace: c.o.grace, sigs: sigs, stop: c.stop, kill: c.kill})
+	return commandOutcome(sup)
 }
 
 // commandOutcome is nil when the command exited 0, else what became of it.
@@ -340,9 +355,6 @@ func (c *cron) report(j cronJob, t pgleasecron.Tick, err error, took time.Durati
 		outcome = "lease lost: " + fmt.Sprint(err)
 	case err != nil:
 		outcome = "failed: " + err.Error()
-	}
-	if c.stopping() && err != nil {
-		outcome += " (pglease cron was stopping)"
 	}
 	attempt := ""
 	if t.Attempt > 1 {

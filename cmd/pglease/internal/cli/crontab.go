@@ -157,12 +157,15 @@ func parseCrontab(file string, text string, defaults cronPolicies) ([]cronJob, [
 			continue
 		}
 		job, err := parseJobLine(line, defaults)
-		if err != nil {
-			fail("%v", err)
+		if first, dup := firstLine[job.name]; dup && job.name != "" {
+			fail("job %s is defined twice (first on line %d): give each job a name of its own", quoteArg(job.name), first)
 			continue
 		}
-		if first, dup := firstLine[job.name]; dup {
-			fail("job %s is defined twice (first on line %d): give each job a name of its own", quoteArg(job.name), first)
+		if job.name != "" {
+			firstLine[job.name] = n
+		}
+		if err != nil {
+			fail("%v", err)
 			continue
 		}
 		sched, err := pgleasecron.Parse(job.spec, loc)
@@ -170,7 +173,6 @@ func parseCrontab(file string, text string, defaults cronPolicies) ([]cronJob, [
 			fail("job %s: %s%s", quoteArg(job.name), strings.TrimPrefix(err.Error(), "pgleasecron: "), scheduleHint(err))
 			continue
 		}
-		firstLine[job.name] = n
 		jobs = append(jobs, cronJob{line: n, name: job.name, spec: job.spec, loc: loc, sched: sched, command: job.command, policies: job.policies})
 	}
 	return jobs, errs
@@ -205,15 +207,19 @@ type jobLine struct {
 func parseJobLine(line string, defaults cronPolicies) (jobLine, error) {
 	j := jobLine{policies: defaults}
 	words, command, found := splitDashDash(line)
-	j.name = words[0]
-	if strings.HasPrefix(j.name, "-") {
-		return j, fmt.Errorf("a line starts with the job's NAME, not %s: write NAME SCHEDULE -- COMMAND", quoteArg(j.name))
+	name := words[0]
+	switch {
+	case !found && classicField.MatchString(name):
+		return j, errors.New("this looks like a line of a classic crontab: start it with a job NAME and put \" -- \" before the command: NAME SCHEDULE -- COMMAND")
+	case strings.HasPrefix(name, "-"):
+		return j, fmt.Errorf("a line starts with the job's NAME, not %s: write NAME SCHEDULE -- COMMAND", quoteArg(name))
 	}
-	if err := pgleasecron.CheckJobName(j.name); err != nil {
+	if err := pgleasecron.CheckJobName(name); err != nil {
 		return j, fmt.Errorf("%s: pick a name of at most 200 bytes of UTF-8, e.g. nightly-report", strings.TrimPrefix(err.Error(), "pgleasecron: "))
 	}
+	j.name = name
 	if !found {
-		return j, fmt.Errorf("no \"--\" between the schedule and the command of job %s: write NAME SCHEDULE -- COMMAND, e.g. %s 0 3 * * * -- ./run.sh", quoteArg(j.name), j.name)
+		return j, fmt.Errorf("no \" -- \" between the schedule and the command of job %s: write NAME SCHEDULE -- COMMAND, e.g. %s @hourly -- ./run.sh", quoteArg(name), name)
 	}
 	var spec []string
 	for _, w := range words[1:] {
@@ -241,6 +247,10 @@ func parseJobLine(line string, defaults cronPolicies) (jobLine, error) {
 	return j, nil
 }
 
+// classicField is the first field of a classic crontab line: a minute or
+// a descriptor.
+var classicField = regexp.MustCompile(`^([0-9*][0-9*,/-]*|@(yearly|annually|monthly|weekly|daily|midnight|hourly|reboot|every))$`)
+
 // splitDashDash splits line at its first word "--": the words before it
 // and the rest of the line after it, as written.
 func splitDashDash(line string) (words []string, rest string, found bool) {
@@ -262,8 +272,10 @@ func splitDashDash(line string) (words []string, rest string, found bool) {
 // scheduleHint is what to do about a schedule Parse refused, unless its
 // message says it.
 func scheduleHint(err error) string {
-	if strings.Contains(err.Error(), ": use ") || strings.Contains(err.Error(), "examples:") {
-		return ""
+	for _, says := range []string{": use ", "examples:", " must "} {
+		if strings.Contains(err.Error(), says) {
+			return ""
+		}
 	}
-	return ": write 5 cron fields (minute hour day-of-month month day-of-week), 6 with seconds first, @hourly, @daily... or @every DURATION"
+	return "; a schedule is 5 cron fields (minute hour day-of-month month day-of-week), 6 with seconds first, @hourly, @daily... or @every DURATION"
 }

@@ -66,10 +66,10 @@ Examples:
 		name: "cron", args: "FILE", flags: cronFlags,
 		summary: "run the jobs of a crontab, each tick on one replica",
 		operand: "crontab file", files: true,
-		run:     (*env).cmdCron,
+		run: (*env).cmdCron,
 		about: `Run the jobs of FILE, a crontab with a name per job, on a fleet of replicas:
 start 'pglease cron FILE' with the same FILE and --table on several hosts or
-pods, and each tick of each job runs its COMMAND on exactly one of them. A
+pods, and each tick of each job runs its COMMAND once, on one of them. A
 tick is claimed once in the database, when it is due by the server's clock:
 clock skew between replicas neither doubles nor drops it, and a replica that
 is down loses no tick while another one runs.

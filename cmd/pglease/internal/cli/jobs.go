@@ -146,7 +146,7 @@ func (e *env) listRuns(runs []pgleasecron.Run, now time.Time, asJSON bool) int {
 	for _, r := range runs {
 		started := "-"
 		if !r.StartedAt.IsZero() {
-			started = utc(r.StartedAt)
+			started = r.StartedAt.UTC().Format("2006-01-02T15:04:05.999Z07:00")
 		}
 		token := "-"
 		if r.Token > 0 {

@@ -107,7 +107,7 @@ func TestRunRecipesInDocsWork(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
 	var recipes []recipe
-	for _, f := range []string{"../../README.md", "../../docs/CLI.md"} {
+	for _, f := range []string{"../../../../README.md", "../../../../docs/CLI.md"} {
 		recipes = append(recipes, docRecipes(t, f)...)
 	}
 	if len(recipes) < 8 {

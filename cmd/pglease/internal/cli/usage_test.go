@@ -99,6 +99,22 @@ func TestUsageErrorsInProcess(t *testing.T) {
 		{"VersionUnknownFlag", []string{"version", "--short"}, "unknown flag --short"},
 		{"CompletionExtraAfterDashDash", []string{"completion", "bash", "--", "zsh"}, "needs one shell"},
 		{"HelpExtraAfterDashDash", []string{"help", "run", "--", "ls"}, "help takes one COMMAND, got 2"},
+		{"CronNoFile", []string{"cron"}, "missing FILE"},
+		{"CronTwoFiles", []string{"cron", "a", "b"}, "expected one FILE, got 2"},
+		{"CronBadMissed", []string{"cron", "f", "--missed", "sometimes"}, "invalid --missed=sometimes: use run-once, skip or all:N"},
+		{"CronBadOverlap", []string{"cron", "f", "--overlap=wait"}, "invalid --overlap=wait: use skip or queue"},
+		{"CronBadAbandoned", []string{"cron", "f", "--abandoned", "retry:1"}, "use leave or retry:N (N from 2 to 100)"},
+		{"CronTTLZero", []string{"cron", "f", "--ttl", "0"}, "--ttl"},
+		{"CronKillGraceHalfTTL", []string{"cron", "f", "--ttl", "10s", "--kill-grace", "5s"}, "a healthy command would be killed"},
+		{"CronOwnerControl", []string{"cron", "f", "--owner", "a\nb"}, "control character"},
+		{"CronBadTable", []string{"cron", "f", "--table", "Bad"}, "--table"},
+		{"CronMalformedDSN", []string{"cron", "f", "--dsn", "postgres://u:hunter2@host:notaport/db"}, "invalid connection string"},
+		{"CronMissingFile", []string{"cron", "/nonexistent/crontab"}, "cannot read the crontab: open /nonexistent/crontab"},
+		{"JobsTwoArgs", []string{"jobs", "a", "b"}, "at most one JOB"},
+		{"JobsLimitWithoutJob", []string{"jobs", "--limit", "5"}, "--limit needs a JOB"},
+		{"JobsLimitZero", []string{"jobs", "a", "--limit", "0"}, "show 1 to 1000 runs"},
+		{"JobsEmptyName", []string{"jobs", ""}, "invalid job name"},
+		{"JobsBadTable", []string{"jobs", "--table", "x;y"}, "--table"},
 	}...)
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,6 +148,7 @@ func TestHelpInProcess(t *testing.T) {
 		{"release", "--help"}, {"migrate", "--help"}, {"schema", "--help"}, {"cleanup", "--help"},
 		{"version", "--help"}, {"completion", "--help"}, {"demo", "--help"},
 		{"list", "--help"}, {"help", "--help"}, {"help", "list"}, {"-h", "ls"},
+		{"cron", "--help"}, {"help", "cron"}, {"jobs", "--help"}, {"cron", "f", "-h"},
 	} {
 		code, stdout, stderr := mainInProcess(t, args...)
 		if code != 0 || stderr != "" || !strings.Contains(stdout, "Usage") {

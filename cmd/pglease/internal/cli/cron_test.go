@@ -1,0 +1,722 @@
+//go:build unix
+
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// writeCrontab writes the lines of a pglease cron file into the test's
+// temporary directory and returns its path.
+func writeCrontab(t *testing.T, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "crontab")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runRow is a row of a runs table.
+type runRow struct {
+	job                string
+	tick               time.Time
+	status, replica    string
+	token              int64
+	attempt            int
+	missed             int64
+	claimedAt          time.Time
+	startedAt, endedAt *time.Time
+	errText            *string
+	claimedLate        time.Duration // claimed_at - tick
+}
+
+func (r runRow) String() string {
+	e := ""
+	if r.errText != nil {
+		e = " error=" + strconv.Quote(*r.errText)
+	}
+	return fmt.Sprintf("%s %s %s replica=%s token=%d attempt=%d missed=%d claimed+%s%s",
+		r.job, r.tick.UTC().Format(time.RFC3339Nano), r.status, r.replica, r.token, r.attempt, r.missed, r.claimedLate.Round(time.Millisecond), e)
+}
+
+// runsOf reads the runs table of the lease table, oldest tick first.
+func runsOf(t *testing.T, table, job string) []runRow {
+	t.Helper()
+	conn := pgtest.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := conn.Query(ctx, `SELECT job, tick, status, replica, coalesce(token, 0), attempt, missed,
+		claimed_at, started_at, ended_at, error FROM `+table+`_runs WHERE job = $1 ORDER BY tick`, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []runRow
+	for rows.Next() {
+		var r runRow
+		if err := rows.Scan(&r.job, &r.tick, &r.status, &r.replica, &r.token, &r.attempt, &r.missed,
+			&r.claimedAt, &r.startedAt, &r.endedAt, &r.errText); err != nil {
+			t.Fatal(err)
+		}
+		r.claimedLate = r.claimedAt.Sub(r.tick)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// tickLines reads the lines "TICK OWNER" the test commands append.
+func tickLines(t *testing.T, path string) (ticks []time.Time, owners []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue // the last line, or one being written
+		}
+		tick, err := time.Parse(time.RFC3339Nano, f[0])
+		if err != nil {
+			t.Fatalf("%s: PGLEASE_TICK %q is not RFC 3339: %v", path, f[0], err)
+		}
+		ticks, owners = append(ticks, tick), append(owners, f[1])
+	}
+	return ticks, owners
+}
+
+// Three replicas run one file with a job every second for about 30 ticks;
+// one of them is SIGKILLed half-way. Every tick in the window runs once:
+// none twice, none lost. The job queues a tick that comes while a run
+// goes on and runs the missed ones, so that a loaded machine that wakes
+// the replicas late does not turn a late tick into a skipped one: what is
+// counted is the scheduler's claim, not its punctuality (how late the
+// ticks were claimed is logged).
+func TestCronRunsEveryTickOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	out := filepath.Join(t.TempDir(), "ticks")
+	crontab := writeCrontab(t,
+		"# every replica runs this file",
+		`tick @every 1s --missed=all:5 --overlap=queue -- echo "$PGLEASE_TICK $PGLEASE_OWNER" >> `+out)
+	replicas := []string{"replica-a", "replica-b", "replica-c"}
+	procs := map[string]*proc{}
+	for _, r := range replicas {
+		procs[r] = start(t, env, "cron", crontab, "--table", table, "--owner", r, "--fast-failover", "--ttl", "5s")
+	}
+	const total, killAfter = 30, 15
+	var first time.Time
+	waitFor(t, "the first tick", func() bool {
+		ticks, _ := tickLines(t, out)
+		if len(ticks) > 0 {
+			first = ticks[0]
+		}
+		return len(ticks) > 0
+	})
+
+	// Half-way, SIGKILL the replica that ran the latest tick, just after
+	// its run ended: between two ticks, when no replica holds the job's
+	// lease, so that no tick dies with it (should the kill come late
+	// nonetheless, a tick it abandoned is accounted for below).
+	var victim string
+	var killedAt time.Time
+	waitFor(t, fmt.Sprintf("%d ticks and a finished run", killAfter), func() bool {
+		ticks, _ := tickLines(t, out)
+		if len(ticks) < killAfter {
+			return false
+		}
+		runs := runsOf(t, table, "tick")
+		last := runs[len(runs)-1]
+		if last.status != "succeeded" {
+			return false
+		}
+		victim, killedAt = last.replica, time.Now()
+		procs[victim].signal(syscall.SIGKILL)
+		return true
+	})
+	procs[victim].wait()
+
+	waitFor(t, fmt.Sprintf("%d ticks", total), func() bool {
+		ticks, _ := tickLines(t, out)
+		return len(ticks) > 0 && !ticks[len(ticks)-1].Before(first.Add(total*time.Second))
+	})
+	for _, r := range replicas {
+		if r != victim {
+			procs[r].signal(syscall.SIGTERM)
+		}
+	}
+	for _, r := range replicas {
+		if r == victim {
+			continue
+		}
+		if code := procs[r].wait(); code != 0 {
+			t.Errorf("%s: exit %d after SIGTERM, want 0\n%s", r, code, procs[r].stderr)
+		}
+	}
+
+	ticks, owners := tickLines(t, out)
+	last := ticks[len(ticks)-1]
+	runs := runsOf(t, table, "tick")
+	byTick := map[time.Time]runRow{}
+	for _, r := range runs {
+		byTick[r.tick.UTC()] = r
+	}
+	count := map[time.Time]int{}
+	perReplica := map[string]int{}
+	for i, tk := range ticks {
+		count[tk.UTC()]++
+		perReplica[owners[i]]++
+	}
+	var expected, ran, doubled, lost, abandoned int
+	var problems []string
+	for tk := first; !tk.After(last); tk = tk.Add(time.Second) {
+		expected++
+		n := count[tk.UTC()]
+		r, recorded := byTick[tk.UTC()]
+		switch {
+		case n == 1:
+			ran++
+		case n > 1:
+			ran++
+			doubled += n - 1
+			problems = append(problems, fmt.Sprintf("tick %s ran %d times", tk.Format(time.RFC3339), n))
+		case recorded && r.status == "abandoned" && r.replica == victim:
+			// The kill came while the victim ran it: at most once, as
+			// --abandoned=leave promises; not a loss of the scheduler's.
+			abandoned++
+		default:
+			lost++
+			problems = append(problems, fmt.Sprintf("tick %s did not run", tk.Format(time.RFC3339)))
+		}
+	}
+	var late time.Duration
+	var missedRows int
+	for _, r := range runs {
+		late = max(late, r.claimedLate)
+		if r.missed > 0 {
+			missedRows++
+		}
+		if !r.tick.Before(first) && !r.tick.After(last) && r.status != "succeeded" && r.status != "abandoned" {
+			problems = append(problems, "run "+r.String())
+		}
+	}
+	t.Logf("3 replicas, @every 1s, %s SIGKILLed %s after the first tick: expected %d, run %d, doubled %d, lost %d (abandoned with the killed replica: %d); runs per replica %v; latest claim %s after its tick; runs standing for missed ticks: %d",
+		victim, killedAt.Sub(first).Round(time.Second), expected, ran, doubled, lost, abandoned, perReplica, late.Round(time.Millisecond), missedRows)
+	if expected < total || doubled > 0 || lost > 0 || len(problems) > 0 {
+		var rows []string
+		for _, r := range runs {
+			rows = append(rows, r.String())
+		}
+		t.Errorf("problems: %s\nruns table:\n%s", strings.Join(problems, "; "), strings.Join(rows, "\n"))
+	}
+}
+
+// A job's command sees the PGLEASE_ variables of its tick; a command's
+// exit status is its run's outcome: 0 succeeded, else failed with "exit
+// status N" or "killed by signal N (SIGNAME)". pglease jobs lists them,
+// with --json too, and JOB's history.
+func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	vars := filepath.Join(dir, "vars")
+	crontab := writeCrontab(t,
+		`vars @every 1s -- echo "$PGLEASE_JOB|$PGLEASE_TICK|$PGLEASE_NAME|$PGLEASE_TOKEN|$PGLEASE_OWNER|$PGLEASE_ATTEMPT|$PGLEASE_SLOT" >> `+vars,
+		"fails @every 1s -- echo failing; exit 3",
+		"killed @every 1s -- kill -9 $$",
+	)
+	p := start(t, append(env, "PGLEASE_SLOT=stale", "PGLEASE_TICK=stale"), "cron", crontab, "--table", table, "--owner", "host-1")
+	waitFor(t, "a run of each job", func() bool {
+		b, _ := os.ReadFile(vars)
+		return len(b) > 0 && len(runsOf(t, table, "fails")) > 0 && len(runsOf(t, table, "killed")) > 0 &&
+			runsOf(t, table, "fails")[0].status != "running" && runsOf(t, table, "killed")[0].status != "running"
+	})
+
+	if !pgtest.Value[bool](t, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pglease cron host-1')") {
+		t.Error("no connection named 'pglease cron host-1' in pg_stat_activity")
+	}
+	b, _ := os.ReadFile(vars)
+	line := strings.SplitN(string(b), "\n", 2)[0]
+	f := strings.Split(line, "|")
+	if len(f) != 7 {
+		t.Fatalf("the command saw %q", line)
+	}
+	tick, err := time.Parse(time.RFC3339Nano, f[1])
+	if err != nil || tick.Location() != time.UTC || tick.Nanosecond() != 0 {
+		t.Errorf("PGLEASE_TICK %q: want an instant in RFC 3339, UTC, on a whole second (%v)", f[1], err)
+	}
+	token, err := strconv.ParseInt(f[3], 10, 64)
+	if f[0] != "vars" || f[2] != "cron:vars" || err != nil || token <= 0 || f[4] != "host-1" || f[5] != "1" || f[6] != "" {
+		t.Errorf("the command saw JOB|TICK|NAME|TOKEN|OWNER|ATTEMPT|SLOT = %q; want vars|…|cron:vars|a token|host-1|1| (no stale PGLEASE_SLOT)", line)
+	}
+	var row runRow
+	for _, r := range runsOf(t, table, "vars") {
+		if r.tick.Equal(tick) {
+			row = r
+		}
+	}
+	if row.status != "succeeded" || row.token != token || row.replica != "host-1" {
+		t.Errorf("the run of tick %s: %v; want succeeded, token %d, replica host-1", f[1], row, token)
+	}
+	for job, want := range map[string]string{"fails": "exit status 3", "killed": "killed by signal 9 (SIGKILL)"} {
+		r := runsOf(t, table, job)[0]
+		if r.status != "failed" || r.errText == nil || *r.errText != want {
+			t.Errorf("job %s: %v, want failed with %q", job, r, want)
+		}
+	}
+
+	code, stdout, stderr := run(t, env, "jobs", "--table", table)
+	if code != 0 {
+		t.Fatalf("jobs: exit %d: %s", code, stderr)
+	}
+
+	for _, want := range []string{"JOB", "NEXT TICK", "fails", "failed: exit status 3", "killed by signal 9 (SIGKILL)", "vars", "succeeded", "host-1", "@every 1s", "(in "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("jobs does not show %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, stderr = run(t, env, "jobs", "--json", "--table", table)
+	var jobs []struct {
+		Name     string     `json:"name"`
+		Schedule string     `json:"schedule"`
+		NextTick *time.Time `json:"next_tick"`
+		LastRun  *struct {
+			Tick     time.Time `json:"tick"`
+			Status   string    `json:"status"`
+			Error    string    `json:"error"`
+			Replica  string    `json:"replica"`
+			Token    int64     `json:"token"`
+			Duration *float64  `json:"duration_seconds"`
+		} `json:"last_run"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &jobs); code != 0 || err != nil {
+		t.Fatalf("jobs --json: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	var names []string
+	for _, j := range jobs {
+		names = append(names, j.Name)
+		lr := j.LastRun
+		if j.Schedule != "@every 1s" || j.NextTick == nil || lr == nil || lr.Replica != "host-1" || lr.Token <= 0 || lr.Tick.IsZero() {
+			t.Errorf("jobs --json: %+v %+v", j, lr)
+			continue
+		}
+		if j.Name == "fails" && (lr.Status != "failed" || lr.Error != "exit status 3") {
+			t.Errorf("jobs --json: fails ended %q %q", lr.Status, lr.Error)
+		}
+	}
+	if !slices.Equal(names, []string{"fails", "killed", "vars"}) {
+		t.Errorf("jobs --json lists %v", names)
+	}
+
+	// A role that may only read the jobs and runs tables suffices.
+	role := fmt.Sprintf("cli_jobs_ro_%d", time.Now().UnixNano())
+	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { pgtest.Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+	pgtest.Exec(t, "GRANT USAGE ON SCHEMA "+table[:strings.Index(table, ".")]+" TO "+role)
+	pgtest.Exec(t, "GRANT SELECT ON "+table+"_jobs, "+table+"_runs TO "+role)
+	u, err := url.Parse(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	code, stdout, stderr = run(t, []string{"PGLEASE_DSN=" + u.String()}, "jobs", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "failed: exit status 3") {
+		t.Errorf("jobs as a SELECT-only role: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	code, stdout, stderr = run(t, env, "jobs", "fails", "--limit", "1", "--table", table)
+	if code != 0 || strings.Count(stdout, "\n") != 2 || !strings.Contains(stdout, "failed: exit status 3") {
+		t.Errorf("jobs fails --limit 1: exit %d, want a header and one run:\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = run(t, env, "jobs", "nosuch", "--table", table)
+	if code != 3 || stdout != "" || !strings.Contains(stderr, "no job named nosuch") {
+		t.Errorf("jobs nosuch: exit %d, stdout %q, stderr %q; want 3 and no job named nosuch", code, stdout, stderr)
+	}
+
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0: %s", code, p.stderr)
+	}
+	// One line per run on stderr, and the command's own output on stdout.
+	if !strings.Contains(p.stderr.String(), "pglease: job fails, tick ") || !strings.Contains(p.stderr.String(), ": failed: exit status 3 (token ") ||
+		!strings.Contains(p.stdout.String(), "failing\n") {
+		t.Errorf("stdout %q\nstderr %q", p.stdout, p.stderr)
+	}
+}
+
+// pglease jobs only reads: without tables it lists no jobs and creates
+// nothing.
+func TestJobsWithoutTablesListsNothing(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout string
+	}{
+		{[]string{"jobs"}, 0, "no jobs\n"},
+		{[]string{"jobs", "--json"}, 0, "[]\n"},
+		{[]string{"jobs", "some-job"}, 3, ""},
+	} {
+		code, stdout, stderr := run(t, env, append(tc.args, "--table", table)...)
+		if code != tc.code || stdout != tc.stdout {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d, %q", tc.args, code, stdout, stderr, tc.code, tc.stdout)
+		}
+	}
+	for _, rel := range []string{table, table + "_jobs", table + "_runs"} {
+		if pgtest.RelationExists(t, rel) {
+			t.Errorf("pglease jobs created %s", rel)
+		}
+	}
+	missing := fmt.Sprintf("cli_jobs_none_%d.leases", time.Now().UnixNano()%1e9)
+	if code, stdout, stderr := run(t, env, "jobs", "--table", missing); code != 0 || stdout != "no jobs\n" {
+		t.Errorf("jobs in a schema that does not exist: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// Invalid files are usage errors (exit 2) naming each bad line, reported
+// before anything connects: the DSN points at a listener that counts
+// connections.
+func TestCronInvalidFilesExit2WithoutConnecting(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			c.Close()
+		}
+	}()
+	dsn := "postgres://cron:s3cret-pw@" + ln.Addr().String() + "/db?connect_timeout=2"
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	for _, tc := range []struct {
+		name  string
+		file  string   // a path, or the file's lines
+		lines []string // set: write them
+		msgs  []string
+	}{
+		{name: "InvalidExpression", lines: []string{"ok @hourly -- true", "bad 0 25 * * * -- true"},
+			msgs: []string{"crontab:2: job bad: invalid schedule \"0 25 * * *\"", "1 invalid line(s); nothing was started"}},
+		{name: "UnknownZoneLine", lines: []string{"CRON_TZ=Europe/Nowhere", "a @daily -- true"},
+			msgs: []string{"crontab:1: unknown time zone Europe/Nowhere in CRON_TZ: use an IANA name"}},
+		{name: "UnknownZoneInSchedule", lines: []string{"a CRON_TZ=Mars/Olympus 0 3 * * * -- true"},
+			msgs: []string{"crontab:1: job a:", `unknown time zone "Mars/Olympus"`}},
+		{name: "DuplicateNames", lines: []string{"a @hourly -- true", "# x", "a @daily -- false"},
+			msgs: []string{"crontab:3: job a is defined twice (first on line 1)"}},
+		{name: "NoSeparator", lines: []string{"a @hourly true"},
+			msgs: []string{`crontab:1: no " -- " between the schedule and the command of job a: write NAME SCHEDULE -- COMMAND`}},
+		{name: "EmptyCommand", lines: []string{"a @hourly --"},
+			msgs: []string{`crontab:1: job a has no command after "--"`}},
+		{name: "EveryBadLineReported", lines: []string{"a 99 * * * * -- x", "b @every -- x", "ok @hourly -- x", "c @hourly", "a @hourly -- y"},
+			msgs: []string{"crontab:1: job a", "crontab:2: job b", "crontab:4: no \" -- \"", "crontab:5: job a is defined twice", "4 invalid line(s)"}},
+		{name: "NoJobs", lines: []string{"# nothing", "", "CRON_TZ=UTC"},
+			msgs: []string{"has no jobs: add lines of the form NAME SCHEDULE -- COMMAND"}},
+		{name: "Missing", file: missing, msgs: []string{"cannot read the crontab: open " + missing + ": no such file or directory"}},
+		{name: "Directory", file: dir, msgs: []string{"cannot read the crontab " + dir, "is a directory"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := tc.file
+			if tc.lines != nil {
+				file = filepath.Join(t.TempDir(), "crontab")
+				if err := os.WriteFile(file, []byte(strings.Join(tc.lines, "\n")), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, stdout, stderr := run(t, nil, "cron", file, "--dsn", dsn)
+			if code != 2 || stdout != "" {
+				t.Errorf("exit %d, stdout %q, want 2 and nothing\nstderr: %s", code, stdout, stderr)
+			}
+			for _, m := range tc.msgs {
+				if !strings.Contains(stderr, m) {
+					t.Errorf("stderr does not say %q:\n%s", m, stderr)
+				}
+			}
+			if strings.Contains(stderr, "s3cret") {
+				t.Errorf("password in stderr: %s", stderr)
+			}
+		})
+	}
+	if n := conns.Load(); n != 0 {
+		t.Errorf("%d connection(s) to the database for invalid input", n)
+	}
+	// The listener does work: a valid file connects (and fails to talk).
+	file := writeCrontab(t, "a @hourly -- true")
+	code, _, stderr := run(t, nil, "cron", file, "--dsn", dsn)
+	if code != 1 || conns.Load() == 0 || strings.Contains(stderr, "s3cret") {
+		t.Errorf("valid file: exit %d, %d connection(s), stderr %q; want 1 after trying to connect", code, conns.Load(), stderr)
+	}
+}
+
+// SIGTERM stops pglease cron: the running commands get it, one that
+// ignores it gets SIGKILL after --kill-grace, their runs end with what
+// became of them, the leases are released, and pglease cron exits 0.
+func TestCronStopForwardsSignalAndWaits(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	polite, stubborn, got := filepath.Join(dir, "polite"), filepath.Join(dir, "stubborn"), filepath.Join(dir, "got")
+	crontab := writeCrontab(t,
+		"polite @every 1s -- trap 'echo TERM >> "+got+"; exit 0' TERM; echo $$ > "+polite+"; sleep 300 & wait",
+		"stubborn @every 1s -- trap '' TERM; sleep 300 & echo $! > "+stubborn+"; wait",
+	)
+	p := start(t, env, "cron", crontab, "--table", table, "--kill-grace", "1s")
+	politePID, stubbornPID := readInt(t, polite), readInt(t, stubborn)
+	p.signal(syscall.SIGTERM)
+	signalled := time.Now()
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0: %s", code, p.stderr)
+	}
+	took := time.Since(signalled)
+	if alive(politePID) || alive(stubbornPID) {
+		t.Error("a command outlived pglease cron")
+	}
+	if b, _ := os.ReadFile(got); string(b) != "TERM\n" {
+		t.Errorf("the polite command got %q, want the forwarded SIGTERM once", b)
+	}
+	for job, want := range map[string]string{"polite": "succeeded ", "stubborn": "failed killed by signal 9 (SIGKILL) (pglease cron was stopping)"} {
+		runs := runsOf(t, table, job)
+		r := runs[len(runs)-1]
+		e := ""
+		if r.errText != nil {
+			e = *r.errText
+		}
+		if r.status+" "+e != want {
+			t.Errorf("job %s: %v, want %s", job, r, want)
+		}
+	}
+	if held := pgtest.LeaseTable(t, pgtest.DSN(t), table).Held("cron:"); len(held) > 0 {
+		t.Errorf("leases still held after the stop: %v", held)
+	}
+	if !strings.Contains(p.stderr.String(), "got SIGTERM; stopping") {
+		t.Errorf("stderr does not report the stop: %s", p.stderr)
+	}
+	t.Logf("exit 0 %s after SIGTERM (kill grace 1s)", took.Round(time.Millisecond))
+}
+
+// Signals other than the stop signals are passed on to the running
+// commands; a stop signal is passed on too, and a second one kills the
+// commands at once, without waiting out --kill-grace.
+func TestCronSecondStopSignalKillsAtOnce(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	pid, got := filepath.Join(dir, "pid"), filepath.Join(dir, "got")
+	crontab := writeCrontab(t, "stubborn @every 1s -- trap 'echo USR1 >> "+got+"' USR1; trap 'echo TERM >> "+got+"' TERM; echo $$ > "+pid+"; while :; do sleep 0.1; done")
+	const grace = 25 * time.Second
+	p := start(t, env, "cron", crontab, "--table", table, "--ttl", "60s", "--kill-grace", grace.String())
+	cmd := readInt(t, pid)
+	gotLines := func() string { b, _ := os.ReadFile(got); return string(b) }
+	p.signal(syscall.SIGUSR1)
+	waitFor(t, "the command to get SIGUSR1", func() bool { return gotLines() == "USR1\n" })
+	p.signal(syscall.SIGTERM)
+	waitFor(t, "the command to get SIGTERM", func() bool { return gotLines() == "USR1\nTERM\n" })
+	select {
+	case <-p.done:
+		t.Fatalf("pglease cron exited (%d) while its command ran: %s", p.code, p.stderr)
+	default:
+	}
+	p.signal(syscall.SIGTERM)
+	again := time.Now()
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit %d, want 0: %s", code, p.stderr)
+	}
+	took := time.Since(again)
+	if alive(cmd) {
+		t.Error("the command outlived pglease cron")
+	}
+	if took >= grace {
+		t.Errorf("exit %s after the second SIGTERM: the kill grace (%s) was waited out", took, grace)
+	}
+	runs := runsOf(t, table, "stubborn")
+	if r := runs[0]; r.status != "failed" || r.errText == nil || *r.errText != "killed by signal 9 (SIGKILL) (pglease cron was stopping)" {
+		t.Errorf("run %v, want failed, killed by SIGKILL while stopping", r)
+	}
+	if !strings.Contains(p.stderr.String(), "got SIGTERM again; killing 1 running command(s)") {
+		t.Errorf("stderr does not report the kill: %s", p.stderr)
+	}
+	t.Logf("exit 0 %s after the second SIGTERM (kill grace %s)", took.Round(time.Millisecond), grace)
+}
+
+// A job's lease taken away (release --force) terminates its command's
+// whole group before anyone else could take the lease; the run ends
+// "lost", and pglease cron goes on. SIGKILL to pglease cron kills a
+// running command's group at once.
+func TestCronLostLeaseAndKilledCronEndTheCommand(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	crontab := writeCrontab(t, "victim @every 1s -- sleep 300 & echo \"$$ $!\" >> "+pids+"; wait")
+	p := start(t, env, "cron", crontab, "--table", table, "--ttl", "3s", "--kill-grace", "500ms")
+	groups := func() [][2]int {
+		b, _ := os.ReadFile(pids)
+		var out [][2]int
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var a, b int
+			if n, _ := fmt.Sscanf(l, "%d %d", &a, &b); n == 2 {
+				out = append(out, [2]int{a, b})
+			}
+		}
+		return out
+	}
+	waitFor(t, "the command", func() bool { return len(groups()) == 1 })
+	first := groups()[0]
+
+	code, stdout, stderr := run(t, env, "release", "cron:victim", "--force", "--table", table)
+	if code != 0 {
+		t.Fatalf("release: exit %d: %s%s", code, stdout, stderr)
+	}
+	waitFor(t, "the first command's group to die", func() bool { return !alive(first[0]) && !alive(first[1]) })
+	waitFor(t, "its run to end lost", func() bool { return runsOf(t, table, "victim")[0].status == "lost" })
+	if !strings.Contains(p.stderr.String(), "lease cron:victim lost") {
+		t.Errorf("stderr does not report the lost lease: %s", p.stderr)
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("pglease cron exited (%d) after a lost lease: %s", p.code, p.stderr)
+	default:
+	}
+
+	waitFor(t, "the command of a later tick", func() bool { return len(groups()) == 2 })
+	second := groups()[1]
+	p.signal(syscall.SIGKILL)
+	p.wait()
+	killed := time.Now()
+	waitFor(t, "the second command's group to die", func() bool { return !alive(second[0]) && !alive(second[1]) })
+	t.Logf("group gone %s after pglease cron was SIGKILLed", time.Since(killed).Round(time.Millisecond))
+}
+
+// cronLine is a pglease cron command line of the docs: a shell's or
+// systemd's.
+var cronLine = regexp.MustCompile(`^(\$ |ExecStart=)?(/usr/local/bin/)?pglease cron `)
+
+// The crontabs of docs/CLI.md (fenced as crontab, and the ConfigMap's) and
+// of 'pglease cron --help' are valid, and so are the flags of every
+// pglease cron command line there.
+func TestCronExamplesInDocsAreValid(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../../../docs/CLI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files [][]string    // crontabs
+	var commands [][]string // pglease cron command lines, after "pglease"
+	lines := strings.Split(string(b), "\n")
+	fence := ""
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "```") {
+			if fence == "" {
+				fence = strings.TrimPrefix(trimmed, "```")
+				if fence == "" {
+					fence = "text"
+				}
+				if fence == "crontab" {
+					files = append(files, nil)
+				}
+			} else {
+				fence = ""
+			}
+			continue
+		}
+		where := fmt.Sprintf("CLI.md:%d", i+1)
+		switch {
+		case fence == "crontab":
+			files[len(files)-1] = append(files[len(files)-1], line)
+		case fence == "yaml" && trimmed == "crontab: |":
+			indent := len(lines[i+1]) - len(strings.TrimLeft(lines[i+1], " "))
+			var file []string
+			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], strings.Repeat(" ", indent)) {
+				i++
+				file = append(file, lines[i][indent:])
+			}
+			files = append(files, file)
+		case fence == "yaml" && strings.Contains(line, `command: ["pglease", "cron"`):
+			arr := trimmed[len("command: "):]
+			for !strings.Contains(arr, "]") {
+				i++
+				arr += " " + strings.TrimSpace(lines[i])
+			}
+			var words []string
+			if err := json.Unmarshal([]byte(arr), &words); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			commands = append(commands, words[1:])
+		case fence != "" && cronLine.MatchString(trimmed):
+			words := shellWords(t, where, trimmed[strings.Index(trimmed, "pglease cron "):])
+			commands = append(commands, words[1:])
+		}
+	}
+	_, help, _ := mainInProcess(t, "cron", "--help")
+	example := help[strings.Index(help, "Example FILE:\n")+len("Example FILE:\n"):]
+	var file []string
+	for _, l := range strings.Split(example[:strings.Index(example, "\n\n")], "\n") {
+		file = append(file, strings.TrimPrefix(l, "  "))
+	}
+	files = append(files, file)
+	for _, l := range strings.Split(help, "\n") {
+		if strings.HasPrefix(l, "  pglease cron ") {
+			commands = append(commands, shellWords(t, "pglease cron --help", l)[1:])
+		}
+	}
+	if len(files) < 3 || len(commands) < 5 {
+		t.Fatalf("found %d crontabs and %d command lines: the extraction is broken", len(files), len(commands))
+	}
+	var valid string
+	for i, f := range files {
+		path := writeCrontab(t, f...)
+		code, stdout, stderr := run(t, nil, "cron", "--check", path)
+		if code != 0 || !strings.Contains(stdout, "job(s)") {
+			t.Errorf("crontab %d of the docs:\n%s\nexit %d: %s%s", i+1, strings.Join(f, "\n"), code, stdout, stderr)
+		}
+		valid = path
+	}
+	for _, args := range commands {
+		var checked []string
+		for _, a := range args {
+			switch a {
+			case "/etc/pglease/crontab":
+				a = valid
+			case "%H", "$(POD_NAME)", "$POD_NAME":
+				a = "host-a"
+			}
+			checked = append(checked, a)
+		}
+		if code, stdout, stderr := run(t, nil, append(checked, "--check")...); code != 0 {
+			t.Errorf("%q with --check: exit %d: %s%s", args, code, stdout, stderr)
+		}
+	}
+}
