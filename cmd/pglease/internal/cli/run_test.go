@@ -205,7 +205,10 @@ func TestRunDatabaseUnreachableWhileHolding(t *testing.T) {
 	env := []string{"PGLEASE_DSN=" + proxy.DSN(pgtest.DSN(t))}
 	dir := t.TempDir()
 	child, grandchild := filepath.Join(dir, "child"), filepath.Join(dir, "grandchild")
-	p := start(t, env, "run", "cut-off", "--ttl", "2s", "--kill-grace", "400ms", "--table", table, "--", "sh", "-c",
+	// A 5 s TTL: the local deadline comes a second (the safety margin,
+	// TTL/5) before the server-side expiry, room for a loaded machine to
+	// reap the group and see pglease exit.
+	p := start(t, env, "run", "cut-off", "--ttl", "5s", "--kill-grace", "400ms", "--table", table, "--", "sh", "-c",
 		"trap '' TERM; sleep 300 & echo $! > "+grandchild+"; echo $$ > "+child+"; wait")
 	cpid, gpid := readInt(t, child), readInt(t, grandchild)
 	proxy.Blackhole(true)
