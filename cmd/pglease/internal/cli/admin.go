@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/pgleasecron"
 )
 
 var (
@@ -295,7 +296,14 @@ func (e *env) cmdSchema(args []string) int {
 	if err != nil {
 		return e.usage("schema", checkTable(fs.str("table")))
 	}
+	jobs, err := pgleasecron.DDL(fs.str("table"))
+	if err != nil {
+		return e.usage("schema", checkTable(fs.str("table")))
+	}
 	fmt.Fprintln(e.stdout, strings.TrimRight(ddl, "\n"))
+	fmt.Fprintln(e.stdout, "\n-- The tables of scheduled jobs (pglease cron, package pgleasecron), created")
+	fmt.Fprintln(e.stdout, "-- when first needed as the lease table is; leave them out if you schedule no jobs.")
+	fmt.Fprintln(e.stdout, strings.TrimRight(jobs, "\n"))
 	return exitOK
 }
 

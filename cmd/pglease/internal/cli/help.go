@@ -209,8 +209,8 @@ when the roles that take leases may not create tables.
 		name: "schema", flags: schemaFlags,
 		summary: "print the table's DDL",
 		run:     func(e *env, _ context.Context, args []string) int { return e.cmdSchema(args) },
-		about: `Print the SQL that creates the lease table, for migration tools. It needs no
-database.
+		about: `Print the SQL that creates the lease table, and the tables of scheduled jobs
+(pglease cron), for migration tools. It needs no database.
 `,
 		more: `Example:
   pglease schema --table ops.leases > migrations/001_pglease.sql

@@ -166,7 +166,8 @@ func TestOfflineCommandsInProcess(t *testing.T) {
 		t.Errorf("version: %d %q", code, stdout)
 	}
 	code, stdout, _ = mainInProcess(t, "schema", "--table", "ops.leases")
-	if code != 0 || !strings.Contains(stdout, `CREATE TABLE IF NOT EXISTS "ops"."leases"`) || !strings.Contains(stdout, "CREATE SCHEMA") {
+	if code != 0 || !strings.Contains(stdout, `CREATE TABLE IF NOT EXISTS "ops"."leases"`) || !strings.Contains(stdout, "CREATE SCHEMA") ||
+		!strings.Contains(stdout, `CREATE TABLE IF NOT EXISTS "ops"."leases_jobs"`) || !strings.Contains(stdout, `"ops"."leases_runs"`) {
 		t.Errorf("schema: %d %q", code, stdout)
 	}
 	for _, sh := range []string{"bash", "zsh", "fish"} {
