@@ -77,18 +77,8 @@ func (e *env) parseCron(args []string) (o cronOptions, code int, done bool) {
 	if err != nil {
 		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err, pglease.ErrInvalidTTL)))
 	}
-	o.grace = defaultGrace(o.ttl)
-	if fs.isSet("kill-grace") {
-		o.grace = fs.duration("kill-grace", 0)
-		if err := checkGrace(o.grace, sched); err != nil {
-			return bad(usagef("invalid --kill-grace %s: %v", fs.str("kill-grace"), err))
-		}
-	}
-	if fs.isSet("owner") {
-		o.owner = fs.str("owner")
-		if err := pglease.CheckOwner(o.owner); err != nil {
-			return bad(usagef("invalid --owner %s: %s", quoteArg(o.owner), reason(err, pglease.ErrInvalidOwner)))
-		}
+	if o.grace, o.owner, err = graceAndOwner(fs, sched); err != nil {
+		return bad(err)
 	}
 	o.fast = fs.boolean("fast-failover")
 	o.check = fs.boolean("check")

@@ -112,18 +112,8 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 			return bad(usagef("invalid --timeout %s: it must be positive", fs.str("timeout")))
 		}
 	}
-	o.grace = defaultGrace(o.ttl)
-	if fs.isSet("kill-grace") {
-		o.grace = fs.duration("kill-grace", 0)
-		if err := checkGrace(o.grace, sched); err != nil {
-			return bad(usagef("invalid --kill-grace %s: %v", fs.str("kill-grace"), err))
-		}
-	}
-	if fs.isSet("owner") {
-		o.owner = fs.str("owner")
-		if err := pglease.CheckOwner(o.owner); err != nil {
-			return bad(usagef("invalid --owner %s: %s", quoteArg(o.owner), reason(err, pglease.ErrInvalidOwner)))
-		}
+	if o.grace, o.owner, err = graceAndOwner(fs, sched); err != nil {
+		return bad(err)
 	}
 	o.fast = fs.boolean("fast-failover")
 	if fs.isSet("min-hold") {
@@ -175,6 +165,25 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	}
 	o.path = path
 	return o, 0, false
+}
+
+// graceAndOwner reads the --kill-grace and --owner flags of run and cron
+// (the owner is "" when not given), for a lease with timing s.
+func graceAndOwner(fs *flagSet, s pglease.Schedule) (grace time.Duration, owner string, err error) {
+	grace = defaultGrace(s.TTL)
+	if fs.isSet("kill-grace") {
+		grace = fs.duration("kill-grace", 0)
+		if err := checkGrace(grace, s); err != nil {
+			return 0, "", usagef("invalid --kill-grace %s: %v", fs.str("kill-grace"), err)
+		}
+	}
+	if fs.isSet("owner") {
+		owner = fs.str("owner")
+		if err := pglease.CheckOwner(owner); err != nil {
+			return 0, "", usagef("invalid --owner %s: %s", quoteArg(owner), reason(err, pglease.ErrInvalidOwner))
+		}
+	}
+	return grace, owner, nil
 }
 
 // defaultGrace is the kill grace without --kill-grace: min(TTL/4, 10s).
