@@ -19,6 +19,7 @@ type job struct {
 	sched Schedule
 	fn    func(context.Context) error
 	o     jobOptions
+	check time.Duration // how often a waiting replica looks for dead runners
 }
 
 // Tick is the tick a job's function runs (see [TickOf]).
@@ -63,11 +64,10 @@ func (j *job) loop(ctx context.Context) {
 		}
 		if wait := next.Sub(j.s.clock.now()); wait > 0 {
 			// Sleep until the tick, looking for dead runners meanwhile.
-			check := j.checkEvery()
-			if !sleep(ctx, min(wait, check)) {
+			if !sleep(ctx, min(wait, j.check)) {
 				return
 			}
-			if wait > check {
+			if wait > j.check {
 				if err := j.sweepIfOrphaned(ctx); err != nil && ctx.Err() == nil {
 					j.s.log.Warn("pgleasecron: looking for abandoned runs failed", "job", j.name, "err", err)
 				}
@@ -81,10 +81,10 @@ func (j *job) loop(ctx context.Context) {
 }
 
 // checkEvery is how often a waiting replica looks for runs whose runner
-// died: the lease TTL, at most a minute.
-func (j *job) checkEvery() time.Duration {
-	ttl := j.s.cfg.TTL
-	if sc, err := j.s.cfg.Config.Schedule(j.o.lease...); err == nil {
+// died: the job lease's TTL, at most a minute.
+func checkEvery(cfg pglease.Config, lease []pglease.Option) time.Duration {
+	ttl := cfg.TTL
+	if sc, err := cfg.Schedule(lease...); err == nil {
 		ttl = sc.TTL
 	}
 	return max(min(ttl, time.Minute), time.Second)

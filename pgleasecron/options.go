@@ -75,7 +75,7 @@ var Leave = AbandonedPolicy{attempts: 1}
 
 // Retry runs a dead runner's tick again on the first replica that holds the
 // job's lease after the runner's lease ended, up to attempts runs in all
-// (at least 2); then it is recorded as abandoned. A tick then runs at least
+// (1 to 100; Retry(1) is Leave); then it is recorded as abandoned. A tick then runs at least
 // once, but a run that died may have done part of its work.
 func Retry(attempts int) AbandonedPolicy { return AbandonedPolicy{attempts: attempts} }
 

@@ -40,7 +40,9 @@ var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 // A cron expression or descriptor is read in loc (UTC when nil), unless it
 // starts with "CRON_TZ=ZONE " (or "TZ=ZONE "), which names its zone (an IANA
 // name such as Europe/Berlin). Across a daylight-saving change, a time that
-// does not exist that day is skipped and one that occurs twice runs once.
+// does not exist that day is skipped, and one that occurs twice runs once
+// when the schedule has fixed hours ("30 2 * * *"); one that runs every hour
+// goes on through the repeated hour.
 func Parse(spec string, loc *time.Location) (Schedule, error) {
 	text := strings.Join(strings.Fields(spec), " ")
 	if text == "" {
@@ -143,12 +145,39 @@ type cronSchedule struct {
 // Next is the cron schedule's next instant, in UTC. The parser's schedules
 // have a resolution of one second and skip to the next second; a t with a
 // fraction is still followed by the same instant the whole second gives.
+// The parser fires at both instants of a local time that a daylight-saving
+// change repeats; a schedule with fixed hours skips the second one.
 func (c cronSchedule) Next(t time.Time) time.Time {
 	n := c.spec.Next(t.Truncate(time.Second))
+	for !n.IsZero() && c.repeated(n) {
+		n = c.spec.Next(n)
+	}
 	if n.IsZero() {
 		return n
 	}
 	return n.UTC()
+}
+
+// everyHour is the parser's bit set of a schedule that fires in all 24 hours.
+const everyHour = 1<<24 - 1
+
+// repeated reports whether n is the second instant of a local time that a
+// daylight-saving change repeats (the clock fell back over it), for a
+// schedule with fixed hours: as cron does, "30 2 * * *" runs once that
+// night, while "*/15 * * * *" goes on through the repeated hour.
+func (c cronSchedule) repeated(n time.Time) bool {
+	if c.spec.Hour&everyHour == everyHour {
+		return false
+	}
+	loc := c.spec.Location
+	_, after := n.In(loc).Zone()
+	_, before := n.Add(-12 * time.Hour).In(loc).Zone()
+	if before <= after {
+		return false
+	}
+	first := n.Add(-time.Duration(before-after) * time.Second)
+	const wall = "2006-01-02 15:04:05"
+	return first.In(loc).Format(wall) == n.In(loc).Format(wall)
 }
 
 func (c cronSchedule) String() string { return c.text }

@@ -56,6 +56,30 @@ func TestParse(t *testing.T) {
 	if s.String() != "CRON_TZ=Europe/Berlin 0 3 * * *" {
 		t.Errorf("a location given apart is recorded with the expression: %q", s.String())
 	}
+
+	// Daylight saving in Berlin: 02:30 does not exist on 2026-03-29 and
+	// occurs twice on 2026-10-25 (00:30 and 01:30 UTC).
+	s, err = Parse("30 2 * * *", berlin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ after, want string }{
+		{"2026-03-28T12:00:00Z", "2026-03-30T00:30:00Z"}, // the missing time is skipped
+		{"2026-10-24T12:00:00Z", "2026-10-25T00:30:00Z"},
+		{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}, // the repeated time runs once
+	} {
+		if got := s.Next(at(tc.after)); !got.Equal(at(tc.want)) {
+			t.Errorf("30 2 * * * in Berlin after %s: %s, want %s", tc.after, got, tc.want)
+		}
+	}
+	// A schedule of every hour goes on through the repeated hour.
+	s, err = Parse("0 * * * *", berlin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Next(at("2026-10-25T00:00:00Z")); !got.Equal(at("2026-10-25T01:00:00Z")) {
+		t.Errorf("0 * * * * in Berlin, in the repeated hour: %s", got)
+	}
 }
 
 func TestParseRejects(t *testing.T) {

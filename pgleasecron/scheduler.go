@@ -82,9 +82,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	names, err := store.ParseTable(cfg.Table)
+	n, q, err := names(cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("pgleasecron: %w: %v", pglease.ErrInvalidIdentifier, err)
+		return nil, err
 	}
 	client, err := pglease.NewFromPool(pool, cfg.Config)
 	if err != nil {
@@ -95,7 +95,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Scheduler{
-		cfg: cfg, pool: pool, client: client, names: names, q: store.BuildJobs(names),
+		cfg: cfg, pool: pool, client: client, names: n, q: q,
 		log: log, byName: map[string]*job{}, clock: serverClock{local: cfg.Clock},
 	}, nil
 }
@@ -149,7 +149,8 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 	if _, dup := s.byName[name]; dup {
 		return fmt.Errorf("pgleasecron: job %q is registered twice: job names must be unique", name)
 	}
-	j := &job{s: s, name: name, lease: leasePrefix + name, sched: sched, fn: fn, o: o}
+	j := &job{s: s, name: name, lease: leasePrefix + name, sched: sched, fn: fn, o: o,
+		check: checkEvery(s.cfg.Config, o.lease)}
 	s.jobs = append(s.jobs, j)
 	s.byName[name] = j
 	return nil
