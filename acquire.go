@@ -154,7 +154,8 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last error
 	unbound, retries := 0, 0
-	woken := false // the last pause ended with a wake-up
+	woken := false        // the last pause ended with a wake-up
+	var wokenAt time.Time // the first wake-up of this wait
 	for {
 		r := c.round(ctx, names, o, mine, w)
 		if r.lease != nil {
@@ -178,11 +179,19 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			} else if len(r.inSession) > 0 {
 				unbound = 0
 			}
-			if woken && !r.behind {
-				// Woken in vain: the releasing client took the name again
-				// first. The server wakes this waiter at most every
-				// WakeEvery, so look again by then.
-				delay = min(delay, store.WakeEvery+rand.N(store.WakeEvery/2))
+			if w != nil && w.recheck {
+				delay = min(delay, store.WakeEvery)
+			}
+			if woken && wokenAt.IsZero() {
+				wokenAt = time.Now()
+			}
+			if w != nil && w.queued && !wokenAt.IsZero() && !r.behind {
+				if left := time.Until(wokenAt.Add(fairAfter + store.WakeEvery)); left > 0 {
+					// Woken in vain: the releasing client took the name
+					// again first. The lease is promised to this waiter
+					// fairAfter into its turn; look again then.
+					delay = min(delay, left)
+				}
 			}
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			err = gaveUp(ctx, last)
@@ -241,6 +250,9 @@ type waiting struct {
 	// queue: the wait may queue on the server (a single name); queued:
 	// an attempt registered it there, so it must leave when it gives up.
 	queue, queued bool
+	// registered: the last attempt left a registration in the queue;
+	// recheck: it was the first.
+	registered, recheck bool
 }
 
 func (w *waiting) channel() <-chan struct{} {
@@ -265,13 +277,13 @@ func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
 	args.Queued, args.QueueTTL, w.queued = true, c.queueTTL(), true
 }
 
-// fairAfter is how long a queued waiter may be overtaken: until then a
-// free lease goes to whoever attempts first (the releasing client taking
-// it again at once, say), and afterwards it is promised to the longest
-// waiting live waiter. Contention then runs in bursts, each client's
-// attempts back to back, and no waiter waits much longer than this beyond
-// its turn in the queue.
-const fairAfter = 100 * time.Millisecond
+// fairAfter is how long the first queued waiter may be overtaken once its
+// turn began: until then a free lease goes to whoever attempts first (the
+// releasing client taking it again at once, say), and afterwards it is
+// promised to that waiter. Contention then runs in bursts of about this
+// long, each client's attempts back to back, and no waiter waits much
+// longer than this beyond its turn in the queue.
+const fairAfter = store.FairAfter
 
 // queueTTL is how long a registration in the queue stays fresh: a waiter
 // attempts at least every PollInterval, and each attempt refreshes it, so
@@ -369,6 +381,10 @@ func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine
 		}
 		if w != nil {
 			w.sub.queued.Store(res.queued)
+			// A release running alongside this wait's first registration
+			// may not have seen it, and woken nobody: look once more.
+			w.recheck = res.queued && !w.registered
+			w.registered = res.queued
 		}
 		if res.Ahead > 0 {
 			// Promised to the waiters ahead: this wait's turn comes with a

@@ -153,16 +153,30 @@
 // costs the release and one acquisition, however many clients wait; the
 // other waiters sleep until their turn (or their fallback poll).
 //
-// A free lease goes to whichever attempt comes first, so that a client
-// that releases and acquires again at once keeps going without a round
-// trip through another process; but once a waiter has been queued for
-// 100 ms it is promised the lease, and every attempt of another client
-// queued after it (or not queued, as TryAcquire) is refused with a
-// *[HeldError] whose Queued field says so (and wakes the promised waiter).
-// Contention thus runs in bursts and no waiter is starved: each waits at
-// most about its turn in the queue plus 100 ms. A release wakes the first
-// waiter at most every 10 ms; a waiter woken in vain (the releasing client
-// took the name again first) looks again by itself after that long.
+// Waiters in the queue take their turns in order. A new attempt (a client
+// that releases and acquires again at once, a TryAcquire) may take a free
+// lease ahead of them, so that contention runs in bursts, each client's
+// attempts back to back without a round trip through another process; but
+// only until the first waiter's turn is 100 ms old. Its turn begins when
+// it is first woken, or rather when the lease then released was acquired,
+// if it queued before that (a waiter that queued during a long hold has had
+// its turn); a waiter never woken is measured from when it queued. From
+// then on the lease is promised to it: every other attempt is refused with
+// a *[HeldError] whose Queued field says so, and wakes it. No waiter is
+// starved: each waits at most about its turn in the queue plus 100 ms of
+// others' bursts. A release wakes the first waiter the first time and,
+// once the lease is promised to it, again; not at the releases in between,
+// where a waiter woken in vain (the releasing client took the name again
+// first) looks again by itself once its promise holds.
+//
+// The table's channel, which every client with a dedicated session hears
+// (and which every NOTIFY makes the server signal, whatever its channel),
+// is notified only by a release that wakes the first waiter or sees no
+// live waiter at all: for what does not queue (semaphores, sets, clients
+// without a live session), for observers such as [Elector.Observe], and
+// for a wait whose first registration was still being written when the
+// release looked (which also looks once more shortly after registering).
+// The releases of a burst notify nothing.
 //
 // What the queue survives:
 //
@@ -179,9 +193,9 @@
 //   - A client without a live dedicated session (database/sql with another
 //     driver, [Config.DisableNotify], a transaction-pooling proxy, a
 //     session down) does not register; it attempts at the expiry timer and
-//     fallback poll, and on the table's channel, which every release also
-//     notifies (so that observers such as [Elector.Observe] see every
-//     change).
+//     fallback poll, and on the table's channel when a release notifies it
+//     (above). A change within a burst reaches observers at the holder's
+//     expiry timer or fallback poll.
 //   - The queue decides only who may take a free lease; it never changes
 //     who holds one. Mutual exclusion and fencing do not depend on it.
 //

@@ -227,10 +227,12 @@ func (e *Elector) Leader(ctx context.Context) (Info, error) {
 
 // Observe sends the leader each time it changes (an empty Info when nobody
 // leads), starting with the current one, until ctx ends; then it closes
-// the channel. Changes are seen through release notifications, at the
-// moment the leader's lease would expire, and at least every
-// [Config.PollInterval]. Slow receivers miss intermediate leaders, never
-// the latest.
+// the channel. Changes are seen through release notifications (a release
+// that wakes a queued waiter or leaves the lease free; not those within a
+// burst, while a client takes the name again at once: see "Waiting" in the
+// package documentation), at the moment the leader's lease would expire,
+// and at least every [Config.PollInterval]. Slow receivers miss
+// intermediate leaders, never the latest.
 func (e *Elector) Observe(ctx context.Context) <-chan Info {
 	out := make(chan Info, 1)
 	if _, err := e.c.session(); err != nil { // listener for release notifications

@@ -147,6 +147,9 @@ func TestWokenWaiterThatNeverComesIsCoveredByThePoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, `INSERT INTO `+holder.st.Names.QualifiedWaiters()+` VALUES ($1, $2, now() - interval '1 hour', now() + interval '1 hour')`, "stuck", ghost)
+	// The ghost has waited through the whole hold (longer than fairAfter),
+	// so its turn began long ago: the lease is promised to it on release.
+	pgtest.Exec(t, `UPDATE `+holder.st.Names.QualifiedTable()+` SET acquired_at = now() - interval '1 hour' WHERE name = 'stuck'`)
 	got := make(chan error, 1)
 	go func() {
 		_, err := waiter.Acquire(ctx, "stuck")

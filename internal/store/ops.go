@@ -531,9 +531,16 @@ func (s *Store) RequestStepDown(ctx context.Context, q Querier, name string) (ok
 	return ok, err
 }
 
-// WakeEvery is how often a release may wake one waiter: a waiter woken
-// in vain (the releasing client took the lease again first) looks again by
-// itself after that long.
+// FairAfter is how long the first queued waiter may be overtaken once its
+// turn began (see the First fragment of queries.sql): until then a free
+// lease goes to whoever attempts first, the releasing client taking it
+// again at once, say; afterwards it is promised to that waiter.
+const FairAfter = 100 * time.Millisecond
+
+// WakeEvery is the margin by which a waiter woken in vain (the releasing
+// client took the lease again first) looks again after FairAfter, once the
+// lease is promised to it: a release wakes the first waiter the first time
+// and once the promise holds, not at every release of a burst.
 const WakeEvery = 10 * time.Millisecond
 
 // Release deletes (or, before the minimum hold time, keeps until then) the
@@ -545,7 +552,7 @@ func (s *Store) Release(ctx context.Context, q Querier, name string, token int64
 	if err != nil {
 		return false, err
 	}
-	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, unlock, ns, WakeEvery.Milliseconds()},
+	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, unlock, ns, FairAfter.Milliseconds()},
 		func(r Row) error { return r.Scan(&n, &notified, &unlocked) })
 	return n > 0, err
 }

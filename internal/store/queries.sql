@@ -186,17 +186,21 @@ WITH xl AS MATERIALIZED (
     SELECT {{server}} AS id
 ), me AS MATERIALIZED (
     -- This wait's place in the queue: its first registration, or now.
-    SELECT coalesce((SELECT w."since" FROM {{waiters}} AS w
-                      WHERE $10::bool AND w."name" = $1::text AND w."client" = $8::text), now()) AS since
-      FROM xl
+    SELECT coalesce(r.since, now()) AS since, r.since IS NOT NULL AS registered
+      FROM xl LEFT JOIN {{waiters}} AS r
+        ON $10::bool AND r."name" = $1::text AND r."client" = $8::text
 ), ahead AS MATERIALIZED (
-    SELECT count(*) AS n, (array_agg(w."client" ORDER BY w."since", w."client"))[1] AS first
-      FROM {{waiters}} AS w, me
-     WHERE w."name" = $1::text AND w."client" <> $8::text
-       AND CASE WHEN w."expires_at" > now() AND (w."since", w."client") < (me.since, $8::text)
-                     AND w."since" <= now() - $12::bigint * interval '1 millisecond'
-                THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || w."client", 1))
-                ELSE false END
+    -- n: the live waiters queued before this wait, when one of them keeps
+    -- it from the lease: the first, once the lease is promised to it
+    -- (first names it then), or any, for a wait already in the queue
+    -- (queued waiters take their turns in order; only a new attempt may
+    -- overtake, as a client taking the name again at once does). Else 0.
+    SELECT coalesce(max(f.n) FILTER (WHERE f.due OR q.registered), 0) AS n,
+           max(f."client") FILTER (WHERE f.due) AS first
+      FROM (SELECT $1::text AS "name") AS n
+     CROSS JOIN (SELECT $8::text AS "client", $7::text AS "ns", me.since AS "since", me.registered,
+                        $12::bigint * interval '1 millisecond' AS "fair" FROM me) AS q
+      LEFT JOIN LATERAL ({{first}}) AS f ON true
 ), lk AS MATERIALIZED (
     SELECT CASE WHEN $5::bool AND ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash)
                 THEN pg_try_advisory_lock(hashtextextended($7::text || $1::text, 0))
@@ -256,7 +260,7 @@ WITH xl AS MATERIALIZED (
     -- rather than at its next look (see Release).
     SELECT pg_notify('pglease_' || ahead.first, $1::text) AS ok
       FROM ahead
-     WHERE ahead.n > 0 AND NOT EXISTS (SELECT 1 FROM old WHERE old."remaining_ms" > 0)
+     WHERE ahead.first IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old WHERE old."remaining_ms" > 0)
 ), nowait AS (
     SELECT set_config('synchronous_commit', 'off', true) AS ok
      WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $13::bool
@@ -357,26 +361,34 @@ WITH keep AS (
 ), del AS (
     DELETE FROM {{table}}
      WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" <= now()
-    RETURNING "name"
+    RETURNING "name", "acquired_at"
 ), lockns AS (
     SELECT $5::text AS v
 ), head AS MATERIALIZED (
     {{head}}
 ), wake AS MATERIALIZED (
-    -- At most one wake-up per waiter every $6 ms: a waiter woken in vain
-    -- (its releaser took the lease again first) looks again by itself
-    -- after that long, so that a client taking a name back to back does
-    -- not set the first waiter in motion at every release.
-    SELECT h."client" FROM head AS h
+    -- The first waiter is woken the first time, and again once the lease
+    -- is promised to it ($6 ms after its turn began: see marked); not in
+    -- between, while the releasing client may take the name again at once
+    -- (a burst) and a waiter woken in vain looks again by itself.
+    SELECT h."client", h."since" FROM head AS h
      WHERE h."notified_at" IS NULL OR h."notified_at" <= now() - $6::bigint * interval '1 millisecond'
 ), marked AS (
-    UPDATE {{waiters}} AS w SET "notified_at" = now()
-      FROM wake WHERE w."name" = $1::text AND w."client" = wake."client"
+    -- Its turn began when it queued or when the lease now released was
+    -- acquired, whichever is later: a waiter queued through a long hold is
+    -- promised the lease at once, one queued behind a burst $6 ms later.
+    UPDATE {{waiters}} AS w SET "notified_at" = greatest(wake."since", del."acquired_at")
+      FROM wake, del
+     WHERE w."name" = $1::text AND w."client" = wake."client" AND w."notified_at" IS NULL
 ), stale AS (
     DELETE FROM {{waiters}} AS w
      WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text AND w."expires_at" <= now()
 ), note AS (
+    -- The table's channel when no live waiter was seen (waits that do not
+    -- queue, or whose registration this statement could not see yet) or
+    -- the first one is woken (observers: a hand-off is under way).
     SELECT pg_notify($3::text, "name") FROM del
+     WHERE NOT EXISTS (SELECT 1 FROM head) OR EXISTS (SELECT 1 FROM wake)
     UNION ALL
     SELECT pg_notify('pglease_' || wake."client", del."name") FROM del, wake
 ), unlock AS (
@@ -428,12 +440,31 @@ SELECT set_config('idle_in_transaction_session_timeout',
 -- when it was last woken), once
 -- the row was deleted (del), spliced in for {{head}}; lockns holds the
 -- advisory-lock namespace.
-SELECT w."client", w."notified_at"
+SELECT w."client", w."notified_at", w."since"
   FROM {{waiters}} AS w
  WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text
    AND CASE WHEN w."expires_at" > now()
             THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended((SELECT v FROM lockns) || w."client", 1))
             ELSE false END
+ ORDER BY w."since", w."client"
+ LIMIT 1
+
+-- name: First
+-- Not a statement: the first live waiter of another client queued for
+-- n."name" before the wait q (queued since q."since" by client
+-- q."client"; q."ns" the advisory-lock namespace), whether the lease is
+-- promised to it, and how many live waiters are queued before q. Spliced
+-- in for {{first}} as a LATERAL subquery. The lease is promised to the
+-- first waiter once its turn began q."fair" ago: when it was first woken
+-- (Release records the start of its turn then), or, never woken, when it
+-- queued. Only the first waiter counts: the others' turns begin after it.
+SELECT w."client",
+       coalesce(w."notified_at", w."since") <= now() - q."fair" AS "due",
+       count(*) OVER () AS "n"
+  FROM {{waiters}} AS w
+ WHERE w."name" = n."name" AND w."client" <> q."client" AND w."expires_at" > now()
+   AND (w."since", w."client") < (q."since", q."client")
+   AND NOT pg_try_advisory_xact_lock_shared(hashtextextended(q."ns" || w."client", 1))
  ORDER BY w."since", w."client"
  LIMIT 1
 
@@ -612,15 +643,12 @@ WITH names AS MATERIALIZED (
                OR coalesce(l."metadata" ->> 'client' = $7::text, false) AS "free"
       FROM names AS n LEFT JOIN {{table}} AS l ON l."name" = n."name"
 ), ahead AS MATERIALIZED (
-    SELECT n."name", a.n, a.first
-      FROM names AS n, LATERAL (
-            SELECT count(*) AS n, (array_agg(w."client" ORDER BY w."since", w."client"))[1] AS first
-              FROM {{waiters}} AS w
-             WHERE w."name" = n."name" AND w."client" <> $7::text
-               AND CASE WHEN w."expires_at" > now()
-                             AND w."since" <= now() - $8::bigint * interval '1 millisecond'
-                        THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($6::text || w."client", 1))
-                        ELSE false END) AS a
+    -- As Acquire's (a set is never queued itself).
+    SELECT n."name", CASE WHEN f.due THEN f.n ELSE 0 END AS n, CASE WHEN f.due THEN f."client" END AS first
+      FROM names AS n
+     CROSS JOIN (SELECT $7::text AS "client", $6::text AS "ns", 'infinity'::timestamptz AS "since",
+                        $8::bigint * interval '1 millisecond' AS "fair") AS q
+      LEFT JOIN LATERAL ({{first}}) AS f ON true
 ), ok AS MATERIALIZED (
     SELECT coalesce(bool_and(o."free" AND a.n = 0), false) AS "all"
       FROM old AS o JOIN ahead AS a USING ("name")

@@ -5,74 +5,193 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// A release wakes the first live waiter on its client's channel, but not
-// again within WakeEvery of the last time it did: a waiter woken in vain
-// looks again by itself.
-func TestReleaseWakesTheFirstWaiterAtMostEveryWakeEvery(t *testing.T) {
-	ctx := testCtx(t)
-	s, db := migrated(t)
-	ns, err := s.LockNamespace()
+// queueFixture is a lease table with live waiting clients: each holds its
+// client lock on a connection of its own and listens on its client channel,
+// as a client's dedicated session does. One more connection listens on the
+// table's channel.
+type queueFixture struct {
+	t     *testing.T
+	ctx   context.Context
+	s     *Store
+	db    DB
+	table *pgx.Conn // listens on the table's channel
+	conns map[string]*pgx.Conn
+}
+
+func newQueueFixture(t *testing.T, waiters ...string) *queueFixture {
+	f := &queueFixture{t: t, ctx: testCtx(t), conns: map[string]*pgx.Conn{}}
+	f.s, f.db = migrated(t)
+	ns, err := f.s.LockNamespace()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const waiter = "00000000000000aa"
-	conn := batchConn(t)
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1))`, ns, waiter); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, ListenSQL(ClientChannel(waiter))); err != nil {
-		t.Fatal(err)
-	}
-	register := func(name string) {
-		t.Helper()
-		pgtest.Exec(t, `INSERT INTO `+s.Names.QualifiedWaiters()+` VALUES ($1, $2, now() - interval '1 second', now() + interval '1 hour')`, name, waiter)
-	}
-	release := func(name string) {
-		t.Helper()
-		// The waiter is not yet promised the lease (FairAfter), so the
-		// holder may take it.
-		r, err := s.Acquire(ctx, db, AcquireArgs{Name: name, Owner: "o", TTL: time.Minute, Client: "c1", FairAfter: time.Hour})
-		if err != nil || !r.Acquired {
-			t.Fatalf("acquire %s: %+v, %v", name, r, err)
-		}
-		if _, err := s.Release(ctx, db, name, r.Token, false); err != nil {
+	for _, w := range waiters {
+		conn := batchConn(t)
+		if _, err := conn.Exec(f.ctx, `SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1))`, ns, w); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// next is the payload of the next notification. Notifications arrive in
-	// commit order, so one that should not have been sent shows up before
-	// the one expected.
-	next := func() string {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, pgtest.Patience)
-		defer cancel()
-		n, err := conn.WaitForNotification(wctx)
-		if err != nil {
-			t.Fatalf("no notification: %v", err)
+		if _, err := conn.Exec(f.ctx, ListenSQL(ClientChannel(w))); err != nil {
+			t.Fatal(err)
 		}
-		return n.Payload
+		f.conns[w] = conn
 	}
-	register("n")
-	release("n")
-	if got := next(); got != "n" {
+	f.table = batchConn(t)
+	if _, err := f.table.Exec(f.ctx, f.s.Q.Listen); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// register queues waiter for name, as if it had queued ago.
+func (f *queueFixture) register(name, waiter string, ago time.Duration) {
+	f.t.Helper()
+	pgtest.Exec(f.t, `INSERT INTO `+f.s.Names.QualifiedWaiters()+` VALUES ($1, $2, now() - $3::bigint * interval '1 millisecond', now() + interval '1 hour')`,
+		name, waiter, ago.Milliseconds())
+}
+
+// attempt is one acquisition of name by client; queued attempts belong to
+// a wait in the queue.
+func (f *queueFixture) attempt(name, client string, queued bool) AcquireResult {
+	f.t.Helper()
+	r, err := f.s.Acquire(f.ctx, f.db, AcquireArgs{Name: name, Owner: "o-" + client, TTL: time.Minute, Client: client,
+		Queued: queued, QueueTTL: time.Hour, FairAfter: FairAfter})
+	if err != nil {
+		f.t.Fatalf("acquire %s by %s: %v", name, client, err)
+	}
+	return r
+}
+
+func (f *queueFixture) release(name string, token int64) {
+	f.t.Helper()
+	if _, err := f.s.Release(f.ctx, f.db, name, token, false); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// heldFor backdates the lease on name as acquired ago.
+func (f *queueFixture) heldFor(name string, ago time.Duration) {
+	f.t.Helper()
+	pgtest.Exec(f.t, `UPDATE `+f.s.Names.QualifiedTable()+` SET acquired_at = now() - $2::bigint * interval '1 millisecond' WHERE name = $1`, name, ago.Milliseconds())
+}
+
+// turnBegan backdates the start of waiter's turn (its first wake).
+func (f *queueFixture) turnBegan(waiter string, ago time.Duration) {
+	f.t.Helper()
+	pgtest.Exec(f.t, `UPDATE `+f.s.Names.QualifiedWaiters()+` SET notified_at = now() - $2::bigint * interval '1 millisecond' WHERE client = $1`, waiter, ago.Milliseconds())
+}
+
+// next is the payload of the next notification on conn. Notifications
+// arrive in commit order, so one that should not have been sent shows up
+// before the one expected (each test ends its checks with one that must
+// arrive).
+func (f *queueFixture) next(conn *pgx.Conn) string {
+	f.t.Helper()
+	wctx, cancel := context.WithTimeout(f.ctx, pgtest.Patience)
+	defer cancel()
+	n, err := conn.WaitForNotification(wctx)
+	if err != nil {
+		f.t.Fatalf("no notification: %v", err)
+	}
+	return n.Payload
+}
+
+// A client that releases and takes the name again at once keeps it (a
+// burst) while the first waiter's turn is younger than FairAfter. Its turn
+// begins when the lease released first is acquired; the waiter is woken
+// once then, and again only when the lease is promised to it, when the
+// releasing client's next attempt is refused and wakes it too. The
+// table's channel hears the first wake-up, not the releases of the burst.
+func TestBurstUntilTheFirstWaitersTurnIsFairAfterOld(t *testing.T) {
+	const w = "00000000000000aa"
+	f := newQueueFixture(t, w)
+	r := f.attempt("n", "holder", false)
+	if !r.Acquired {
+		t.Fatalf("the free lease was not acquired: %+v", r)
+	}
+	f.register("n", w, time.Hour)
+	acquiredAt := pgtest.Value[int64](t, `SELECT (extract(epoch FROM acquired_at) * 1e6)::bigint FROM `+f.s.Names.QualifiedTable()+` WHERE name = 'n'`)
+	f.release("n", r.Token)
+	if got := f.next(f.conns[w]); got != "n" {
 		t.Fatalf("the first release woke the waiter for %q, want n", got)
 	}
-	// Woken just now (made certain, whatever the machine's speed): the
-	// next release of n does not wake it; a release of m, which it has
-	// not been woken for, does.
-	pgtest.Exec(t, `UPDATE `+s.Names.QualifiedWaiters()+` SET notified_at = clock_timestamp() + interval '1 hour'`)
-	register("m")
-	release("n")
-	release("m")
-	if got := next(); got != "m" {
-		t.Fatalf("a release woke the first waiter for %q again within WakeEvery", got)
+	if got := f.next(f.table); got != "n" {
+		t.Fatalf("the table's channel heard %q, want n (a waiter was woken)", got)
 	}
-	pgtest.Exec(t, `UPDATE `+s.Names.QualifiedWaiters()+` SET notified_at = now() - interval '1 second'`)
-	release("n")
-	if got := next(); got != "n" {
-		t.Fatalf("got %q: a release did not wake the first waiter once WakeEvery had passed", got)
+	if began := pgtest.Value[int64](t, `SELECT (extract(epoch FROM notified_at) * 1e6)::bigint FROM `+f.s.Names.QualifiedWaiters()); began != acquiredAt {
+		t.Fatalf("the waiter's turn began at %d µs, want %d µs: when the lease released was acquired (it queued earlier)", began, acquiredAt)
+	}
+	for range 3 {
+		f.turnBegan(w, 0) // young, however slow this machine is
+		r = f.attempt("n", "holder", false)
+		if !r.Acquired {
+			t.Fatalf("the holder's next attempt within the burst was refused: %+v", r)
+		}
+		f.release("n", r.Token)
+	}
+	// The releases of the burst woke nobody and notified nothing: the
+	// next notifications are those of a release of m.
+	r = f.attempt("m", "holder", false)
+	f.register("m", w, time.Second)
+	f.release("m", r.Token)
+	if got := f.next(f.conns[w]); got != "m" {
+		t.Fatalf("got %q: a release within the burst woke the waiter again", got)
+	}
+	if got := f.next(f.table); got != "m" {
+		t.Fatalf("got %q: a release within the burst notified the table's channel", got)
+	}
+	// FairAfter into the waiter's turn the lease is promised to it.
+	f.turnBegan(w, FairAfter+time.Second)
+	if r = f.attempt("n", "holder", false); r.Acquired || r.Ahead != 1 {
+		t.Fatalf("an attempt on a lease promised to the waiter: %+v, want refused with 1 ahead", r)
+	}
+	if got := f.next(f.conns[w]); got != "n" {
+		t.Fatalf("got %q, want the refusal's wake-up for n", got)
+	}
+	r = f.attempt("n", w, true)
+	if !r.Acquired {
+		t.Fatalf("the waiter could not take the lease promised to it: %+v", r)
+	}
+	if n := pgtest.Value[int](t, `SELECT count(*) FROM `+f.s.Names.QualifiedWaiters()+` WHERE name = 'n'`); n != 0 {
+		t.Fatalf("%d registrations for n left after the waiter acquired", n)
+	}
+}
+
+// A waiter queued through a whole hold longer than FairAfter has had its
+// turn: the lease is promised to it at the release, and the holder's next
+// attempt is refused.
+func TestWaiterQueuedThroughALongHoldIsPromisedAtRelease(t *testing.T) {
+	const w = "00000000000000bb"
+	f := newQueueFixture(t, w)
+	r := f.attempt("n", "holder", false)
+	f.register("n", w, time.Hour)
+	f.heldFor("n", time.Hour)
+	f.release("n", r.Token)
+	if got := f.next(f.conns[w]); got != "n" {
+		t.Fatalf("the release woke the waiter for %q, want n", got)
+	}
+	if r = f.attempt("n", "holder", false); r.Acquired || r.Ahead != 1 {
+		t.Fatalf("the holder's next attempt: %+v, want refused (promised to the waiter)", r)
+	}
+}
+
+// Waiters in the queue take their turns in order: one behind the first
+// never takes a free lease ahead of it, even before the lease is promised
+// to the first; a new attempt may.
+func TestQueuedWaitersDoNotOvertakeTheFirst(t *testing.T) {
+	const first, second = "00000000000000c1", "00000000000000c2"
+	f := newQueueFixture(t, first, second)
+	f.register("n", first, 2*time.Second)
+	f.register("n", second, time.Second)
+	f.turnBegan(first, 0)
+	if r := f.attempt("n", second, true); r.Acquired || r.Ahead != 1 {
+		t.Fatalf("the second waiter's attempt on the free lease: %+v, want refused behind the first", r)
+	}
+	if r := f.attempt("n", "newcomer", false); !r.Acquired {
+		t.Fatalf("a new attempt before the lease is promised: %+v, want acquired", r)
 	}
 }
