@@ -40,9 +40,11 @@ func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...Opti
 // [Client.TryAcquireAll]. Clients asking for overlapping sets in any order
 // never deadlock: a set is taken in one transaction that locks its names in
 // one canonical order, and a set that cannot be taken whole holds nothing
-// while it waits. Waiting is driven by notifications when any of the names
-// is released, by a timer at the moment the holders' leases would expire,
-// and by the fallback poll. A set does not queue for its names: a name
+// while it waits. Waiting is driven by the table's release notifications
+// for any of the names (not those within another client's burst: see
+// "Waiting" in the package documentation), by a timer at the moment the
+// holders' leases would expire, and by the fallback poll. A set does not
+// queue for its names: a name
 // promised to a client queued for it alone (see "Waiting" in the package
 // documentation) goes to that client first. When ctx ends first the error
 // matches both [ErrNotAcquired] and ctx.Err(), and nothing of the attempt
