@@ -244,8 +244,10 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 	dir := t.TempDir()
 	vars := filepath.Join(dir, "vars")
 	crontab := writeCrontab(t,
-		`vars @every 1s -- echo "$PGLEASE_JOB|$PGLEASE_TICK|$PGLEASE_NAME|$PGLEASE_TOKEN|$PGLEASE_OWNER|$PGLEASE_ATTEMPT|$PGLEASE_SLOT" >> `+vars,
-		"fails @every 1s -- echo failing; exit 3",
+		// The commands ignore SIGTERM, so that stopping pglease below lets
+		// a run in flight end as it would have.
+		`vars @every 1s -- trap '' TERM; echo "$PGLEASE_JOB|$PGLEASE_TICK|$PGLEASE_NAME|$PGLEASE_TOKEN|$PGLEASE_OWNER|$PGLEASE_ATTEMPT|$PGLEASE_SLOT" >> `+vars,
+		"fails @every 1s -- trap '' TERM; echo failing; exit 3",
 		"killed @every 1s -- kill -9 $$",
 	)
 	p := start(t, append(env, "PGLEASE_SLOT=stale", "PGLEASE_TICK=stale"), "cron", crontab, "--table", table, "--owner", "host-1")
@@ -257,6 +259,12 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 
 	if !pgtest.Value[bool](t, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pglease cron host-1')") {
 		t.Error("no connection named 'pglease cron host-1' in pg_stat_activity")
+	}
+	// Stopped, so that the history read below is final: a tick running
+	// while pglease jobs reads would be its last run.
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0: %s", code, p.stderr)
 	}
 	b, _ := os.ReadFile(vars)
 	line := strings.SplitN(string(b), "\n", 2)[0]
@@ -356,10 +364,6 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 		t.Errorf("jobs nosuch: exit %d, stdout %q, stderr %q; want 3 and no job named nosuch", code, stdout, stderr)
 	}
 
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(); code != 0 {
-		t.Errorf("exit %d after SIGTERM, want 0: %s", code, p.stderr)
-	}
 	// One line per run on stderr, and the command's own output on stdout.
 	if !strings.Contains(p.stderr.String(), "pglease: job fails, tick ") || !strings.Contains(p.stderr.String(), ": failed: exit status 3 (token ") ||
 		!strings.Contains(p.stdout.String(), "failing\n") {
