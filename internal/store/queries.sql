@@ -436,9 +436,9 @@ SELECT set_config('idle_in_transaction_session_timeout',
                 FOR SHARE OF l) AS g ON true
 
 -- name: Head
--- Not a statement: the first live waiter queued for $1 (its client, and
--- when it was last woken), once
--- the row was deleted (del), spliced in for {{head}}; lockns holds the
+-- Not a statement: the first live waiter queued for $1 (its client, when
+-- its turn began if it was woken before, and when it queued), once the row
+-- was deleted (del), spliced in for {{head}}; lockns holds the
 -- advisory-lock namespace.
 SELECT w."client", w."notified_at", w."since"
   FROM {{waiters}} AS w
@@ -462,9 +462,10 @@ SELECT w."client",
        coalesce(w."notified_at", w."since") <= now() - q."fair" AS "due",
        count(*) OVER () AS "n"
   FROM {{waiters}} AS w
- WHERE w."name" = n."name" AND w."client" <> q."client" AND w."expires_at" > now()
-   AND (w."since", w."client") < (q."since", q."client")
-   AND NOT pg_try_advisory_xact_lock_shared(hashtextextended(q."ns" || w."client", 1))
+ WHERE w."name" = n."name" AND w."client" <> q."client"
+   AND CASE WHEN w."expires_at" > now() AND (w."since", w."client") < (q."since", q."client")
+            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(q."ns" || w."client", 1))
+            ELSE false END
  ORDER BY w."since", w."client"
  LIMIT 1
 
