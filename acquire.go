@@ -278,11 +278,7 @@ func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
 }
 
 // fairAfter is how long the first queued waiter may be overtaken once its
-// turn began: until then a free lease goes to whoever attempts first (the
-// releasing client taking it again at once, say), and afterwards it is
-// promised to that waiter. Contention then runs in bursts of about this
-// long, each client's attempts back to back, and no waiter waits much
-// longer than this beyond its turn in the queue.
+// turn began (see "Waiting" in the package documentation).
 const fairAfter = store.FairAfter
 
 // queueTTL is how long a registration in the queue stays fresh: a waiter

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 // countAttempts counts the acquisition statements of every client until
@@ -186,6 +187,89 @@ func TestWokenWaiterThatNeverComesIsCoveredByThePoll(t *testing.T) {
 	if pgtest.Value[bool](t, `SELECT l.acquired_at < w.expires_at FROM `+holder.st.Names.QualifiedTable()+` AS l, `+
 		holder.st.Names.QualifiedWaiters()+` AS w WHERE l.name = 'stuck' AND w.client = $1`, ghost) {
 		t.Fatal("the second waiter took the lease promised to the first while the first's registration was fresh")
+	}
+}
+
+// waitingFor starts waiter's Acquire of name and returns the channel of
+// its outcome (the lease is released at once).
+func waitingFor(ctx context.Context, waiter *Client, name string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, name)
+		if err == nil {
+			err = wl.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// A waiter woken in vain (the holder took the name again first) is not
+// woken by the releases that follow until the lease is promised to it; it
+// looks again by itself once its promise holds. Here no release wakes it
+// at all (its turn is made to begin in the future), and the lease is free:
+// it acquires long before its timer (TTL and PollInterval: 10 minutes).
+func TestWaiterWokenInVainLooksAgainWhenItsPromiseHolds(t *testing.T) {
+	ctx := testCtx(t)
+	cfg := Config{PollInterval: 10 * time.Minute}
+	holder := testClient(t, cfg)
+	cfg.Table = holder.cfg.Table
+	waiter := testClient(t, cfg)
+	l, err := holder.TryAcquire(ctx, "vain", WithTTL(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitingFor(ctx, waiter, "vain")
+	waitQueued(t, holder, waiter, "vain")
+	waiters := holder.st.Names.QualifiedWaiters()
+	pgtest.Exec(t, `UPDATE `+waiters+` SET notified_at = clock_timestamp() + interval '1 hour' WHERE client = $1`, waiter.id)
+	since := pgtest.Value[time.Time](t, `SELECT clock_timestamp()`)
+	// Woken (as by a release the holder then overtook): its attempt finds
+	// the lease held, and refreshes its registration.
+	pgtest.Exec(t, `SELECT pg_notify($1, 'vain')`, store.ClientChannel(waiter.id))
+	pgtest.WaitFor(t, patience, "the woken waiter's attempt", func() bool {
+		return pgtest.Value[bool](t, `SELECT expires_at - $2::bigint * interval '1 millisecond' > $3 FROM `+waiters+` WHERE client = $1`,
+			waiter.id, waiter.queueTTL().Milliseconds(), since)
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, got, "the acquisition of the waiter woken in vain, by its own look"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A wait looks once more shortly after its first registration: a release
+// running alongside that registration may not have seen it and woken
+// nobody. Simulated by deleting the holder's row, with no notification,
+// just before the second attempt; the waiter's timer (TTL and
+// PollInterval: 10 minutes) would come far too late.
+func TestWaitLooksOnceMoreAfterItsFirstRegistration(t *testing.T) {
+	ctx := testCtx(t)
+	cfg := Config{PollInterval: 10 * time.Minute}
+	holder := testClient(t, cfg)
+	cfg.Table = holder.cfg.Table
+	waiter := testClient(t, cfg)
+	if _, err := holder.TryAcquire(ctx, "unseen", WithTTL(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter's dedicated session is up first: its start wakes every
+	// wait, which would look again anyway.
+	sess, err := waiter.session()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the waiter's dedicated session", sess.isLive)
+	var attempts atomic.Int32
+	hook := func(client, name string) {
+		if client == waiter.id && attempts.Add(1) == 2 {
+			pgtest.Exec(t, `DELETE FROM `+holder.st.Names.QualifiedTable()+` WHERE name = 'unseen'`)
+		}
+	}
+	testHookAttempt.Store(&hook)
+	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	if err := pgtest.Receive(t, waitingFor(ctx, waiter, "unseen"), "the acquisition by the look after the first registration"); err != nil {
+		t.Fatal(err)
 	}
 }
 
