@@ -195,3 +195,18 @@ func TestQueuedWaitersDoNotOvertakeTheFirst(t *testing.T) {
 		t.Fatalf("a new attempt before the lease is promised: %+v, want acquired", r)
 	}
 }
+
+// A release wakes again a first waiter it woke before once the lease is
+// promised to it (its turn is FairAfter old), so that it takes the free
+// lease at once.
+func TestReleaseWakesThePromisedWaiterAgain(t *testing.T) {
+	const w = "00000000000000dd"
+	f := newQueueFixture(t, w)
+	r := f.attempt("n", "holder", false)
+	f.register("n", w, time.Hour)
+	f.turnBegan(w, FairAfter+time.Second)
+	f.release("n", r.Token)
+	if got := f.next(f.conns[w]); got != "n" {
+		t.Fatalf("the release woke the waiter for %q, want n", got)
+	}
+}
