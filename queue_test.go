@@ -207,8 +207,9 @@ func waitingFor(ctx context.Context, waiter *Client, name string) <-chan error {
 // A waiter woken in vain (the holder took the name again first) is not
 // woken by the releases that follow until the lease is promised to it; it
 // looks again by itself once its promise holds. Here no release wakes it
-// at all (its turn is made to begin in the future), and the lease is free:
-// it acquires long before its timer (TTL and PollInterval: 10 minutes).
+// at all (its turn is made to begin in the future); the lease is released
+// while that look waits to start, and the look takes it, long before the
+// waiter's timer (TTL and PollInterval: 10 minutes).
 func TestWaiterWokenInVainLooksAgainWhenItsPromiseHolds(t *testing.T) {
 	ctx := testCtx(t)
 	cfg := Config{PollInterval: 10 * time.Minute}
@@ -219,22 +220,37 @@ func TestWaiterWokenInVainLooksAgainWhenItsPromiseHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := waitingFor(ctx, waiter, "vain")
-	waitQueued(t, holder, waiter, "vain")
-	waiters := holder.st.Names.QualifiedWaiters()
-	pgtest.Exec(t, `UPDATE `+waiters+` SET notified_at = clock_timestamp() + interval '1 hour' WHERE client = $1`, waiter.id)
-	since := pgtest.Value[time.Time](t, `SELECT clock_timestamp()`)
-	// Woken (as by a release the holder then overtook): its attempt finds
-	// the lease held, and refreshes its registration.
-	pgtest.Exec(t, `SELECT pg_notify($1, 'vain')`, store.ClientChannel(waiter.id))
-	pgtest.WaitFor(t, patience, "the woken waiter's attempt", func() bool {
-		return pgtest.Value[bool](t, `SELECT expires_at - $2::bigint * interval '1 millisecond' > $3 FROM `+waiters+` WHERE client = $1`,
-			waiter.id, waiter.queueTTL().Milliseconds(), since)
-	})
-	if err := l.Release(ctx); err != nil {
+	// The waiter's dedicated session is up first: its start wakes every
+	// wait, which would add an attempt.
+	sess, err := waiter.session()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pgtest.Receive(t, got, "the acquisition of the waiter woken in vain, by its own look"); err != nil {
+	pgtest.WaitFor(t, patience, "the waiter's dedicated session", sess.isLive)
+	// Its attempts: 1 registers, 2 is the look after registering, 3 is
+	// the woken one (in vain: the lease is held), 4 the look once its
+	// promise would hold, held back until the lease is released.
+	var attempts atomic.Int32
+	look, released := make(chan struct{}), make(chan struct{})
+	hook := func(client, name string) {
+		if client == waiter.id && attempts.Add(1) == 4 {
+			close(look)
+			<-released
+		}
+	}
+	testHookAttempt.Store(&hook)
+	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	got := waitingFor(ctx, waiter, "vain")
+	pgtest.WaitFor(t, patience, "the waiter's look after registering", func() bool { return attempts.Load() >= 2 })
+	pgtest.Exec(t, `UPDATE `+holder.st.Names.QualifiedWaiters()+` SET notified_at = clock_timestamp() + interval '1 hour' WHERE client = $1`, waiter.id)
+	pgtest.Exec(t, `SELECT pg_notify($1, 'vain')`, store.ClientChannel(waiter.id))
+	pgtest.Receive(t, look, "the woken waiter's own look once its promise would hold")
+	err = l.Release(ctx)
+	close(released)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, got, "the acquisition by that look"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -261,14 +277,20 @@ func TestWaitLooksOnceMoreAfterItsFirstRegistration(t *testing.T) {
 	}
 	pgtest.WaitFor(t, patience, "the waiter's dedicated session", sess.isLive)
 	var attempts atomic.Int32
+	second, deleted := make(chan struct{}), make(chan struct{})
 	hook := func(client, name string) {
 		if client == waiter.id && attempts.Add(1) == 2 {
-			pgtest.Exec(t, `DELETE FROM `+holder.st.Names.QualifiedTable()+` WHERE name = 'unseen'`)
+			close(second)
+			<-deleted
 		}
 	}
 	testHookAttempt.Store(&hook)
 	t.Cleanup(func() { testHookAttempt.Store(nil) })
-	if err := pgtest.Receive(t, waitingFor(ctx, waiter, "unseen"), "the acquisition by the look after the first registration"); err != nil {
+	got := waitingFor(ctx, waiter, "unseen")
+	pgtest.Receive(t, second, "the waiter's look after its first registration")
+	pgtest.Exec(t, `DELETE FROM `+holder.st.Names.QualifiedTable()+` WHERE name = 'unseen'`)
+	close(deleted)
+	if err := pgtest.Receive(t, got, "the acquisition by that look"); err != nil {
 		t.Fatal(err)
 	}
 }
