@@ -234,6 +234,19 @@ func TestCronRunsEveryTickOnceAcrossReplicas(t *testing.T) {
 	}
 }
 
+// settledJobs runs pglease with args (a pglease jobs command) until its
+// output shows no run in progress: pglease cron goes on running its jobs
+// every second meanwhile, and a tick running at that moment would be a
+// job's last run.
+func settledJobs(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	waitFor(t, "pglease "+strings.Join(args, " ")+" without a run in progress", func() bool {
+		code, stdout, stderr = run(t, env, args...)
+		return code != 0 || !strings.Contains(stdout, "running")
+	})
+	return code, stdout, stderr
+}
+
 // A job's command sees the PGLEASE_ variables of its tick; a command's
 // exit status is its run's outcome: 0 succeeded, else failed with "exit
 // status N" or "killed by signal N (SIGNAME)". pglease jobs lists them,
@@ -244,10 +257,8 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 	dir := t.TempDir()
 	vars := filepath.Join(dir, "vars")
 	crontab := writeCrontab(t,
-		// The commands ignore SIGTERM, so that stopping pglease below lets
-		// a run in flight end as it would have.
-		`vars @every 1s -- trap '' TERM; echo "$PGLEASE_JOB|$PGLEASE_TICK|$PGLEASE_NAME|$PGLEASE_TOKEN|$PGLEASE_OWNER|$PGLEASE_ATTEMPT|$PGLEASE_SLOT" >> `+vars,
-		"fails @every 1s -- trap '' TERM; echo failing; exit 3",
+		`vars @every 1s -- echo "$PGLEASE_JOB|$PGLEASE_TICK|$PGLEASE_NAME|$PGLEASE_TOKEN|$PGLEASE_OWNER|$PGLEASE_ATTEMPT|$PGLEASE_SLOT" >> `+vars,
+		"fails @every 1s -- echo failing; exit 3",
 		"killed @every 1s -- kill -9 $$",
 	)
 	p := start(t, append(env, "PGLEASE_SLOT=stale", "PGLEASE_TICK=stale"), "cron", crontab, "--table", table, "--owner", "host-1")
@@ -259,12 +270,6 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 
 	if !pgtest.Value[bool](t, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pglease cron host-1')") {
 		t.Error("no connection named 'pglease cron host-1' in pg_stat_activity")
-	}
-	// Stopped, so that the history read below is final: a tick running
-	// while pglease jobs reads would be its last run.
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(); code != 0 {
-		t.Errorf("exit %d after SIGTERM, want 0: %s", code, p.stderr)
 	}
 	b, _ := os.ReadFile(vars)
 	line := strings.SplitN(string(b), "\n", 2)[0]
@@ -296,7 +301,7 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 		}
 	}
 
-	code, stdout, stderr := run(t, env, "jobs", "--table", table)
+	code, stdout, stderr := settledJobs(t, env, "jobs", "--table", table)
 	if code != 0 {
 		t.Fatalf("jobs: exit %d: %s", code, stderr)
 	}
@@ -306,7 +311,7 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 			t.Errorf("jobs does not show %q:\n%s", want, stdout)
 		}
 	}
-	code, stdout, stderr = run(t, env, "jobs", "--json", "--table", table)
+	code, stdout, stderr = settledJobs(t, env, "jobs", "--json", "--table", table)
 	var jobs []struct {
 		Name     string     `json:"name"`
 		Schedule string     `json:"schedule"`
@@ -350,12 +355,12 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.User = url.User(role)
-	code, stdout, stderr = run(t, []string{"PGLEASE_DSN=" + u.String()}, "jobs", "--table", table)
+	code, stdout, stderr = settledJobs(t, []string{"PGLEASE_DSN=" + u.String()}, "jobs", "--table", table)
 	if code != 0 || !strings.Contains(stdout, "failed: exit status 3") {
 		t.Errorf("jobs as a SELECT-only role: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
-	code, stdout, stderr = run(t, env, "jobs", "fails", "--limit", "1", "--table", table)
+	code, stdout, stderr = settledJobs(t, env, "jobs", "fails", "--limit", "1", "--table", table)
 	if code != 0 || strings.Count(stdout, "\n") != 2 || !strings.Contains(stdout, "failed: exit status 3") {
 		t.Errorf("jobs fails --limit 1: exit %d, want a header and one run:\n%s%s", code, stdout, stderr)
 	}
@@ -364,6 +369,10 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 		t.Errorf("jobs nosuch: exit %d, stdout %q, stderr %q; want 3 and no job named nosuch", code, stdout, stderr)
 	}
 
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0: %s", code, p.stderr)
+	}
 	// One line per run on stderr, and the command's own output on stdout.
 	if !strings.Contains(p.stderr.String(), "pglease: job fails, tick ") || !strings.Contains(p.stderr.String(), ": failed: exit status 3 (token ") ||
 		!strings.Contains(p.stdout.String(), "failing\n") {
