@@ -77,7 +77,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, errorf("%w: DSN: %w", ErrInvalidArgument, err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, pcfg.ConnConfig.ConnectTimeout)
+	pctx, cancel := context.WithTimeout(ctx, pcfg.ConnConfig.ConnectTimeout*time.Duration(hostCount(pcfg.ConnConfig)))
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()

@@ -54,7 +54,8 @@ type Config struct {
 	// safety deadline. Default 10s.
 	StatementTimeout time.Duration
 	// ConnectTimeout bounds each connection attempt of a client created
-	// with [Open]. Default 10s, or connect_timeout from the DSN.
+	// with [Open], per host: with a multi-host DSN each host is given this
+	// long in turn. Default 10s, or connect_timeout from the DSN.
 	ConnectTimeout time.Duration
 	// MaxConns is the pool size of a client created with [Open]. Default 4.
 	MaxConns int32

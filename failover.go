@@ -287,7 +287,7 @@ func (c *Client) runWatcher(ctx context.Context, holder string, w *sessionWatche
 			if err != nil || cfg == nil {
 				return
 			}
-			pc, err := connectPgx(ctx, cfg, c.connectTimeout())
+			pc, err := connectPgx(ctx, cfg, c.connectBudget())
 			if err != nil {
 				w.rearm()
 				select {

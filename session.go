@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -409,7 +410,7 @@ func (s *session) failOps(err error) {
 // channel too: the client's waits may queue.
 func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 	c := s.c
-	ctx, cancel := context.WithTimeout(c.bg, c.connectTimeout())
+	ctx, cancel := context.WithTimeout(c.bg, c.connectBudget())
 	defer cancel()
 	cfg, err := c.dedicatedConfig(ctx)
 	if err != nil {
@@ -489,6 +490,32 @@ func (c *Client) connectTimeout() time.Duration {
 		return c.cfg.ConnectTimeout
 	}
 	return defaultConnTimeout
+}
+
+// connectBudget bounds one connection, which may try every host of a
+// multi-host DSN in turn: pgx gives each host the connect timeout of its
+// own, so the whole attempt may take that many timeouts. A bound of one
+// timeout would let a silent host listed first (a partitioned old primary
+// that accepts TCP but never answers) use it all up, and the host that is
+// now the primary would never be tried.
+func (c *Client) connectBudget() time.Duration {
+	c.mu.Lock()
+	cfg := c.connCfg
+	c.mu.Unlock()
+	return c.connectTimeout() * time.Duration(hostCount(cfg))
+}
+
+// hostCount is the number of distinct hosts pgx tries to connect to cfg
+// (1 for nil).
+func hostCount(cfg *pgx.ConnConfig) int {
+	if cfg == nil {
+		return 1
+	}
+	hosts := map[string]bool{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))): true}
+	for _, f := range cfg.Fallbacks {
+		hosts[net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))] = true
+	}
+	return len(hosts)
 }
 
 // dedicatedConfig returns the pgx settings of the dedicated connection, or
