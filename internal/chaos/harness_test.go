@@ -43,6 +43,7 @@ type scenario struct {
 	noNotify bool
 	prepare  func(t *testing.T, r *run) // after the tables exist, before holders start
 	admin    string                     // superuser DSN of another server (default: the shared cluster)
+	schema   string                     // with admin: the schema to create (default "chaos")
 }
 
 // proc is one holder process.
@@ -119,7 +120,10 @@ func startRun(t *testing.T, sc scenario) *run {
 		r.base = pgtest.DSN(t)
 		r.schema = pgtest.Schema(t)
 	} else {
-		r.schema = "chaos"
+		r.schema = sc.schema
+		if r.schema == "" {
+			r.schema = "chaos"
+		}
 		adminExec(t, r.base, "CREATE SCHEMA "+r.schema)
 	}
 	r.table = r.schema + ".leases"
@@ -429,9 +433,24 @@ func (r *run) progressed(since int64, timeout time.Duration) bool {
 func (r *run) waitProgress(since int64) {
 	r.t.Helper()
 	if !r.progressed(since, patience) {
-		r.t.Fatalf("the holders did not renew or acquire, then write, every name within %v after %s; the server's sessions:\n%s\n%s",
-			patience, time.Unix(0, since).Format("15:04:05.000000"), r.activity(), r.stderrTails())
+		r.t.Fatalf("the holders did not renew or acquire, then write, every name within %v after %s; their last errors:\n%s\nthe server's sessions:\n%s\n%s",
+			patience, time.Unix(0, since).Format("15:04:05.000000"), r.lastErrors(since, 10), r.activity(), r.stderrTails())
 	}
+}
+
+// lastErrors lists the last n errors the holders recorded after since.
+func (r *run) lastErrors(since int64, n int) string {
+	events, _ := LoadDir(r.dir)
+	var errs []string
+	for _, e := range events {
+		if e.K == KindError && e.T >= since {
+			errs = append(errs, fmt.Sprintf("  %s pid %d %s: %s", time.Unix(0, e.T).Format("15:04:05.000"), e.Pid, e.Name, e.Msg))
+		}
+	}
+	if len(errs) > n {
+		errs = errs[len(errs)-n:]
+	}
+	return strings.Join(errs, "\n")
 }
 
 // tail reads the holders' history files incrementally.
@@ -521,8 +540,23 @@ func (r *run) stderrTails() string {
 	return b.String()
 }
 
-// finish stops the holders and checks the history.
+// finish stops the holders and checks the history: a violation fails the
+// test.
 func (r *run) finish(opt Options) Report {
+	r.t.Helper()
+	rep, _ := r.check(opt)
+	if !rep.OK() {
+		r.t.Errorf("the history violates the lease properties:\n%s\n%s", rep, r.stderrTails())
+	}
+	if rep.Sections == 0 {
+		r.t.Errorf("no critical sections recorded\n%s", r.stderrTails())
+	}
+	return rep
+}
+
+// check stops the holders and checks the history; it returns the report
+// and the events without judging them.
+func (r *run) check(opt Options) (Report, []Event) {
 	r.t.Helper()
 	end := Now()
 	r.stopAll()
@@ -577,13 +611,7 @@ func (r *run) finish(opt Options) Report {
 	if len(rep.Windows) > 0 {
 		r.t.Logf("fast-failover sessions terminated by the server: the old holder's lease ended %s after the successor acquired", windowStats(rep.Windows))
 	}
-	if !rep.OK() {
-		r.t.Errorf("the history violates the lease properties:\n%s\n%s", rep, r.stderrTails())
-	}
-	if rep.Sections == 0 {
-		r.t.Errorf("no critical sections recorded\n%s", r.stderrTails())
-	}
-	return rep
+	return rep, events
 }
 
 // writes reads the committed fenced writes in commit order.

@@ -176,17 +176,10 @@ func (c *Cluster) kill() error {
 	if pid <= 0 || !alive(pid) {
 		return nil
 	}
-	pids := killTree(pid)
-	deadline := time.Now().Add(5 * time.Second)
-	for _, p := range pids {
-		for alive(p) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("pglease: process %d did not exit after SIGKILL", p)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+	if err := c.killPids(killTree(pid)); err != nil {
+		return err
 	}
-	deadline = time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(2 * time.Second)
 	c.logf("pgcluster: killed postmaster %d", pid)
 	// A dead postmaster may linger as a zombie until its (adoptive) parent
 	// reaps it; PostgreSQL would then refuse to start, taking the stale
@@ -198,6 +191,20 @@ func (c *Cluster) kill() error {
 			return os.Remove(filepath.Join(c.dataDir, "postmaster.pid"))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// killPids waits until the SIGKILLed pids are gone.
+func (c *Cluster) killPids(pids []int) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for _, p := range pids {
+		for alive(p) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("pglease: process %d did not exit after SIGKILL", p)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	return nil
 }
