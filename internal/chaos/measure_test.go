@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -60,13 +61,21 @@ func TestMeasureFailovers(t *testing.T) {
 // lostWrites counts acknowledged writes missing from the resource.
 func TestLostWrites(t *testing.T) {
 	events := []Event{
-		{K: KindWrite, Name: "a", Tok: 1, Pid: 1, OK: true},
-		{K: KindWrite, Name: "a", Tok: 1, Pid: 1, OK: true},
-		{K: KindWrite, Name: "a", Tok: 2, Pid: 2, OK: true},
-		{K: KindWrite, Name: "a", Tok: 3, Pid: 2},
+		{K: KindWrite, Name: "a", Tok: 1, Pid: 1, OK: true, T: 10},
+		{K: KindWrite, Name: "a", Tok: 1, Pid: 1, OK: true, T: 30},
+		{K: KindWrite, Name: "a", Tok: 2, Pid: 2, OK: true, T: 20},
+		{K: KindWrite, Name: "a", Tok: 3, Pid: 2, T: 40},
 	}
 	ws := []Write{{Seq: 1, Name: "a", Token: 1, Pid: 1}}
-	if n := lostWrites(events, ws); n != 2 {
-		t.Errorf("lostWrites = %d, want 2", n)
+	lost := lostWrites(events, ws)
+	if want := []int64{20, 30}; !slices.Equal(lost, want) {
+		t.Errorf("lostWrites = %v, want %v", lost, want)
+	}
+	faults := []Fault{{Kind: "x", Start: 5}, {Kind: "y", Start: 25}, {Kind: "x", Start: 35}}
+	if n := lostBefore(lost, faults, "x"); n != 1 {
+		t.Errorf("lost before x = %d, want 1 (the write at 30)", n)
+	}
+	if n := lostBefore(lost, faults, "y"); n != 1 {
+		t.Errorf("lost before y = %d, want 1 (the write at 20)", n)
 	}
 }

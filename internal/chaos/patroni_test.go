@@ -198,21 +198,26 @@ func haSuite(t *testing.T, sync bool, plan []string, rounds int, tally *haTally)
 		for _, name := range plan {
 			tally.scenarios[name+"/"+replName(sync)+"/"+modeName(fast)] = true
 		}
-		ws := r.writes()
+		lost := lostWrites(events, r.writes())
 		for _, name := range plan {
 			m := measureFailovers(events, faults, "patroni-"+name, r.sc.names, opt.Liveness)
-			row := fmt.Sprintf("ha: %-5s %-12s %-13s failovers %d  unavailable %s  noticed %s  kept %d",
-				replName(sync), name, modeName(fast), m.failovers, durStats(m.unavailable), durStats(m.noticed), m.kept)
+			var took []time.Duration
+			for _, f := range faults {
+				if f.Kind == "patroni-"+name {
+					took = append(took, time.Duration(f.End-f.Start))
+				}
+			}
+			row := fmt.Sprintf("ha: %-5s %-12s %-13s failovers %d  new primary after %s  unavailable %s  noticed %s  kept %d",
+				replName(sync), name, modeName(fast), m.failovers, durStats(took), durStats(m.unavailable), durStats(m.noticed), m.kept)
 			if !sync {
-				row += fmt.Sprintf("  reissued-tokens %d", m.reissued)
+				row += fmt.Sprintf("  reissued-tokens %d  lost-writes %d", m.reissued, lostBefore(lost, faults, "patroni-"+name))
 			}
 			t.Log(row)
 			tally.rows = append(tally.rows, row)
 		}
 		if !sync {
-			lost := lostWrites(events, ws)
 			row := fmt.Sprintf("ha: async %s: %d failovers, %d violations, %d acknowledged fenced writes missing after the failovers",
-				modeName(fast), len(faults), len(rep.Violations), lost)
+				modeName(fast), len(faults), len(rep.Violations), len(lost))
 			t.Log(row)
 			if len(rep.Violations) > 0 {
 				t.Logf("async %s violations (reported, not failed: the price of asynchronous replication):\n%s", modeName(fast), rep)
@@ -371,28 +376,47 @@ func longestGap(ss []span, from, healed, until int64) time.Duration {
 	return longest
 }
 
-// lostWrites counts the fenced writes that holders saw commit but that
-// are not in the resource's log afterwards (per name, token and holder).
-func lostWrites(events []Event, ws []Write) int {
+// lostWrites returns the times of the fenced writes that holders saw
+// commit but that are not in the resource's log afterwards: per name,
+// token and holder, the latest acknowledged writes beyond the number the
+// log kept (a failover keeps a prefix of the history).
+func lostWrites(events []Event, ws []Write) []int64 {
 	type key struct {
 		name string
 		tok  int64
 		pid  int
 	}
-	acked, kept := map[key]int{}, map[key]int{}
+	acked, kept := map[key][]int64{}, map[key]int{}
 	for _, e := range events {
 		if e.K == KindWrite && e.OK {
-			acked[key{e.Name, e.Tok, e.Pid}]++
+			k := key{e.Name, e.Tok, e.Pid}
+			acked[k] = append(acked[k], e.T)
 		}
 	}
 	for _, w := range ws {
 		kept[key{w.Name, w.Token, w.Pid}]++
 	}
-	lost := 0
-	for k, n := range acked {
-		lost += max(0, n-kept[k])
+	var lost []int64
+	for k, ts := range acked {
+		if n := kept[k]; n < len(ts) {
+			lost = append(lost, ts[n:]...)
+		}
 	}
+	slices.Sort(lost)
 	return lost
+}
+
+// lostBefore counts the times in lost that fall before a fault of kind
+// and after the fault before it (faults in order).
+func lostBefore(lost []int64, faults []Fault, kind string) int {
+	n := 0
+	for _, t := range lost {
+		i := slices.IndexFunc(faults, func(f Fault) bool { return f.Start >= t })
+		if i >= 0 && faults[i].Kind == kind {
+			n++
+		}
+	}
+	return n
 }
 
 // durStats summarises durations as "p50 X max Y (n N)".
