@@ -22,9 +22,16 @@
 //
 //	go test -race ./internal/chaos/
 //
+// the high-availability suite on a real Patroni cluster (TestPatroni; its
+// short variant runs in the suite above when Patroni and etcd are
+// installed) with
+//
+//	make ha
+//
 // and the soak (at least 10,000 critical sections with faults) with
 //
 //	PGLEASE_SOAK=1 go test -run TestSoak -timeout 30m -v ./internal/chaos/
 //
-// See docs/FAILURE-MODES.md for what each fault proves.
+// See docs/FAILURE-MODES.md for what each fault proves, and docs/HA.md for
+// the Patroni suite's results.
 package chaos

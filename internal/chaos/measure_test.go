@@ -71,11 +71,11 @@ func TestLostWrites(t *testing.T) {
 	if want := []int64{20, 30}; !slices.Equal(lost, want) {
 		t.Errorf("lostWrites = %v, want %v", lost, want)
 	}
-	faults := []Fault{{Kind: "x", Start: 5}, {Kind: "y", Start: 25}, {Kind: "x", Start: 35}}
+	faults := []Fault{{Kind: "x", Start: 5, End: 6}, {Kind: "y", Start: 15, End: 25}, {Kind: "x", Start: 35, End: 36}}
 	if n := lostBefore(lost, faults, "x"); n != 1 {
-		t.Errorf("lost before x = %d, want 1 (the write at 30)", n)
+		t.Errorf("lost by x = %d, want 1 (the write at 30)", n)
 	}
 	if n := lostBefore(lost, faults, "y"); n != 1 {
-		t.Errorf("lost before y = %d, want 1 (the write at 20)", n)
+		t.Errorf("lost by y = %d, want 1 (the write at 20, during y)", n)
 	}
 }

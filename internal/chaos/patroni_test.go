@@ -310,7 +310,7 @@ func spans(events []Event) []span {
 // acquisition), how long each lease held at the fault took to end by
 // itself (how soon its holder noticed), how many such leases were kept
 // (renewed after the new primary served), and how many acquisitions after
-// a fault got a token not above one handed out before it. A fault's
+// a fault got a token not above one the old primary handed out. A fault's
 // effects are looked for until window after it ended or until the next
 // fault of any kind began, whichever is first; faults must be in order.
 func measureFailovers(events []Event, faults []Fault, kind string, names []string, window time.Duration) failoverMeasures {
@@ -333,7 +333,7 @@ func measureFailovers(events []Event, faults []Fault, kind string, names []strin
 					continue
 				}
 				ss = append(ss, s)
-				if s.from < f.Start {
+				if s.from < f.End { // granted by the old primary
 					maxBefore = max(maxBefore, s.tok)
 				} else if s.from < until && s.tok <= maxBefore {
 					m.reissued++
@@ -406,12 +406,13 @@ func lostWrites(events []Event, ws []Write) []int64 {
 	return lost
 }
 
-// lostBefore counts the times in lost that fall before a fault of kind
-// and after the fault before it (faults in order).
+// lostBefore counts the times in lost that a fault of kind lost: those
+// before its end (a lagging primary commits during the fault) and after
+// the end of the fault before it (faults in order).
 func lostBefore(lost []int64, faults []Fault, kind string) int {
 	n := 0
 	for _, t := range lost {
-		i := slices.IndexFunc(faults, func(f Fault) bool { return f.Start >= t })
+		i := slices.IndexFunc(faults, func(f Fault) bool { return f.End >= t })
 		if i >= 0 && faults[i].Kind == kind {
 			n++
 		}
