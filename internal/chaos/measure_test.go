@@ -10,8 +10,8 @@ import (
 // pid 1 through the fault (its lease ends by itself 3 s after the fault
 // began), nobody holds it for 4 s, then pid 2 acquires it with a token
 // lower than one handed out before the fault (as after an asynchronous
-// failover). Name "b" is held across the fault and renewed after the new
-// primary served.
+// failover). Name "b" is held across the fault: a write fails in it, then
+// a renewal succeeds (a renewal before the fault does not count).
 func TestMeasureFailovers(t *testing.T) {
 	s := func(sec float64) int64 { return int64(sec * float64(time.Second)) }
 	events := []Event{
@@ -24,7 +24,9 @@ func TestMeasureFailovers(t *testing.T) {
 		{K: KindAcquired, Name: "a", Tok: 7, Pid: 1, T: s(18.5)},
 		{K: KindReleased, Name: "a", Tok: 7, Pid: 1, T: s(40)},
 		{K: KindAcquired, Name: "b", Tok: 6, Pid: 3, T: s(2)},
-		{K: KindRenewed, Name: "b", Tok: 6, Pid: 3, T: s(16)},
+		{K: KindRenewed, Name: "b", Tok: 6, Pid: 3, T: s(9)},
+		{K: KindWrite, Name: "b", Tok: 6, Pid: 3, T: s(11)},
+		{K: KindRenewed, Name: "b", Tok: 6, Pid: 3, T: s(14)},
 		{K: KindReleased, Name: "b", Tok: 6, Pid: 3, T: s(40)},
 	}
 	faults := []Fault{

@@ -20,9 +20,12 @@ import (
 // switchover and one kill, synchronous replication.
 const EnvHA = "PGLEASE_HA"
 
-// haTTL is the holders' lease TTL in the HA suite: longer than a planned
-// switchover, shorter than a crash failover (Patroni's ttl, 10 s here).
-const haTTL = 5 * time.Second
+// haTTL is the holders' lease TTL in the HA suite: long enough for a
+// plain lease to be renewed across a planned switchover, shorter than a
+// crash failover takes (Patroni's ttl, 10 s here, plus the promotion).
+// Critical sections (3–8 s) outlast a switchover, so that leases are held
+// through it.
+const haTTL = 10 * time.Second
 
 // haFault is one way of making Patroni change the primary.
 type haFault struct {
@@ -132,7 +135,7 @@ func haSuite(t *testing.T, sync bool, plan []string, rounds int, tally *haTally)
 	for _, fast := range []bool{false, true} {
 		runs[fast] = startRun(t, scenario{holders: 3, names: []string{"a", "b"}, dsn: dsn, admin: dsn,
 			schema: strings.ReplaceAll(modeName(fast), "-", "_"), fast: fast, ttl: haTTL,
-			csMin: time.Second, csMax: 3 * time.Second})
+			csMin: 3 * time.Second, csMax: 8 * time.Second})
 	}
 	for _, r := range runs {
 		r.waitBeliefs(10)
@@ -232,7 +235,7 @@ type failoverMeasures struct {
 	failovers   int
 	unavailable []time.Duration // per failover and name: the longest time nobody held it
 	noticed     []time.Duration // per lease held at the fault that ended by itself: fault start → its end
-	kept        int             // leases held at the fault and renewed after the new primary served
+	kept        int             // leases held at the fault, renewed after the fault had failed one of their writes
 	reissued    int             // acquisitions after a fault with a token not above one handed out before it
 }
 
@@ -244,6 +247,7 @@ type span struct {
 	from, to int64 // Acquire's return; Release, Done or the local deadline, whichever came first
 	ended    int64 // when it ended by itself (Done or the deadline before any Release), else 0
 	renewed  []int64
+	failed   []int64 // fenced writes that failed
 }
 
 // spans rebuilds every lease from the holders' events. A lease whose end
@@ -286,6 +290,10 @@ func spans(events []Event) []span {
 			}
 		case KindRenewed:
 			s.renewed = append(s.renewed, e.T)
+		case KindWrite:
+			if !e.OK {
+				s.failed = append(s.failed, e.T)
+			}
 		}
 	}
 	out := make([]span, 0, len(order))
@@ -309,7 +317,7 @@ func spans(events []Event) []span {
 // the last release or end before the fault, or during it, to the next
 // acquisition), how long each lease held at the fault took to end by
 // itself (how soon its holder noticed), how many such leases were kept
-// (renewed after the new primary served), and how many acquisitions after
+// (renewed after the fault had failed one of their writes), and how many acquisitions after
 // a fault got a token not above one the old primary handed out. A fault's
 // effects are looked for until window after it ended or until the next
 // fault of any kind began, whichever is first; faults must be in order.
@@ -345,10 +353,12 @@ func measureFailovers(events []Event, faults []Fault, kind string, names []strin
 			if s.from >= f.Start || s.to <= f.Start {
 				continue
 			}
+			// Kept: renewed after one of its writes had failed in the fault.
+			i := slices.IndexFunc(s.failed, func(t int64) bool { return t >= f.Start })
 			switch {
 			case s.ended > 0 && s.ended <= until:
 				m.noticed = append(m.noticed, time.Duration(s.ended-f.Start))
-			case slices.ContainsFunc(s.renewed, func(t int64) bool { return t > f.End }):
+			case i >= 0 && slices.ContainsFunc(s.renewed, func(t int64) bool { return t > s.failed[i] }):
 				m.kept++
 			}
 		}
