@@ -212,11 +212,13 @@ func haSuite(t *testing.T, sync bool, plan []string, rounds int, tally *haTally)
 			}
 			row := fmt.Sprintf("ha: %-5s %-12s %-13s failovers %d  new primary after %s  unavailable %s  noticed %s  kept %d",
 				replName(sync), name, modeName(fast), m.failovers, durStats(took), durStats(m.unavailable), durStats(m.noticed), m.kept)
-			if !sync {
-				row += fmt.Sprintf("  reissued-tokens %d  lost-writes %d", m.reissued, lostBefore(lost, faults, "patroni-"+name))
-			}
+			row += fmt.Sprintf("  reissued-tokens %d  lost-writes %d", m.reissued, lostBefore(lost, faults, "patroni-"+name))
 			t.Log(row)
 			tally.rows = append(tally.rows, row)
+		}
+		if sync && len(lost) > 0 {
+			t.Errorf("%s: %d fenced writes that committed were missing after the failovers, with synchronous replication", modeName(fast), len(lost))
+			tally.violations += len(lost)
 		}
 		if !sync {
 			row := fmt.Sprintf("ha: async %s: %d failovers, %d violations, %d acknowledged fenced writes missing after the failovers",
