@@ -21,7 +21,7 @@ ha:
 	@command -v patroni >/dev/null && command -v etcd >/dev/null || \
 	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends patroni etcd-server >/dev/null; } || \
 	  { echo "make ha needs Debian's patroni and etcd-server packages: apt-get install patroni etcd-server"; exit 1; }
-	@PGLEASE_HA=1 go test -run '^TestPatroni$$' -count=1 -timeout 90m -v ./internal/chaos/ > $(HALOG) 2>&1; s=$$?; \
+	@PGLEASE_HA=1 go test -p 1 -run '^(TestPartitionAndRejoin|TestPatroni)$$' -count=1 -timeout 90m -v ./internal/patroni/ ./internal/chaos/ > $(HALOG) 2>&1; s=$$?; \
 	  grep -E '^(ha:|--- FAIL|FAIL)' $(HALOG); [ $$s = 0 ] || echo "make ha failed: see $(HALOG)"; exit $$s
 bench:
 	cd bench && ./run.sh
