@@ -204,6 +204,43 @@ func waitingFor(ctx context.Context, waiter *Client, name string) <-chan error {
 	return got
 }
 
+// slowPair returns a holder and a waiter on one fresh table whose timers
+// and polls (PollInterval 10 minutes) come far too late for a test, the
+// waiter's dedicated session already up: its start wakes every wait,
+// which would add an attempt.
+func slowPair(t *testing.T) (holder, waiter *Client) {
+	t.Helper()
+	cfg := Config{PollInterval: 10 * time.Minute}
+	holder = testClient(t, cfg)
+	cfg.Table = holder.cfg.Table
+	waiter = testClient(t, cfg)
+	sess, err := waiter.session()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the waiter's dedicated session", sess.isLive)
+	return holder, waiter
+}
+
+// holdAttempt holds c's n-th acquisition attempt from now back until
+// proceed is called (or the test ends): reached is closed when that
+// attempt is about to run; attempts counts c's attempts.
+func holdAttempt(t *testing.T, c *Client, n int32) (attempts *atomic.Int32, reached <-chan struct{}, proceed func()) {
+	attempts = new(atomic.Int32)
+	at, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	proceed = func() { once.Do(func() { close(release) }) }
+	hook := func(client, name string) {
+		if client == c.id && attempts.Add(1) == n {
+			close(at)
+			<-release
+		}
+	}
+	testHookAttempt.Store(&hook)
+	t.Cleanup(func() { proceed(); testHookAttempt.Store(nil) })
+	return attempts, at, proceed
+}
+
 // A waiter woken in vain (the holder took the name again first) is not
 // woken by the releases that follow until the lease is promised to it; it
 // looks again by itself once its promise holds. Here no release wakes it
@@ -212,41 +249,22 @@ func waitingFor(ctx context.Context, waiter *Client, name string) <-chan error {
 // waiter's timer (TTL and PollInterval: 10 minutes).
 func TestWaiterWokenInVainLooksAgainWhenItsPromiseHolds(t *testing.T) {
 	ctx := testCtx(t)
-	cfg := Config{PollInterval: 10 * time.Minute}
-	holder := testClient(t, cfg)
-	cfg.Table = holder.cfg.Table
-	waiter := testClient(t, cfg)
+	holder, waiter := slowPair(t)
 	l, err := holder.TryAcquire(ctx, "vain", WithTTL(10*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The waiter's dedicated session is up first: its start wakes every
-	// wait, which would add an attempt.
-	sess, err := waiter.session()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgtest.WaitFor(t, patience, "the waiter's dedicated session", sess.isLive)
 	// Its attempts: 1 registers, 2 is the look after registering, 3 is
 	// the woken one (in vain: the lease is held), 4 the look once its
 	// promise would hold, held back until the lease is released.
-	var attempts atomic.Int32
-	look, released := make(chan struct{}), make(chan struct{})
-	hook := func(client, name string) {
-		if client == waiter.id && attempts.Add(1) == 4 {
-			close(look)
-			<-released
-		}
-	}
-	testHookAttempt.Store(&hook)
-	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	attempts, look, proceed := holdAttempt(t, waiter, 4)
 	got := waitingFor(ctx, waiter, "vain")
 	pgtest.WaitFor(t, patience, "the waiter's look after registering", func() bool { return attempts.Load() >= 2 })
 	pgtest.Exec(t, `UPDATE `+holder.st.Names.QualifiedWaiters()+` SET notified_at = clock_timestamp() + interval '1 hour' WHERE client = $1`, waiter.id)
 	pgtest.Exec(t, `SELECT pg_notify($1, 'vain')`, store.ClientChannel(waiter.id))
 	pgtest.Receive(t, look, "the woken waiter's own look once its promise would hold")
 	err = l.Release(ctx)
-	close(released)
+	proceed()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,34 +280,15 @@ func TestWaiterWokenInVainLooksAgainWhenItsPromiseHolds(t *testing.T) {
 // PollInterval: 10 minutes) would come far too late.
 func TestWaitLooksOnceMoreAfterItsFirstRegistration(t *testing.T) {
 	ctx := testCtx(t)
-	cfg := Config{PollInterval: 10 * time.Minute}
-	holder := testClient(t, cfg)
-	cfg.Table = holder.cfg.Table
-	waiter := testClient(t, cfg)
+	holder, waiter := slowPair(t)
 	if _, err := holder.TryAcquire(ctx, "unseen", WithTTL(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	// The waiter's dedicated session is up first: its start wakes every
-	// wait, which would look again anyway.
-	sess, err := waiter.session()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgtest.WaitFor(t, patience, "the waiter's dedicated session", sess.isLive)
-	var attempts atomic.Int32
-	second, deleted := make(chan struct{}), make(chan struct{})
-	hook := func(client, name string) {
-		if client == waiter.id && attempts.Add(1) == 2 {
-			close(second)
-			<-deleted
-		}
-	}
-	testHookAttempt.Store(&hook)
-	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	_, second, proceed := holdAttempt(t, waiter, 2)
 	got := waitingFor(ctx, waiter, "unseen")
 	pgtest.Receive(t, second, "the waiter's look after its first registration")
 	pgtest.Exec(t, `DELETE FROM `+holder.st.Names.QualifiedTable()+` WHERE name = 'unseen'`)
-	close(deleted)
+	proceed()
 	if err := pgtest.Receive(t, got, "the acquisition by that look"); err != nil {
 		t.Fatal(err)
 	}

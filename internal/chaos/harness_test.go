@@ -545,13 +545,19 @@ func (r *run) stderrTails() string {
 func (r *run) finish(opt Options) Report {
 	r.t.Helper()
 	rep, _ := r.check(opt)
+	r.judge(rep)
+	return rep
+}
+
+// judge fails the test if rep shows a violation or no critical section.
+func (r *run) judge(rep Report) {
+	r.t.Helper()
 	if !rep.OK() {
 		r.t.Errorf("the history violates the lease properties:\n%s\n%s", rep, r.stderrTails())
 	}
 	if rep.Sections == 0 {
 		r.t.Errorf("no critical sections recorded\n%s", r.stderrTails())
 	}
-	return rep
 }
 
 // check stops the holders and checks the history; it returns the report

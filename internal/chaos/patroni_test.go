@@ -29,7 +29,6 @@ const haTTL = 10 * time.Second
 
 // haFault is one way of making Patroni change the primary.
 type haFault struct {
-	name string
 	// inject acts on the primary; heal undoes what inject did to it once a
 	// new primary serves (nil: nothing to undo).
 	inject func(ctx context.Context, c *patroni.Cluster, primary *patroni.Node) error
@@ -37,22 +36,22 @@ type haFault struct {
 }
 
 var haFaults = map[string]haFault{
-	"switchover": {name: "switchover",
+	"switchover": {
 		inject: func(ctx context.Context, c *patroni.Cluster, p *patroni.Node) error { return c.Switchover(ctx, p, nil) }},
-	"kill": {name: "kill",
+	"kill": {
 		inject: func(_ context.Context, _ *patroni.Cluster, p *patroni.Node) error { return p.Kill() },
 		heal:   func(p *patroni.Node) error { return p.Start() }},
 	// lagging-kill: the replicas fall haLagWindow behind, then the primary
 	// crashes. Asynchronous replication loses what the window held;
 	// synchronous replication holds its commits back instead.
-	"lagging-kill": {name: "lagging-kill",
+	"lagging-kill": {
 		inject: func(_ context.Context, _ *patroni.Cluster, p *patroni.Node) error {
 			p.DelayReplication(true)
 			time.Sleep(haLagWindow) // the fault itself: commits the replicas do not see
 			return p.Kill()
 		},
 		heal: func(p *patroni.Node) error { p.DelayReplication(false); return p.Start() }},
-	"partition": {name: "partition",
+	"partition": {
 		inject: func(_ context.Context, _ *patroni.Cluster, p *patroni.Node) error { p.Partition(true); return nil },
 		heal:   func(p *patroni.Node) error { p.Partition(false); return nil }},
 }
@@ -189,13 +188,9 @@ func haSuite(t *testing.T, sync bool, plan []string, rounds int, tally *haTally)
 	for _, fast := range []bool{false, true} {
 		r := runs[fast]
 		opt := Options{Liveness: r.sc.ttl + 20*time.Second}
-		var rep Report
-		var events []Event
+		rep, events := r.check(opt)
 		if sync {
-			rep = r.finish(opt)
-			events, _ = LoadDir(r.dir)
-		} else {
-			rep, events = r.check(opt)
+			r.judge(rep)
 		}
 		tally.violations += len(rep.Violations)
 		for _, name := range plan {

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -349,17 +350,6 @@ func (n *Node) running() bool {
 	}
 }
 
-// postmaster returns the pid in the node's postmaster.pid, or 0.
-func (n *Node) postmaster() int {
-	b, err := os.ReadFile(filepath.Join(n.dir, "data", "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(line))
-	return pid
-}
-
 // Kill SIGKILLs the node's Patroni daemon, then its postmaster and
 // backends: a crash of the machine as the rest of the cluster sees it.
 func (n *Node) Kill() error {
@@ -369,7 +359,7 @@ func (n *Node) Kill() error {
 		_ = n.cmd.Process.Kill()
 		<-n.done
 	}
-	if pid := n.postmaster(); pid > 0 && pgcluster.Alive(pid) {
+	if pid := pgcluster.PostmasterPID(filepath.Join(n.dir, "data")); pid > 0 && pgcluster.Alive(pid) {
 		return pgcluster.KillTree(pid)
 	}
 	return nil
@@ -405,7 +395,7 @@ type Member struct {
 func (c *Cluster) Members(ctx context.Context, skip ...*Node) ([]Member, error) {
 	var errs []error
 	for _, n := range c.Nodes {
-		if contains(skip, n) {
+		if slices.Contains(skip, n) {
 			continue
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/cluster", n.apiPort), nil)
@@ -424,15 +414,6 @@ func (c *Cluster) Members(ctx context.Context, skip ...*Node) ([]Member, error) 
 		return body.Members, nil
 	}
 	return nil, fmt.Errorf("patroni: no REST API answered: %w", errors.Join(errs...))
-}
-
-func contains(ns []*Node, n *Node) bool {
-	for _, x := range ns {
-		if x == n {
-			return true
-		}
-	}
-	return false
 }
 
 // Node returns the node named name, or nil.
@@ -458,7 +439,7 @@ func (c *Cluster) WaitPrimary(ctx context.Context, not ...*Node) (*Node, error) 
 				continue
 			}
 			n := c.Node(m.Name)
-			if n == nil || contains(not, n) {
+			if n == nil || slices.Contains(not, n) {
 				continue
 			}
 			if err := n.writable(ctx); err != nil {
@@ -506,9 +487,9 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 		ms, err := c.Members(ctx)
 		if err != nil {
 			last = err.Error()
-		} else if why := c.unhealthy(ms); why != "" {
+		} else if leader, why := c.unhealthy(ms); why != "" {
 			last = why
-		} else if _, err := c.WaitPrimary(ctx); err != nil {
+		} else if err := leader.writable(ctx); err != nil {
 			last = err.Error()
 		} else {
 			return nil
@@ -521,39 +502,45 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	}
 }
 
-// unhealthy says what is missing from a healthy cluster, or "".
-func (c *Cluster) unhealthy(ms []Member) string {
+// unhealthy returns the leader of a healthy cluster, or says what is
+// missing.
+func (c *Cluster) unhealthy(ms []Member) (*Node, string) {
 	if len(ms) != len(c.Nodes) {
-		return fmt.Sprintf("%d of %d members registered", len(ms), len(c.Nodes))
+		return nil, fmt.Sprintf("%d of %d members registered", len(ms), len(c.Nodes))
 	}
+	var leader *Node
 	tl, leaders, sync := 0, 0, 0
 	for _, m := range ms {
 		if m.Role == "leader" {
 			leaders++
 			tl = m.Timeline
+			leader = c.Node(m.Name)
 		}
 		if m.Role == "sync_standby" {
 			sync++
 		}
 	}
 	if leaders != 1 {
-		return fmt.Sprintf("%d leaders: %+v", leaders, ms)
+		return nil, fmt.Sprintf("%d leaders: %+v", leaders, ms)
 	}
 	if c.opt.Sync && sync == 0 {
-		return fmt.Sprintf("no synchronous standby yet: %+v", ms)
+		return nil, fmt.Sprintf("no synchronous standby yet: %+v", ms)
 	}
 	for _, m := range ms {
 		if m.State != "running" && m.State != "streaming" {
-			return fmt.Sprintf("%s is %s", m.Name, m.State)
+			return nil, fmt.Sprintf("%s is %s", m.Name, m.State)
 		}
 		if m.Role == "leader" {
 			continue
 		}
 		if lag, ok := m.Lag.(float64); !ok || lag != 0 || m.Timeline != tl {
-			return fmt.Sprintf("%s lags (%v) or is on timeline %d, not %d", m.Name, m.Lag, m.Timeline, tl)
+			return nil, fmt.Sprintf("%s lags (%v) or is on timeline %d, not %d", m.Name, m.Lag, m.Timeline, tl)
 		}
 	}
-	return ""
+	if leader == nil {
+		return nil, fmt.Sprintf("the leader is not one of the nodes: %+v", ms)
+	}
+	return leader, ""
 }
 
 // Switchover runs `patronictl switchover` from the leader to candidate

@@ -210,8 +210,12 @@ func (c *Cluster) killPids(pids []int) error {
 }
 
 // pid returns the postmaster pid from postmaster.pid, or 0.
-func (c *Cluster) pid() int {
-	b, err := os.ReadFile(filepath.Join(c.dataDir, "postmaster.pid"))
+func (c *Cluster) pid() int { return PostmasterPID(c.dataDir) }
+
+// PostmasterPID returns the pid recorded in dataDir's postmaster.pid, or
+// 0 if there is none.
+func PostmasterPID(dataDir string) int {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
 	if err != nil {
 		return 0
 	}
