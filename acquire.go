@@ -209,7 +209,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			if _, seenHeld := last.(*HeldError); !seenHeld {
 				last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
 			}
-			c.cfg.Logger.Warn("pglease: acquire failed; retrying", "name", name, "err", err, "in", delay)
+			c.cfg.Logger.WarnContext(ctx, "pglease: acquire failed; retrying", "name", name, "err", err, "in", delay)
 		}
 		if !wait && r.err == nil {
 			return fail(r.held)
@@ -301,7 +301,7 @@ func (c *Client) leaveQueue(w *waiting, name string, then func()) {
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
 		defer cancel()
 		if err := c.st.Unqueue(ctx, c.db, c.id, name); err != nil && c.bg.Err() == nil {
-			c.cfg.Logger.Warn("pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", name, "err", err)
+			c.cfg.Logger.WarnContext(ctx, "pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", name, "err", err)
 		}
 	}) {
 		then()
@@ -587,7 +587,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		// A row of this client that no lease of it holds (the caller holds
 		// the name's local slot): an earlier acquisition of ours committed
 		// but its reply was lost. Free it by token; the caller retries.
-		c.cfg.Logger.Warn("pglease: releasing a lease row whose acquisition reply was lost", "name", name, "token", r.res.OtherToken)
+		c.cfg.Logger.WarnContext(ctx, "pglease: releasing a lease row whose acquisition reply was lost", "name", name, "token", r.res.OtherToken)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StatementTimeout)
 		_, err := c.st.Release(rctx, c.db, name, r.res.OtherToken, false)
 		cancel()
@@ -602,11 +602,11 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	}
 	if !r.res.Acquired {
 		if !r.res.busy {
-			c.events.send(Event{Kind: EventContended, Name: name, Owner: c.cfg.Owner, Previous: r.res.OtherOwner, Token: r.res.OtherToken})
+			c.events.send(Event{Kind: EventContended, Name: name, Owner: c.cfg.Owner, Previous: r.res.OtherOwner, Token: r.res.OtherToken, Context: ctx})
 		}
 		if c.cfg.AlertAfter > 0 && r.res.OtherHeartbeatAge > c.cfg.AlertAfter && r.res.OtherRemaining > 0 {
-			c.cfg.Logger.Warn("pglease: holder's heartbeat is old", "name", name, "holder", r.res.OtherOwner, "age", r.res.OtherHeartbeatAge)
-			c.events.send(Event{Kind: EventAlert, Name: name, Owner: r.res.OtherOwner, Token: r.res.OtherToken, Age: r.res.OtherHeartbeatAge})
+			c.cfg.Logger.WarnContext(ctx, "pglease: holder's heartbeat is old", "name", name, "holder", r.res.OtherOwner, "age", r.res.OtherHeartbeatAge)
+			c.events.send(Event{Kind: EventAlert, Name: name, Owner: r.res.OtherOwner, Token: r.res.OtherToken, Age: r.res.OtherHeartbeatAge, Context: ctx})
 		}
 		return nil, r.res, nil
 	}
@@ -638,10 +638,11 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	l.arm()
 	c.startRenewer(l)
 	c.mu.Unlock()
-	c.events.send(Event{Kind: EventAcquired, Name: name, Owner: c.cfg.Owner, Token: l.token})
+	previous := ""
 	if r.res.OtherToken != 0 {
-		c.events.send(Event{Kind: EventStaleReclaimed, Name: name, Owner: c.cfg.Owner, Token: l.token, Previous: r.res.OtherOwner})
+		previous = r.res.OtherOwner
 	}
+	l.announce(ctx, o.called, previous)
 	return l, r.res, nil
 }
 

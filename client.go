@@ -129,8 +129,8 @@ func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 func newClient(cfg Config, st *store.Store, db store.DB) *Client {
 	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[string]*sessionWatcher{}, meta: defaultMetadata(), id: randomID()}
 	c.bg, c.stop = context.WithCancel(context.Background())
-	c.events = &eventQueue{obs: cfg.Observer, start: c.goBackground, onPanic: func(r any) {
-		c.cfg.Logger.Error("pglease: observer panicked", "panic", r)
+	c.events = &eventQueue{obs: cfg.Observer, client: c.id, start: c.goBackground, onPanic: func(r any) {
+		c.cfg.Logger.ErrorContext(c.bg, "pglease: observer panicked", "panic", r)
 	}}
 	c.hub.init()
 	return c
@@ -146,6 +146,12 @@ func appName(owner string) string {
 
 // Owner returns the owner label of this client's leases.
 func (c *Client) Owner() string { return c.cfg.Owner }
+
+// ID returns the client's random id, unique per Client value: it is
+// recorded in the metadata of the leases it holds ("client") and names the
+// client in its events ([Event].Client), where the owner label, which
+// several clients may share, cannot.
+func (c *Client) ID() string { return c.id }
 
 // DDL returns the SQL that creates the lease table "[schema.]table" (empty
 // means the default, "pglease_leases") and its token sequence, for users'

@@ -295,6 +295,32 @@
 // ignores the request keeps its lease, so a request is no substitute for
 // fencing.
 //
+// # Observing
+//
+// [Config.Observer] receives an [Event] for everything that happens to the
+// client's leases, in order, on a goroutine of the client's own, so that a
+// slow observer never delays a renewal. Adapters (the nested modules
+// pgleaseprom and pgleaseotel) count the leases held from the events
+// alone, which the events make exact:
+//   - a lease handed to the caller is reported by EventAcquired (with the
+//     wait since the call began) and, later, exactly once, by
+//     EventReleased or EventLost (with the hold time); a release whose
+//     delete failed is an EventReleased with Err, since the lease has ended
+//     all the same; a lease never handed out (an abandoned or late
+//     acquisition) is reported neither way;
+//   - each renewal statement is reported once by EventHeartbeat (its round
+//     trip and the number of leases it renewed), besides one EventRenewed
+//     per lease;
+//   - an observer that falls more than 10,000 events behind loses the
+//     newest ones until it catches up; it then gets one EventDropped that
+//     counts them and carries the state they changed (the names held, the
+//     electors leading), so a gauge built on the events is corrected.
+//
+// Events carry the context of the call that caused them (Acquire's,
+// Release's), for tracing; the client's log records ([Config.Logger]) are
+// written with the context-carrying slog methods, so a handler that reads
+// trace ids from the context links them to the caller's trace.
+//
 // # Concurrency
 //
 // [Client] and [Lease] are safe for concurrent use by multiple goroutines.

@@ -143,7 +143,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	e.demoted(l, why)
 	e.mu.Unlock()
 	if err != nil && !ended {
-		e.c.cfg.Logger.Error("pglease: leader function failed", "name", e.name, "err", err)
+		e.c.cfg.Logger.ErrorContext(ctx, "pglease: leader function failed", "name", e.name, "err", err)
 	}
 	_ = l.Release(context.WithoutCancel(ctx))
 	return ending
@@ -152,7 +152,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 func (e *Elector) callLead(ctx context.Context) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			e.c.cfg.Logger.Error("pglease: leader function panicked", "name", e.name, "panic", r)
+			e.c.cfg.Logger.ErrorContext(ctx, "pglease: leader function panicked", "name", e.name, "panic", r)
 			err = errors.New("pglease: leader function panicked")
 		}
 	}()

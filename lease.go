@@ -37,6 +37,11 @@ type Lease struct {
 	timer    *time.Timer
 	ended    bool
 	cause    error // why it ended, set with ended
+
+	// announced: EventAcquired was sent (before ended was set), so its
+	// end is to be reported; announcedAt is when, for the hold time.
+	announced   bool
+	announcedAt time.Time
 }
 
 // testHookEnding, when set by a test, runs in end between marking the
@@ -192,13 +197,43 @@ func (l *Lease) end(cause error) bool {
 	return true
 }
 
+// announce reports the acquisition of a lease handed to the caller of the
+// call that began at called, unless it has already ended (its end is then
+// not reported either); EventAcquired is sent under l.mu, before any end.
+func (l *Lease) announce(ctx context.Context, called time.Time, previous string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	c := l.c
+	l.announced, l.announcedAt = true, time.Now()
+	c.events.send(Event{Kind: EventAcquired, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Wait: l.announcedAt.Sub(called), Context: ctx})
+	if previous != "" {
+		c.events.send(Event{Kind: EventStaleReclaimed, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Previous: previous, Context: ctx})
+	}
+}
+
+// reportEnd reports the end of a lease that has ended (e.Kind
+// EventReleased or EventLost), if its acquisition was reported.
+func (l *Lease) reportEnd(e Event) {
+	l.mu.Lock()
+	announced, at := l.announced, l.announcedAt
+	l.mu.Unlock()
+	if !announced {
+		return
+	}
+	e.Name, e.Owner, e.Token, e.Hold = l.name, l.c.cfg.Owner, l.token, time.Since(at)
+	l.c.events.send(e)
+}
+
 // lose ends a lease that was lost and frees its name locally.
 func (l *Lease) lose(cause error) {
 	if !l.end(cause) {
 		return
 	}
-	l.c.cfg.Logger.Warn("pglease: lease lost", "name", l.name, "token", l.token, "cause", cause)
-	l.c.events.send(Event{Kind: EventLost, Name: l.name, Owner: l.c.cfg.Owner, Token: l.token, Err: cause})
+	l.c.cfg.Logger.WarnContext(l.ctx, "pglease: lease lost", "name", l.name, "token", l.token, "cause", cause)
+	l.reportEnd(Event{Kind: EventLost, Err: cause})
 	if l.session {
 		l.c.unlockAsync(l.name, l.epoch)
 	}
@@ -230,18 +265,23 @@ func (l *Lease) deleteRow(ctx context.Context) error {
 	if l.slot != nil {
 		defer l.c.putSlot(l.name, l.slot, true)
 	}
+	caller := ctx
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	c := l.c
 	b := newBackoff(20*time.Millisecond, 500*time.Millisecond)
+	start := time.Now()
 	for {
 		err := c.releaseRow(ctx, l)
 		if err == nil {
-			c.events.send(Event{Kind: EventReleased, Name: l.name, Owner: c.cfg.Owner, Token: l.token})
+			l.reportEnd(Event{Kind: EventReleased, Latency: time.Since(start), Context: caller})
 			return nil
 		}
 		if !IsRetryable(err) || ctx.Err() != nil {
-			return opError(fmt.Sprintf("release %q (it will expire after its TTL)", l.name), err)
+			err = opError(fmt.Sprintf("release %q (it will expire after its TTL)", l.name), err)
+			// The lease has ended all the same.
+			l.reportEnd(Event{Kind: EventReleased, Latency: time.Since(start), Err: err, Context: caller})
+			return err
 		}
 		select {
 		case <-time.After(b.next()):

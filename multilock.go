@@ -316,7 +316,7 @@ func (c *Client) acquireAll(ctx context.Context, names []string, o leaseOptions,
 				if held := (*HeldError)(nil); !errors.As(last, &held) {
 					last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
 				}
-				c.cfg.Logger.Warn("pglease: acquire of a set failed; retrying", "names", names, "err", err, "in", delay)
+				c.cfg.Logger.WarnContext(ctx, "pglease: acquire of a set failed; retrying", "names", names, "err", err, "in", delay)
 			}
 		}
 		if _, err := c.pause(ctx, wakeups, delay, last); err != nil {
@@ -395,7 +395,7 @@ func (c *Client) attemptAll(ctx context.Context, names []string, o leaseOptions,
 		return nil, setRefusal{}, opError(fmt.Sprintf("acquire the set %q", names), r.err)
 	}
 	if !r.res.Acquired {
-		return nil, c.refused(r.res), nil
+		return nil, c.refused(ctx, r.res), nil
 	}
 	leases := make([]*Lease, len(r.res.Names))
 	for i, n := range r.res.Names {
@@ -419,10 +419,11 @@ func (c *Client) attemptAll(ctx context.Context, names []string, o leaseOptions,
 	}
 	c.mu.Unlock()
 	for i, l := range leases {
-		c.events.send(Event{Kind: EventAcquired, Name: l.name, Owner: c.cfg.Owner, Token: l.token})
+		previous := ""
 		if n := r.res.Names[i]; n.OtherToken != 0 && n.OtherClient != c.id {
-			c.events.send(Event{Kind: EventStaleReclaimed, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Previous: n.OtherOwner})
+			previous = n.OtherOwner
 		}
+		l.announce(ctx, o.called, previous)
 	}
 	return c.newSet(leases), setRefusal{}, nil
 }
@@ -438,7 +439,7 @@ func (c *Client) giveUpAll(leases []*Lease, cause error) {
 // refused reports a set that was not acquired: the names not free, as
 // *HeldErrors (the first one returned, the others named in its message),
 // and how long to wait.
-func (c *Client) refused(res store.AcquireAllResult) setRefusal {
+func (c *Client) refused(ctx context.Context, res store.AcquireAllResult) setRefusal {
 	var first error
 	var others []string
 	var r setRefusal
@@ -451,10 +452,10 @@ func (c *Client) refused(res store.AcquireAllResult) setRefusal {
 		switch {
 		case !n.Free:
 			e.Holder = Info{Name: n.Name, Owner: n.OtherOwner, Token: n.OtherToken, Remaining: n.OtherRemaining}
-			c.events.send(Event{Kind: EventContended, Name: n.Name, Owner: c.cfg.Owner, Previous: n.OtherOwner, Token: n.OtherToken})
+			c.events.send(Event{Kind: EventContended, Name: n.Name, Owner: c.cfg.Owner, Previous: n.OtherOwner, Token: n.OtherToken, Context: ctx})
 			if c.cfg.AlertAfter > 0 && n.OtherHeartbeatAge > c.cfg.AlertAfter && n.OtherRemaining > 0 {
-				c.cfg.Logger.Warn("pglease: holder's heartbeat is old", "name", n.Name, "holder", n.OtherOwner, "age", n.OtherHeartbeatAge)
-				c.events.send(Event{Kind: EventAlert, Name: n.Name, Owner: n.OtherOwner, Token: n.OtherToken, Age: n.OtherHeartbeatAge})
+				c.cfg.Logger.WarnContext(ctx, "pglease: holder's heartbeat is old", "name", n.Name, "holder", n.OtherOwner, "age", n.OtherHeartbeatAge)
+				c.events.send(Event{Kind: EventAlert, Name: n.Name, Owner: n.OtherOwner, Token: n.OtherToken, Age: n.OtherHeartbeatAge, Context: ctx})
 			}
 			if n.Ahead > 0 {
 				remaining = max(remaining, c.cfg.PollInterval)

@@ -19,6 +19,8 @@ type leaseOptions struct {
 	// semaphore: the name whose slots are acquired (slots > 1), set by
 	// the acquisition itself.
 	semaphore string
+	// called: when the call began, for the wait time of EventAcquired.
+	called time.Time
 }
 
 const (
@@ -134,7 +136,7 @@ func (o leaseOptions) checkElector() error {
 // resolveOptions applies opts to the defaults of cfg (already validated)
 // and checks the result.
 func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, error) {
-	o := leaseOptions{ttl: cfg.TTL, metadata: meta}
+	o := leaseOptions{ttl: cfg.TTL, metadata: meta, called: time.Now()}
 	for _, opt := range opts {
 		if opt.apply == nil {
 			continue

@@ -78,7 +78,7 @@ func (c *Client) renewLoop() {
 			if c.bg.Err() != nil {
 				return
 			}
-			c.cfg.Logger.Warn("pglease: renewal failed; retrying", "err", err, "leases", len(leases))
+			c.cfg.Logger.WarnContext(c.bg, "pglease: renewal failed; retrying", "err", err, "leases", len(leases))
 			retryAt = time.Now().Add(b.next())
 			continue
 		}
@@ -151,6 +151,9 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 		return nil, err
 	}
 	latency := time.Since(sent)
+	if n := len(res.Renewed); n > 0 {
+		c.events.send(Event{Kind: EventHeartbeat, Owner: c.cfg.Owner, Latency: latency, Count: n})
+	}
 	for _, l := range live {
 		switch {
 		case l.session && l.epoch != epoch:

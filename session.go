@@ -219,7 +219,7 @@ func (s *session) loop() {
 				s.mu.Lock()
 				s.lastErr = err
 				s.mu.Unlock()
-				c.cfg.Logger.Warn("pglease: dedicated connection failed; retrying", "err", err)
+				c.cfg.Logger.WarnContext(c.bg, "pglease: dedicated connection failed; retrying", "err", err)
 				s.failOps(err)
 				select {
 				case <-time.After(backoff.next()):
@@ -381,7 +381,7 @@ func (s *session) lost(conn dconn, err error) dconn {
 	s.c.sessionLost(epoch, err)
 	conn.close()
 	if s.c.bg.Err() == nil {
-		s.c.cfg.Logger.Warn("pglease: dedicated connection lost; reconnecting", "err", err)
+		s.c.cfg.Logger.WarnContext(s.c.bg, "pglease: dedicated connection lost; reconnecting", "err", err)
 	}
 	s.c.hub.notifyAll()
 	return nil
@@ -476,7 +476,7 @@ func (s *session) clientLock(ctx context.Context, pc *pgx.Conn) (bool, error) {
 	}
 	err := c.st.ClientLock(ctx, store.Pgx(pc), c.id)
 	if err != nil && store.Classify(err) == store.KindLockTimeout {
-		c.cfg.Logger.Warn("pglease: an earlier session of this client still holds its client lock; waiting without queueing until the next connection")
+		c.cfg.Logger.WarnContext(ctx, "pglease: an earlier session of this client still holds its client lock; waiting without queueing until the next connection")
 		return false, nil
 	}
 	return err == nil, err
