@@ -42,7 +42,8 @@ func TestModuleFilesAgree(t *testing.T) {
 // checkout's modules at "v"+Version, and with GOWORK=off in a directory
 // outside the tree
 //
-//   - a consumer module importing pglease, pgleaseprom and pgleasecron
+//   - a consumer module importing pglease, pgleaseprom, pgleaseotel and
+//     pgleasecron
 //     builds and runs;
 //   - 'go install .../cmd/pglease@vX' works and 'pglease version' says vX;
 //   - 'go install .../bench@vX' builds a working bench command.
@@ -110,8 +111,8 @@ func TestEveryModuleInstallsOnceTagged(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		gomod := fmt.Sprintf("module example.com/consumer\n\ngo %s\n\nrequire (\n\t%s %s\n\t%s/pgleaseprom %s\n\t%s/pgleasecron %s\n)\n",
-			c.goVersion, modulePath, tag, modulePath, tag, modulePath, tag)
+		gomod := fmt.Sprintf("module example.com/consumer\n\ngo %s\n\nrequire (\n\t%s %s\n\t%s/pgleaseprom %s\n\t%s/pgleasecron %s\n\t%s/pgleaseotel %s\n)\n",
+			c.goVersion, modulePath, tag, modulePath, tag, modulePath, tag, modulePath, tag)
 		for name, data := range map[string]string{"go.mod": gomod, "main.go": consumerMain} {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 				t.Fatal(err)
@@ -126,6 +127,7 @@ func TestEveryModuleInstallsOnceTagged(t *testing.T) {
 			"module " + modulePath + " " + tag + "\n",
 			"module " + modulePath + "/pgleaseprom " + tag + "\n",
 			"module " + modulePath + "/pgleasecron " + tag + "\n",
+			"module " + modulePath + "/pgleaseotel " + tag + "\n",
 			"next tick 2026-01-01T02:00:00Z\n",
 			`DDL: CREATE TABLE IF NOT EXISTS "pglease_leases" (` + "\n",
 			"metric pglease_leases_held 1\n",
@@ -157,8 +159,8 @@ func TestEveryModuleInstallsOnceTagged(t *testing.T) {
 }
 
 // consumerMain uses the root module (DDL, Version, Event), pgleaseprom
-// (New, Observe) and pgleasecron (Parse), and prints the versions of our
-// modules it was built with.
+// (Register, Observe), pgleaseotel (New, Observe) and pgleasecron (Parse),
+// and prints the versions of our modules it was built with.
 const consumerMain = `package main
 
 import (
@@ -172,6 +174,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/pgleasecron"
+	"github.com/pglease/pglease/pgleaseotel"
 	"github.com/pglease/pglease/pgleaseprom"
 )
 
@@ -204,8 +207,19 @@ func main() {
 	}
 	fmt.Println("next tick", sched.Next(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)).Format(time.RFC3339))
 	reg := prometheus.NewRegistry()
-	var obs pglease.Observer = pgleaseprom.New(reg, pgleaseprom.Options{})
-	obs.Observe(pglease.Event{Kind: pglease.EventAcquired, Name: "nightly-report"})
+	prom, err := pgleaseprom.Register(reg, pgleaseprom.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	otelObs, err := pgleaseotel.New(pgleaseotel.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for _, obs := range []pglease.Observer{prom, otelObs} {
+		obs.Observe(pglease.Event{Kind: pglease.EventAcquired, Name: "nightly-report"})
+	}
 	families, err := reg.Gather()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
