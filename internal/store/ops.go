@@ -681,3 +681,44 @@ func (s *Store) ClientLock(ctx context.Context, q Querier, client string) error 
 func (s *Store) Unqueue(ctx context.Context, q Querier, client, name string) error {
 	return q.Query(ctx, s.Q.Unqueue, []any{client, name}, func(Row) error { return nil })
 }
+
+// ConsoleRead is the lease table as the operator console (pglease serve)
+// reads it.
+type ConsoleRead struct {
+	Now     time.Time // the server's clock at the read: the rows' durations are measured at it
+	Exists  bool      // the table exists
+	Records []Record  // every row, ordered by name
+}
+
+// ReadConsole reads the server's clock, whether the table exists and, if it
+// does, every row, in one transaction (one instant of the server's clock).
+// It only reads, and needs SELECT on the table. A table dropped after the
+// check reads as missing.
+func (s *Store) ReadConsole(ctx context.Context, db DB) (ConsoleRead, error) {
+	var out ConsoleRead
+	err := db.InTx(ctx, func(q Querier) error {
+		out = ConsoleRead{}
+		err := q.Query(ctx, s.Q.ConsoleClock, []any{s.Names.QualifiedTable()}, func(r Row) error {
+			return r.Scan(&out.Now, &out.Exists)
+		})
+		if err != nil || !out.Exists {
+			return err
+		}
+		out.Records, err = s.List(ctx, q)
+		return err
+	})
+	if Classify(err) == KindMissing {
+		return ConsoleRead{Now: out.Now}, nil
+	}
+	return out, err
+}
+
+// TokenSequence returns the last value of the token sequence (0 when it
+// does not exist or was never used): it moves with every acquisition
+// attempt. A role without SELECT or USAGE on the sequence gets an error
+// that Classify reports as KindPrivilege.
+func (s *Store) TokenSequence(ctx context.Context, q Querier) (int64, error) {
+	var v int64
+	err := q.Query(ctx, s.Q.ConsoleTokens, []any{s.Names.QualifiedSeq()}, func(r Row) error { return r.Scan(&v) })
+	return v, err
+}

@@ -850,3 +850,18 @@ SELECT j."job", j."schedule", j."last_tick", j."seen_at",
 
 -- name: JobTablesExist
 SELECT to_regclass($1::text) IS NOT NULL AND to_regclass($2::text) IS NOT NULL
+
+-- name: ConsoleClock
+-- The operator console (pglease serve): the server's clock and whether the
+-- lease table exists ($1 as to_regclass reads it). Run first in the
+-- transaction of the List it precedes, now() is also the instant at which
+-- List measures the rows' durations. Reads the catalog only.
+SELECT now(), to_regclass($1::text) IS NOT NULL
+
+-- name: ConsoleTokens
+-- The token sequence's last value ($1 as to_regclass reads it; 0 when the
+-- sequence does not exist or was never used). Every acquisition attempt
+-- draws from it (nextval, see Acquire), so the console re-reads the table
+-- when it moved: one tuple, however many rows. Needs SELECT or USAGE on the
+-- sequence (42501 without).
+SELECT coalesce(pg_sequence_last_value(to_regclass($1::text)), 0)::bigint

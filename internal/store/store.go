@@ -147,6 +147,7 @@ type Queries struct {
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
 	SemaphoreLock                                             string
+	ConsoleClock, ConsoleTokens                               string // the operator console
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -208,6 +209,7 @@ func Build(n Names) Queries {
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
 		SemaphoreLock: get("SemaphoreLock"),
+		ConsoleClock:  get("ConsoleClock"), ConsoleTokens: get("ConsoleTokens"),
 	}
 }
 

@@ -133,6 +133,36 @@ stuck) or expired.
   pglease ls --json | jq '.[] | select(.state != "held")'
 `,
 	}, {
+		name: "serve", flags: serveFlags,
+		summary: "serve a live web console of the leases, with /metrics",
+		run:     (*env).cmdServe,
+		about: `Serve an operator console: a web page listing every lease of the table (name,
+owner, token, held for, expires in, heartbeat age, state, metadata) that
+updates itself within a second of any acquisition, release, loss or expiry,
+with a feed of recent changes. Updates are pushed to the browsers; the
+database sees one listener and one cheap read of the token sequence per
+--poll, however many people watch. /metrics (Prometheus) and /healthz (200
+while the database is being read) are served beside the page.
+
+It only reads (a role with SELECT on the table will do) and never creates or
+alters anything: without the table the page says so. --allow-release adds a
+force-release button to every lease, behind a confirmation and a per-process
+CSRF token. Listening on an address other than loopback needs an access
+token (--token-file FILE or $PGLEASE_SERVE_TOKEN), required on every request
+as "Authorization: Bearer TOKEN" or, in a browser, once as /?token=TOKEN. SIGINT
+or SIGTERM stop it (exit 0).
+`,
+		more: `Exit status: 0 after SIGINT or SIGTERM; 2 usage errors; 1 other errors
+(database unreachable at start, address in use).
+
+Examples:
+  pglease serve                                   # http://127.0.0.1:8080/
+  pglease serve --table ops.leases --allow-release
+  openssl rand -hex 32 > /etc/pglease/console-token
+  pglease serve --listen :8080 --token-file /etc/pglease/console-token
+  curl -H "Authorization: Bearer $(cat /etc/pglease/console-token)" http://host:8080/metrics
+`,
+	}, {
 		name: "jobs", args: "[JOB]", flags: jobsFlags,
 		summary: "list scheduled jobs, or the runs of JOB",
 		operand: "job name",

@@ -1,0 +1,164 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/cmd/pglease/internal/console"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// The event stream shows an acquisition, a release and an expiry, each by
+// its own signal: with the fallback re-read an hour away, an acquisition
+// can only be seen through the token sequence, a release through its
+// notification and an expiry through the timer at the expiry instant.
+func TestStreamShowsAcquireReleaseAndExpiry(t *testing.T) {
+	t.Parallel()
+	f := start(t, console.Config{FullRefresh: time.Hour})
+	c := f.client()
+	events := f.stream()
+	await(t, events, "the listener to be up", func(m msg) bool { return m.Status.Listener })
+
+	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+	defer cancel()
+	l, err := c.TryAcquire(ctx, "report", pglease.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired := time.Now()
+	m := await(t, events, "report acquired", func(m msg) bool { return m.state("report") == "held" })
+	t.Logf("acquisition seen %s after TryAcquire returned", m.received.Sub(acquired))
+	if !feedHas(m, "acquired", "report acquired by tester") {
+		t.Errorf("feed %+v lacks the acquisition", m.Feed)
+	}
+
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	m = await(t, events, "report released", func(m msg) bool { return m.state("report") == "" })
+	t.Logf("release seen %s after Release returned", m.received.Sub(released))
+	if !feedHas(m, "released", "report released by tester") {
+		t.Errorf("feed %+v lacks the release", m.Feed)
+	}
+
+	// A holder that dies: a row with a TTL of 1s that nobody renews.
+	leases := pgtest.LeaseTable(t, pgtest.DSN(t), f.table)
+	leases.Insert("dead", "crashed-host", 1000, time.Second, `{"pid": 42}`)
+	// A plain insert draws no token and notifies nothing: wake the console
+	// with an acquisition of another name, which it sees by the sequence.
+	if _, err := c.TryAcquire(ctx, "other", pglease.WithTTL(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	await(t, events, "dead held", func(m msg) bool { return m.state("dead") == "held" })
+	m = await(t, events, "dead expired", func(m msg) bool { return m.state("dead") == "expired" })
+	expires := leases.ExpiresAt("dead")
+	t.Logf("expiry seen %s after expires_at", m.received.Sub(expires))
+	if !feedHas(m, "expired", "dead expired: crashed-host (token 1000) stopped renewing") {
+		t.Errorf("feed %+v lacks the expiry", m.Feed)
+	}
+}
+
+func feedHas(m msg, kind, text string) bool {
+	for _, e := range m.Feed {
+		if e.Kind == kind && strings.Contains(e.Text, text) {
+			return true
+		}
+	}
+	return false
+}
+
+// However many viewers watch, the console has one listener connection and
+// reads the table once per change.
+func TestOneListenerForManyViewers(t *testing.T) {
+	t.Parallel()
+	f := start(t, console.Config{FullRefresh: time.Hour})
+	c := f.client()
+	const viewers = 8
+	streams := make([]<-chan msg, viewers)
+	for i := range streams {
+		streams[i] = f.stream()
+	}
+	for _, s := range streams {
+		await(t, s, "the listener to be up", func(m msg) bool { return m.Status.Listener })
+	}
+	if n := f.c.Viewers(); n != viewers {
+		t.Fatalf("Viewers() = %d, want %d", n, viewers)
+	}
+	before := f.c.Refreshes()
+	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+	defer cancel()
+	if _, err := c.TryAcquire(ctx, "job", pglease.WithTTL(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range streams {
+		await(t, s, "job acquired", func(m msg) bool { return m.state("job") == "held" })
+	}
+	// One read for the acquisition, one more if it ran before the commit.
+	if n := f.c.Refreshes() - before; n > 2 {
+		t.Errorf("%d reads of the table for one acquisition seen by %d viewers; want at most 2", n, viewers)
+	}
+	listeners := pgtest.Value[int64](t, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, f.cfg.AppName+" listener")
+	all := pgtest.Value[int64](t, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1`, f.cfg.AppName+"%")
+	if listeners != 1 || all > 4 {
+		t.Errorf("%d viewers: %d listener connections (want 1), %d connections in all (want at most 4)", viewers, listeners, all)
+	}
+}
+
+// Closing the console ends the open event streams, so that a server can
+// shut down.
+func TestCloseEndsStreams(t *testing.T) {
+	t.Parallel()
+	f := start(t, console.Config{})
+	s := f.stream()
+	await(t, s, "a first snapshot", func(msg) bool { return true })
+	f.c.CloseStreams()
+	timeout := time.After(pgtest.Patience)
+	for {
+		select {
+		case _, ok := <-s:
+			if !ok {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the event stream is still open after CloseStreams")
+		}
+	}
+}
+
+// A role that may read the table but not its token sequence still sees
+// every change: the console re-reads the table every poll, and says so.
+func TestSelectOnlyRoleFallsBackToPolling(t *testing.T) {
+	t.Parallel()
+	table := pgtest.Schema(t) + ".leases"
+	owner := start(t, console.Config{Table: table}) // only to create the table with its client
+	c := owner.client()
+	role := fmt.Sprintf("console_ro_%d", time.Now().UnixNano())
+	schema := table[:strings.Index(table, ".")]
+	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { pgtest.Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+	pgtest.Exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
+	pgtest.Exec(t, "GRANT SELECT ON "+table+" TO "+role)
+	u, err := url.Parse(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+
+	f := start(t, console.Config{DSN: u.String(), Table: table, FullRefresh: time.Hour})
+	events := f.stream()
+	await(t, events, "the fallback in the status", func(m msg) bool {
+		return m.Status.Class == "degraded" && strings.Contains(m.Status.Text, "token sequence is not readable")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+	defer cancel()
+	if _, err := c.TryAcquire(ctx, "seen-anyway", pglease.WithTTL(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	await(t, events, "seen-anyway acquired", func(m msg) bool { return m.state("seen-anyway") == "held" })
+}
