@@ -3,6 +3,8 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,4 +100,27 @@ func WaitListening(t testing.TB, appNameLike string) {
 		return Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE application_name LIKE $1 AND state = 'idle' AND query ILIKE 'LISTEN %')`, appNameLike)
 	})
+}
+
+// SelectOnlyDSN creates a login role that may only read tables (USAGE on
+// the schema of the first, SELECT on each; names as "schema.table"), dropped
+// when the test ends, and returns the DSN of the shared server as that
+// role: for checking that read-only code needs no more.
+func SelectOnlyDSN(t testing.TB, tables ...string) string {
+	t.Helper()
+	if len(tables) == 0 || !strings.Contains(tables[0], ".") {
+		t.Fatalf("pgtest: SelectOnlyDSN needs schema-qualified tables, got %q", tables)
+	}
+	role := fmt.Sprintf("ro_%d", time.Now().UnixNano())
+	schema := tables[0][:strings.Index(tables[0], ".")]
+	Exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
+	Exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
+	Exec(t, "GRANT SELECT ON "+strings.Join(tables, ", ")+" TO "+role)
+	u, err := url.Parse(DSN(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	u.User = url.User(role)
+	return u.String()
 }

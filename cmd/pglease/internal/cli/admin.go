@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/cmd/pglease/internal/human"
 	"github.com/pglease/pglease/pgleasecron"
 )
 
@@ -138,12 +139,12 @@ func (e *env) printTable(infos []pglease.Info) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tHEARTBEAT AGE\tSTATE")
 	for _, in := range infos {
-		expires := human(in.Remaining)
+		expires := human.Duration(in.Remaining)
 		if !in.Held() {
-			expires = "expired " + human(-in.Remaining) + " ago"
+			expires = "expired " + human.Duration(-in.Remaining) + " ago"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
-			in.Token, human(in.HeldFor), expires, human(in.HeartbeatAge), state(in))
+			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), state(in))
 	}
 	tw.Flush()
 }
@@ -251,7 +252,7 @@ func (e *env) release(ctx context.Context, c *pglease.Client, _ *flagSet, name s
 		what = "expired"
 	}
 	fmt.Fprintf(e.stdout, "released %s: owner %s, token %d, %s for %s\n",
-		display(in.Name, 255), display(in.Owner, 255), in.Token, what, human(in.HeldFor))
+		display(in.Name, 255), display(in.Owner, 255), in.Token, what, human.Duration(in.HeldFor))
 	return exitOK
 }
 
@@ -343,31 +344,6 @@ func display(s string, limit int) string {
 	}
 	if r := []rune(s); len(r) > limit {
 		s = string(r[:limit-1]) + "…"
-	}
-	return s
-}
-
-// human formats a duration for people: 850ms, 12.3s, 4m05s, 2h03m, 3d04h.
-func human(d time.Duration) string {
-	neg := d < 0
-	if neg {
-		d = -d
-	}
-	var s string
-	switch {
-	case d < time.Second:
-		s = fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		s = fmt.Sprintf("%.1fs", d.Seconds())
-	case d < time.Hour:
-		s = fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		s = fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	default:
-		s = fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
-	}
-	if neg {
-		return "-" + s
 	}
 	return s
 }

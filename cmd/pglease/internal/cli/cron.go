@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/cmd/pglease/internal/human"
 	"github.com/pglease/pglease/pgleasecron"
 )
 
@@ -351,7 +352,7 @@ func (c *cron) report(j cronJob, t pgleasecron.Tick, err error, took time.Durati
 		attempt = fmt.Sprintf(", attempt %d", t.Attempt)
 	}
 	fmt.Fprintf(c.e.stderr, "pglease: job %s, tick %s: %s (token %d%s, %s)\n",
-		quoteArg(j.name), t.At.UTC().Format(time.RFC3339Nano), c.e.redact(outcome), t.Lease.Token(), attempt, human(took))
+		quoteArg(j.name), t.At.UTC().Format(time.RFC3339Nano), c.e.redact(outcome), t.Lease.Token(), attempt, human.Duration(took))
 }
 
 // printCronCheck prints the jobs of a valid file (pglease cron --check).

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -345,17 +344,8 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 	}
 
 	// A role that may only read the jobs and runs tables suffices.
-	role := fmt.Sprintf("cli_jobs_ro_%d", time.Now().UnixNano())
-	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
-	t.Cleanup(func() { pgtest.Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
-	pgtest.Exec(t, "GRANT USAGE ON SCHEMA "+table[:strings.Index(table, ".")]+" TO "+role)
-	pgtest.Exec(t, "GRANT SELECT ON "+table+"_jobs, "+table+"_runs TO "+role)
-	u, err := url.Parse(pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	code, stdout, stderr = settledJobs(t, []string{"PGLEASE_DSN=" + u.String()}, "jobs", "--table", table)
+	ro := pgtest.SelectOnlyDSN(t, table+"_jobs", table+"_runs")
+	code, stdout, stderr = settledJobs(t, []string{"PGLEASE_DSN=" + ro}, "jobs", "--table", table)
 	if code != 0 || !strings.Contains(stdout, "failed: exit status 3") {
 		t.Errorf("jobs as a SELECT-only role: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglease/pglease/cmd/pglease/internal/human"
 	"github.com/pglease/pglease/pgleasecron"
 )
 
@@ -118,9 +119,9 @@ func (e *env) listJobs(infos []pgleasecron.JobInfo, now time.Time, asJSON bool) 
 		next := "-"
 		if !in.Next.IsZero() {
 			if d := in.Next.Sub(now); d >= 0 {
-				next = fmt.Sprintf("%s (in %s)", utc(in.Next), human(d))
+				next = fmt.Sprintf("%s (in %s)", utc(in.Next), human.Duration(d))
 			} else {
-				next = fmt.Sprintf("%s (due %s ago)", utc(in.Next), human(-d))
+				next = fmt.Sprintf("%s (due %s ago)", utc(in.Next), human.Duration(-d))
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", display(in.Name, 40), display(in.Schedule, 40), tick, outcome, replica, took, next)
@@ -181,9 +182,9 @@ func runDuration(r pgleasecron.Run, now time.Time) string {
 	case r.StartedAt.IsZero():
 		return "-"
 	case r.EndedAt.IsZero():
-		return "running " + human(now.Sub(r.StartedAt))
+		return "running " + human.Duration(now.Sub(r.StartedAt))
 	}
-	return human(r.EndedAt.Sub(r.StartedAt))
+	return human.Duration(r.EndedAt.Sub(r.StartedAt))
 }
 
 type jobJSON struct {

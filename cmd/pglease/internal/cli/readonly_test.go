@@ -4,7 +4,6 @@ package cli_test
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -47,18 +46,7 @@ func TestReadOnlyCommandsNeedOnlySelect(t *testing.T) {
 	}
 	holdLease(t, env, table, "nightly", "--owner", "host-a")
 
-	role := fmt.Sprintf("cli_ro_role_%d", time.Now().UnixNano())
-	schema := table[:strings.Index(table, ".")]
-	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
-	t.Cleanup(func() { pgtest.Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
-	pgtest.Exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
-	pgtest.Exec(t, "GRANT SELECT ON "+table+" TO "+role)
-	u, err := url.Parse(pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	ro := []string{"PGLEASE_DSN=" + u.String()}
+	ro := []string{"PGLEASE_DSN=" + pgtest.SelectOnlyDSN(t, table)}
 
 	code, stdout, stderr := run(t, ro, "ls", "--table", table)
 	if code != 0 || !strings.Contains(stdout, "nightly") || !strings.Contains(stdout, "host-a") {

@@ -77,21 +77,6 @@ func TestDisplay(t *testing.T) {
 	}
 }
 
-func TestHuman(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		850 * time.Millisecond:        "850ms",
-		12300 * time.Millisecond:      "12.3s",
-		4*time.Minute + 5*time.Second: "4m05s",
-		2*time.Hour + 3*time.Minute:   "2h03m",
-		76 * time.Hour:                "3d04h",
-		-1500 * time.Millisecond:      "-1.5s",
-	} {
-		if got := human(d); got != want {
-			t.Errorf("human(%s) = %q, want %q", d, got, want)
-		}
-	}
-}
-
 func TestChildEnv(t *testing.T) {
 	env := childEnv([]string{"A=1", "PGLEASE_TOKEN=999", "PGLEASE_NAME=old", "PGLEASE_SLOT=3", "PGLEASE_DSN=keep"},
 		[]string{"PGLEASE_NAME=job", "PGLEASE_OWNER=me", "PGLEASE_TOKEN=42"})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/cmd/pglease/internal/human"
 )
 
 //go:embed assets
@@ -70,12 +71,12 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 	now := s.serverNowAt(time.Now())
 	for _, l := range s.Leases {
 		row := rowData{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10), State: l.State,
-			Metadata: compactJSON(l.Metadata), HeldFor: human(now.Sub(l.AcquiredAt)),
-			HeartbeatAge: human(now.Sub(l.RenewedAt))}
+			Metadata: compactJSON(l.Metadata), HeldFor: human.Duration(now.Sub(l.AcquiredAt)),
+			HeartbeatAge: human.Duration(now.Sub(l.RenewedAt))}
 		if left := l.ExpiresAt.Sub(now); left > 0 && l.State != stateExpired {
-			row.ExpiresIn = human(left)
+			row.ExpiresIn = human.Duration(left)
 		} else {
-			row.ExpiresIn = "expired " + human(-left) + " ago"
+			row.ExpiresIn = "expired " + human.Duration(-left) + " ago"
 		}
 		d.Leases = append(d.Leases, row)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pglease/pglease/cmd/pglease/internal/human"
 	"github.com/pglease/pglease/internal/store"
 )
 
@@ -120,7 +121,7 @@ func diff(prev, next []lease, prevExists, nextExists bool, at time.Time, release
 		case p.State != stateExpired && l.State == stateExpired:
 			add("expired", l.Name, fmt.Sprintf("%s expired: %s (token %d) stopped renewing", l.Name, l.Owner, l.Token))
 		case p.State == stateHeld && l.State == stateStale:
-			add("stale", l.Name, fmt.Sprintf("%s is stale: no heartbeat from %s (token %d) for %s", l.Name, l.Owner, l.Token, human(l.HeartbeatAge)))
+			add("stale", l.Name, fmt.Sprintf("%s is stale: no heartbeat from %s (token %d) for %s", l.Name, l.Owner, l.Token, human.Duration(l.HeartbeatAge)))
 		case p.State == stateStale && l.State == stateHeld:
 			add("renewed", l.Name, fmt.Sprintf("%s renewed again by %s (token %d)", l.Name, l.Owner, l.Token))
 		}
@@ -262,30 +263,4 @@ func compactJSON(s string) string {
 		return s
 	}
 	return b.String()
-}
-
-// human formats a duration for people as pglease ls does: 850ms, 12.3s,
-// 4m05s, 2h03m, 3d04h.
-func human(d time.Duration) string {
-	neg := d < 0
-	if neg {
-		d = -d
-	}
-	var s string
-	switch {
-	case d < time.Second:
-		s = fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		s = fmt.Sprintf("%.1fs", d.Seconds())
-	case d < time.Hour:
-		s = fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		s = fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	default:
-		s = fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
 }

@@ -2,8 +2,6 @@ package console_test
 
 import (
 	"context"
-	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -138,19 +136,7 @@ func TestSelectOnlyRoleFallsBackToPolling(t *testing.T) {
 	table := pgtest.Schema(t) + ".leases"
 	owner := start(t, console.Config{Table: table}) // only to create the table with its client
 	c := owner.client()
-	role := fmt.Sprintf("console_ro_%d", time.Now().UnixNano())
-	schema := table[:strings.Index(table, ".")]
-	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
-	t.Cleanup(func() { pgtest.Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
-	pgtest.Exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
-	pgtest.Exec(t, "GRANT SELECT ON "+table+" TO "+role)
-	u, err := url.Parse(pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-
-	f := start(t, console.Config{DSN: u.String(), Table: table, FullRefresh: time.Hour})
+	f := start(t, console.Config{DSN: pgtest.SelectOnlyDSN(t, table), Table: table, FullRefresh: time.Hour})
 	events := f.stream()
 	await(t, events, "the fallback in the status", func(m msg) bool {
 		return m.Status.Class == "degraded" && strings.Contains(m.Status.Text, "token sequence is not readable")

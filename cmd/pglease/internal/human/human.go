@@ -1,0 +1,34 @@
+// Package human formats values for people, the same way in every command
+// of the CLI and in the console.
+package human
+
+import (
+	"fmt"
+	"time"
+)
+
+// Duration formats d briefly: 850ms, 12.3s, 4m05s, 2h03m, 3d04h (negative
+// with a leading "-").
+func Duration(d time.Duration) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Second:
+		s = fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		s = fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		s = fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}

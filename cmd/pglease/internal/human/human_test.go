@@ -1,0 +1,21 @@
+package human
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		850 * time.Millisecond:        "850ms",
+		12300 * time.Millisecond:      "12.3s",
+		4*time.Minute + 5*time.Second: "4m05s",
+		2*time.Hour + 3*time.Minute:   "2h03m",
+		76 * time.Hour:                "3d04h",
+		-1500 * time.Millisecond:      "-1.5s",
+	} {
+		if got := Duration(d); got != want {
+			t.Errorf("Duration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
