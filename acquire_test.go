@@ -164,7 +164,8 @@ func TestGivingUpOnAcquireLeavesNothingBehind(t *testing.T) {
 func givingUpLeavesNothingBehind(t *testing.T, opts []Option) {
 	ctx := testCtx(t)
 	a := testClient(t, Config{})
-	b, proxy := proxiedClient(t, Config{Table: a.cfg.Table})
+	events := newEventLog()
+	b, proxy := proxiedClient(t, Config{Table: a.cfg.Table, Observer: events})
 	o, err := a.leaseOptions(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -241,6 +242,19 @@ func givingUpLeavesNothingBehind(t *testing.T, opts []Option) {
 	} else if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Observers never heard of the lease nobody was handed: neither its
+	// acquisition nor its end (events arrive in order, so every event of
+	// the abandoned attempt has come by the release of the next lease).
+	events.await(t, "the release of the next lease", func(e Event) bool {
+		return e.Kind == EventReleased && strings.HasPrefix(e.Name, "fresh")
+	})
+	events.mu.Lock()
+	for _, e := range events.events {
+		if e.Token == l.Token() && (e.Kind == EventAcquired || e.Kind == EventReleased || e.Kind == EventLost) {
+			t.Errorf("the abandoned lease (token %d) was reported %s", l.Token(), e.Kind)
+		}
+	}
+	events.mu.Unlock()
 	l, err = a.TryAcquire(ctx, "fresh", opts...)
 	if err != nil {
 		t.Fatalf("another client's TryAcquire after the abandoned attempt: %v", err)

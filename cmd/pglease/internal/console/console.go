@@ -138,9 +138,8 @@ func Open(ctx context.Context, cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: DSN: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, pcfg.ConnConfig.ConnectTimeout)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
+	// Bounded by ctx: pgx bounds each host of the DSN by ConnectTimeout.
+	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connect: %w (is the server running and the DSN right?)", err)
 	}

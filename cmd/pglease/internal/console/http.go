@@ -116,18 +116,20 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
-	send := func(s *snapshot) bool {
+	// send writes a snapshot's JSON, or a keepalive comment for nil.
+	send := func(data []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		var err error
-		if s == nil {
+		if data == nil {
 			_, err = w.Write([]byte(": keepalive\n\n"))
 		} else {
-			_, err = w.Write(append(append([]byte("retry: 2000\nevent: snapshot\ndata: "),
-				s.marshal(tableLabel(c.cfg.Table), c.cfg.Poll)...), "\n\n"...))
+			_, err = w.Write(append(append([]byte("retry: 2000\nevent: snapshot\ndata: "), data...), "\n\n"...))
 		}
 		return err == nil && rc.Flush() == nil
 	}
-	if !send(cur) {
+	// The current snapshot is encoded afresh, with the server's clock as
+	// of now (it may be seconds old); the next ones as published.
+	if !send(cur.marshal(tableLabel(c.cfg.Table), c.cfg.Poll)) {
 		return
 	}
 	keepalive := time.NewTicker(15 * time.Second)
@@ -139,7 +141,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		case <-c.hub.done:
 			return
 		case s := <-ch:
-			if !send(s) {
+			if !send(s.data) {
 				return
 			}
 		case <-keepalive.C:
@@ -189,8 +191,8 @@ type releaseData struct {
 	Confirm, Done                     bool
 }
 
-// release force-releases a lease: POST only, from the console's own page
-// (Sec-Fetch-Site, Origin), with the form's token. Without confirm=yes it
+// release force-releases a lease: POST only, from the console's own origin
+// (crossOrigin), with the form's token. Without confirm=yes it
 // shows a confirmation page (for browsers without JavaScript).
 func (c *Console) release(w http.ResponseWriter, r *http.Request) {
 	wantJSON := strings.Contains(r.Header.Get("Accept"), "application/json")
@@ -201,7 +203,7 @@ func (c *Console) release(w http.ResponseWriter, r *http.Request) {
 		}
 		render(w, code, "release.html", releaseData{Message: msg})
 	}
-	if !sameOrigin(r) {
+	if crossOrigin.Check(r) != nil {
 		fail(http.StatusForbidden, "refused: the request did not come from this console's page")
 		return
 	}

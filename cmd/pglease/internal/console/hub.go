@@ -173,6 +173,7 @@ func (h *hub) refresh(ctx context.Context) *snapshot {
 	defer h.mu.Unlock()
 	prev := h.cur
 	next := *prev
+	next.data = nil
 	changed := false
 	next.Status.ListenerUp = h.listenerUp
 	next.Status.SequenceOK = h.seqReadErr == nil
@@ -215,6 +216,7 @@ func (h *hub) refresh(ctx context.Context) *snapshot {
 // one that has not taken the previous one gets this one instead. Called
 // with mu held.
 func (h *hub) publish(s *snapshot) {
+	s.data = s.marshal(tableLabel(h.cfg.Table), h.cfg.Poll)
 	h.cur = s
 	for ch := range h.subs {
 		select {
@@ -346,9 +348,9 @@ func (h *hub) listen(ctx context.Context) {
 // listenOnce connects, LISTENs and waits for notifications until the
 // connection fails or ctx ends.
 func (h *hub) listenOnce(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, h.listenCfg.ConnectTimeout)
-	conn, err := pgx.ConnectConfig(cctx, h.listenCfg)
-	cancel()
+	// pgx bounds each host of the DSN by ConnectTimeout: a bound on the
+	// whole attempt would let a silent first host use up the others' time.
+	conn, err := pgx.ConnectConfig(ctx, h.listenCfg)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}

@@ -85,28 +85,11 @@ func unauthorized(w http.ResponseWriter) {
 		http.StatusUnauthorized)
 }
 
-// sameOrigin reports whether a state-changing request comes from the
-// console's own page: Sec-Fetch-Site (sent by current browsers) must say
-// same-origin, and an Origin header must name this host. A request with
-// neither (curl, a script) passes here; it still needs the form's token.
-func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-		return false
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return u.Scheme == scheme && strings.EqualFold(u.Host, r.Host)
-}
+// crossOrigin refuses a state-changing request from another origin
+// (Sec-Fetch-Site, else Origin against Host, as browsers send them); a
+// request with neither header (curl, a script) passes it, and still needs
+// the release form's token.
+var crossOrigin = http.NewCrossOriginProtection()
 
 // NeedsToken reports whether a console listening on addr (host:port) is
 // reachable from other hosts, and so must require an access token: every

@@ -43,6 +43,10 @@ type snapshot struct {
 	Leases    []lease   // ordered by name
 	Status    status
 	Feed      []event // newest last, at most feedLength
+
+	// data is the page's JSON of the snapshot, encoded once when it is
+	// published, whatever the number of viewers it goes to.
+	data []byte
 }
 
 // feedLength bounds the feed of recent changes.
