@@ -270,7 +270,11 @@ func TestASetIsLostTogether(t *testing.T) {
 	if err := context.Cause(s.Context()); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("context cause = %v", err)
 	}
+	// The set's context is cancelled first, then its other leases are ended
+	// (memberEnded): each ends right after the set, not necessarily before
+	// Done was received here.
 	for _, l := range s.Leases() {
+		pgtest.Receive(t, l.Done(), "the end of lease "+l.Name())
 		if err := l.Err(); !errors.Is(err, ErrLeaseLost) {
 			t.Errorf("%q: Err = %v, want ErrLeaseLost", l.Name(), err)
 		}
