@@ -32,7 +32,7 @@
 //     pglease.event.kind "released" or "lost".
 //   - pglease.elector.leader (gauge, {term}): per elector name
 //     (pglease.lease.name), 1 while an elector of this process is in a
-//     term, else 0.
+//     term, else 0 (also while it campaigns without leading).
 //
 // With [Options].NameAttribute the lease name (pglease.lease.name) is an
 // attribute of the events counter, the held gauge and the wait and hold

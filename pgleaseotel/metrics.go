@@ -99,26 +99,20 @@ func (o *Observer) record(e pglease.Event) {
 func (o *Observer) observeGauges(_ context.Context, obs metric.Observer) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	held, leading := map[string]int64{}, map[string]int64{}
-	var total int64
-	for _, c := range o.clients {
-		for n, k := range c.held {
-			held[n] += int64(k)
-			total += int64(k)
-		}
-		for n, k := range c.leading {
-			leading[n] += int64(k)
-		}
-	}
+	held, leading := o.tally.Held(), o.tally.Leading()
 	if o.byName {
-		for n := range o.heldNames {
-			obs.ObserveInt64(o.inst.held, held[n], o.nameOption(n))
+		for _, n := range o.tally.Names() {
+			obs.ObserveInt64(o.inst.held, int64(held[n]), o.nameOption(n))
 		}
 	} else {
+		var total int64
+		for _, k := range held {
+			total += int64(k)
+		}
 		obs.ObserveInt64(o.inst.held, total)
 	}
-	for n := range o.leaderNames {
-		obs.ObserveInt64(o.inst.leader, leading[n], o.nameOption(n))
+	for _, n := range o.tally.Electors() {
+		obs.ObserveInt64(o.inst.leader, int64(leading[n]), o.nameOption(n))
 	}
 	return nil
 }

@@ -161,8 +161,8 @@ func TestHeldIsExactAfterDroppedEvents(t *testing.T) {
 	}
 }
 
-// The leader gauge is 1 per elector name in a term, 0 once it ended;
-// EventDropped's Leading corrects it. It is by name even without
+// The leader gauge is 1 per elector name in a term, 0 once it ended or
+// while it campaigns; EventDropped's Leading corrects it. It is by name even without
 // NameAttribute.
 func TestLeaderGauge(t *testing.T) {
 	tm := newTelemetry(t, false)
@@ -180,6 +180,12 @@ func TestLeaderGauge(t *testing.T) {
 	ms = tm.metrics(t)
 	if x, y := mustInt(t, ms, "pglease.elector.leader", name("x")), mustInt(t, ms, "pglease.elector.leader", name("y")); x != 1 || y != 0 {
 		t.Errorf("after dropped events: leader x = %d, y = %d; want 1 and 0", x, y)
+	}
+	// An elector that campaigns without leading shows 0, as pgleaseprom's
+	// is_leader does: an election nobody leads is visible.
+	tm.observe(pglease.Event{Kind: pglease.EventLeaderChanged, Client: "c2", Name: "z"})
+	if got, ok := intValue(t, tm.metrics(t), "pglease.elector.leader", name("z")); !ok || got != 0 {
+		t.Errorf("leader z = %d (reported %v) while it campaigns; want 0, reported", got, ok)
 	}
 }
 

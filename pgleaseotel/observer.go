@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/holdings"
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer.
@@ -50,19 +51,10 @@ type Observer struct {
 	inst   instruments
 	byName bool
 
-	mu      sync.Mutex
-	clients map[string]*clientState // by client id
-	names   map[string]metric.MeasurementOption
-	// Names ever reported held (with NameAttribute) or leading, so that
-	// the gauges report 0 rather than nothing once they are no longer.
-	heldNames, leaderNames map[string]struct{}
-}
-
-// clientState is what the events of one client have said so far.
-type clientState struct {
-	held    map[string]int                  // name → leases held
-	leading map[string]int                  // name → elector terms begun and not ended
-	spans   map[string]map[int64]trace.Span // name → token → open lease span
+	mu    sync.Mutex
+	tally *holdings.Tally                            // what the clients hold, behind the gauges
+	spans map[string]map[string]map[int64]trace.Span // client id → name → token → open lease span
+	names map[string]metric.MeasurementOption
 }
 
 // New returns an Observer recording to the providers of opts. The error is
@@ -76,12 +68,11 @@ func New(opts Options) (*Observer, error) {
 		tp = otel.GetTracerProvider()
 	}
 	o := &Observer{
-		tracer:      tp.Tracer(ScopeName),
-		byName:      opts.NameAttribute,
-		clients:     map[string]*clientState{},
-		names:       map[string]metric.MeasurementOption{},
-		heldNames:   map[string]struct{}{},
-		leaderNames: map[string]struct{}{},
+		tracer: tp.Tracer(ScopeName),
+		byName: opts.NameAttribute,
+		tally:  holdings.New(),
+		spans:  map[string]map[string]map[int64]trace.Span{},
+		names:  map[string]metric.MeasurementOption{},
 	}
 	if err := o.inst.init(mp.Meter(ScopeName), o.observeGauges); err != nil {
 		return nil, err
@@ -95,95 +86,62 @@ func New(opts Options) (*Observer, error) {
 func (o *Observer) Observe(e pglease.Event) {
 	now := time.Now()
 	o.record(e)
+	var lease trace.Span
+	if e.Kind == pglease.EventAcquired {
+		lease = o.startLease(e, now)
+	}
+	var ended []trace.Span // lease spans whose end was lost to dropped events
+	o.mu.Lock()
+	o.tally.Observe(e)
 	switch e.Kind {
 	case pglease.EventAcquired:
-		lease := o.startLease(e, now)
-		var stale []trace.Span
-		o.update(e.Client, func(c *clientState) {
-			c.held[e.Name]++
-			o.knowHeld(e.Name)
-			// A client holds a name once at a time: a lease span of
-			// the name still open lost its end to dropped events.
-			stale = c.takeSpans(e.Name)
-			c.spans[e.Name] = map[int64]trace.Span{e.Token: lease}
-		})
-		endInferred(now, stale...)
+		// A client holds a name once at a time: a lease span of the name
+		// still open lost its end to dropped events.
+		ended = o.takeSpans(e.Client, e.Name)
+		if o.spans[e.Client] == nil {
+			o.spans[e.Client] = map[string]map[int64]trace.Span{}
+		}
+		o.spans[e.Client][e.Name] = map[int64]trace.Span{e.Token: lease}
 	case pglease.EventReleased, pglease.EventLost:
-		var lease trace.Span
-		o.update(e.Client, func(c *clientState) {
-			count(c.held, e.Name, -1)
-			lease = c.spans[e.Name][e.Token]
-			delete(c.spans[e.Name], e.Token)
-			if len(c.spans[e.Name]) == 0 {
-				delete(c.spans, e.Name)
+		lease = o.spans[e.Client][e.Name][e.Token]
+		delete(o.spans[e.Client][e.Name], e.Token)
+		if len(o.spans[e.Client][e.Name]) == 0 {
+			o.takeSpans(e.Client, e.Name)
+		}
+	case pglease.EventStaleReclaimed:
+		lease = o.spans[e.Client][e.Name][e.Token]
+	case pglease.EventDropped:
+		for name := range o.spans[e.Client] {
+			if !o.tally.Holds(e.Client, name) {
+				ended = append(ended, o.takeSpans(e.Client, name)...)
 			}
-		})
+		}
+	}
+	o.mu.Unlock()
+	endInferred(now, ended...)
+	switch e.Kind {
+	case pglease.EventReleased, pglease.EventLost:
 		o.endLease(lease, e, now)
 	case pglease.EventStaleReclaimed:
-		var lease trace.Span
-		o.update(e.Client, func(c *clientState) { lease = c.spans[e.Name][e.Token] })
 		if lease != nil {
 			lease.AddEvent("pglease.stale_reclaimed", trace.WithTimestamp(now),
 				trace.WithAttributes(attrPrevious.String(e.Previous)))
 		}
-	case pglease.EventElected:
-		o.update(e.Client, func(c *clientState) {
-			c.leading[e.Name]++
-			o.leaderNames[e.Name] = struct{}{}
-		})
-	case pglease.EventDemoted:
-		o.update(e.Client, func(c *clientState) { count(c.leading, e.Name, -1) })
-	case pglease.EventDropped:
-		var unheld []trace.Span
-		o.update(e.Client, func(c *clientState) {
-			c.held, c.leading = set(e.Held), set(e.Leading)
-			for _, n := range e.Held {
-				o.knowHeld(n)
-			}
-			for _, n := range e.Leading {
-				o.leaderNames[n] = struct{}{}
-			}
-			for name := range c.spans {
-				if c.held[name] == 0 {
-					unheld = append(unheld, c.takeSpans(name)...)
-				}
-			}
-		})
-		endInferred(now, unheld...)
 	}
 }
 
-// update runs f on the state of the client with id under o.mu, and forgets
-// the client once its state is empty.
-func (o *Observer) update(id string, f func(*clientState)) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	c := o.clients[id]
-	if c == nil {
-		c = &clientState{held: map[string]int{}, leading: map[string]int{}, spans: map[string]map[int64]trace.Span{}}
-		o.clients[id] = c
-	}
-	f(c)
-	if len(c.held) == 0 && len(c.leading) == 0 && len(c.spans) == 0 {
-		delete(o.clients, id)
-	}
-}
-
-// takeSpans removes and returns the open lease spans of name.
-func (c *clientState) takeSpans(name string) []trace.Span {
+// takeSpans removes and returns the open lease spans of the client with id
+// on name, and forgets the client once it has none. o.mu is held.
+func (o *Observer) takeSpans(id, name string) []trace.Span {
 	var spans []trace.Span
-	for _, s := range c.spans[name] {
+	for _, s := range o.spans[id][name] {
 		spans = append(spans, s)
 	}
-	delete(c.spans, name)
-	return spans
-}
-
-// knowHeld notes that name was held, for the held gauge by name.
-func (o *Observer) knowHeld(name string) {
-	if o.byName {
-		o.heldNames[name] = struct{}{}
+	delete(o.spans[id], name)
+	if len(o.spans[id]) == 0 {
+		delete(o.spans, id)
 	}
+	return spans
 }
 
 // nameOption returns the measurement option of the attribute set that
@@ -195,22 +153,4 @@ func (o *Observer) nameOption(name string) metric.MeasurementOption {
 		o.names[name] = opt
 	}
 	return opt
-}
-
-// count adds delta to m[name], deleting names that reach zero.
-func count(m map[string]int, name string, delta int) {
-	if n := m[name] + delta; n > 0 {
-		m[name] = n
-	} else {
-		delete(m, name)
-	}
-}
-
-// set counts each of names once.
-func set(names []string) map[string]int {
-	m := make(map[string]int, len(names))
-	for _, n := range names {
-		m[n] = 1
-	}
-	return m
 }

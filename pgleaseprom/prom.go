@@ -40,13 +40,13 @@
 package pgleaseprom
 
 import (
-	"sort"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/holdings"
 )
 
 // Options configures the metrics. The zero value is ready to use.
@@ -98,21 +98,9 @@ type Observer struct {
 	heldDesc      *prometheus.Desc
 	leaderDesc    *prometheus.Desc
 
-	mu       sync.Mutex
-	clients  map[string]*clientState // by Event.Client
-	names    map[string]struct{}     // lease names seen held (series of leases_held with NameLabel)
-	electors map[string]struct{}     // elector names seen (series of is_leader)
+	mu    sync.Mutex
+	tally *holdings.Tally // what the clients hold, behind the gauges
 }
-
-// clientState is what one client holds: lease names and the names whose
-// elector is in a term, each with a count (a client holds a name once, but
-// the observer does not rely on it).
-type clientState struct {
-	held    map[string]int
-	leading map[string]int
-}
-
-func (s *clientState) empty() bool { return len(s.held) == 0 && len(s.leading) == 0 }
 
 // New returns an observer whose metrics are not registered yet: register
 // it, as any collector, with prometheus.Registerer.Register, which fails
@@ -167,9 +155,7 @@ func New(opt Options) *Observer {
 		leaderDesc: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "is_leader"),
 			"1 while an elector of name of the clients of this observer is in a term (its lead function runs), else 0.",
 			[]string{"name"}, nil),
-		clients:  map[string]*clientState{},
-		names:    map[string]struct{}{},
-		electors: map[string]struct{}{},
+		tally: holdings.New(),
 	}
 	// Series that alerts take increase() of exist before their first
 	// event, at 0 (a counter born at 1 shows no increase).
@@ -238,67 +224,9 @@ func (o *Observer) Observe(e pglease.Event) {
 
 // track updates the state behind the gauges.
 func (o *Observer) track(e pglease.Event) {
-	switch e.Kind {
-	case pglease.EventAcquired, pglease.EventReleased, pglease.EventLost,
-		pglease.EventElected, pglease.EventDemoted, pglease.EventDropped:
-	case pglease.EventLeaderChanged:
-		// A campaigning elector reports the leader it sees first thing:
-		// its is_leader series exists, at 0, before it ever leads, so that
-		// an election nobody leads shows.
-		o.mu.Lock()
-		o.electors[e.Name] = struct{}{}
-		o.mu.Unlock()
-		return
-	default:
-		return
-	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s := o.clients[e.Client]
-	if s == nil {
-		s = &clientState{held: map[string]int{}, leading: map[string]int{}}
-		o.clients[e.Client] = s
-	}
-	switch e.Kind {
-	case pglease.EventAcquired:
-		s.held[e.Name]++
-		o.names[e.Name] = struct{}{}
-	case pglease.EventReleased, pglease.EventLost:
-		add(s.held, e.Name, -1)
-	case pglease.EventElected:
-		s.leading[e.Name]++
-		o.electors[e.Name] = struct{}{}
-	case pglease.EventDemoted:
-		add(s.leading, e.Name, -1)
-	case pglease.EventDropped:
-		// The client's state once the dropped events had happened: it
-		// replaces what was counted for this client.
-		clear(s.held)
-		for _, n := range e.Held {
-			s.held[n] = 1
-			o.names[n] = struct{}{}
-		}
-		clear(s.leading)
-		for _, n := range e.Leading {
-			s.leading[n] = 1
-			o.electors[n] = struct{}{}
-		}
-	}
-	if s.empty() {
-		// A closed client leaves nothing behind.
-		delete(o.clients, e.Client)
-	}
-}
-
-// add adds delta to m[name], deleting names that reach zero or less (an
-// end without its acquisition, which the library never reports, counts
-// nothing).
-func add(m map[string]int, name string, delta int) {
-	if n := m[name] + delta; n > 0 {
-		m[name] = n
-	} else {
-		delete(m, name)
-	}
+	o.tally.Observe(e)
 }
 
 // Describe implements [prometheus.Collector].
@@ -333,48 +261,21 @@ func (o *Observer) gauges() []prometheus.Metric {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var ms []prometheus.Metric
+	held := o.tally.Held()
 	if o.byName {
-		held := map[string]int{}
-		for _, s := range o.clients {
-			for n, k := range s.held {
-				held[n] += k
-			}
-		}
-		for _, n := range sortedKeys(o.names) {
+		for _, n := range o.tally.Names() {
 			ms = append(ms, prometheus.MustNewConstMetric(o.heldDesc, prometheus.GaugeValue, float64(held[n]), n))
 		}
 	} else {
 		total := 0
-		for _, s := range o.clients {
-			for _, k := range s.held {
-				total += k
-			}
+		for _, k := range held {
+			total += k
 		}
 		ms = append(ms, prometheus.MustNewConstMetric(o.heldDesc, prometheus.GaugeValue, float64(total)))
 	}
-	leading := map[string]int{}
-	for _, s := range o.clients {
-		for n, k := range s.leading {
-			leading[n] += k
-		}
-	}
-	for _, n := range sortedKeys(o.electors) {
+	leading := o.tally.Leading()
+	for _, n := range o.tally.Electors() {
 		ms = append(ms, prometheus.MustNewConstMetric(o.leaderDesc, prometheus.GaugeValue, float64(leading[n]), n))
 	}
 	return ms
 }
-
-func sortedKeys(m map[string]struct{}) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// The observer is a pglease.Observer and a prometheus.Collector.
-var (
-	_ pglease.Observer     = (*Observer)(nil)
-	_ prometheus.Collector = (*Observer)(nil)
-)

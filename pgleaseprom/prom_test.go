@@ -216,7 +216,7 @@ func TestClientsSharingTheObserver(t *testing.T) {
 		pglease.Event{Kind: pglease.EventReleased, Name: "b", Client: "c2"})
 	check("all released", map[string]float64{"a": 0, "b": 0, "c": 0, "a#1": 0})
 	o.mu.Lock()
-	left := len(o.clients)
+	left := o.tally.Clients()
 	o.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("state of %d clients kept with nothing held", left)
