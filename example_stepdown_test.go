@@ -36,14 +36,23 @@ func ExampleClient_RequestStepDown() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	asked := make(chan error, 1)
 	go func() {
 		<-elected
-		if err := client.RequestStepDown(ctx, "example-rolling-deploy"); err != nil {
-			log.Fatal(err)
-		}
+		// Not ctx itself: the leader stops the example (cancel) as soon as
+		// it hears the request, which may be before this call has read
+		// the server's reply.
+		asked <- client.RequestStepDown(context.WithoutCancel(ctx), "example-rolling-deploy")
 	}()
 	err = elector.Run(ctx)
 	fmt.Println(errors.Is(err, context.Canceled))
+	select {
+	case <-elected:
+		if err := <-asked; err != nil {
+			log.Fatal(err)
+		}
+	default: // never elected: Run's error says why
+	}
 	// Output:
 	// asked to step down
 	// true
