@@ -226,7 +226,12 @@
 // names that client holds), not polling. A waiter starts watching once the
 // holder has held the name for 200 ms, so that holders that pass a name on
 // quickly cost no connections; a crash fails over within about 200 ms of
-// the session's end at worst. The rules that keep the guarantees above:
+// the session's end at worst. Only the first waiter in the queue watches;
+// when a fast-failover lease goes to a queued waiter (by a release, a
+// take-over from a dead holder or at expiry), the acquisition wakes the
+// next live waiter once, so that it watches the new holder: however the
+// holder got the name, a crash is noticed by the waiter that takes over.
+// The rules that keep the guarantees above:
 //
 //   - The server must not declare a live holder's session dead before the
 //     holder's own local deadline: the session's TCP keepalive and user

@@ -255,6 +255,22 @@ WITH xl AS MATERIALIZED (
      WHERE $10::bool AND EXISTS (SELECT 1 FROM ins)
        AND w."client" = $8::text AND w."name" = $1::text
     RETURNING 1
+), handed AS (
+    -- A fast-failover lease handed to a queued waiter (by a release, or
+    -- taken over from a dead or expired holder): wake the next live waiter
+    -- once, so that it looks again and watches the new holder's session.
+    -- It was queued behind this one and did not watch the previous holder,
+    -- and nothing else would tell it of the new one before its fallback
+    -- poll: a crash of the new holder would wait for that poll.
+    SELECT pg_notify('pglease_' || w."client", $1::text) AS ok
+      FROM (SELECT w."client" FROM {{waiters}} AS w
+             WHERE $5::bool AND $10::bool AND EXISTS (SELECT 1 FROM ins)
+               AND w."name" = $1::text AND w."client" <> $8::text
+               AND CASE WHEN w."expires_at" > now()
+                        THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || w."client", 1))
+                        ELSE false END
+             ORDER BY w."since", w."client"
+             LIMIT 1) AS w
 ), nudge AS (
     -- Refused a free lease promised to a waiter: wake that waiter now
     -- rather than at its next look (see Release).
@@ -275,7 +291,7 @@ WITH xl AS MATERIALIZED (
 SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
        coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
        false, 0::bigint, 0
-  FROM ins LEFT JOIN old ON true
+  FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true
 UNION ALL
 SELECT false, 0::bigint, coalesce(old."session_bound", false),
        (SELECT got FROM lk) AND NOT EXISTS (SELECT 1 FROM unlocked),

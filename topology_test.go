@@ -1,0 +1,243 @@
+package pglease
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// Fast failover in every topology of holders and waiters (SPEC §3.5): when
+// a session-bound holder's session ends, a fast-failover waiter takes the
+// name over at once, however the holder got it and however many clients
+// wait. The waiters' fallback poll is an hour and the TTL a minute, so a
+// take-over within the tests' patience is the session's end noticed, not a
+// poll or an expiry.
+
+// ffOpts are the options of every lease of these tests.
+var ffOpts = []Option{WithFastFailover(), WithTTL(time.Minute)}
+
+// waitFor starts c.Acquire(name) and returns where its outcome arrives.
+func waitFor(ctx context.Context, c *Client, name string, opts ...Option) <-chan outcome {
+	ch := make(chan outcome, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name, opts...)
+		ch <- outcome{l, err}
+	}()
+	return ch
+}
+
+type outcome struct {
+	l   *Lease
+	err error
+}
+
+// receiveLease waits for an Acquire started by waitFor and fails the test
+// unless it acquired.
+func receiveLease(t *testing.T, ch <-chan outcome, what string) *Lease {
+	t.Helper()
+	a := pgtest.Receive(t, ch, what)
+	if a.err != nil {
+		t.Fatalf("%s: %v", what, a.err)
+	}
+	return a.l
+}
+
+// endSession ends the database session that holds l's session lock, as
+// the holder process's death would.
+func endSession(t *testing.T, l *Lease) {
+	t.Helper()
+	n := pgtest.Value[int](t, `SELECT count(*) FILTER (WHERE pg_terminate_backend("session_pid")) FROM `+
+		l.c.st.Names.QualifiedTable()+` WHERE "name" = $1 AND "token" = $2`, l.Name(), l.Token())
+	if n != 1 {
+		t.Fatalf("no session-bound row of %q with token %d", l.Name(), l.Token())
+	}
+}
+
+// ffClients returns n clients of one table, none polling.
+func ffClients(t *testing.T, n int) []*Client {
+	cfg := Config{PollInterval: time.Hour}
+	cs := make([]*Client, n)
+	for i := range cs {
+		cs[i] = testClient(t, cfg)
+		cfg.Table = cs[0].cfg.Table
+	}
+	return cs
+}
+
+// A holder that got the name by hand-off from a release, while another
+// client also waited, dies: the other waiter takes over at once (it used
+// to wait for its next poll: it was queued behind the first waiter when the
+// hand-off happened, and nothing told it about the new holder).
+func TestFastFailoverAfterAHandOff(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	a, b, c := cs[0], cs[1], cs[2]
+	la, err := a.TryAcquire(ctx, "ff", ffOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := waitFor(ctx, b, "ff", ffOpts...)
+	waitQueued(t, a, b, "ff")
+	gotC := waitFor(ctx, c, "ff", ffOpts...)
+	waitQueued(t, a, c, "ff")
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := receiveLease(t, gotB, "the first waiter to get the name by hand-off")
+	endSession(t, lb)
+	lc := receiveLease(t, gotC, "the second waiter to take over when the new holder's session ended")
+	if lc.Token() <= lb.Token() || !lc.SessionBound() {
+		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.SessionBound())
+	}
+	_ = lc.Release(ctx)
+}
+
+// A chain of hand-offs and deaths down a queue of waiting clients: each
+// holder, however it got the name (first acquisition, release, take-over
+// from a dead holder), is replaced at once when its session ends, by the
+// next waiter in the queue.
+func TestFastFailoverDownAQueueOfClients(t *testing.T) {
+	ctx := testCtx(t)
+	const n = 5
+	cs := ffClients(t, n)
+	l, err := cs[0].TryAcquire(ctx, "ff", ffOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]<-chan outcome, n)
+	for i := 1; i < n; i++ {
+		got[i] = waitFor(ctx, cs[i], "ff", ffOpts...)
+		waitQueued(t, cs[0], cs[i], "ff")
+	}
+	for i := 1; i < n; i++ {
+		how := "release"
+		if i%2 == 1 {
+			how = "session end"
+			endSession(t, l)
+		} else if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next := receiveLease(t, got[i], fmt.Sprintf("waiter %d to take over after the %s of holder %d", i, how, i-1))
+		if next.Token() <= l.Token() {
+			t.Fatalf("waiter %d: token %d after %d", i, next.Token(), l.Token())
+		}
+		l = next
+	}
+	_ = l.Release(ctx)
+}
+
+// A holder that took the name over at its expiry (its previous holder
+// stopped renewing), with another client waiting behind, dies: the other
+// takes over at once.
+func TestFastFailoverAfterAnExpiryTakeover(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	a, b, c := cs[0], cs[1], cs[2]
+	if _, err := a.TryAcquire(ctx, "ff", WithTTL(time.Minute)); err != nil { // plain
+		t.Fatal(err)
+	}
+	gotB := waitFor(ctx, b, "ff", ffOpts...)
+	waitQueued(t, a, b, "ff")
+	gotC := waitFor(ctx, c, "ff", ffOpts...)
+	waitQueued(t, a, c, "ff")
+	// The holder stops renewing: its row expires with no release to
+	// notify. The first waiter's expiry timer is a minute away, so wake
+	// it as its timer would.
+	rows(t, a).SetExpiry("ff", -time.Second)
+	b.hub.notify("ff", true)
+	lb := receiveLease(t, gotB, "the first waiter to take the expired lease over")
+	endSession(t, lb)
+	lc := receiveLease(t, gotC, "the second waiter to take over when the new holder's session ended")
+	if lc.Token() <= lb.Token() {
+		t.Fatalf("token %d after %d", lc.Token(), lb.Token())
+	}
+	_ = lc.Release(ctx)
+}
+
+// A holder that got the name when the previous one stepped down, with
+// another client waiting behind, dies: the other takes over at once.
+func TestFastFailoverAfterAStepDown(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	a, b, c := cs[0], cs[1], cs[2]
+	la, err := a.TryAcquire(ctx, "ff", ffOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := waitFor(ctx, b, "ff", ffOpts...)
+	waitQueued(t, a, b, "ff")
+	gotC := waitFor(ctx, c, "ff", ffOpts...)
+	waitQueued(t, a, c, "ff")
+	if err := c.RequestStepDown(ctx, "ff"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Receive(t, la.StepDownRequested(), "the holder to hear the step-down request")
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := receiveLease(t, gotB, "the first waiter to get the name after the step-down")
+	endSession(t, lb)
+	lc := receiveLease(t, gotC, "the second waiter to take over when the new holder's session ended")
+	if lc.Token() <= lb.Token() {
+		t.Fatalf("token %d after %d", lc.Token(), lb.Token())
+	}
+	_ = lc.Release(ctx)
+}
+
+// Several goroutines of each of two waiting clients: when the holder that
+// got the name by hand-off dies, a waiter of the other client takes over
+// at once, and every waiter gets the name in turn.
+func TestFastFailoverAfterAHandOffWithManyWaitersPerClient(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	a, b, c := cs[0], cs[1], cs[2]
+	la, err := a.TryAcquire(ctx, "ff", ffOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const per = 3
+	gotB, gotC := make(chan outcome, per), make(chan outcome, per)
+	for range per {
+		go func() { l, err := b.Acquire(ctx, "ff", ffOpts...); gotB <- outcome{l, err} }()
+	}
+	waitQueued(t, a, b, "ff")
+	waitSubscribed(t, b, "ff", per)
+	for range per {
+		go func() { l, err := c.Acquire(ctx, "ff", ffOpts...); gotC <- outcome{l, err} }()
+	}
+	waitQueued(t, a, c, "ff")
+	waitSubscribed(t, c, "ff", per)
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := receiveLease(t, gotB, "a waiter of the first client to get the name by hand-off")
+	endSession(t, lb)
+	lc := receiveLease(t, gotC, "a waiter of the second client to take over when the holder's session ended")
+	if lc.Token() <= lb.Token() {
+		t.Fatalf("token %d after %d", lc.Token(), lb.Token())
+	}
+	// The rest get it in turn, by release.
+	last := lc
+	for i := range 2*per - 2 {
+		if err := last.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case a := <-gotB:
+			last = a.l
+			err = a.err
+		case a := <-gotC:
+			last = a.l
+			err = a.err
+		case <-time.After(patience):
+			t.Fatalf("waiter %d of the rest did not get the name after a release", i)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = last.Release(ctx)
+}
