@@ -241,3 +241,46 @@ func TestFastFailoverAfterAHandOffWithManyWaitersPerClient(t *testing.T) {
 	}
 	_ = last.Release(ctx)
 }
+
+// Slots: a slot handed on by a release to one of two waiting clients; when
+// its new holder's session ends, the other waiter takes it over at once.
+func TestFastFailoverOfASlotAfterAHandOff(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	a, b, c := cs[0], cs[1], cs[2]
+	opts := append([]Option{WithSlots(2)}, ffOpts...)
+	la, err := a.TryAcquire(ctx, "sem", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := testClient(t, Config{Table: a.cfg.Table})
+	if _, err := other.TryAcquire(ctx, "sem", opts...); err != nil {
+		t.Fatal(err)
+	}
+	gotB := waitFor(ctx, b, "sem", opts...)
+	gotC := waitFor(ctx, c, "sem", opts...)
+	waitSubscribed(t, b, "sem#0", 1)
+	waitSubscribed(t, c, "sem#0", 1)
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var first *Lease
+	var rest <-chan outcome
+	select {
+	case o := <-gotB:
+		first, rest, err = o.l, gotC, o.err
+	case o := <-gotC:
+		first, rest, err = o.l, gotB, o.err
+	case <-time.After(patience):
+		t.Fatal("no waiter got the released slot")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	endSession(t, first)
+	l := receiveLease(t, rest, "the other waiter to take the slot over when its new holder's session ended")
+	if l.Name() != first.Name() || l.Token() <= first.Token() {
+		t.Fatalf("took %s token %d after %s token %d", l.Name(), l.Token(), first.Name(), first.Token())
+	}
+	_ = l.Release(ctx)
+}
