@@ -283,6 +283,10 @@
 // Release commits without waiting for its WAL flush (synchronous_commit off
 // for that one statement): a server crash right after a release can bring
 // the row back until it expires. That costs availability, never safety.
+// Acquisitions and renewals always wait for it, whatever a role, a
+// database or the connection sets synchronous_commit to: off and local are
+// raised to on for their own transaction, so that a crash or a failover
+// never forgets a token handed out or an extension a holder relies on.
 //
 // # Stepping down
 //

@@ -178,7 +178,8 @@ func TestLateRenewalDoesNotExtendReleasedOrExpiredRow(t *testing.T) {
 }
 
 // A release does not wait for its WAL flush (lost in a crash, it only
-// delays the next holder); acquire and renew keep the server's setting.
+// delays the next holder); acquire and renew keep the server's setting,
+// raising only off and local (TestAcquireAndRenewWaitForTheirFlushWhateverTheSetting).
 func TestReleaseSkipsTheFlushWait(t *testing.T) {
 	ctx := testCtx(t)
 	s, _ := migrated(t)
@@ -212,4 +213,135 @@ func TestReleaseSkipsTheFlushWait(t *testing.T) {
 			t.Errorf("synchronous_commit after %s = %q, want on", what, v)
 		}
 	}
+}
+
+// An acquisition and a renewal wait for their WAL flush whatever the role,
+// the database or the connection set synchronous_commit to: lost in a
+// crash, they could hand a token out again or let two holders overlap.
+// Settings stronger than on are kept; an attempt that acquires nothing
+// still skips the wait.
+func TestAcquireAndRenewWaitForTheirFlushWhateverTheSetting(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := migrated(t)
+	pool := pgtest.Pool(t)
+	const client = "client-id"
+	// after runs run in a transaction that starts with synchronous_commit
+	// set to from, and returns the setting the transaction commits with.
+	after := func(from string, run func(q Querier) error) string {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', $1, true)", from); err != nil {
+			t.Fatal(err)
+		}
+		if err := run(Pgx(tx)); err != nil {
+			t.Fatal(err)
+		}
+		var v string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var token int64
+	acquire := func(q Querier) error {
+		r, err := s.Acquire(ctx, q, AcquireArgs{Name: "x", Owner: "o", TTL: time.Minute, Client: client})
+		if err == nil && !r.Acquired {
+			err = fmt.Errorf("not acquired: %+v", r)
+		}
+		token = r.Token
+		return err
+	}
+	renew := func(q Querier) error {
+		r, err := s.Renew(ctx, q, map[string]int64{"x": token}, client)
+		if err == nil && !r.Renewed["x"] {
+			err = fmt.Errorf("not renewed: %+v", r)
+		}
+		return err
+	}
+	// The acquisition is rolled back each time; keep one for the renewals.
+	if err := acquire(Pgx(pool)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, want string }{
+		{"off", "on"}, {"local", "on"}, {"on", "on"}, {"remote_write", "remote_write"}, {"remote_apply", "remote_apply"},
+	} {
+		if v := after(c.from, renew); v != c.want {
+			t.Errorf("a renewal with synchronous_commit %s commits with %s, want %s", c.from, v, c.want)
+		}
+	}
+	if _, err := s.Release(ctx, Pgx(pool), "x", token, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, want string }{
+		{"off", "on"}, {"local", "on"}, {"on", "on"}, {"remote_apply", "remote_apply"},
+	} {
+		if v := after(c.from, acquire); v != c.want {
+			t.Errorf("an acquisition with synchronous_commit %s commits with %s, want %s", c.from, v, c.want)
+		}
+	}
+}
+
+// A renewal never extends a row that another client took over, even when
+// the takeover commits while the renewal runs: a row locked in a newer
+// version than the statement's snapshot saw is checked again (token and
+// client), not only by name and expiry. Here another connection flips the
+// row between this client's token and another client's as fast as it can,
+// stamping the other client's version with a heartbeat of its own, while
+// this client renews; the other client's heartbeat must never change.
+func TestRenewalNeverExtendsARowTakenOverMeanwhile(t *testing.T) {
+	ctx := testCtx(t)
+	s, db := migrated(t)
+	pool := pgtest.Pool(t)
+	const mine, theirs = "client-a", "client-b"
+	r, err := s.Acquire(ctx, db, AcquireArgs{Name: "x", Owner: "a", TTL: time.Minute, Client: mine})
+	if err != nil || !r.Acquired {
+		t.Fatalf("Acquire: %+v, %v", r, err)
+	}
+	table := s.Names.QualifiedTable()
+	flip := func(client string, token int64) error {
+		_, err := pool.Exec(ctx, `UPDATE `+table+` SET "token" = $2, "metadata" = jsonb_build_object('client', $1::text),
+			"renewed_at" = CASE WHEN $1 = 'client-b' THEN '2000-01-01' ELSE now() END WHERE "name" = 'x'`, client, token)
+		return err
+	}
+	stop := make(chan struct{})
+	flipped := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; err == nil; i++ {
+			select {
+			case <-stop:
+				flipped <- nil
+				return
+			default:
+			}
+			if i%2 == 0 {
+				err = flip(theirs, r.Token+1)
+			} else {
+				err = flip(mine, r.Token)
+			}
+		}
+		flipped <- err
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	renewals, extended := 0, 0
+	for time.Now().Before(deadline) && extended == 0 {
+		if _, err := s.Renew(ctx, db, map[string]int64{"x": r.Token}, mine); err != nil {
+			t.Fatal(err)
+		}
+		renewals++
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE "token" = $1 AND "renewed_at" > '2000-01-01'`, r.Token+1).Scan(&extended); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-flipped; err != nil {
+		t.Fatal(err)
+	}
+	if extended > 0 {
+		t.Fatalf("a renewal of client %s extended the row client %s had taken over (after %d renewals)", mine, theirs, renewals)
+	}
+	t.Logf("%d renewals raced with the takeovers", renewals)
 }

@@ -271,6 +271,8 @@ WITH xl AS MATERIALIZED (
                         ELSE false END
              ORDER BY w."since", w."client"
              LIMIT 1) AS w
+), durable AS (
+    SELECT {{durable}} AS ok FROM ins LIMIT 1
 ), nudge AS (
     -- Refused a free lease promised to a waiter: wake that waiter now
     -- rather than at its next look (see Release).
@@ -291,7 +293,7 @@ WITH xl AS MATERIALIZED (
 SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
        coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
        false, 0::bigint, 0
-  FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true
+  FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true LEFT JOIN durable ON true
 UNION ALL
 SELECT false, 0::bigint, coalesce(old."session_bound", false),
        (SELECT got FROM lk) AND NOT EXISTS (SELECT 1 FROM unlocked),
@@ -342,17 +344,28 @@ WITH held AS (
        AND l."expires_at" > now() AND l."metadata" ->> 'client' = $2::text
        AND (l."session_pid" IS NULL OR l."session_pid" = pg_backend_pid())
 ), mine AS (
+    -- held's test again: a row that changed since the statement's snapshot
+    -- is locked in its newest version, and only this WHERE is evaluated
+    -- again on that version (READ COMMITTED); a row another client took
+    -- over meanwhile must not be renewed.
     SELECT l."name" FROM {{table}} AS l
      WHERE l."name" = ANY (ARRAY(SELECT "name" FROM held))
+       AND l."token" = ($1::jsonb ->> l."name")::bigint
+       AND l."expires_at" > now() AND l."metadata" ->> 'client' = $2::text
+       AND (l."session_pid" IS NULL OR l."session_pid" = pg_backend_pid())
        FOR NO KEY UPDATE OF l SKIP LOCKED
 ), upd AS (
     UPDATE {{table}} AS l
        SET "renewed_at" = now(), "expires_at" = now() + l."ttl",
            "session_server" = CASE WHEN l."session_pid" IS NULL THEN NULL ELSE {{server}} END
-     WHERE l."name" = ANY (ARRAY(SELECT "name" FROM mine)) AND l."expires_at" > now()
+     WHERE l."name" = ANY (ARRAY(SELECT "name" FROM mine))
+       AND l."token" = ($1::jsonb ->> l."name")::bigint
+       AND l."expires_at" > now() AND l."metadata" ->> 'client' = $2::text
     RETURNING l."name", l."stepdown_at" IS NOT NULL AS "stepdown"
+), durable AS (
+    SELECT {{durable}} AS ok FROM upd LIMIT 1
 )
-SELECT "name", true, "stepdown" FROM upd
+SELECT "name", true, "stepdown" FROM upd LEFT JOIN durable ON true
 UNION ALL
 SELECT "name", false, false FROM (SELECT "name" FROM held EXCEPT SELECT "name" FROM upd) AS busy
  WHERE (SELECT count(*) FROM upd) < (SELECT count(*) FROM held)
@@ -484,6 +497,21 @@ SELECT w."client",
             ELSE false END
  ORDER BY w."since", w."client"
  LIMIT 1
+
+-- name: Durable
+-- Not a statement: an expression that makes the commit of its transaction
+-- wait for the WAL flush (and for synchronous standbys, as configured)
+-- even where a role, a database or the connection turned
+-- synchronous_commit off or to local, spliced in for {{durable}}. An
+-- acquisition, a renewal or a claimed tick lost in a crash or a failover
+-- could hand a token out again, or let two holders overlap; so the
+-- statements that write them raise the setting for their own transaction
+-- (stronger settings, remote_write and remote_apply, are kept). It must be
+-- evaluated: a CTE that uses it is referenced by the statement's result.
+set_config('synchronous_commit',
+           CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on'
+                ELSE current_setting('synchronous_commit') END,
+           true)
 
 -- name: Record
 -- Not a statement: the select list of a lease row as Get, List and
@@ -697,6 +725,8 @@ WITH names AS MATERIALIZED (
 ), nowait AS (
     SELECT set_config('synchronous_commit', 'off', true) AS ok
       FROM ok WHERE NOT ok."all"
+), durable AS (
+    SELECT {{durable}} AS ok FROM ok WHERE ok."all"
 )
 SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
        coalesce(o."owner", ''), coalesce(o."token", 0), coalesce(o."remaining_ms", -1),
@@ -707,6 +737,7 @@ SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
   LEFT JOIN ins AS i USING ("name")
  CROSS JOIN (SELECT count(*) FROM nudge) AS nn
  CROSS JOIN (SELECT count(*) FROM nowait) AS nw
+ CROSS JOIN (SELECT count(*) FROM durable) AS dw
  ORDER BY n.i
 
 -- name: SemaphoreLock
@@ -809,9 +840,12 @@ WITH busy AS MATERIALIZED (
      WHERE EXISTS (SELECT 1 FROM adv) AND r."job" = $1::text AND r."status" <> 'running'
        AND r."tick" < (SELECT k."tick" FROM {{runs}} AS k WHERE k."job" = $1::text
                         ORDER BY k."tick" DESC OFFSET greatest($8::int - 1, 0) LIMIT 1)
+), durable AS (
+    SELECT {{durable}} AS ok FROM adv
 )
 SELECT EXISTS (SELECT 1 FROM adv),
        (SELECT j."last_tick" FROM {{jobs}} AS j WHERE j."job" = $1::text), clock_timestamp()
+  FROM (SELECT count(*) FROM durable) AS d
 
 -- name: FinishRun
 -- $1 job, $2 tick, $3 the runner's token, $4 status, $5 error text. Only

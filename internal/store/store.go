@@ -157,7 +157,7 @@ const serverIncarnation = `(extract(epoch FROM pg_postmaster_start_time())::text
 
 // fragments are the parts of statements that queries.sql names like
 // statements and other statements splice in, by placeholder.
-var fragments = map[string]string{"Record": "{{record}}", "Head": "{{head}}", "First": "{{first}}"}
+var fragments = map[string]string{"Record": "{{record}}", "Head": "{{head}}", "First": "{{first}}", "Durable": "{{durable}}"}
 
 // render returns a function that renders one statement of queries.sql for
 // the given names.
