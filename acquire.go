@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -598,7 +599,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 	}
 	if r.res.SlotsMismatch != 0 {
 		// Not retryable: the acquisition loop returns it at once.
-		return nil, r.res, &SlotsError{Name: o.semaphore, Want: o.slots, Have: r.res.SlotsMismatch}
+		return nil, r.res, &SlotsError{Name: cmp.Or(o.semaphore, name), Want: max(o.slots, 1), Have: r.res.SlotsMismatch}
 	}
 	if !r.res.Acquired {
 		if !r.res.busy {

@@ -109,10 +109,11 @@
 // [ErrInvalidTTL], else [ErrInvalidArgument]), a name or an [Option] at
 // the call ([ErrInvalidName] and the same sentinels). A lease held
 // elsewhere is a *[HeldError] matching [ErrNotAcquired]; an acquisition
-// whose context ended also matches ctx.Err(). A semaphore's slot asked for
-// with another slot count than its live slots record is a *[SlotsError]
-// matching [ErrSlotsMismatch], returned at once (see Semaphores). Database errors name what
-// pglease was doing and, where the server said why (a missing privilege,
+// whose context ended also matches ctx.Err(). A name asked for as another
+// kind of lease than its live leases hold (a plain lease, a semaphore of
+// another slot count) is a *[SlotsError] matching [ErrSlotsMismatch],
+// returned at once (see Semaphores). Database errors name what pglease was
+// doing and, where the server said why (a missing privilege,
 // table or database), what to do about it.
 //
 // # Semaphores
@@ -129,15 +130,16 @@
 // slot is live (held, or kept for its minimum hold), an acquisition with
 // another count fails at once with a *[SlotsError]; nothing is written
 // and the live slots are untouched. Without that check, clients with 3
-// and 5 slots would together admit 5 holders. The check and the insert
-// are atomic: the acquisitions of one semaphore's slots serialize on a
-// transaction-scoped advisory lock of the semaphore, taken in a statement
-// of its own just before the acquisition (in one round trip with pgx), so
+// and 5 slots would together admit 5 holders. A name is one kind of lease:
+// a plain lease on the name ([WithSlots](1), a set's too) and the slots of
+// a semaphore of that name refuse each other the same way, both ways
+// round. The check and the insert are atomic: every acquisition of a name
+// (of a semaphore's slots: of the semaphore's name) serializes on a
+// transaction-scoped advisory lock of the name, taken in a statement of
+// its own just before the acquisition (in one round trip with pgx), so
 // that the acquisition reads the table only once that lock is held. Once
-// every slot has been released or has expired, a client may use another
-// count. [WithSlots](1) is a plain lease on the name itself, not a
-// semaphore: it is not compared with the slots of a semaphore of the same
-// name. [Client.NewElector] refuses WithSlots.
+// every lease of the name has been released or has expired, a client may
+// use another kind. [Client.NewElector] refuses WithSlots.
 //
 // # Waiting
 //

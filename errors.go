@@ -47,11 +47,14 @@ var (
 	// ErrSchema means the lease table exists with a layout this version of
 	// pglease cannot use. Nothing was changed.
 	ErrSchema = errors.New("pglease: unusable lease table")
-	// ErrSlotsMismatch means a slot of a semaphore was asked for with a
-	// slot count ([WithSlots]) other than the one its live slots record.
-	// The error returned is a *[SlotsError]; nothing was acquired, and
-	// waiting does not help while those slots are held.
-	ErrSlotsMismatch = errors.New("pglease: semaphore is held with another slot count")
+	// ErrSlotsMismatch means a name was asked for as another kind of
+	// lease than the one its live rows hold: a semaphore's slot with
+	// another slot count ([WithSlots]) than its live slots record, a slot
+	// of a semaphore whose name a plain lease holds, or a plain lease (a
+	// set's included) on the name of a semaphore with live slots. The
+	// error returned is a *[SlotsError]; nothing was acquired, and waiting
+	// does not help while those leases are held.
+	ErrSlotsMismatch = errors.New("pglease: name is held as another kind of lease")
 
 	// ErrInvalidName means a lease name is empty, longer than 255 bytes, not
 	// valid UTF-8 or contains NUL, or, for an acquisition, ends in the
@@ -106,23 +109,30 @@ func (e *HeldError) Error() string {
 // Is reports whether target is ErrNotAcquired.
 func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 
-// SlotsError is returned when a slot of a semaphore is asked for with a
-// slot count ([WithSlots]) other than the one recorded by a live slot of
-// it (held, or kept for its minimum hold). It matches [ErrSlotsMismatch]
-// with errors.Is. Every client of a semaphore must use the same count; it
-// can change once every slot has been released (or has expired).
+// SlotsError is returned when a name is asked for as another kind of lease
+// than the one its live rows hold (held, or kept for a minimum hold): a
+// name is one kind of lease, a plain one or a semaphore of one slot count
+// ([WithSlots]), for every client at a time. A plain lease counts as 1
+// slot. It matches [ErrSlotsMismatch] with errors.Is. The kind can change
+// once every lease of the name has been released (or has expired).
 type SlotsError struct {
-	// Name is the semaphore's name (without a slot suffix).
+	// Name is the name asked for (a semaphore's, without a slot suffix).
 	Name string
-	// Want is the slot count asked for, Have the one recorded by a live
-	// slot.
+	// Want is the slot count asked for, Have the one the live leases of
+	// the name hold (1: a plain lease).
 	Want, Have int
 }
 
 // Error says what went wrong and what to do.
 func (e *SlotsError) Error() string {
-	return fmt.Sprintf("pglease: semaphore %q is held with %d slots; this client asked for %d: use the same WithSlots on every client, or wait until every slot is released",
-		e.Name, e.Have, e.Want)
+	kind := func(n int) string {
+		if n == 1 {
+			return "a plain lease"
+		}
+		return fmt.Sprintf("a semaphore of %d slots", n)
+	}
+	return fmt.Sprintf("pglease: %q is held as %s; this client asked for %s: use the same kind (WithSlots) on every client of a name, or wait until its leases are released",
+		e.Name, kind(e.Have), kind(e.Want))
 }
 
 // Is reports whether target is ErrSlotsMismatch.

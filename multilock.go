@@ -395,6 +395,12 @@ func (c *Client) attemptAll(ctx context.Context, names []string, o leaseOptions,
 		return nil, setRefusal{}, opError(fmt.Sprintf("acquire the set %q", names), r.err)
 	}
 	if !r.res.Acquired {
+		for _, n := range r.res.Names {
+			if n.Clash != 0 {
+				// Not retryable: the acquisition loop returns it at once.
+				return nil, setRefusal{}, &SlotsError{Name: n.Name, Want: 1, Have: n.Clash}
+			}
+		}
 		return nil, c.refused(ctx, r.res), nil
 	}
 	leases := make([]*Lease, len(r.res.Names))

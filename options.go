@@ -106,8 +106,10 @@ func WithFastFailover() Option {
 // n is recorded in every slot row, and every client of a semaphore must
 // use the same n: while any slot is live (held, or kept for its minimum
 // hold), an acquisition with another n fails at once with a *[SlotsError]
-// rather than let more than the smaller n hold. Once every slot has been
-// released or has expired, the next acquisition may use another n.
+// rather than let more than the smaller n hold. A name is one kind of
+// lease: a plain lease on NAME (n = 1, or a set's) and slots of NAME
+// refuse each other the same way. Once every lease of NAME has been
+// released or has expired, the next acquisition may use another kind.
 // [Client.NewElector] refuses WithSlots: an election has one leader.
 func WithSlots(n int) Option {
 	return Option{func(o *leaseOptions) error {

@@ -46,7 +46,13 @@ func wantSlotsError(t *testing.T, what string, err error, name string, want, hav
 	if IsRetryable(err) || errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("%s: %v is retryable (%v) or a held lease (%v)", what, err, IsRetryable(err), errors.Is(err, ErrNotAcquired))
 	}
-	for _, s := range []string{fmt.Sprintf("%q", name), fmt.Sprintf("%d slots", have), fmt.Sprint(want), "WithSlots"} {
+	kind := func(n int) string {
+		if n == 1 {
+			return "a plain lease"
+		}
+		return fmt.Sprintf("%d slots", n)
+	}
+	for _, s := range []string{fmt.Sprintf("%q", name), kind(have), kind(want), "WithSlots"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Fatalf("%s: message %q does not say %s", what, err, s)
 		}
@@ -87,6 +93,13 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	if sem, n := slotColumns(t, a, one.Name()); one.Name() != "job1" || sem != "" || n != 0 {
 		t.Fatalf("WithSlots(1) acquired %q recording semaphore %q and %d slots, want the plain lease job1", one.Name(), sem, n)
 	}
+	// A name is one kind of lease: no slot of job while a plain lease
+	// holds it.
+	_, err = b.TryAcquire(ctx, "job", with(WithSlots(3))...)
+	wantSlotsError(t, "TryAcquire of a slot of a name a plain lease holds", err, "job", 3, 1)
+	if err := plain.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	first, err := a.TryAcquire(ctx, "job", with(WithSlots(3))...)
 	if err != nil {
@@ -119,8 +132,20 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	if r, _ := rows(t, a).Get(first.Name()); !r.Held || r.Token != first.Token() {
 		t.Fatalf("the first client's slot row is %+v, want held with token %d", r, first.Token())
 	}
-	if err := plain.Err(); err != nil {
-		t.Fatalf("the plain lease job ended: %v", err)
+	// Nor a plain lease on a semaphore's name, waiting or not, alone or
+	// in a set.
+	_, err = b.TryAcquire(ctx, "job", opts...)
+	wantSlotsError(t, "TryAcquire of a plain lease on a semaphore's name", err, "job", 1, 3)
+	actx, cancel = context.WithTimeout(ctx, patience)
+	_, err = b.Acquire(actx, "job", opts...)
+	cancel()
+	wantSlotsError(t, "Acquire of a plain lease on a semaphore's name", err, "job", 1, 3)
+	if len(opts) == 0 {
+		_, err = a.TryAcquireAll(ctx, []string{"job", "other"})
+		wantSlotsError(t, "TryAcquireAll of a semaphore's name", err, "job", 1, 3)
+	}
+	if n := rows(t, a).Count(); n != before {
+		t.Fatalf("the refused acquisitions left %d rows, want %d", n, before)
 	}
 
 	// The same count works, from the other client.
@@ -197,12 +222,12 @@ func TestSemaphoreOnDatabaseSQL(t *testing.T) {
 	}
 }
 
-// Concurrent acquisitions of one semaphore with two slot counts never
-// hold slots of both counts at once (which would let more holders in than
-// the smaller count): the check and the insert are one atomic step under
-// the semaphore's lock. Without that lock, or with it taken inside the
-// acquisition statement, contenders that start together each see no slot
-// and both counts get in.
+// Concurrent acquisitions of one name as a plain lease and as semaphores
+// of two slot counts never hold two kinds at once (which would let more
+// holders in than the smaller count, or a plain holder beside slots): the
+// check and the insert are one atomic step under the name's lock. Without
+// that lock, or with it taken inside the acquisition statement, contenders
+// that start together each see no other kind and several get in.
 func TestSemaphoreMismatchedContendersNeverMix(t *testing.T) {
 	ctx := testCtx(t)
 	const clients = 6
@@ -212,7 +237,7 @@ func TestSemaphoreMismatchedContendersNeverMix(t *testing.T) {
 	}
 	counts := [clients]int{}
 	for i := range counts {
-		counts[i] = []int{2, 5}[i%2]
+		counts[i] = []int{1, 2, 5}[i%3] // 1: a plain lease
 	}
 	mismatches := 0
 	for round := range 25 {
@@ -251,10 +276,10 @@ func TestSemaphoreMismatchedContendersNeverMix(t *testing.T) {
 				t.Fatalf("round %d: TryAcquire with %d slots: %v", round, r.slots, r.err)
 			}
 		}
-		if len(held[2]) > 0 && len(held[5]) > 0 {
-			t.Fatalf("round %d: slots held with both counts at once: 2 slots %v, 5 slots %v", round, held[2], held[5])
+		if len(held) > 1 {
+			t.Fatalf("round %d: two kinds held at once (by slot count, 1 a plain lease): %v", round, held)
 		}
-		if len(held[2]) > 2 {
+		if len(held[1]) > 1 || len(held[2]) > 2 {
 			t.Fatalf("round %d: %d holders of a 2-slot semaphore: %v", round, len(held[2]), held[2])
 		}
 		if live := rows(t, cs[0]).Held(name + "#"); len(live) > 5 {

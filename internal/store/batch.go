@@ -39,8 +39,7 @@ func batcher(q Querier) (Batcher, bool) {
 // left taken (statements that reported LockTaken, and the statement that
 // failed), which the caller gives back with Unlock.
 //
-// A slot of a semaphore is preceded by its SemaphoreLock statement, as in
-// Acquire.
+// Each acquisition is preceded by its NameLock statement, as in Acquire.
 func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, held []string, err error) {
 	inBatch := make([]AcquireArgs, len(as))
 	for i, a := range as {
@@ -51,10 +50,9 @@ func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs
 }
 
 // sendAcquire is AcquireBatch for acquisitions whose inBatch is already
-// set as it must be (Acquire sends a slot's two statements alone).
+// set as it must be (Acquire sends one acquisition's two statements alone).
 func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, held []string, err error) {
 	type stmt struct {
-		slot   bool // preceded by SemaphoreLock
 		scan   func(Row) error
 		result func() AcquireResult
 	}
@@ -68,12 +66,10 @@ func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs,
 		if err != nil {
 			return nil, nil, err // nothing sent
 		}
-		if a.Semaphore != "" {
-			lock, largs := s.semaphoreLock(a)
-			b.Queue(lock, largs...)
-		}
+		lock, largs := s.nameLock(a)
+		b.Queue(lock, largs...)
 		b.Queue(sql, args...)
-		stmts[i] = stmt{a.Semaphore != "", scan, result}
+		stmts[i] = stmt{scan, result}
 	}
 	br := conn.SendBatch(ctx, b)
 	read := func(scan func(Row) error) error {
@@ -90,11 +86,9 @@ func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs,
 	rs = make([]AcquireResult, len(as))
 	done, failed := 0, -1 // statements read; the one that failed
 	for ; err == nil && done < len(as); done++ {
-		if stmts[done].slot {
-			if err = read(func(Row) error { return nil }); err != nil {
-				failed = done
-				break
-			}
+		if err = read(func(Row) error { return nil }); err != nil { // NameLock
+			failed = done
+			break
 		}
 		if err = read(stmts[done].scan); err != nil {
 			failed = done

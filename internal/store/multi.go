@@ -41,6 +41,9 @@ type NameResult struct {
 	// Ahead is the number of live waiters of other clients to whom the name
 	// is promised.
 	Ahead int64
+	// Clash is the slot count of a live semaphore of the name (0 when
+	// none): a name is one kind of lease, so the name is not free.
+	Clash int
 }
 
 // AcquireAllResult is the outcome of one all-or-nothing attempt.
@@ -84,7 +87,7 @@ func (s *Store) AcquireAll(ctx context.Context, db DB, a AcquireAllArgs) (Acquir
 			var n NameResult
 			var ok bool
 			var remMS, hbMS int64
-			if err := r.Scan(&n.Name, &ok, &n.Token, &n.OtherOwner, &n.OtherToken, &remMS, &hbMS, &n.OtherClient, &n.Free, &n.Ahead); err != nil {
+			if err := r.Scan(&n.Name, &ok, &n.Token, &n.OtherOwner, &n.OtherToken, &remMS, &hbMS, &n.OtherClient, &n.Free, &n.Ahead, &n.Clash); err != nil {
 				return err
 			}
 			n.OtherRemaining = time.Duration(remMS) * time.Millisecond

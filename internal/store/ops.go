@@ -320,8 +320,8 @@ type AcquireArgs struct {
 	FairAfter time.Duration
 	// Semaphore and Slots: Name is a slot of the semaphore Semaphore of
 	// Slots slots, both recorded in the row. The attempt is refused
-	// (AcquireResult.SlotsMismatch) while a live slot row of the semaphore
-	// records another count. Empty for a plain lease.
+	// (AcquireResult.SlotsMismatch) while a live row of another kind holds
+	// the name (see Acquire in queries.sql). Empty for a plain lease.
 	Semaphore string
 	Slots     int
 	// inBatch: the statement shares its transaction (AcquireBatch).
@@ -354,25 +354,23 @@ type AcquireResult struct {
 	// Ahead is the number of live waiters of other clients queued before a
 	// queued attempt; while there are any, a free lease is theirs.
 	Ahead int64
-	// SlotsMismatch is the slot count that a live slot row of the
-	// attempt's semaphore records when it differs from AcquireArgs.Slots
-	// (0 when none); the attempt then acquired and wrote nothing.
+	// SlotsMismatch is the slot count of a live row of another kind on the
+	// name (1 for a plain lease; for a slot, a slot of its semaphore with
+	// another count, or a plain lease on the semaphore's name; for a plain
+	// lease, a slot of a semaphore of that name), 0 when none; the attempt
+	// then acquired and wrote nothing.
 	SlotsMismatch int
 }
 
-// Acquire inserts or takes over the lease row in one statement. A slot of
-// a semaphore (a.Semaphore) is acquired in a transaction that takes the
-// semaphore's lock first (SemaphoreLock, see queries.sql): in one round
-// trip on a pgx pool or connection, between BEGIN and COMMIT otherwise. q
-// must then be a DB (or a handle already in a transaction).
+// Acquire inserts or takes over the lease row in one statement, in a
+// transaction that takes the name's lock first (NameLock, see queries.sql;
+// a slot's semaphore's): in one round trip on a pgx pool or connection,
+// between BEGIN and COMMIT otherwise. q must then be a DB (or a handle
+// already in a transaction).
 func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireResult, error) {
 	sql, args, scan, result, err := s.acquireStmt(a)
 	if err != nil {
 		return AcquireResult{}, err
-	}
-	if a.Semaphore == "" {
-		err = q.Query(ctx, sql, args, scan)
-		return result(), err
 	}
 	if b, ok := batcher(q); ok {
 		rs, _, err := s.sendAcquire(ctx, b, []AcquireArgs{a}, 0)
@@ -383,9 +381,9 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 	}
 	db, ok := q.(DB)
 	if !ok {
-		return AcquireResult{}, fmt.Errorf("store: a slot of %q needs a transaction, and %T cannot start one (a pglease bug)", a.Semaphore, q)
+		return AcquireResult{}, fmt.Errorf("store: an acquisition of %q needs a transaction, and %T cannot start one (a pglease bug)", a.Name, q)
 	}
-	lock, largs := s.semaphoreLock(a)
+	lock, largs := s.nameLock(a)
 	err = db.InTx(ctx, func(q Querier) error {
 		if err := q.Query(ctx, lock, largs, func(Row) error { return nil }); err != nil {
 			return err
@@ -395,11 +393,15 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 	return result(), err
 }
 
-// semaphoreLock is the SemaphoreLock statement that precedes the
-// acquisition of a slot (a.Semaphore set) in its transaction.
-func (s *Store) semaphoreLock(a AcquireArgs) (sql string, args []any) {
+// nameLock is the NameLock statement that precedes an acquisition in its
+// transaction: the lock of the name, or of a slot's semaphore.
+func (s *Store) nameLock(a AcquireArgs) (sql string, args []any) {
 	ns, _ := s.lockNS() // checked by acquireStmt
-	return s.Q.SemaphoreLock, []any{a.Semaphore, ns, a.LockTimeout.Milliseconds()}
+	name := a.Name
+	if a.Semaphore != "" {
+		name = a.Semaphore
+	}
+	return s.Q.NameLock, []any{name, ns, a.LockTimeout.Milliseconds()}
 }
 
 // acquireStmt is the one definition of an acquisition statement, shared by

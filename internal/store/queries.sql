@@ -165,22 +165,32 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- attempt that acquires nothing commits without waiting for its WAL flush:
 -- losing it in a crash loses nothing.
 --
--- Semaphores: a slot is refused, and nothing written, while a live slot
--- row of its semaphore records another slot count. The check reads the
--- table as of the statement's start, so the caller runs SemaphoreLock
--- first, in the same transaction: the semaphore's lock is then held before
--- this statement starts, every slot row committed before is seen, and none
--- can commit between the check and the insert. (A lock taken within this
--- statement would not do: a slot row committed while it waited would be
--- missed.) For a plain lease ($14 NULL) the check never reads the table.
+-- A name is one kind of lease: a slot is refused, and nothing written,
+-- while a live slot row of its semaphore records another slot count or a
+-- live plain lease holds the semaphore's name; a plain lease is refused
+-- while a live slot of a semaphore of its name exists. The check reads the
+-- table as of the statement's start, so the caller runs NameLock first, in
+-- the same transaction: the name's lock (the semaphore's, for a slot) is
+-- then held before this statement starts, every row committed before is
+-- seen, and none can commit between the check and the insert. (A lock
+-- taken within this statement would not do: a row committed while it
+-- waited would be missed.)
 WITH xl AS MATERIALIZED (
     SELECT CASE WHEN $9::int > 0 THEN set_config('lock_timeout', $9::int::text, true) END,
            pg_advisory_xact_lock(hashtext($7::text || $1::text), hashtext($1::text || $7::text))
 ), clash AS MATERIALIZED (
-    -- The slot count of a live slot row of the semaphore that differs.
+    -- A live row of another kind on the name, by its slot count (1 for a
+    -- plain lease): for a plain lease, a slot of a semaphore of its name;
+    -- for a slot, a slot of its semaphore recording another count, or a
+    -- plain lease on the semaphore's name. (Through the semaphore index
+    -- and the primary key: the cost does not grow with the table.)
     SELECT l."slots" FROM {{table}} AS l
-     WHERE $14::text IS NOT NULL AND l."semaphore" = $14::text
-       AND l."slots" <> $15::int AND l."expires_at" > now()
+     WHERE l."semaphore" = coalesce($14::text, $1::text) AND l."expires_at" > now()
+       AND ($14::text IS NULL OR l."slots" <> $15::int)
+    UNION ALL
+    SELECT 1 FROM {{table}} AS l
+     WHERE $14::text IS NOT NULL AND l."name" = $14::text AND l."semaphore" IS NULL
+       AND l."expires_at" > now()
      LIMIT 1
 ), srv AS MATERIALIZED (
     SELECT {{server}} AS id
@@ -288,8 +298,8 @@ WITH xl AS MATERIALIZED (
 -- holder was seen: the row appeared concurrently, or the lease is free and
 -- promised to the waiters ahead), whether a session-bound holder's client
 -- still holds its client lock (a waiter can watch its session), the
--- number of live waiters ahead, and the slot count of a live slot row of
--- the semaphore that differs from $15 (0 when none).
+-- number of live waiters ahead, and the slot count of a live row of another
+-- kind on the name (see clash: 1 for a plain lease; 0 when none).
 SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
        coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
        false, 0::bigint, 0
@@ -674,8 +684,9 @@ SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text
 -- then skips it, and the caller, seeing fewer rows written than names,
 -- rolls the transaction back. Returns one row per name, in $1's order:
 -- whether it was written, its token, and the holder as seen (remaining -1
--- when no row was seen), whether the name was free, and the number of
--- promised waiters of other clients.
+-- when no row was seen), whether the name was free, the number of
+-- promised waiters of other clients, and the slot count of a live
+-- semaphore of the name (0 when none: see Acquire's clash).
 WITH names AS MATERIALIZED (
     SELECT u.n AS "name", u.i AS i
       FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
@@ -684,9 +695,16 @@ WITH names AS MATERIALIZED (
            (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
            (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
            coalesce(l."metadata" ->> 'client', '') AS "client",
-           l."name" IS NULL OR l."expires_at" <= now()
-               OR coalesce(l."metadata" ->> 'client' = $7::text, false) AS "free"
+           (l."name" IS NULL OR l."expires_at" <= now()
+               OR coalesce(l."metadata" ->> 'client' = $7::text, false))
+               AND k."slots" IS NULL AS "free",
+           coalesce(k."slots", 0) AS "clash"
       FROM names AS n LEFT JOIN {{table}} AS l ON l."name" = n."name"
+      -- A name is one kind of lease: a live slot of a semaphore of the
+      -- name refuses the set (as Acquire's clash).
+      LEFT JOIN LATERAL (SELECT s."slots" FROM {{table}} AS s
+                          WHERE s."semaphore" = n."name" AND s."expires_at" > now()
+                          LIMIT 1) AS k ON true
 ), ahead AS MATERIALIZED (
     -- As Acquire's (a set is never queued itself).
     SELECT n."name", CASE WHEN f.due THEN f.n ELSE 0 END AS n, CASE WHEN f.due THEN f."client" END AS first
@@ -730,7 +748,7 @@ WITH names AS MATERIALIZED (
 )
 SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
        coalesce(o."owner", ''), coalesce(o."token", 0), coalesce(o."remaining_ms", -1),
-       coalesce(o."heartbeat_ms", 0), o."client", o."free", a.n
+       coalesce(o."heartbeat_ms", 0), o."client", o."free", a.n, o."clash"
   FROM names AS n
   JOIN old AS o USING ("name")
   JOIN ahead AS a USING ("name")
@@ -740,17 +758,19 @@ SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
  CROSS JOIN (SELECT count(*) FROM durable) AS dw
  ORDER BY n.i
 
--- name: SemaphoreLock
--- Serializes the acquisitions of one semaphore's slots, for Acquire's
--- check of the slot count: run just before Acquire, in the same
--- transaction, so that Acquire reads the table once the lock is granted.
--- $1 semaphore, $2 advisory-lock namespace, $3 lock_timeout ms for the rest
--- of the transaction (0 keeps the session's). The key is a bigint key of
--- seed 2, which no other lock uses: bigint keys of seed 0 are the names'
--- session locks, of seed 1 the client locks, and the names' transaction
--- locks are two-int4 keys. It holds until the transaction ends.
+-- name: NameLock
+-- Serializes the acquisitions of one name, for Acquire's check of the
+-- name's kind: run just before Acquire, in the same transaction, so that
+-- Acquire reads the table once the lock is granted and sees every row of
+-- the name committed before. $1 the name (a slot's semaphore for a slot: a
+-- semaphore and a plain lease of one name take the same lock), $2
+-- advisory-lock namespace, $3 lock_timeout ms for the rest of the
+-- transaction (0 keeps the session's). The key is the name's transaction
+-- lock (two int4 keys), which Acquire also takes within its statement and
+-- AcquireAllLocks for a set: bigint keys of seed 0 are the names' session
+-- locks, of seed 1 the client locks. It holds until the transaction ends.
 SELECT CASE WHEN $3::int > 0 THEN set_config('lock_timeout', $3::int::text, true) END,
-       pg_advisory_xact_lock(hashtextextended($2::text || $1::text, 2))
+       pg_advisory_xact_lock(hashtext($2::text || $1::text), hashtext($1::text || $2::text))
 
 -- Scheduled jobs (package pgleasecron): {{jobs}} holds one row per job and
 -- the last tick claimed for it, {{runs}} a bounded history of ticks, one row

@@ -146,7 +146,7 @@ type Queries struct {
 	SessionKeepalive, AwaitSession, Bind                      string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
-	SemaphoreLock                                             string
+	NameLock                                                  string
 	ConsoleClock, ConsoleTokens                               string // the operator console
 }
 
@@ -208,8 +208,8 @@ func Build(n Names) Queries {
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
-		SemaphoreLock: get("SemaphoreLock"),
-		ConsoleClock:  get("ConsoleClock"), ConsoleTokens: get("ConsoleTokens"),
+		NameLock:     get("NameLock"),
+		ConsoleClock: get("ConsoleClock"), ConsoleTokens: get("ConsoleTokens"),
 	}
 }
 
