@@ -56,7 +56,8 @@ func endSession(t *testing.T, l *Lease) {
 	}
 }
 
-// ffClients returns n clients of one table, none polling.
+// ffClients returns n clients of one table, none polling. A failing test
+// logs the table's rows and queue, and which client each id is.
 func ffClients(t *testing.T, n int) []*Client {
 	cfg := Config{PollInterval: time.Hour}
 	cs := make([]*Client, n)
@@ -64,6 +65,16 @@ func ffClients(t *testing.T, n int) []*Client {
 		cs[i] = testClient(t, cfg)
 		cfg.Table = cs[0].cfg.Table
 	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i, c := range cs {
+			t.Logf("client %d is %s", i, c.id)
+		}
+		t.Logf("rows: %s", pgtest.Value[string](t, `SELECT coalesce(jsonb_agg(to_jsonb(l) - 'metadata' || jsonb_build_object('client', l."metadata" ->> 'client', 'live', l."expires_at" > now())), '[]')::text FROM `+cs[0].st.Names.QualifiedTable()+` AS l`))
+		t.Logf("queue: %s", pgtest.Value[string](t, `SELECT coalesce(jsonb_agg(w ORDER BY w."since"), '[]')::text FROM `+cs[0].st.Names.QualifiedWaiters()+` AS w`))
+	})
 	return cs
 }
 
