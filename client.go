@@ -169,7 +169,10 @@ func DDL(table string) (string, error) {
 // the layout of an existing table. Clients do this before their first
 // acquisition, [Client.ForceRelease] or [Client.Cleanup] unless
 // [Config.DisableAutoMigrate] is set; [Client.Get] and [Client.List] never
-// do.
+// do. Any number of clients may migrate at once, each spelling the table
+// its own way ("pglease_leases", "public.pglease_leases", another
+// search_path): they serialize on a lock of the table's schema as the
+// server resolves it, so exactly one creates or upgrades what is missing.
 func (c *Client) Migrate(ctx context.Context) error {
 	if err := c.checkOpen(); err != nil {
 		return err

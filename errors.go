@@ -45,7 +45,9 @@ var (
 	// session (fast failover, notifications) that this client cannot open.
 	ErrSessionUnavailable = errors.New("pglease: a dedicated database session is not available")
 	// ErrSchema means the lease table exists with a layout this version of
-	// pglease cannot use. Nothing was changed.
+	// pglease cannot use, or, named without a schema, has no schema to be
+	// created in (no schema of the search_path exists). Nothing was
+	// changed.
 	ErrSchema = errors.New("pglease: unusable lease table")
 	// ErrSlotsMismatch means a name was asked for as another kind of
 	// lease than the one its live rows hold: a semaphore's slot with

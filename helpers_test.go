@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,6 +113,23 @@ func testClient(t testing.TB, cfg Config) *Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// dsnWithParams returns the test server's DSN with params added as
+// run-time parameters (search_path, options, …).
+func dsnWithParams(t testing.TB, params map[string]string) string {
+	t.Helper()
+	u, err := url.Parse(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	for k, v := range params {
+		q.Set(k, v)
+	}
+	// %20, not +: the server reads options literally.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	return u.String()
 }
 
 // proxiedClient returns a client on a fresh table that reaches the server

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,19 +43,9 @@ func oneKeySpace(t *testing.T, opts []Option) {
 	}
 	var clients []*Client
 	for i, s := range spellings {
-		u, err := url.Parse(pgtest.DSN(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		for k, v := range s.params {
-			q.Set(k, v)
-		}
-		// %20, not +: the server reads options literally.
-		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 		// Only the first client creates the table: the others must find
 		// it, not create a table of their own beside it.
-		c, err := Open(ctx, u.String(), Config{Table: s.table, TTL: 5 * time.Second, DisableAutoMigrate: i > 0})
+		c, err := Open(ctx, dsnWithParams(t, s.params), Config{Table: s.table, TTL: 5 * time.Second, DisableAutoMigrate: i > 0})
 		if err != nil {
 			t.Fatalf("Open (%s): %v", s.label, err)
 		}

@@ -3,13 +3,16 @@ package pglease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 func TestRoleWithoutCreateWorksOnExistingTable(t *testing.T) {
@@ -183,4 +186,145 @@ func TestVersion3TableIsMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = l.Release(ctx)
+}
+
+// Many replicas start at once on a fresh schema (issue 27), each spelling
+// the table its own way: unqualified behind a search_path set with options
+// or as a run-time parameter (one that starts with a schema that does not
+// exist, so that the server resolves it to the next), and schema-qualified
+// with the default or another search_path. Every Migrate and first
+// TryAcquire succeeds, in plain and fast-failover mode, and they create one
+// table. The same holds when they all find a table of schema version 2 to
+// upgrade. Each round is a fresh schema and another number of clients, so
+// that the race is hit whatever the order.
+func TestManyClientsStartAtOnceWithMixedSpellings(t *testing.T) {
+	t.Run("FreshSchema", func(t *testing.T) {
+		for round := range 8 {
+			n := 2 + round%7
+			t.Run(fmt.Sprintf("round%d_%dclients", round, n), func(t *testing.T) { startAtOnce(t, n, nil) })
+		}
+	})
+	t.Run("FromVersion2", func(t *testing.T) {
+		for round := range 4 {
+			n := 4 + round
+			t.Run(fmt.Sprintf("round%d_%dclients", round, n), func(t *testing.T) { startAtOnce(t, n, downgradeToVersion2) })
+		}
+	})
+}
+
+// startAtOnce opens n clients of the table "leases" in a fresh schema,
+// spelled in turn as the spellings below, and lets them all migrate (half
+// of them through Migrate, half through their first acquisition) and
+// acquire a name of their own at once.
+func startAtOnce(t *testing.T, n int, prepare func(t *testing.T, schema string)) {
+	ctx := testCtx(t)
+	schema := pgtest.Schema(t)
+	if prepare != nil {
+		prepare(t, schema)
+	}
+	spellings := []struct {
+		label  string
+		table  string
+		params map[string]string
+	}{
+		{"unqualified, options=-c search_path", "leases", map[string]string{"options": "-c search_path=" + schema}},
+		{"schema-qualified", schema + ".leases", nil},
+		{"unqualified, search_path=<missing schema>,<schema>", "leases", map[string]string{"search_path": "pglease_no_such_schema, " + schema}},
+		{"schema-qualified, search_path=public", schema + ".leases", map[string]string{"search_path": "public"}},
+	}
+	clients := make([]*Client, n)
+	for i := range clients {
+		s := spellings[i%len(spellings)]
+		c, err := Open(ctx, dsnWithParams(t, s.params), Config{Table: s.table, TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("Open (%s): %v", s.label, err)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	start := make(chan struct{})
+	tokens := make([]int64, n)
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		label := spellings[i%len(spellings)].label
+		var opts []Option
+		if i/2%2 == 1 {
+			opts = append(opts, WithFastFailover())
+			label += ", fast failover"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if i%2 == 0 {
+				if err := c.Migrate(ctx); err != nil {
+					t.Errorf("client %d (%s): Migrate: %v", i, label, err)
+					return
+				}
+			}
+			l, err := c.TryAcquire(ctx, fmt.Sprintf("replica-%d", i), opts...)
+			if err != nil {
+				t.Errorf("client %d (%s): first TryAcquire: %v", i, label, err)
+				return
+			}
+			tokens[i] = l.Token()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	seen := map[int64]int{}
+	for i, tok := range tokens {
+		if j, dup := seen[tok]; dup {
+			t.Errorf("clients %d and %d both got token %d: not one table and sequence", j, i, tok)
+		}
+		seen[tok] = i
+	}
+	var rels int
+	var public bool
+	var comment string
+	pgtest.QueryRow(t, `SELECT count(*) FILTER (WHERE c.relnamespace = $1::regnamespace),
+		       count(*) FILTER (WHERE c.relnamespace = 'public'::regnamespace) > 0,
+		       coalesce(max(obj_description(c.oid, 'pg_class')) FILTER (WHERE c.relname = 'leases'), '')
+		  FROM pg_class AS c WHERE c.relname IN ('leases', 'leases_token_seq', 'leases_waiters', 'leases_semaphore_idx')`,
+		[]any{schema}, &rels, &public, &comment)
+	if rels != 4 || public || !strings.Contains(comment, fmt.Sprintf("schema version %d", store.SchemaVersion)) {
+		t.Errorf("in %s: %d of the 4 relations, some in public: %v, table comment %q", schema, rels, public, comment)
+	}
+}
+
+// downgradeToVersion2 creates schema.leases as pglease 0.1.0 left it:
+// schema version 2, without the waiters table (version 3), the semaphore
+// and step-down columns and the semaphore index (version 4).
+func downgradeToVersion2(t *testing.T, schema string) {
+	c := testClient(t, Config{Table: schema + ".leases"})
+	if err := c.Migrate(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	tbl := c.st.Names.QualifiedTable()
+	pgtest.Exec(t, `DROP TABLE `+c.st.Names.QualifiedWaiters())
+	pgtest.Exec(t, `DROP INDEX `+pgx.Identifier{schema, c.st.Names.SemaphoreIndex}.Sanitize())
+	pgtest.Exec(t, `ALTER TABLE `+tbl+` DROP COLUMN semaphore, DROP COLUMN slots, DROP COLUMN stepdown_at`)
+	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 2'`)
+}
+
+// An unqualified table whose search_path names no existing schema has
+// nowhere to be created: Migrate says so, naming the search_path and what
+// to do, and creates nothing.
+func TestUnqualifiedTableWithNoSchemaToCreateIn(t *testing.T) {
+	ctx := testCtx(t)
+	c, err := Open(ctx, dsnWithParams(t, map[string]string{"search_path": "pglease_no_such_schema"}), Config{Table: "leases"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Migrate(ctx)
+	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "pglease_no_such_schema") || !strings.Contains(err.Error(), "SCHEMA.TABLE") {
+		t.Fatalf("Migrate with no existing schema on the search_path: %v, want ErrSchema naming the search_path and what to do", err)
+	}
+	if pgtest.Value[bool](t, `SELECT to_regnamespace('pglease_no_such_schema') IS NOT NULL`) {
+		t.Fatal("Migrate created the schema of the search_path")
+	}
 }

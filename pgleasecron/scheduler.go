@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
@@ -231,15 +230,16 @@ func (s *Scheduler) Migrate(ctx context.Context) error {
 	if err != nil || exists {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The lock the lease table's creation takes: one schema's tables
-		// are created one after the other.
-		key := "pglease schema " + s.names.QuotedSchema()
-		if _, err := tx.Exec(ctx, store.Build(s.names).SchemaLock, key); err != nil {
+	st := &store.Store{Names: s.names, Q: store.Build(s.names)}
+	err = store.Pgx(s.pool).InTx(ctx, func(q store.Querier) error {
+		// The lock the lease table's creation takes, of the schema as the
+		// server resolves it: one schema's tables are created one after
+		// the other, however each replica spells the table.
+		if err := st.LockSchema(ctx, q); err != nil {
 			return err
 		}
 		for _, stmt := range []string{s.q.CreateJobs, s.q.CreateRuns} {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
+			if err := q.Exec(ctx, stmt); err != nil {
 				return err
 			}
 		}

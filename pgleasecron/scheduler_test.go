@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
@@ -629,5 +632,58 @@ func TestDDL(t *testing.T) {
 	pgtest.Receive(t, ran, "a run")
 	if _, err := DDL("No-Such"); !errors.Is(err, pglease.ErrInvalidIdentifier) {
 		t.Errorf("DDL(bad name): %v", err)
+	}
+}
+
+// Replicas that start at once on a fresh schema, spelling the table
+// unqualified (behind a search_path) or schema-qualified, all create the
+// lease table and the jobs tables without error: both are created under
+// the lock of the schema as the server resolves it.
+func TestMigrateAtOnceWithMixedSpellings(t *testing.T) {
+	for round := range 4 {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+			defer cancel()
+			schema := pgtest.Schema(t)
+			u, err := url.Parse(pgtest.DSN(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			q.Set("search_path", schema)
+			u.RawQuery = q.Encode()
+			var scheds []*Scheduler
+			for i := range 4 {
+				table := schema + ".leases"
+				pool := pgtest.Pool(t)
+				if i%2 == 0 {
+					table = "leases"
+					if pool, err = pgxpool.New(ctx, u.String()); err != nil {
+						t.Fatal(err)
+					}
+					defer pool.Close()
+				}
+				s, err := New(pool, Config{Config: pglease.Config{Table: table, Owner: fmt.Sprintf("replica-%d", i)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				scheds = append(scheds, s)
+			}
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i, s := range scheds {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					if err := s.Migrate(ctx); err != nil {
+						t.Errorf("replica %d (table %s): Migrate: %v", i, s.cfg.Table, err)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+		})
 	}
 }

@@ -77,9 +77,11 @@ func (e *SchemaError) Error() string { return e.Msg }
 // EnsureSchema creates the table and sequence when missing, upgrades a
 // table of an older schema version, and moves a sequence that is behind the
 // table's tokens past them. Concurrent callers serialize on a
-// transaction-scoped advisory lock; when everything is in place nothing is
-// changed, so a role without CREATE rights works. An existing table of
-// another shape is reported and left untouched.
+// transaction-scoped advisory lock of the table's schema as the server
+// resolves it (LockSchema), whatever their spelling of the table; when
+// everything is in place nothing is changed, so a role without CREATE
+// rights works. An existing table of another shape is reported and left
+// untouched.
 func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 	ex, err := s.exists(ctx, db)
 	if err != nil {
@@ -94,10 +96,7 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		}
 	}
 	err = db.InTx(ctx, func(q Querier) error {
-		// One lock per schema: tables of one new schema are created
-		// one after the other, so CREATE SCHEMA never races.
-		key := "pglease schema " + s.Names.QuotedSchema()
-		if err := q.Query(ctx, s.Q.SchemaLock, []any{key}, func(Row) error { return nil }); err != nil {
+		if err := s.LockSchema(ctx, q); err != nil {
 			return err
 		}
 		ex, err := s.exists(ctx, q)
@@ -159,6 +158,27 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		return err
 	}
 	return s.CheckShape(ctx, db)
+}
+
+// LockSchema takes, in q's transaction, the lock that serializes the
+// creation and upgrade of pglease's objects in the table's schema: one lock
+// per schema as the server resolves it (see SchemaLock in queries.sql), so
+// that every spelling of the table ("leases", "public.leases", another
+// search_path) and every table of one new schema waits for the others, and
+// no CREATE races on the catalog. An unqualified table whose search_path
+// names no existing schema is reported as a *SchemaError, with nothing
+// locked or created.
+func (s *Store) LockSchema(ctx context.Context, q Querier) error {
+	var nsp *string
+	var path string
+	err := q.Query(ctx, s.Q.SchemaLock, []any{s.Names.Schema}, func(r Row) error { return r.Scan(&nsp, &path) })
+	if err != nil {
+		return err
+	}
+	if nsp == nil {
+		return &SchemaError{Msg: fmt.Sprintf("table %s names no schema, and none of the search_path's schemas (%s) exists to create it in: create one, set search_path to an existing schema, or name the schema in the table (SCHEMA.TABLE)", s.Names.QualifiedTable(), path)}
+	}
+	return nil
 }
 
 // tokensBehind reports whether the token sequence is behind the largest

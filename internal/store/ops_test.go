@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -344,4 +346,71 @@ func TestRenewalNeverExtendsARowTakenOverMeanwhile(t *testing.T) {
 		t.Fatalf("a renewal of client %s extended the row client %s had taken over (after %d renewals)", mine, theirs, renewals)
 	}
 	t.Logf("%d renewals raced with the takeovers", renewals)
+}
+
+// connectAs opens a connection of its own with the given application_name
+// and, unless empty, search_path; closed when the test ends.
+func connectAs(t *testing.T, appName, searchPath string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = appName
+	if searchPath != "" {
+		cfg.RuntimeParams["search_path"] = searchPath
+	}
+	conn, err := pgx.ConnectConfig(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// The schema lock belongs to the schema as the server resolves it, not to
+// the table's spelling: while a transaction holds it for the unqualified
+// table behind a search_path that starts with a missing schema and then
+// names the table's, a transaction that wants it for the schema-qualified
+// table waits. An unqualified table whose search_path names no existing
+// schema is reported as such.
+func TestSchemaLockIsTheResolvedSchemas(t *testing.T) {
+	ctx := testCtx(t)
+	schema := pgtest.Schema(t)
+	app := fmt.Sprintf("schema_lock_%d", time.Now().UnixNano())
+	bare, qualified := newStore(t, "leases"), newStore(t, schema+".leases")
+
+	holder := connectAs(t, app+"_holder", "pglease_no_such_schema, "+schema)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := bare.LockSchema(ctx, Pgx(tx)); err != nil {
+		t.Fatal(err)
+	}
+	waiter := connectAs(t, app+"_waiter", "public")
+	done := make(chan error, 1)
+	go func() {
+		done <- Pgx(waiter).InTx(ctx, func(q Querier) error { return qualified.LockSchema(ctx, q) })
+	}()
+	pgtest.WaitLockWait(t, app+"_waiter")
+	select {
+	case err := <-done:
+		t.Fatalf("the schema-qualified spelling took the schema lock while the unqualified one held it (%v)", err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, done, "the schema lock once its holder committed"); err != nil {
+		t.Fatal(err)
+	}
+
+	nowhere := connectAs(t, app+"_nowhere", "pglease_no_such_schema")
+	err = Pgx(nowhere).InTx(ctx, func(q Querier) error { return bare.LockSchema(ctx, q) })
+	var se *SchemaError
+	if !errors.As(err, &se) || !strings.Contains(se.Msg, "pglease_no_such_schema") || !strings.Contains(se.Msg, "SCHEMA.TABLE") {
+		t.Fatalf("LockSchema with no existing schema on the search_path: %v, want a SchemaError naming the search_path and what to do", err)
+	}
 }

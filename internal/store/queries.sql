@@ -74,7 +74,23 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
 COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 4'
 
 -- name: SchemaLock
-SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
+-- Serializes the creation and upgrade of the pglease objects of one schema
+-- (CREATE SCHEMA, the tables, sequence, index and comment, and the tables of
+-- pgleasecron), which would otherwise race on the catalog's unique indexes.
+-- The lock is keyed by the schema as the server resolves it, never as the
+-- client spells it: $1 is the schema the table names, or '' for an
+-- unqualified table, which CREATE TABLE puts in the first existing schema of
+-- the search_path, current_schema(). (The key is the one earlier versions
+-- took for a schema-qualified table, so that they serialize with this one.)
+-- Returns the schema, NULL (and no lock taken) when the search_path names no
+-- existing schema, and the search_path.
+WITH s AS MATERIALIZED (
+    SELECT CASE WHEN $1::text = '' THEN current_schema()::text ELSE $1::text END AS nsp
+), l AS MATERIALIZED (
+    SELECT s.nsp, pg_advisory_xact_lock(hashtextextended('pglease schema "' || replace(s.nsp, '"', '""') || '"', 0))
+      FROM s
+)
+SELECT l.nsp, current_setting('search_path') FROM l
 
 -- name: TableExists
 -- $3 the schema ('' for the search_path's first): does it exist already?
