@@ -21,16 +21,24 @@ import (
 )
 
 var demoFlags = []flagSpec{
-	{name: "workers", kind: stringFlag, arg: "N", usage: "number of competing workers, 3 to 9 (default 3)"},
+	{name: "workers", kind: stringFlag, arg: "N", usage: "number of competing workers, 4 to 9 (default 4)"},
 	{name: "hold", kind: durationFlag, arg: "DURATION", usage: "how long each job runs (default 1s)"},
 }
 
 const (
-	demoJobCmd  = "__demo-job"
-	demoLease   = "nightly-report"
-	demoTTL     = "5s"
-	demoTimeout = 50 * time.Second
+	demoJobCmd = "__demo-job"
+	demoLease  = "nightly-report"
+	demoTTL    = 5 * time.Second
+	// demoGoneWatch is how long the demo watches for a killed holder's
+	// job to be gone.
+	demoGoneWatch = 5 * time.Second
 )
+
+// demoTimeout bounds a demo of n workers whose jobs take hold: each turn
+// at most the job and a takeover by expiry, and the cluster's start.
+func demoTimeout(n int, hold time.Duration) time.Duration {
+	return 30*time.Second + time.Duration(n)*(hold+demoTTL)
+}
 
 // demoEvent is a line of a worker's output or its exit.
 type demoEvent struct {
@@ -40,6 +48,7 @@ type demoEvent struct {
 	token  string
 	pid    int
 	text   string
+	ok     bool // exit: status 0; gone: seen gone
 }
 
 type demoWorker struct {
@@ -56,11 +65,11 @@ func (e *env) cmdDemo(ctx context.Context, args []string) int {
 	if err := noArgs(fs); err != nil {
 		return e.usage("demo", err)
 	}
-	n := 3
+	n := demoMinWorkers
 	if fs.isSet("workers") {
 		v, err := strconv.Atoi(fs.str("workers"))
-		if err != nil || v < 3 || v > 9 {
-			return e.usage("demo", usagef("invalid --workers %s: a number from 3 to 9", quoteArg(fs.str("workers"))))
+		if err != nil || v < demoMinWorkers || v > 9 {
+			return e.usage("demo", usagef("invalid --workers %s: a number from %d to 9", quoteArg(fs.str("workers")), demoMinWorkers))
 		}
 		n = v
 	}
@@ -82,23 +91,41 @@ func (e *env) cmdDemo(ctx context.Context, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
+	ctx, cancel := context.WithTimeout(ctx, demoTimeout(n, hold))
 	defer cancel()
 
+	misses, code := e.runDemo(ctx, self, n, hold)
+	if code != exitOK {
+		return code
+	}
+	if len(misses) == 0 {
+		fmt.Fprintf(e.stdout, "every figure keeps what pglease promises: failovers and hand-offs under %s, tokens increasing, one holder at a time\n", demoFailoverPromise)
+		return exitOK
+	}
+	for _, m := range misses {
+		fmt.Fprintf(e.stdout, "MISSED: %s. Please report this: %s\n", m, demoReportURL)
+	}
+	return exitError
+}
+
+// runDemo runs the demo on a cluster of its own and prints its timeline
+// and its figures; it returns what missed pglease's promises.
+func (e *env) runDemo(ctx context.Context, self string, n int, hold time.Duration) (misses []string, code int) {
 	out := e.stdout
 	began := time.Now()
 	fmt.Fprintf(out, "pglease demo: %d workers compete for one job, the lease %q. Each runs\n", n, demoLease)
 	fmt.Fprintf(out, "  pglease run %s --wait --fast-failover --ttl %s --owner worker-N -- <a job that takes %s>\n", demoLease, demoTTL, hold)
-	fmt.Fprintf(out, "The first holder finishes its job; the second is killed with SIGKILL mid-job.\n\n")
+	fmt.Fprintf(out, "The first holder is killed with SIGKILL mid-job; a waiter takes over, finishes\n")
+	fmt.Fprintf(out, "and hands the lease on; the next holder is killed too; the rest finish in turn.\n\n")
 	fmt.Fprintf(out, "starting a throwaway PostgreSQL cluster... ")
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
 	if err != nil {
 		fmt.Fprintln(out)
 		if ctx.Err() != nil {
 			fmt.Fprintln(e.stderr, "pglease demo: interrupted")
-			return 130
+			return nil, 130
 		}
-		return e.fail(err)
+		return nil, e.fail(err)
 	}
 	dir := filepath.Dir(cluster.DataDir())
 	defer func() {
@@ -114,7 +141,7 @@ func (e *env) cmdDemo(ctx context.Context, args []string) int {
 	dsn := cluster.DSN("")
 	for i := 1; i <= n; i++ {
 		w := &demoWorker{id: i}
-		w.cmd = exec.Command(self, "run", demoLease, "--wait", "--fast-failover", "--ttl", demoTTL,
+		w.cmd = exec.Command(self, "run", demoLease, "--wait", "--fast-failover", "--ttl", demoTTL.String(),
 			"--owner", fmt.Sprintf("worker-%d", i), "--dsn", dsn, "--", self, demoJobCmd, hold.String())
 		w.cmd.Env = withoutConnectionVars()
 		// Own process group: Ctrl-C reaches the demo only, which then stops
@@ -123,20 +150,25 @@ func (e *env) cmdDemo(ctx context.Context, args []string) int {
 		setPdeathsig(w.cmd.SysProcAttr)
 		if err := d.start(w); err != nil {
 			d.stopAll()
-			return e.fail(err)
+			return nil, e.fail(err)
 		}
 		d.workers = append(d.workers, w)
 	}
 	d.t0 = time.Now()
 	d.printf(d.t0, "demo", "%d workers started; one gets the lease, the others wait", n)
-	code = d.loop(ctx)
+	run, code := d.loop(ctx)
 	if code != exitOK {
 		d.stopAll()
 	}
-	if code == 130 {
-		fmt.Fprintln(out, "interrupted: stopping the workers")
+	if run == nil {
+		return nil, code
 	}
-	return code
+	summary, misses := run.report()
+	fmt.Fprintln(out)
+	for _, s := range summary {
+		fmt.Fprintln(out, s)
+	}
+	return misses, exitOK
 }
 
 type demo struct {
@@ -188,7 +220,7 @@ func (d *demo) start(w *demoWorker) error {
 		<-lines
 		<-lines
 		_ = w.cmd.Wait()
-		ev := demoEvent{worker: w.id, kind: "exit", at: time.Now(),
+		ev := demoEvent{worker: w.id, kind: "exit", at: time.Now(), ok: w.cmd.ProcessState.Success(),
 			text: fmt.Sprintf("pglease exited with status %d", w.cmd.ProcessState.ExitCode())}
 		if ws, ok := w.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			ev.text = "pglease died of " + signalName(ws.Signal())
@@ -210,92 +242,125 @@ func (d *demo) printf(at time.Time, who, format string, args ...any) {
 	fmt.Fprintf(d.out, "  %+8.3fs  %-8s  %s\n", at.Sub(d.t0).Seconds(), who, fmt.Sprintf(format, args...))
 }
 
-// loop prints the timeline until every worker has exited.
-func (d *demo) loop(ctx context.Context) int {
+// loop prints the timeline until every worker has exited and every killed
+// holder's job was seen gone (or given up on), and returns what it saw:
+// exitOK, exitError when it timed out (with what it saw until then, and
+// workers that may still run) or 130 when interrupted (nothing).
+func (d *demo) loop(ctx context.Context) (*demoRun, int) {
+	run := &demoRun{workers: len(d.workers)}
 	var (
-		running  = len(d.workers)
-		holders  int
-		holder   = map[int]demoEvent{} // current job per worker
-		lastEnd  time.Time
-		killedAt time.Time
-		killed   int
-		killT    <-chan time.Time
-		tokens   []string
-		gaps     []time.Duration
-		failover time.Duration
+		running = len(d.workers)
+		watches int             // killed holders' jobs not yet seen gone
+		tenure  = map[int]int{} // worker → index of its turn in run.tenures
+		victim  int             // index of the turn the kill timer ends
+		killT   <-chan time.Time
 	)
-	for running > 0 {
+	for running > 0 || watches > 0 {
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				fmt.Fprintln(d.out, "pglease demo: timed out")
-				return exitError
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				fmt.Fprintln(d.out, "interrupted: stopping the workers")
+				return nil, 130
 			}
-			return 130
+			// What it saw says what missed; the workers still run.
+			fmt.Fprintln(d.out, "pglease demo: timed out: stopping the workers")
+			run.problems = append(run.problems, "the demo timed out before every worker had run its job")
+			return run, exitError
 		case <-killT:
 			killT = nil
-			job, ok := holder[killed]
-			if !ok {
+			t := &run.tenures[victim]
+			w := d.workers[t.worker-1]
+			if !t.end.IsZero() || w.done {
+				d.printf(time.Now(), "demo", "worker-%d's job already ended: too late to SIGKILL it mid-job", t.worker)
 				continue
 			}
-			w := d.workers[killed-1]
-			killedAt = time.Now()
+			t.end, t.killed, t.gone = time.Now(), true, -1
 			_ = w.cmd.Process.Signal(syscall.SIGKILL)
-			d.printf(killedAt, "demo", "SIGKILL worker-%d's pglease (pid %d) while it holds token %s", killed, w.cmd.Process.Pid, job.token)
-			go func(pgid int) {
-				for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-					if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-						break
-					}
-				}
-				d.events <- demoEvent{worker: killed, kind: "gone", at: time.Now()}
-			}(job.pid)
+			d.printf(t.end, "demo", "SIGKILL worker-%d's pglease (pid %d) while it holds token %s", t.worker, w.cmd.Process.Pid, t.token)
+			watches++
+			go d.watchGone(ctx, t.worker, t.pid)
 		case ev := <-d.events:
 			who := fmt.Sprintf("worker-%d", ev.worker)
 			switch ev.kind {
 			case "start":
-				holders++
-				holder[ev.worker] = ev
-				tokens = append(tokens, ev.token)
 				note := ""
-				switch {
-				case !killedAt.IsZero() && failover == 0:
-					failover = ev.at.Sub(killedAt)
-					note = fmt.Sprintf("  failover %s after the kill", ms(failover))
-				case !lastEnd.IsZero():
-					gap := ev.at.Sub(lastEnd)
-					gaps = append(gaps, gap)
-					note = fmt.Sprintf("  hand-off gap %s", ms(gap))
+				if k := len(run.tenures); k > 0 {
+					switch p := run.tenures[k-1]; {
+					case p.killed:
+						note = fmt.Sprintf("  failover %s after the kill", ms(ev.at.Sub(p.end)))
+					case !p.end.IsZero():
+						note = fmt.Sprintf("  hand-off gap %s", ms(ev.at.Sub(p.end)))
+					}
 				}
+				tenure[ev.worker] = len(run.tenures)
+				run.tenures = append(run.tenures, demoTenure{worker: ev.worker, token: ev.token, pid: ev.pid, start: ev.at})
 				d.printf(ev.at, who, "acquired  token %-3s job pid %d started%s", ev.token, ev.pid, note)
-				if holders == 2 {
-					killed = ev.worker
+				if demoKilled(len(run.tenures)) {
+					victim = len(run.tenures) - 1
 					killT = time.After(d.hold * 2 / 5)
 				}
 			case "end":
-				lastEnd = ev.at
-				delete(holder, ev.worker)
-				d.printf(ev.at, who, "job done; pglease releases the lease")
+				i, ok := tenure[ev.worker]
+				switch {
+				case !ok:
+					d.printf(ev.at, who, "%s", ev.text)
+				case run.tenures[i].killed:
+					d.printf(ev.at, who, "its job ended although its pglease was killed")
+				default:
+					run.tenures[i].end = ev.at
+					d.printf(ev.at, who, "job done; pglease releases the lease")
+				}
 			case "gone":
-				d.printf(ev.at, who, "its job's whole process group is gone %s after the kill", ms(ev.at.Sub(killedAt)))
+				watches--
+				t := &run.tenures[tenure[ev.worker]]
+				if !ev.ok {
+					d.printf(ev.at, who, "its job's process group is still there %s after the kill", ms(ev.at.Sub(t.end)))
+					continue
+				}
+				t.gone = ev.at.Sub(t.end)
+				d.printf(ev.at, who, "its job's whole process group is gone %s after the kill", ms(t.gone))
 			case "exit":
 				running--
 				d.workers[ev.worker-1].done = true
 				d.printf(ev.at, who, "%s", ev.text)
+				if i, ok := tenure[ev.worker]; !ev.ok && !(ok && run.tenures[i].killed) {
+					run.problems = append(run.problems, fmt.Sprintf("%s: %s; each worker should run its job once and exit with status 0", who, ev.text))
+				}
 			case "stderr":
 				d.printf(ev.at, who, "%s", ev.text)
 			}
 		}
 	}
-	fmt.Fprintln(d.out)
-	fmt.Fprintf(d.out, "fencing tokens in order: %s (each holder's is greater than every earlier one)\n", strings.Join(tokens, ", "))
-	for _, g := range gaps {
-		fmt.Fprintf(d.out, "hand-off gap after a job ended (release + notify + next start): %s\n", ms(g))
+	return run, exitOK
+}
+
+// watchGone reports when the process group pgid, a killed holder's job, is
+// gone, or that it is not after demoGoneWatch.
+func (d *demo) watchGone(ctx context.Context, worker, pgid int) {
+	ev := demoEvent{worker: worker, kind: "gone"}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.NewTimer(demoGoneWatch)
+	defer giveUp.Stop()
+watch:
+	for {
+		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+			ev.ok = true
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-giveUp.C:
+			break watch
+		case <-ctx.Done():
+			return
+		}
 	}
-	if failover > 0 {
-		fmt.Fprintf(d.out, "failover after SIGKILL of the holder (its session ended, a waiter took over): %s\n", ms(failover))
+	ev.at = time.Now()
+	select {
+	case d.events <- ev:
+	case <-ctx.Done():
 	}
-	return exitOK
 }
 
 // stopAll stops the workers that are still running: SIGTERM (pglease
@@ -331,10 +396,6 @@ func (d *demo) stopAll() {
 			deadline = time.After(10 * time.Second)
 		}
 	}
-}
-
-func ms(d time.Duration) string {
-	return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000)
 }
 
 // demoJob is the job the demo's workers run: it reports its start (with

@@ -260,13 +260,24 @@ when the roles that take leases may not create tables.
 		run:     (*env).cmdDemo,
 		about: `Start a throwaway PostgreSQL cluster in a temporary directory (the server
 binaries must be installed: initdb, pg_ctl, postgres), run N worker processes
-that compete with 'pglease run --wait --fast-failover' for one job, let the
-first holder finish, SIGKILL the next one, and show who holds the lease, the
-fencing tokens, the hand-off gaps and the failover time. Everything it started
-is removed at the end, also on Ctrl-C.
+that compete with 'pglease run --wait --fast-failover' for one job, SIGKILL
+the first holder mid-job, let the worker that takes over finish and hand the
+lease on, SIGKILL that next holder too, and show who holds the lease, the
+fencing tokens, the hand-off gaps and the failover times. Everything it
+started is removed at the end, also on Ctrl-C (exit 130).
+
+The demo checks its figures against what pglease promises: each failover
+after a SIGKILL and each hand-off under 1s, a killed holder's job gone within
+1s, fencing tokens increasing, one holder at a time. A figure that misses gets
+a line of its own starting with MISSED.
 `,
-		more: `Example:
+		more: `Exit status: 0 when every figure keeps its promise; 1 when one misses (a
+MISSED line says which) or the demo fails otherwise; 2 usage errors; 130
+interrupted.
+
+Examples:
   pglease demo
+  pglease demo --workers 6 --hold 3s
 `,
 	}, {
 		name:    "version",

@@ -93,6 +93,7 @@ func TestUsageErrorsInProcess(t *testing.T) {
 		{"HelpUnknownCommand", []string{"help", "frob"}, "unknown command frob"},
 		{"HelpHiddenCommand", []string{"help", "__supervise"}, "unknown command"},
 		{"DemoWorkers", []string{"demo", "--workers", "1"}, "--workers"},
+		{"DemoThreeWorkers", []string{"demo", "--workers", "3"}, "a number from 4 to 9"},
 		{"VersionExtraArg", []string{"version", "now"}, "unexpected argument now"},
 		{"VersionExtraArgAfterDashDash", []string{"version", "--", "x"}, "unexpected argument x"},
 		{"DashDashVersionExtraArg", []string{"--version", "x"}, "unexpected argument x"},
