@@ -307,8 +307,14 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		case errors.As(err, &slots):
 			// Not a conflict: waiting would not end it, and the conflict
 			// code must never hide a misconfiguration.
-			return e.runFailure(fmt.Errorf("semaphore %s is held with %d slots; this run asked for --slots %d: use the same --slots for every run of %s, or wait until every slot is released",
-				quoteArg(slots.Name), slots.Have, slots.Want, quoteArg(slots.Name)))
+			kind := func(n int) string {
+				if n == 1 {
+					return "a plain lease (no --slots)"
+				}
+				return fmt.Sprintf("a semaphore of --slots %d", n)
+			}
+			return e.runFailure(fmt.Errorf("%s is held as %s; this run asked for %s: use the same --slots for every run of %s, or wait until its leases are released",
+				quoteArg(slots.Name), kind(slots.Have), kind(slots.Want), quoteArg(slots.Name)))
 		case o.wait && errors.Is(err, context.DeadlineExceeded):
 			// Acquire only matches a *HeldError when it saw the lease held;
 			// otherwise every attempt failed.

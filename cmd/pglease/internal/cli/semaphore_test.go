@@ -8,7 +8,7 @@ import (
 )
 
 // A run whose --slots differs from the slot count that a semaphore's live
-// slots record is pglease's own failure (125, not the conflict code: waiting
+// slots record (a plain run: 1) is pglease's own failure (125, not the conflict code: waiting
 // would not end it), said in --slots terms; a NAME of the slot form is
 // refused by run (125) but reaches a slot row through status.
 func TestRunSlotsMismatchAndReservedSlotNames(t *testing.T) {
@@ -17,9 +17,15 @@ func TestRunSlotsMismatchAndReservedSlotNames(t *testing.T) {
 	holdLease(t, env, table, "pool", "--slots", "2")
 
 	code, _, stderr := run(t, env, "run", "pool", "--table", table, "--slots", "3", "--wait", "--", "true")
-	if code != 125 || !strings.Contains(stderr, "held with 2 slots") || !strings.Contains(stderr, "--slots 3") ||
+	if code != 125 || !strings.Contains(stderr, "held as a semaphore of --slots 2") || !strings.Contains(stderr, "--slots 3") ||
 		!strings.Contains(stderr, "same --slots") {
 		t.Fatalf("run --slots 3 while 2 slots are held: exit %d, stderr %q; want 125 naming both counts and what to do", code, stderr)
+	}
+	// A name is one kind of lease: a plain run of a semaphore's name is
+	// refused the same way.
+	code, _, stderr = run(t, env, "run", "pool", "--table", table, "--wait", "--", "true")
+	if code != 125 || !strings.Contains(stderr, "held as a semaphore of --slots 2") || !strings.Contains(stderr, "a plain lease") {
+		t.Fatalf("a plain run while 2 slots are held: exit %d, stderr %q; want 125 naming both kinds", code, stderr)
 	}
 	if code, _, stderr := run(t, env, "run", "pool", "--table", table, "--slots", "2", "--", "true"); code != 0 {
 		t.Fatalf("run --slots 2 with the same count: exit %d: %s", code, stderr)
