@@ -218,20 +218,20 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 		for _, h := range r.inSession {
 			cur := watched[h.name]
 			switch {
-			case cur.holder != h.client:
+			case cur.holder != h.session:
 				// A new holder: watch its session once it has held the
 				// name for watchAfter (look again then).
 				if cur.w != nil {
 					c.unwatchSession(cur.holder, h.name, cur.w)
 					watchers--
 				}
-				watched[h.name] = watch{holder: h.client, since: time.Now()}
+				watched[h.name] = watch{holder: h.session, since: time.Now()}
 				delay = min(delay, watchAfter)
 			case cur.w != nil:
 				cur.w.rearm()
 			case !wait || watchers >= maxWatched:
 			case time.Since(cur.since) >= watchAfter:
-				cur.w = c.watchSession(h.client, h.name)
+				cur.w = c.watchSession(h.session, h.name)
 				watched[h.name] = cur
 				watchers++
 			default:
@@ -311,14 +311,14 @@ func (c *Client) leaveQueue(w *waiting, name string, then func()) {
 
 // watch is a wait's watcher of a session-bound holder's session.
 type watch struct {
-	holder string    // the holder's client id
+	holder int32     // the holder's session (backend pid)
 	since  time.Time // when this wait first saw it hold the name
 	w      *sessionWatcher
 }
 
 // watchAfter is how long a fast-failover holder holds a name before a
 // waiter watches its session (a connection of its own, blocked on the
-// holder's client lock). Holders that hand a name on sooner are followed
+// holder session's lock). Holders that hand a name on sooner are followed
 // by their releases' notifications, without a connection each; a crash
 // fails over within about this much more than the session's end.
 const watchAfter = 200 * time.Millisecond
@@ -342,8 +342,11 @@ type roundResult struct {
 	behind bool
 }
 
-// heldBy names a name's session-bound holder (its client id).
-type heldBy struct{ name, client string }
+// heldBy names a name's session-bound holder (its session's backend pid).
+type heldBy struct {
+	name    string
+	session int32
+}
 
 // round makes one attempt on each of names, in random order so that the
 // contenders for a semaphore spread out, and returns the first lease
@@ -394,7 +397,7 @@ func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine
 		if o.session && res.HolderInSession && res.HolderWatchable {
 			// Only a session-bound contender may take over when the
 			// holder's session ends; a plain one waits for the expiry.
-			r.inSession = append(r.inSession, heldBy{name, res.OtherClient})
+			r.inSession = append(r.inSession, heldBy{name, res.HolderSession})
 		}
 		if o.session && !res.HolderInSession && !res.busy {
 			r.unbound = true

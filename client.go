@@ -43,8 +43,9 @@ type Client struct {
 	closed bool
 	held   map[string]*Lease
 	locals map[string]*localSlot
-	// watchers: session watchers by name, shared by local waiters
-	watchers map[string]*sessionWatcher
+	// watchers: session watchers by holder session (backend pid), shared
+	// by local waiters
+	watchers map[int32]*sessionWatcher
 	renewer  chan struct{} // kicks the renew loop; nil until started
 	nextDue  time.Time     // when the renew loop will next renew; under mu
 	meta     []byte        // default lease metadata
@@ -127,7 +128,7 @@ func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 }
 
 func newClient(cfg Config, st *store.Store, db store.DB) *Client {
-	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[string]*sessionWatcher{}, meta: defaultMetadata(), id: randomID()}
+	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[int32]*sessionWatcher{}, meta: defaultMetadata(), id: randomID()}
 	c.bg, c.stop = context.WithCancel(context.Background())
 	c.events = &eventQueue{obs: cfg.Observer, client: c.id, start: c.goBackground, onPanic: func(r any) {
 		c.cfg.Logger.ErrorContext(c.bg, "pglease: observer panicked", "panic", r)

@@ -222,10 +222,12 @@
 // database session through a session advisory lock. When the holder process
 // dies, its session ends and a waiting contender takes over within
 // milliseconds instead of waiting out the TTL: the waiting client watches
-// the holder's session on a connection of its own, blocked on the advisory
-// lock the holder's client holds for as long as that session lives (one
-// such connection per holder client, shared by every wait of the client on
-// names that client holds), not polling. A waiter starts watching once the
+// the holder's session on a connection of its own, blocked on an advisory
+// lock that session holds for as long as it lives (keyed by its backend
+// pid, so that a holder client that lost its session and opened another
+// is not mistaken for the holder; one such connection per holder session,
+// shared by every wait of the client on names that session holds), not
+// polling. A waiter starts watching once the
 // holder has held the name for 200 ms, so that holders that pass a name on
 // quickly cost no connections; a crash fails over within about 200 ms of
 // the session's end at worst. Only the first waiter in the queue watches;

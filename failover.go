@@ -10,6 +10,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -206,13 +207,16 @@ func (c *Client) unlockAsync(name string, epoch uint64) {
 }
 
 // sessionWatcher waits, on a connection of its own, for the dedicated
-// session of a session-bound holder's client to end (on the client lock
-// that session holds: see ClientLock in queries.sql), and then wakes every
-// local waiter of the names it watches for (through the hub, as a targeted
-// notification would): a crash sends no notification. A client runs at
-// most one watcher per holder client, shared by all its waits on names
-// that client holds, and stops it when the last of them leaves; a wait
-// watches for the holders of at most maxWatched names (the slots of a
+// session of a session-bound holder to end (on the session lock that
+// session holds: see ClientLock in queries.sql), and then wakes every
+// local waiter of the names it watches for (through the hub, as a
+// targeted notification would): a crash sends no notification. It watches
+// the very session that holds the lease (by backend pid), not the holder's
+// client: a client whose session ended and that opened another at once
+// would otherwise keep the watcher waiting on the new session. A client
+// runs at most one watcher per holder session, shared by all its waits on
+// names that session holds, and stops it when the last of them leaves; a
+// wait watches for the holders of at most maxWatched names (the slots of a
 // semaphore).
 type sessionWatcher struct {
 	names  map[string]int // under c.mu: the waits per name
@@ -225,9 +229,10 @@ type sessionWatcher struct {
 // holders of a semaphore are covered by notifications and their expiry.
 const maxWatched = 16
 
-// watchSession returns the watcher of holder's session, starting it if
-// needed, and makes it wake the waiters of name when that session ends.
-func (c *Client) watchSession(holder, name string) *sessionWatcher {
+// watchSession returns the watcher of the holder session (a backend pid),
+// starting it if needed, and makes it wake the waiters of name when that
+// session ends.
+func (c *Client) watchSession(holder int32, name string) *sessionWatcher {
 	c.mu.Lock()
 	w := c.watchers[holder]
 	if w == nil {
@@ -247,7 +252,7 @@ func (c *Client) watchSession(holder, name string) *sessionWatcher {
 
 // unwatchSession drops a wait's interest in name from holder's watcher,
 // stopping the watcher after the last.
-func (c *Client) unwatchSession(holder, name string, w *sessionWatcher) {
+func (c *Client) unwatchSession(holder int32, name string, w *sessionWatcher) {
 	c.mu.Lock()
 	if w.names[name]--; w.names[name] <= 0 {
 		delete(w.names, name)
@@ -267,7 +272,7 @@ func (c *Client) unwatchSession(holder, name string, w *sessionWatcher) {
 // reported the last one.
 func (w *sessionWatcher) rearm() { wake(w.again) }
 
-func (c *Client) runWatcher(ctx context.Context, holder string, w *sessionWatcher) {
+func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher) {
 	defer close(w.done)
 	var conn *pgxConn
 	defer func() {
@@ -298,6 +303,9 @@ func (c *Client) runWatcher(ctx context.Context, holder string, w *sessionWatche
 			}
 			conn = &pc
 		}
+		if hook := testHookAwait.Load(); hook != nil {
+			(*hook)(holder)
+		}
 		if err := c.st.AwaitSession(ctx, conn.querier(), holder); err != nil {
 			conn.close()
 			conn = nil
@@ -319,3 +327,7 @@ func (c *Client) runWatcher(ctx context.Context, holder string, w *sessionWatche
 		}
 	}
 }
+
+// testHookAwait, when set by a test, runs in a session watcher just before
+// it blocks on the holder session's lock, with the holder's backend pid.
+var testHookAwait atomic.Pointer[func(holder int32)]

@@ -115,8 +115,9 @@ type acquired struct {
 // holds.
 func sessionLocks(t *testing.T, pid int32) int {
 	t.Helper()
-	// Less the client lock, which the session holds for as long as it lives.
-	return pgtest.Value[int](t, `SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = $1`, pid) - 1
+	// Less the client and session locks, which the session holds for as
+	// long as it lives.
+	return pgtest.Value[int](t, `SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = $1`, pid) - 2
 }
 
 // Fast-failover acquisitions queued on a client's session run as one

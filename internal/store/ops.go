@@ -368,9 +368,12 @@ type AcquireResult struct {
 	// OtherHeartbeatAge is the holder's time since its last renewal.
 	OtherHeartbeatAge time.Duration
 	HolderInSession   bool
-	// HolderWatchable: the session-bound holder's client still holds its
-	// client lock, so its session can be watched (AwaitSession).
+	// HolderWatchable: the session-bound holder's session still holds its
+	// session lock, so it can be watched (AwaitSession of HolderSession).
 	HolderWatchable bool
+	// HolderSession is the backend pid of a session-bound holder's
+	// session (0 when none).
+	HolderSession int32
 	// Ahead is the number of live waiters of other clients queued before a
 	// queued attempt; while there are any, a free lease is theirs.
 	Ahead int64
@@ -447,7 +450,7 @@ func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Ro
 		a.Queued, a.QueueTTL.Milliseconds(), a.FairAfter.Milliseconds(), a.inBatch, sem, slots}
 	scan = func(row Row) error {
 		return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
-			&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch)
+			&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch, &r.HolderSession)
 	}
 	result = func() AcquireResult {
 		r.OtherRemaining = time.Duration(remMS) * time.Millisecond
@@ -677,14 +680,14 @@ func (s *Store) SessionSettings(ctx context.Context, q Querier, statement, lock 
 	return q.Query(ctx, s.Q.SessionSettings, []any{fmt.Sprint(statement.Milliseconds()), fmt.Sprint(lock.Milliseconds())}, func(Row) error { return nil })
 }
 
-// AwaitSession blocks until the dedicated session of client ends (the
-// session that holds its client lock).
-func (s *Store) AwaitSession(ctx context.Context, q Querier, client string) error {
+// AwaitSession blocks until the dedicated session of backend pid ends (at
+// once when it is gone already).
+func (s *Store) AwaitSession(ctx context.Context, q Querier, pid int32) error {
 	ns, err := s.lockNS()
 	if err != nil {
 		return err
 	}
-	return q.Query(ctx, s.Q.AwaitSession, []any{client, ns}, func(Row) error { return nil })
+	return q.Query(ctx, s.Q.AwaitSession, []any{pid, ns}, func(Row) error { return nil })
 }
 
 // ClientLock takes the client lock of client on this session, for as long

@@ -237,7 +237,7 @@ WITH xl AS MATERIALIZED (
            l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
            (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
            (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
-           l."metadata" ->> 'client' AS "client"
+           l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid"
       FROM {{table}} AS l WHERE l."name" = $1::text
 ), ins AS (
     INSERT INTO {{table}} AS l
@@ -312,13 +312,13 @@ WITH xl AS MATERIALIZED (
 -- Acquired: the new token, and the row taken over if any (as it was before).
 -- Not acquired: the holder as this statement saw it (remaining -1 when no
 -- holder was seen: the row appeared concurrently, or the lease is free and
--- promised to the waiters ahead), whether a session-bound holder's client
--- still holds its client lock (a waiter can watch its session), the
+-- promised to the waiters ahead), whether a session-bound holder's session
+-- still holds its session lock (a waiter can watch it: AwaitSession), the
 -- number of live waiters ahead, and the slot count of a live row of another
 -- kind on the name (see clash: 1 for a plain lease; 0 when none).
 SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
        coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
-       false, 0::bigint, 0
+       false, 0::bigint, 0, 0
   FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true LEFT JOIN durable ON true
 UNION ALL
 SELECT false, 0::bigint, coalesce(old."session_bound", false),
@@ -326,9 +326,9 @@ SELECT false, 0::bigint, coalesce(old."session_bound", false),
        coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
        coalesce(old."heartbeat_ms", 0), coalesce(old."client", ''),
        CASE WHEN old."session_bound"
-            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || old."client", 1))
+            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || old."pid"::text, 3))
             ELSE false END,
-       (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0)
+       (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
   FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
  WHERE NOT EXISTS (SELECT 1 FROM ins)
 
@@ -621,11 +621,15 @@ DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 
 -- name: ClientLock
 -- Taken once by each client's dedicated session and held as long as it
--- lives: it marks the client's queued waits as live, and lets waiters
--- watch the session of a session-bound holder. $1 namespace, $2 client id.
--- Waits up to the session's lock_timeout (an earlier session of the same
--- client that the server has not yet ended may still hold it).
-SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1))
+-- lives: the client lock (seed 1) marks the client's queued waits as live;
+-- the session lock (seed 3, keyed by the backend's pid) lets waiters watch
+-- the very session that holds a session-bound lease (AwaitSession): a
+-- client whose session ended and that opened another is not mistaken for
+-- the holder. $1 namespace, $2 client id. Waits up to the session's
+-- lock_timeout (an earlier session of the same client that the server has
+-- not yet ended may still hold the client lock).
+SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1)),
+       pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
 
 -- name: Listen
 LISTEN {{channel}}
@@ -659,10 +663,14 @@ SELECT set_config('statement_timeout', $1::text, false),
        set_config('lock_timeout', $2::text, false)
 
 -- name: AwaitSession
--- Blocks until the dedicated session of client $1 ends (it holds the client
--- lock for as long as it lives), then lets go at once.
-SELECT pg_advisory_lock_shared(hashtextextended($2::text || $1::text, 1)),
-       pg_advisory_unlock_shared(hashtextextended($2::text || $1::text, 1))
+-- Blocks until the dedicated session of backend pid $1 ends (it holds its
+-- session lock, ClientLock, for as long as it lives), then lets go at once;
+-- returns at once when that session is gone already. (Should the pid be
+-- reused meanwhile by another client's dedicated session, the wait lasts
+-- as long as that one: the waiter's fallback poll and the row's expiry
+-- still apply.)
+SELECT pg_advisory_lock_shared(hashtextextended($2::text || $1::int::text, 3)),
+       pg_advisory_unlock_shared(hashtextextended($2::text || $1::int::text, 3))
 
 -- name: AcquireAllLocks
 -- The first statement of AcquireAll's transaction. $1 the names (a JSON
