@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 // The issue's acceptance test: clients, each a Client of its own, take
@@ -498,30 +501,38 @@ func TestSetsOnDatabaseSQL(t *testing.T) {
 // another client has been queued for it longer than fairAfter is not free
 // for a set, which is refused with the waiter counted (HeldError.Queued),
 // writes nothing, and wakes the waiter, who takes the name.
+//
+// The waiter must not take the name between its expiry and the set's
+// attempt, so its own looks are held back meanwhile: its dedicated session
+// is up before it waits (slowPair: the session's start would wake the
+// wait), its first attempt registers it, and its second, the look after
+// registering, waits until the set has been refused. (Without that hold
+// the test relied on the waiter sleeping through the set's attempt, which
+// it does not: a wait woken once looks again by itself fairAfter into its
+// turn, just when the name had been made to expire, and a waiter that got
+// there first took the name and released it, leaving it free for the set.)
 func TestASetKeepsTheQueuesPromise(t *testing.T) {
 	ctx := testCtx(t)
-	cfg := Config{PollInterval: time.Minute}
-	holder := testClient(t, cfg)
-	cfg.Table = holder.cfg.Table
-	waiter, set := testClient(t, cfg), testClient(t, cfg)
-	if _, err := holder.TryAcquire(ctx, "x", WithTTL(time.Minute)); err != nil {
+	holder, waiter := slowPair(t)
+	set := testClient(t, Config{Table: holder.cfg.Table, PollInterval: 10 * time.Minute})
+	if _, err := holder.TryAcquire(ctx, "x", WithTTL(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, "x")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	_, look, proceed := holdAttempt(t, waiter, 2)
+	got := waitingFor(ctx, waiter, "x")
+	pgtest.Receive(t, look, "the waiter's look after registering")
 	waitQueued(t, holder, waiter, "x")
 	pgtest.WaitFor(t, patience, "the waiter to be queued longer than fairAfter", func() bool {
 		return pgtest.Value[bool](t, `SELECT bool_and("since" <= now() - $1 * interval '1 millisecond') FROM `+
 			holder.st.Names.QualifiedWaiters()+` WHERE "name" = 'x'`, fairAfter.Milliseconds())
 	})
-	// Expired, without a release to notify: the waiter sleeps on (its
-	// poll is a minute away), and x is free but promised to it.
+	// The waiter's own channel, to hear the refused set wake it.
+	listener := pgtest.Conn(t)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{store.ClientChannel(waiter.id)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	// Expired, without a release to notify: x is free but promised to the
+	// waiter.
 	rows(t, holder).SetExpiry("x", -time.Second)
 	_, err := set.TryAcquireAll(ctx, []string{"x", "y"})
 	var held *HeldError
@@ -531,7 +542,13 @@ func TestASetKeepsTheQueuesPromise(t *testing.T) {
 	if _, ok := rows(t, holder).Get("y"); ok {
 		t.Fatal("a refused set wrote y")
 	}
-	if err := pgtest.Receive(t, got, "the promised waiter, woken by the refused set, to take x"); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	if n, err := listener.WaitForNotification(wctx); err != nil || n.Payload != "x" {
+		t.Fatalf("the promised waiter's channel after the refused set: %v, %v; want a wake-up for x", n, err)
+	}
+	proceed()
+	if err := pgtest.Receive(t, got, "the promised waiter to take x"); err != nil {
 		t.Fatal(err)
 	}
 }

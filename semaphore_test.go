@@ -18,11 +18,7 @@ func slotColumns(t *testing.T, c *Client, name string) (semaphore string, slots 
 	t.Helper()
 	var sem *string
 	var n *int
-	err := pgtest.Pool(t).QueryRow(context.Background(),
-		`SELECT "semaphore", "slots" FROM `+rows(t, c).Name()+` WHERE "name" = $1`, name).Scan(&sem, &n)
-	if err != nil {
-		t.Fatalf("read the slot columns of %q: %v", name, err)
-	}
+	pgtest.QueryRow(t, `SELECT "semaphore", "slots" FROM `+rows(t, c).Name()+` WHERE "name" = $1`, []any{name}, &sem, &n)
 	if sem != nil {
 		semaphore = *sem
 	}

@@ -176,7 +176,7 @@ func TestSIGKILLedReplicaLosesNoTick(t *testing.T) {
 		expected, len(ticks), doubled, lost)
 
 	// The table agrees: one row per tick, none claimed early.
-	for _, r := range readRuns(t, table, "every-second") {
+	for _, r := range newRunHistory(t, table).runs("every-second") {
 		if r.ClaimedAt.Before(r.Tick) {
 			t.Errorf("tick %s claimed at %s, before its instant by the server's clock", r.Tick, r.ClaimedAt)
 		}

@@ -78,23 +78,41 @@ func newScheduler(t *testing.T, table, owner string, mod func(*Config)) *Schedul
 	return s
 }
 
-// history reads a job's runs, oldest first.
-func readRuns(t *testing.T, table, job string) []Run {
+// runHistory reads the run history of a lease table for one test, on one
+// connection of its own, closed when the test ends: the tests poll it
+// every few milliseconds (wait), and a pool opened per read kept every
+// read's connection until the test ended, hundreds within seconds, until
+// the server refused connections (53300, too many clients).
+type runHistory struct {
+	t     *testing.T
+	table string
+	app   string // the connection's application_name (pgtest.Backends)
+	pool  *pgxpool.Pool
+}
+
+func newRunHistory(t *testing.T, table string) *runHistory {
 	t.Helper()
-	runs, err := ReadHistory(context.Background(), pgtest.Pool(t), table, job, 10_000)
+	app := pgtest.AppName("pgleasecron history")
+	return &runHistory{t: t, table: table, app: app, pool: pgtest.AppPool(t, app)}
+}
+
+// runs reads a job's runs, oldest first.
+func (h *runHistory) runs(job string) []Run {
+	h.t.Helper()
+	runs, err := ReadHistory(context.Background(), h.pool, h.table, job, 10_000)
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
 	slices.Reverse(runs)
 	return runs
 }
 
-// waitRuns waits until the job has at least n rows that satisfy ok.
-func waitRuns(t *testing.T, table, job string, n int, ok func(Run) bool) []Run {
-	t.Helper()
+// wait waits until the job has at least n rows that satisfy ok.
+func (h *runHistory) wait(job string, n int, ok func(Run) bool) []Run {
+	h.t.Helper()
 	var runs []Run
-	pgtest.WaitFor(t, pgtest.Patience, fmt.Sprintf("%d runs of %s", n, job), func() bool {
-		runs = readRuns(t, table, job)
+	pgtest.WaitFor(h.t, pgtest.Patience, fmt.Sprintf("%d runs of %s", n, job), func() bool {
+		runs = h.runs(job)
 		c := 0
 		for _, r := range runs {
 			if ok(r) {
@@ -149,7 +167,7 @@ func TestEveryTickRunsOnceOnThreeReplicas(t *testing.T) {
 		}
 		startReplica(t, s)
 	}
-	runs := waitRuns(t, table, "tick", 30, ended)
+	runs := newRunHistory(t, table).wait("tick", 30, ended)
 	mu.Lock()
 	defer mu.Unlock()
 	checkTicks(t, runs, ran, 200*time.Millisecond)
@@ -200,7 +218,7 @@ func TestAReplicaWhoseClockIsBehindIsNotLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	startReplica(t, s)
-	runs := waitRuns(t, table, "behind", 3, ended)
+	runs := newRunHistory(t, table).wait("behind", 3, ended)
 	for _, r := range runs {
 		// By its own clock the replica is 30 s early for every tick; by
 		// the server's it is on time. (The bound is far from both.)
@@ -256,7 +274,7 @@ func TestMissedTickPolicies(t *testing.T) {
 				t.Fatal(err)
 			}
 			startReplica(t, s)
-			runs := waitRuns(t, table, "job", 4, ended)
+			runs := newRunHistory(t, table).wait("job", 4, ended)
 			tc.check(t, runs)
 		})
 	}
@@ -292,7 +310,7 @@ func TestOverlapPolicies(t *testing.T) {
 				}
 				startReplica(t, s)
 			}
-			runs := waitRuns(t, table, "job", 12, ended)
+			runs := newRunHistory(t, table).wait("job", 12, ended)
 			var skipped, ran int
 			for i, r := range runs {
 				switch r.Status {
@@ -362,7 +380,7 @@ func TestAbandonedRunPolicies(t *testing.T) {
 			startReplica(t, s)
 			// Seen while waiting for the next tick (an hour away): the
 			// dead runner's lease is gone.
-			runs := waitRuns(t, table, "job", 1, ended)
+			runs := newRunHistory(t, table).wait("job", 1, ended)
 			r := runs[0]
 			mu.Lock()
 			defer mu.Unlock()
@@ -410,7 +428,7 @@ func TestALostLeaseEndsTheRunAsLost(t *testing.T) {
 	if _, err := admin.ForceRelease(context.Background(), "cron:job"); err != nil {
 		t.Fatal(err)
 	}
-	waitRuns(t, table, "job", 1, func(r Run) bool { return r.Tick.Equal(tick.At) && r.Status == StatusLost })
+	newRunHistory(t, table).wait("job", 1, func(r Run) bool { return r.Tick.Equal(tick.At) && r.Status == StatusLost })
 }
 
 func TestFailuresAndPanicsAreRecorded(t *testing.T) {
@@ -428,7 +446,7 @@ func TestFailuresAndPanicsAreRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	startReplica(t, s)
-	runs := waitRuns(t, table, "job", 4, ended)
+	runs := newRunHistory(t, table).wait("job", 4, ended)
 	var failed, panicked int
 	for _, r := range runs {
 		if r.Status == StatusFailed && r.Error == "disk full" {
@@ -454,12 +472,33 @@ func TestHistoryIsBounded(t *testing.T) {
 	for range 12 {
 		pgtest.Receive(t, count, "a run")
 	}
-	if runs := readRuns(t, table, "job"); len(runs) > 6 {
+	if runs := newRunHistory(t, table).runs("job"); len(runs) > 6 {
 		t.Errorf("%d rows kept, want at most 5 (and the one running)", len(runs))
 	}
 	jobs, err := s.Jobs(context.Background())
 	if err != nil || len(jobs) != 1 || jobs[0].Name != "job" || jobs[0].LastRun == nil || jobs[0].Schedule != "@every 100ms" {
 		t.Fatalf("Jobs: %+v, %v", jobs, err)
+	}
+}
+
+// The tests' history helper polls on one connection for the whole test,
+// however often it reads: with a pool per read, 128 connections sat idle
+// after 1.6 s of a poll, and the server refused the tests' connections
+// (53300) by 3 s.
+func TestRunHistoryPollsOnOneConnection(t *testing.T) {
+	table := tableIn(t)
+	s := newScheduler(t, table, "r", nil)
+	if err := s.AddSchedule("job", fast(100*time.Millisecond), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	startReplica(t, s)
+	h := newRunHistory(t, table)
+	h.wait("job", 3, ended)
+	for range 50 {
+		h.runs("job")
+	}
+	if n := pgtest.Backends(t, h.app); n != 1 {
+		t.Fatalf("%d sessions named %q after the helper polled the history, want 1", n, h.app)
 	}
 }
 

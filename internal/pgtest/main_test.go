@@ -21,12 +21,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func schemaExists(t *testing.T, name string) bool {
-	var ok bool
-	err := Pool(t).QueryRow(ctxT(t), "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", name).Scan(&ok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ok
+	return Value[bool](t, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", name)
 }
 
 func TestSchemaName(t *testing.T) {
@@ -63,6 +58,38 @@ func TestSchema(t *testing.T) {
 	if schemaExists(t, name) {
 		t.Fatalf("schema %q not dropped", name)
 	}
+}
+
+// A helper's named connection serves every read of a test, and Backends
+// counts it: one, however often the helper reads, and none once the test
+// has ended.
+func TestAppConnectionsAreCounted(t *testing.T) {
+	var app, other string
+	t.Run("Reads", func(t *testing.T) {
+		app, other = AppName("pgtest reads"), AppName("pgtest reads")
+		if app == other || len(app) > 63 {
+			t.Fatalf("AppName: %q and %q, want two distinct names of at most 63 bytes", app, other)
+		}
+		pool, conn := AppPool(t, app), AppConn(t, other)
+		ctx := ctxT(t)
+		for i := range 20 {
+			var n int
+			if err := pool.QueryRow(ctx, "SELECT $1::int", i).Scan(&n); err != nil || n != i {
+				t.Fatalf("read %d through the pool: %d, %v", i, n, err)
+			}
+			if err := conn.QueryRow(ctx, "SELECT $1::int", i).Scan(&n); err != nil || n != i {
+				t.Fatalf("read %d on the connection: %d, %v", i, n, err)
+			}
+		}
+		if n, m := Backends(t, app), Backends(t, other); n != 1 || m != 1 {
+			t.Fatalf("%d sessions named %q and %d named %q after 20 reads each, want 1 and 1", n, app, m, other)
+		}
+	})
+	// Closed at the end of the subtest; the server ends the sessions a
+	// moment later.
+	WaitFor(t, Patience, "the helpers' sessions to end", func() bool {
+		return Backends(t, app)+Backends(t, other) == 0
+	})
 }
 
 func TestTerminateBackends(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SQL helpers for tests that look at, or change, the server's state
@@ -29,6 +30,63 @@ func Conn(t testing.TB) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// AppName returns an application_name for the connections of one helper
+// of one test: prefix, then what makes it unique in this test binary and
+// among binaries sharing PGLEASE_TEST_DSN. Keep prefix short: the server
+// cuts application_name at 63 bytes.
+func AppName(prefix string) string {
+	return fmt.Sprintf("%s %s-%d", prefix, runID, schemaSeq.Add(1))
+}
+
+// AppConn is Conn with application_name app: the one connection of a
+// helper that reads the server again and again (a poll) for a whole test,
+// which Backends(t, app) counts. A helper must not connect per read and
+// keep the connection until the test ends (Conn, Pool): polled every few
+// milliseconds, it soon takes every connection the server allows.
+func AppConn(t testing.TB, app string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(DSN(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	cfg.RuntimeParams["application_name"] = app
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// AppPool is AppConn as a pool of one connection, for code that reads
+// through a pool: closed when the test ends.
+func AppPool(t testing.TB, app string) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(DSN(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Backends returns the number of sessions on the shared server whose
+// application_name is app (see AppName).
+func Backends(t testing.TB, app string) int {
+	t.Helper()
+	return Value[int](t, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1`, app)
 }
 
 // Exec runs sql with args on the shared server.

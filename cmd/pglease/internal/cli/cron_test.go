@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -55,14 +57,31 @@ func (r runRow) String() string {
 		r.job, r.tick.UTC().Format(time.RFC3339Nano), r.status, r.replica, r.token, r.attempt, r.missed, r.claimedLate.Round(time.Millisecond), e)
 }
 
-// runsOf reads the runs table of the lease table, oldest tick first.
-func runsOf(t *testing.T, table, job string) []runRow {
+// runsTable reads the runs table of a lease table for one test, on one
+// connection of its own, closed when the test ends. The tests poll it
+// every few milliseconds; a connection per read, kept until the test
+// ended, took hundreds of the connections the parallel tests share.
+type runsTable struct {
+	t     *testing.T
+	table string
+	app   string // the connection's application_name (pgtest.Backends)
+	conn  *pgx.Conn
+}
+
+func newRunsTable(t *testing.T, table string) *runsTable {
 	t.Helper()
-	conn := pgtest.Conn(t)
+	app := pgtest.AppName("cli runs")
+	return &runsTable{t: t, table: table, app: app, conn: pgtest.AppConn(t, app)}
+}
+
+// of reads the runs of job, oldest tick first.
+func (rt *runsTable) of(job string) []runRow {
+	t := rt.t
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := conn.Query(ctx, `SELECT job, tick, status, replica, coalesce(token, 0), attempt, missed,
-		claimed_at, started_at, ended_at, error FROM `+table+`_runs WHERE job = $1 ORDER BY tick`, job)
+	rows, err := rt.conn.Query(ctx, `SELECT job, tick, status, replica, coalesce(token, 0), attempt, missed,
+		claimed_at, started_at, ended_at, error FROM `+rt.table+`_runs WHERE job = $1 ORDER BY tick`, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +136,7 @@ func tickLines(t *testing.T, path string) (ticks []time.Time, owners []string) {
 func TestCronRunsEveryTickOnceAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
+	history := newRunsTable(t, table)
 	out := filepath.Join(t.TempDir(), "ticks")
 	crontab := writeCrontab(t,
 		"# every replica runs this file",
@@ -147,7 +167,7 @@ func TestCronRunsEveryTickOnceAcrossReplicas(t *testing.T) {
 		if len(ticks) < killAfter {
 			return false
 		}
-		runs := runsOf(t, table, "tick")
+		runs := history.of("tick")
 		last := runs[len(runs)-1]
 		if last.status != "succeeded" {
 			return false
@@ -178,7 +198,7 @@ func TestCronRunsEveryTickOnceAcrossReplicas(t *testing.T) {
 
 	ticks, owners := tickLines(t, out)
 	last := ticks[len(ticks)-1]
-	runs := runsOf(t, table, "tick")
+	runs := history.of("tick")
 	byTick := map[time.Time]runRow{}
 	for _, r := range runs {
 		byTick[r.tick.UTC()] = r
@@ -253,6 +273,7 @@ func settledJobs(t *testing.T, env []string, args ...string) (code int, stdout, 
 func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
+	history := newRunsTable(t, table)
 	dir := t.TempDir()
 	vars := filepath.Join(dir, "vars")
 	crontab := writeCrontab(t,
@@ -263,9 +284,13 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 	p := start(t, append(env, "PGLEASE_SLOT=stale", "PGLEASE_TICK=stale"), "cron", crontab, "--table", table, "--owner", "host-1")
 	waitFor(t, "a run of each job", func() bool {
 		b, _ := os.ReadFile(vars)
-		return len(b) > 0 && len(runsOf(t, table, "fails")) > 0 && len(runsOf(t, table, "killed")) > 0 &&
-			runsOf(t, table, "fails")[0].status != "running" && runsOf(t, table, "killed")[0].status != "running"
+		return len(b) > 0 && len(history.of("fails")) > 0 && len(history.of("killed")) > 0 &&
+			history.of("fails")[0].status != "running" && history.of("killed")[0].status != "running"
 	})
+	// The poll read on one connection, however often it read.
+	if n := pgtest.Backends(t, history.app); n != 1 {
+		t.Errorf("%d sessions named %q after polling the runs table, want 1", n, history.app)
+	}
 
 	if !pgtest.Value[bool](t, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pglease cron host-1')") {
 		t.Error("no connection named 'pglease cron host-1' in pg_stat_activity")
@@ -285,7 +310,7 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 		t.Errorf("the command saw JOB|TICK|NAME|TOKEN|OWNER|ATTEMPT|SLOT = %q; want vars|…|cron:vars|a token|host-1|1| (no stale PGLEASE_SLOT)", line)
 	}
 	var row runRow
-	for _, r := range runsOf(t, table, "vars") {
+	for _, r := range history.of("vars") {
 		if r.tick.Equal(tick) {
 			row = r
 		}
@@ -294,7 +319,7 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 		t.Errorf("the run of tick %s: %v; want succeeded, token %d, replica host-1", f[1], row, token)
 	}
 	for job, want := range map[string]string{"fails": "exit status 3", "killed": "killed by signal 9 (SIGKILL)"} {
-		r := runsOf(t, table, job)[0]
+		r := history.of(job)[0]
 		if r.status != "failed" || r.errText == nil || *r.errText != want {
 			t.Errorf("job %s: %v, want failed with %q", job, r, want)
 		}
@@ -488,6 +513,7 @@ func TestCronInvalidFilesExit2WithoutConnecting(t *testing.T) {
 func TestCronStopForwardsSignalAndWaits(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
+	history := newRunsTable(t, table)
 	dir := t.TempDir()
 	polite, stubborn, got := filepath.Join(dir, "polite"), filepath.Join(dir, "stubborn"), filepath.Join(dir, "got")
 	crontab := writeCrontab(t,
@@ -509,7 +535,7 @@ func TestCronStopForwardsSignalAndWaits(t *testing.T) {
 		t.Errorf("the polite command got %q, want the forwarded SIGTERM once", b)
 	}
 	for job, want := range map[string]string{"polite": "succeeded ", "stubborn": "failed killed by signal 9 (SIGKILL) (pglease cron was stopping)"} {
-		runs := runsOf(t, table, job)
+		runs := history.of(job)
 		r := runs[len(runs)-1]
 		e := ""
 		if r.errText != nil {
@@ -534,6 +560,7 @@ func TestCronStopForwardsSignalAndWaits(t *testing.T) {
 func TestCronSecondStopSignalKillsAtOnce(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
+	history := newRunsTable(t, table)
 	dir := t.TempDir()
 	pid, got := filepath.Join(dir, "pid"), filepath.Join(dir, "got")
 	crontab := writeCrontab(t, "stubborn @every 1s -- trap 'echo USR1 >> "+got+"' USR1; trap 'echo TERM >> "+got+"' TERM; echo $$ > "+pid+"; while :; do sleep 0.1; done")
@@ -562,7 +589,7 @@ func TestCronSecondStopSignalKillsAtOnce(t *testing.T) {
 	if took >= grace {
 		t.Errorf("exit %s after the second SIGTERM: the kill grace (%s) was waited out", took, grace)
 	}
-	runs := runsOf(t, table, "stubborn")
+	runs := history.of("stubborn")
 	if r := runs[0]; r.status != "failed" || r.errText == nil || *r.errText != "killed by signal 9 (SIGKILL) (pglease cron was stopping)" {
 		t.Errorf("run %v, want failed, killed by SIGKILL while stopping", r)
 	}
@@ -579,6 +606,7 @@ func TestCronSecondStopSignalKillsAtOnce(t *testing.T) {
 func TestCronLostLeaseAndKilledCronEndTheCommand(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
+	history := newRunsTable(t, table)
 	dir := t.TempDir()
 	pids := filepath.Join(dir, "pids")
 	crontab := writeCrontab(t, "victim @every 1s -- sleep 300 & echo \"$$ $!\" >> "+pids+"; wait")
@@ -602,7 +630,7 @@ func TestCronLostLeaseAndKilledCronEndTheCommand(t *testing.T) {
 		t.Fatalf("release: exit %d: %s%s", code, stdout, stderr)
 	}
 	waitFor(t, "the first command's group to die", func() bool { return !alive(first[0]) && !alive(first[1]) })
-	waitFor(t, "its run to end lost", func() bool { return runsOf(t, table, "victim")[0].status == "lost" })
+	waitFor(t, "its run to end lost", func() bool { return history.of("victim")[0].status == "lost" })
 	if !strings.Contains(p.stderr.String(), "lease cron:victim lost") {
 		t.Errorf("stderr does not report the lost lease: %s", p.stderr)
 	}
