@@ -7,8 +7,9 @@
 //
 // A lease is one row of a table (default "pglease_leases") keyed by name.
 // [Client.TryAcquire] inserts the row, or takes it over when it has expired,
-// in a single statement, and gives the new holder a fencing token drawn from
-// a sequence. The holder's [Client] renews every lease it holds with one
+// in a single statement (after one that takes the name's lock, in the same
+// round trip), and gives the new holder a fencing token drawn from a
+// sequence. The holder's [Client] renews every lease it holds with one
 // statement per renewal interval (TTL/3 by default) on a connection of its
 // own, so renewals never queue behind the application's use of a shared
 // pool. [Lease.Release] deletes the row and notifies the first waiting
