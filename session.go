@@ -463,12 +463,14 @@ func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 	return pgxConn{pc}, shared, live, nil
 }
 
-// clientLock takes the client lock on a new dedicated connection (see
-// ClientLock in queries.sql). It reports false, without an error, when the
-// lock cannot be had now (an earlier session of this client that the
-// server has not yet ended holds it) or the table was not checked yet: the
-// client then waits without queueing, and its session-bound leases fail
-// over at their expiry rather than at once, until the next connection.
+// clientLock takes the session lock and the client lock on a new dedicated
+// connection (see SessionLock and ClientLock in queries.sql). It reports
+// false, without an error, when the client lock cannot be had now (an
+// earlier session of this client that the server has not yet ended holds
+// it) or the table was not checked yet: the client then waits without
+// queueing until the next connection. Its session-bound leases fail over
+// at once all the same: waiters watch the session lock, which a new
+// session always gets.
 func (s *session) clientLock(ctx context.Context, pc *pgx.Conn) (bool, error) {
 	c := s.c
 	if err := c.ensureSchema(ctx); err != nil {

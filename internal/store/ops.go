@@ -690,12 +690,16 @@ func (s *Store) AwaitSession(ctx context.Context, q Querier, pid int32) error {
 	return q.Query(ctx, s.Q.AwaitSession, []any{pid, ns}, func(Row) error { return nil })
 }
 
-// ClientLock takes the client lock of client on this session, for as long
-// as the session lives (see queries.sql); it fails when the session's
-// lock_timeout passes first.
+// ClientLock takes the session lock of this session and then the client
+// lock of client, both for as long as the session lives (see queries.sql);
+// it fails when the session's lock_timeout passes before the client lock
+// is had, with the session lock taken all the same.
 func (s *Store) ClientLock(ctx context.Context, q Querier, client string) error {
 	ns, err := s.lockNS()
 	if err != nil {
+		return err
+	}
+	if err := q.Query(ctx, s.Q.SessionLock, []any{ns}, func(Row) error { return nil }); err != nil {
 		return err
 	}
 	return q.Query(ctx, s.Q.ClientLock, []any{ns, client}, func(Row) error { return nil })

@@ -619,17 +619,23 @@ SELECT count(*) FROM del
 -- A wait that ends without the lease leaves the queue.
 DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 
+-- name: SessionLock
+-- Taken once by each client's dedicated session, first, and held as long as
+-- it lives: the session lock (seed 3, keyed by the backend's pid) lets
+-- waiters watch the very session that holds a session-bound lease
+-- (AwaitSession), so that a client whose session ended and that opened
+-- another is not mistaken for the holder. No other live session has the
+-- pid, so it never waits. $1 namespace.
+SELECT pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
+
 -- name: ClientLock
--- Taken once by each client's dedicated session and held as long as it
--- lives: the client lock (seed 1) marks the client's queued waits as live;
--- the session lock (seed 3, keyed by the backend's pid) lets waiters watch
--- the very session that holds a session-bound lease (AwaitSession): a
--- client whose session ended and that opened another is not mistaken for
--- the holder. $1 namespace, $2 client id. Waits up to the session's
--- lock_timeout (an earlier session of the same client that the server has
--- not yet ended may still hold the client lock).
-SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1)),
-       pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
+-- Taken once by each client's dedicated session, after SessionLock, and
+-- held as long as it lives: the client lock (seed 1) marks the client's
+-- queued waits as live. $1 namespace, $2 client id. Waits up to the
+-- session's lock_timeout (an earlier session of the same client that the
+-- server has not yet ended may still hold it: the session then lives on
+-- without it, and still has its session lock).
+SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1))
 
 -- name: Listen
 LISTEN {{channel}}
@@ -664,7 +670,7 @@ SELECT set_config('statement_timeout', $1::text, false),
 
 -- name: AwaitSession
 -- Blocks until the dedicated session of backend pid $1 ends (it holds its
--- session lock, ClientLock, for as long as it lives), then lets go at once;
+-- session lock, SessionLock, for as long as it lives), then lets go at once;
 -- returns at once when that session is gone already. (Should the pid be
 -- reused meanwhile by another client's dedicated session, the wait lasts
 -- as long as that one: the waiter's fallback poll and the row's expiry

@@ -136,7 +136,7 @@ func StepDownChannel(client string) string { return "pglease_" + client + "_step
 // Queries is the SQL text of every statement, with identifiers filled in.
 type Queries struct {
 	CreateSchema, CreateSequence, CreateTable, CommentTable   string
-	CreateWaiters, Unqueue, ClientLock                        string
+	CreateWaiters, Unqueue, ClientLock, SessionLock           string
 	CreateSemaphoreIndex, RequestStepDown, StepDownsRequested string
 	SchemaLock, TableExists, Columns, SchemaVersion           string
 	LockNamespace, UpgradeTable, TokenState, LockTable        string
@@ -196,7 +196,7 @@ func Build(n Names) Queries {
 	return Queries{
 		CreateSchema: get("CreateSchema"), CreateSequence: get("CreateSequence"),
 		CreateTable: get("CreateTable"), CommentTable: get("CommentTable"),
-		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), RequestStepDown: get("RequestStepDown"), StepDownsRequested: get("StepDownsRequested"), Unqueue: get("Unqueue"), ClientLock: get("ClientLock"),
+		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), RequestStepDown: get("RequestStepDown"), StepDownsRequested: get("StepDownsRequested"), Unqueue: get("Unqueue"), ClientLock: get("ClientLock"), SessionLock: get("SessionLock"),
 		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),
