@@ -35,10 +35,17 @@ func (c *Client) tryTake(name string) *localSlot {
 	}
 }
 
-// putSlot drops a reference, first handing the token back when held.
+// putSlot drops a reference, first handing the token back when held. A
+// slot of a semaphore handed back wakes this client's waits for the
+// semaphore: they try each slot in turn without waiting for its local slot
+// (a wait for a single name blocks on the token itself), and the release's
+// notification may have reached them before the token was back.
 func (c *Client) putSlot(name string, s *localSlot, holding bool) {
 	if holding {
 		s.tok <- struct{}{}
+		if _, slot := slotSuffix(name); slot {
+			c.hub.notify(name, true)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
