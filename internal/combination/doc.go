@@ -1,0 +1,2 @@
+// Package combination is pglease's combination test (SPEC §1.7).
+package combination
