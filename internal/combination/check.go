@@ -308,20 +308,28 @@ func (c *checker) errors() {
 	}
 }
 
-// otherKindHeld reports whether a lease of another kind than o asks for
-// (a lease on the name, or a semaphore's slot) was held on one of o's
-// names when o was called: refusing o then is what the specification
-// asks for.
+// otherKindHeld reports whether a row of another kind than o asks for (a
+// lease on the name, or a semaphore's slot) may have been live on the
+// server on one of o's names when o was called: refusing o then is what
+// the specification asks for. A row outlives its holder's belief until it
+// is deleted by a release or expires, at most a TTL after the holder's
+// last renewal.
 func (c *checker) otherKindHeld(o *Op) bool {
 	slots := o.Mode.Slots()
 	if o.Kind == CmdAll || o.Kind == CmdTryAll {
 		slots = 1
 	}
-	for _, n := range o.Names {
-		for _, l := range c.h.live(n, o.Called()) {
-			if (l.Slots == 1) != (slots == 1) {
-				return true
-			}
+	t := o.Called()
+	for _, l := range c.h.Leases {
+		if !slices.Contains(o.Names, l.Resource) || (l.Slots == 1) == (slots == 1) || l.Start() > o.Ret {
+			continue
+		}
+		gone := c.h.end(l) + int64(c.h.TTL)
+		if l.RelRet != 0 && l.RelErr == nil {
+			gone = l.RelRet
+		}
+		if t <= gone {
+			return true
 		}
 	}
 	return false

@@ -39,6 +39,7 @@ func TestCombination(t *testing.T) {
 	seeds, steps, shrinkFor := plan(t)
 	var fig Figures
 	fig.Seeds = seeds
+	shrunk := map[string]bool{} // violation kinds already shrunk in this run
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			g := newGenerator(seed, short.Agents)
@@ -58,7 +59,7 @@ func TestCombination(t *testing.T) {
 			}
 			t.Errorf("seed %d: %s", seed, failure(h, rep))
 			if shrinkFor > 0 {
-				t.Log(shrink(t, h, rep, shrinkFor))
+				t.Log(shrink(t, h, rep, shrunk, shrinkFor))
 			}
 		})
 	}
@@ -166,15 +167,20 @@ func steplist(h *History) string {
 	return b.String()
 }
 
-// shrink looks, for each kind of violation the sequence showed (the first
-// three), for a shorter sequence that shows it too, sharing the time
-// budget between them.
-func shrink(t *testing.T, h *History, rep Report, budget time.Duration) string {
+// shrink looks, for each kind of violation the sequence showed and no
+// earlier sequence of the run was shrunk for (the first three), for a
+// shorter sequence that shows it too, sharing the time budget between
+// them.
+func shrink(t *testing.T, h *History, rep Report, shrunk map[string]bool, budget time.Duration) string {
 	var firsts []Violation
 	for _, v := range rep.Violations {
-		if !slices.ContainsFunc(firsts, func(f Violation) bool { return f.Kind == v.Kind }) && len(firsts) < 3 {
+		if !shrunk[v.Kind] && len(firsts) < 3 {
+			shrunk[v.Kind] = true
 			firsts = append(firsts, v)
 		}
+	}
+	if len(firsts) == 0 {
+		return "shrinking: every kind of violation here was shrunk in an earlier sequence of this run"
 	}
 	var out []string
 	for _, v := range firsts {

@@ -48,7 +48,7 @@ var short = config{Agents: 4, TTL: 3 * time.Second, Poll: 5 * time.Second}
 // bounds are the specification's liveness bounds, with the slack a
 // two-core machine running the race detector needs (see doc.go).
 var bounds = Bounds{
-	HandOff: 100 * time.Millisecond, HandOffSlack: 150 * time.Millisecond,
+	HandOff: 100 * time.Millisecond, HandOffSlack: 250 * time.Millisecond,
 	FastFailover: time.Second, FastFailoverSlack: 500 * time.Millisecond,
 	ExpirySlack: time.Second,
 }

@@ -207,16 +207,26 @@ func (s *sequence) fault(kind string, proc int, start int64) {
 	s.h.Faults = append(s.h.Faults, Fault{Kind: kind, Proc: proc, Start: start, End: now()})
 }
 
-// target returns the agent a step acts through: its slot's process, or
-// the process holding the oldest live lease on the step's name (nil if
-// none).
+// target returns the agent a step acts through: its slot's process, the
+// process holding the oldest live lease on the step's name (Holder), or
+// the live process whose lease on it ended last (Ended); nil if none.
 func (s *sequence) target(st Step) *agentProc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st.Agent != Holder {
+	var cands []*Lease
+	switch st.Agent {
+	case Holder:
+		cands = s.liveLeases(st.Name)
+	case Ended:
+		for _, l := range slices.Backward(s.h.Leases) {
+			if l.Resource == st.Name && (l.RelCall != 0 || l.Done != 0) {
+				cands = append(cands, l)
+			}
+		}
+	default:
 		return s.agents[st.Agent%len(s.agents)]
 	}
-	for _, l := range s.liveLeases(st.Name) {
+	for _, l := range cands {
 		for _, a := range s.agents {
 			if a.p.ID == l.Proc {
 				return a

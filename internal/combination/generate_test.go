@@ -125,8 +125,8 @@ func (g *generator) episode(s *sequence) []Step {
 		}
 		out = append(out, g.opening(name, mode, true))
 	}
-	if g.chance(0.4) {
-		out = append(out, Step{Do: DoStaleGuard, Agent: g.agent(), Name: name})
+	if g.chance(0.5) {
+		out = append(out, Step{Do: DoStaleGuard, Agent: Ended, Name: name})
 	}
 	if g.chance(0.3) {
 		out = append(out, Step{Do: DoRead, Name: name})

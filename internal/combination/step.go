@@ -64,9 +64,14 @@ const (
 	DoRestart    Action = "restart"     // restart the server (Name: "fast" or "immediate")
 )
 
-// Holder as a Step's Agent means the agent of the oldest live lease on the
-// step's Name, found when the step runs.
-const Holder = -1
+// Targets a Step's Agent may name instead of an agent, found when the
+// step runs: Holder, the agent of the oldest live lease on the step's
+// Name; Ended, the agent of the lease on Name that ended last (for a
+// stale write).
+const (
+	Holder = -1
+	Ended  = -2
+)
 
 // Step is one step of a sequence. Steps name their targets (an agent, a
 // name), not leases or tokens, so that a sequence replays and shrinks:
@@ -81,8 +86,11 @@ type Step struct {
 }
 
 func (s Step) agent() string {
-	if s.Agent == Holder {
+	switch s.Agent {
+	case Holder:
 		return "holder(" + s.Name + ")"
+	case Ended:
+		return "ended(" + s.Name + ")"
 	}
 	return fmt.Sprintf("a%d", s.Agent)
 }
@@ -119,9 +127,13 @@ func (s Step) String() string {
 func (s Step) Literal() string {
 	var f []string
 	f = append(f, "Do: Do"+actionIdent[s.Do])
-	if s.Agent == Holder {
+	switch s.Agent {
+	case Holder:
 		f = append(f, "Agent: Holder")
-	} else if s.Agent != 0 {
+	case Ended:
+		f = append(f, "Agent: Ended")
+	case 0:
+	default:
 		f = append(f, fmt.Sprintf("Agent: %d", s.Agent))
 	}
 	if s.Name != "" {
