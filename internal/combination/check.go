@@ -52,8 +52,11 @@ type Report struct {
 	StaleRejected   int
 	AllowedOverlaps int // inside the documented window (a fast-failover session ended by the server)
 	Latencies       []Latency
-	Measured        int            // openings with a waiter, measured
-	Unmeasured      map[string]int // openings with a waiter, not measured, by why
+	// Slow describes the measured latencies above the specification's
+	// bound but within the slack.
+	Slow       []string
+	Measured   int            // openings with a waiter, measured
+	Unmeasured map[string]int // openings with a waiter, not measured, by why
 }
 
 // OK reports whether no property was violated.

@@ -165,7 +165,7 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 			l.Done, l.Cause = ms(5000), &ErrInfo{Is: []string{"LeaseLost"}}
 		}},
 		{"a slow hand-off", "liveness of hand-off", func(b *hist) {
-			b.h.Leases[1].Acq.Ret = ms(800)
+			b.h.Leases[1].Acq.Ret = ms(1000)
 		}},
 		{"no hand-off while a waiter waits", "liveness of hand-off", func(b *hist) {
 			b.h.Leases = b.h.Leases[:1] // the waiter never got it
@@ -238,7 +238,7 @@ func TestCheckerAllowsWhatTheSpecificationAllows(t *testing.T) {
 		}},
 		{"a slow hand-off to a waiter partitioned just before", func(b *hist) {
 			b.fault(FaultPartition, 2, 300, 400)
-			b.h.Leases[1].Acq.Ret = ms(800)
+			b.h.Leases[1].Acq.Ret = ms(1000)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

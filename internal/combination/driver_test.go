@@ -106,6 +106,7 @@ func newSequence(t *testing.T, cfg config) *sequence {
 	for i := range s.agents {
 		s.agents[i] = s.spawn(i)
 	}
+	t.Cleanup(s.kill) // if the test stops before finish
 	var opens []*Op
 	for _, a := range s.agents {
 		opens = append(opens, s.send(a, Command{Op: CmdOpen}, nil))
@@ -359,6 +360,19 @@ func (s *sequence) finish() *History {
 		}
 	}
 	return s.h
+}
+
+// kill kills every agent still running and waits for it.
+func (s *sequence) kill() {
+	s.mu.Lock()
+	agents := slices.Clone(s.agents)
+	s.mu.Unlock()
+	for _, a := range agents {
+		if !a.dead() {
+			_ = a.cmd.Process.Kill()
+			<-a.exited
+		}
+	}
 }
 
 // stderrTails returns the end of each agent's stderr.

@@ -22,7 +22,8 @@ type Figures struct {
 	Measured   int
 	Unmeasured map[string]int
 	Allowed    int
-	Stale      [2]int // stale guarded writes: rejected, attempted
+	Slow       []string // within the slack, over the specification's bound
+	Stale      [2]int   // stale guarded writes: rejected, attempted
 }
 
 // Add counts one sequence.
@@ -48,6 +49,7 @@ func (f *Figures) Add(h *History, r Report) {
 		f.Unmeasured[why] += n
 	}
 	f.Allowed += r.AllowedOverlaps
+	f.Slow = append(f.Slow, r.Slow...)
 	f.Stale[0] += r.StaleRejected
 	f.Stale[1] += r.StaleAttempts
 }
@@ -78,6 +80,10 @@ func (f *Figures) String() string {
 	fmt.Fprintf(&b, "  %-14s %-18s %-29s %s\n", "event", "holder had it by", "waiters", "latency to the waiter's return")
 	for _, t := range topos {
 		fmt.Fprintf(&b, "  %-14s %-18s %-29s %s\n", t.Event, t.HolderGot, t.Waiters, Stats(f.Latencies[t]))
+	}
+	fmt.Fprintf(&b, "  over the specification's bound, within the slack: %d\n", len(f.Slow))
+	for _, s := range f.Slow {
+		fmt.Fprintf(&b, "    %s\n", s)
 	}
 	return b.String()
 }

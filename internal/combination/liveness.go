@@ -93,17 +93,24 @@ func (c *checker) openings() []opening {
 // documented).
 const recovery = 2 * time.Second
 
-// bound is the liveness bound (with its slack) of an opening.
-func (c *checker) bound(o opening) time.Duration {
+// bound is the liveness bound of an opening: the specification's, plus
+// the slack the machine needs when slack is set.
+func (c *checker) bound(o opening, slack bool) time.Duration {
+	var spec, extra time.Duration
 	switch o.kind {
 	case EvHandOff, EvStepDown:
-		return c.b.HandOff + c.b.HandOffSlack
+		spec, extra = c.b.HandOff, c.b.HandOffSlack
 	case EvFast:
-		return c.b.FastFailover + c.b.FastFailoverSlack
+		spec, extra = c.b.FastFailover, c.b.FastFailoverSlack
 	case EvRestart:
-		return c.h.TTL + c.h.Poll + c.b.ExpirySlack + time.Duration(o.fault.End-o.fault.Start)
+		spec, extra = c.h.TTL+c.h.Poll+time.Duration(o.fault.End-o.fault.Start), c.b.ExpirySlack
+	default:
+		spec, extra = c.h.TTL+c.h.Poll, c.b.ExpirySlack
 	}
-	return c.h.TTL + c.h.Poll + c.b.ExpirySlack
+	if slack {
+		return spec + extra
+	}
+	return spec
 }
 
 // waiters returns the blocking acquisitions of o's resource that were
@@ -203,7 +210,7 @@ func (c *checker) measure(o opening) {
 	if len(ws) == 0 {
 		return // nobody waited: nothing to measure
 	}
-	bound := c.bound(o)
+	bound := c.bound(o, true)
 	deadline := o.at + int64(bound)
 	// The first acquisition of the resource after the opening, and
 	// whether it went to a waiter.
@@ -257,9 +264,13 @@ func (c *checker) measure(o opening) {
 		d := time.Duration(max(first.Start()-o.at, 0))
 		c.r.Measured++
 		c.r.Latencies = append(c.r.Latencies, Latency{topo, d})
-		if d > bound {
+		switch {
+		case d > bound:
 			c.violate("liveness of "+o.kind, first.Start(), "%s of %q at %s (%s): a waiter (%s) held it only %v later; the bound is %v (%s)",
 				o.kind, o.res, c.ts(o.at), c.freedBy(o), c.owner(first.Proc), d.Round(time.Millisecond), bound, c.waitList(ws))
+		case d > c.bound(o, false):
+			c.r.Slow = append(c.r.Slow, fmt.Sprintf("%s of %q at %s (%s): a waiter (%s) held it %v later (%s)",
+				o.kind, o.res, c.ts(o.at), c.freedBy(o), c.owner(first.Proc), d.Round(time.Millisecond), c.waitList(ws)))
 		}
 	case first == nil || first.Start() > deadline:
 		for _, w := range ws {

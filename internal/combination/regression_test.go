@@ -93,8 +93,10 @@ var regressions = []struct {
 		// client releases its slot, and its waiter, which skipped that
 		// slot while its client held it, takes it only at the other
 		// holder's expiry timer or its poll (about 3 s here), not at the
-		// release: most runs, so three of them.
-		name: "ASlotReleasedGoesToAWaiterOfItsOwnClient", cfg: oneByOne, runs: 3,
+		// release. It is a race (the release's notification against the
+		// client's putting its slot back), lost in about half the runs:
+		// five of them.
+		name: "ASlotReleasedGoesToAWaiterOfItsOwnClient", cfg: oneByOne, runs: 5,
 		steps: []Step{
 			{Do: DoTry, Agent: 0, Name: "s", Mode: Slots2},
 			{Do: DoTry, Agent: 1, Name: "s", Mode: Slots2},
