@@ -23,7 +23,7 @@
 // reads of the registers, and faults: pg_terminate_backend of an agent's
 // client's backends, SIGKILL of an agent (a new process takes its place),
 // SIGSTOP for longer than the TTL, a network partition through the proxy,
-// and a server restart. The generator (seeded) works in episodes: a name,
+// a slow client (its traffic delayed by the proxy), and a server restart. The generator (seeded) works in episodes: a name,
 // its holders, one or more waiters in one client or in several, then one
 // or two events that free the name (so that the second holder got the
 // name by a hand-off, a step-down, a fast-failover take-over or an expiry
@@ -68,9 +68,11 @@
 //     renewing (killed plain holder, SIGSTOP, partition, or a restart for
 //     fast-failover leases) TTL + PollInterval from the fault.
 //
-// A freed name is not measured when another fault hit the holder, a
-// waiter or the server from 2 s before the event until the take-over (a
-// woken waiter that cannot act holds the others up, as documented), when
+// A freed name is not measured when another fault hit a waiter, the
+// server, or the holder (unless the event is the holder's SIGKILL: however
+// it got and kept its lease, its death must be noticed) from 2 s before
+// the event until the take-over (a woken waiter that cannot act holds the
+// others up, as documented), when
 // other holders leave no room, when a new attempt took it first, or when
 // every waiter gave up; the figures count these.
 //

@@ -81,13 +81,14 @@ type sequence struct {
 
 // agentProc is one agent process.
 type agentProc struct {
-	slot   int
-	p      *Proc
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	proxy  *pgtest.Proxy
-	exited chan struct{}
-	errLog string
+	slot    int
+	p       *Proc
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	proxy   *pgtest.Proxy
+	exited  chan struct{}
+	errLog  string
+	delayed int64 // when its traffic began to be delayed (0: it is not)
 }
 
 // newSequence creates the schema and register tables and starts the
@@ -319,6 +320,9 @@ func (s *sequence) agentOf(proc int) *agentProc {
 // finish stops the agents (each closes its client, which releases what it
 // holds), reads the register's log and returns the history.
 func (s *sequence) finish() *History {
+	for _, a := range s.agents {
+		s.delay(a, 0)
+	}
 	s.mu.Lock()
 	s.h.End = now()
 	agents := slices.Clone(s.agents)

@@ -108,6 +108,7 @@ func (s *sequence) step(st Step) {
 			return
 		}
 		held := s.heldResources(a.p.ID)
+		s.delay(a, 0)
 		start := now()
 		s.mu.Lock()
 		a.p.Killed = start
@@ -171,6 +172,12 @@ func (s *sequence) step(st Step) {
 		for _, res := range held {
 			s.awaitTakeover(res, start)
 		}
+	case DoDelay:
+		a := s.target(st)
+		if a == nil {
+			return
+		}
+		s.delay(a, st.For)
 	case DoRestart:
 		cl := pgtest.Cluster()
 		if cl == nil {
@@ -197,6 +204,19 @@ func (s *sequence) step(st Step) {
 		}
 	default:
 		s.t.Fatalf("unknown step %v", st)
+	}
+}
+
+// delay makes the agent's proxy delay its traffic by d from now on (0:
+// no more), and records the delay as a fault once it ends.
+func (s *sequence) delay(a *agentProc, d time.Duration) {
+	a.proxy.SetDelay(d)
+	switch {
+	case d > 0 && a.delayed == 0:
+		a.delayed = now()
+	case d == 0 && a.delayed != 0:
+		s.fault(FaultDelay, a.p.ID, a.delayed)
+		a.delayed = 0
 	}
 }
 

@@ -114,6 +114,12 @@ func (g *generator) episode(s *sequence) []Step {
 	if g.chance(0.5) {
 		out = append(out, Step{Do: DoGuard, Agent: Holder, Name: name})
 	}
+	slow := -1
+	if g.chance(0.15) {
+		// A slow client (its traffic delayed) for the rest of the episode.
+		slow = g.agent()
+		out = append(out, Step{Do: DoDelay, Agent: slow, For: g.ms(20, 150)})
+	}
 	out = append(out, g.opening(name, mode, false))
 	if g.chance(0.75) {
 		// The new holder, however it got the name, is freed in turn.
@@ -124,6 +130,9 @@ func (g *generator) episode(s *sequence) []Step {
 			out = append(out, Step{Do: DoGuard, Agent: Holder, Name: name})
 		}
 		out = append(out, g.opening(name, mode, true))
+	}
+	if slow >= 0 {
+		out = append(out, Step{Do: DoDelay, Agent: slow})
 	}
 	if g.chance(0.5) {
 		out = append(out, Step{Do: DoStaleGuard, Agent: Ended, Name: name})

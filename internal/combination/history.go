@@ -105,6 +105,7 @@ const (
 	FaultPartition = "partition"
 	FaultTerminate = "terminate"
 	FaultRestart   = "restart"
+	FaultDelay     = "delay" // the proxy delayed every chunk of the agent's traffic
 )
 
 // Fault is one injected fault on one process (Proc 0: the server).

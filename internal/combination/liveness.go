@@ -236,8 +236,12 @@ func (c *checker) measure(o opening) {
 	for _, w := range ws {
 		involved[w.Proc], clients[w.Proc] = true, true
 	}
-	for _, l := range o.freed {
-		involved[l.Proc] = true
+	if o.fault == nil || o.fault.Kind != FaultKill {
+		// A killed holder's earlier faults count among the combinations:
+		// however it got and kept its lease, its death must be noticed.
+		for _, l := range o.freed {
+			involved[l.Proc] = true
+		}
 	}
 	for p := range involved {
 		if c.faulted(p, o.at-int64(recovery), until, o.fault) {

@@ -18,19 +18,30 @@ var regressions = []struct {
 		// Bug 1 as issue 27 tells it: a fast-failover lease handed by a
 		// release to the first of two waiters queued in two clients; its
 		// holder dies; the second waiter, queued behind, watched nobody's
-		// session and took over only at its fallback poll. (Here the
-		// second waiter, woken by the release's notification of the
-		// table's channel, usually looks again just after the hand-off and
-		// sees the new holder, so the case passes even without the fix;
-		// the two cases below fail without it every time.)
+		// session and took over only at its fallback poll. The release
+		// also notifies the table's channel, and the second waiter, woken
+		// by it, would see the new holder if it looked after the hand-off:
+		// the first waiter's traffic is delayed a little, so that the
+		// second looks before the hand-off, as it did when the bug was
+		// seen (without the delay the case passes alone and fails under
+		// load). The waiters' clients have held a fast-failover lease
+		// before, so that their dedicated sessions are up and they queue
+		// on the server from their first attempt (a client without one
+		// does not queue, and either waiter may get the name).
 		name: "FastFailoverAfterAHandOff", cfg: slowPoll, runs: 1,
 		steps: []Step{
+			{Do: DoTry, Agent: 1, Name: "warm", Mode: Fast},
+			{Do: DoRelease, Agent: 1, Name: "warm"},
+			{Do: DoTry, Agent: 2, Name: "warm", Mode: Fast},
+			{Do: DoRelease, Agent: 2, Name: "warm"},
 			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
 			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Fast, For: waitLimit},
 			{Do: DoAwait, Name: "x"},
 			{Do: DoAcquire, Agent: 2, Name: "x", Mode: Fast, For: waitLimit},
 			{Do: DoAwait, Name: "x"},
+			{Do: DoDelay, Agent: 1, For: 100 * time.Millisecond},
 			{Do: DoRelease, Agent: 0, Name: "x"},
+			{Do: DoDelay, Agent: 1},
 			{Do: DoSleep, For: 300 * time.Millisecond},
 			{Do: DoKill, Agent: Holder, Name: "x"},
 		},

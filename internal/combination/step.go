@@ -61,6 +61,7 @@ const (
 	DoPause      Action = "pause"       // SIGSTOP the agent for For: its leases expire
 	DoPartition  Action = "partition"   // cut the agent's network for For
 	DoTerminate  Action = "terminate"   // pg_terminate_backend of the agent's client's backends
+	DoDelay      Action = "delay"       // delay the agent's traffic by For from now on (0: no more)
 	DoRestart    Action = "restart"     // restart the server (Name: "fast" or "immediate")
 )
 
@@ -119,6 +120,11 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s %s for %v", s.Do, s.agent(), s.For)
 	case DoKill, DoTerminate:
 		return fmt.Sprintf("%s %s", s.Do, s.agent())
+	case DoDelay:
+		if s.For == 0 {
+			return fmt.Sprintf("%s: no more delay", s.agent())
+		}
+		return fmt.Sprintf("delay %s's traffic by %v", s.agent(), s.For)
 	}
 	return fmt.Sprintf("%s %s %s", s.agent(), s.Do, s.Name)
 }
@@ -155,7 +161,7 @@ var actionIdent = map[Action]string{
 	DoAcquire: "Acquire", DoTry: "Try", DoAll: "All", DoTryAll: "TryAll", DoRelease: "Release",
 	DoGuard: "Guard", DoStaleGuard: "StaleGuard", DoRead: "Read", DoStepDown: "StepDown",
 	DoAwait: "Await", DoSleep: "Sleep", DoKill: "Kill", DoPause: "Pause", DoPartition: "Partition",
-	DoTerminate: "Terminate", DoRestart: "Restart",
+	DoTerminate: "Terminate", DoRestart: "Restart", DoDelay: "Delay",
 }
 
 var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3"}
