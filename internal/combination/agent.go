@@ -125,6 +125,14 @@ func (a *agent) do(cmd Command) {
 		return
 	}
 	c, app := a.client()
+	if cmd.Op == CmdMigrate && c != nil {
+		r.Call = now()
+		ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
+		r.Err = describe(c.Migrate(ctx))
+		cancel()
+		a.send(r)
+		return
+	}
 	if c == nil {
 		r.Call = now()
 		r.Err = &ErrInfo{Msg: "agent: no client (open failed)"}
@@ -190,8 +198,9 @@ func (a *agent) do(cmd Command) {
 	a.send(r)
 }
 
-// open creates the client and makes sure its table exists, as a replica
-// starting does.
+// open creates the client (and the application's pool) as a replica
+// starting does; the driver then has every agent create the table at once
+// (CmdMigrate).
 func (a *agent) open() error {
 	ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
 	defer cancel()
@@ -223,10 +232,6 @@ func (a *agent) open() error {
 		}),
 	})
 	if err != nil {
-		return err
-	}
-	if err := c.Migrate(ctx); err != nil {
-		_ = c.Close()
 		return err
 	}
 	a.c = c

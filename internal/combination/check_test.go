@@ -154,8 +154,8 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 		{"the register's log out of token order", "stale write", func(b *hist) {
 			b.h.Log = []LoggedWrite{{Seq: 1, Row: "x", Token: 2}, {Seq: 2, Row: "x", Token: 1}}
 		}},
-		{"an open that failed without a fault", "unexpected error in open", func(b *hist) {
-			b.op(3, CmdOpen, Plain, nil, 10, 20).Err = &ErrInfo{Msg: `duplicate key value violates unique constraint "pg_class_relname_nsp_index"`}
+		{"a migration that failed without a fault", "unexpected error in migrate", func(b *hist) {
+			b.op(3, CmdMigrate, Plain, nil, 10, 20).Err = &ErrInfo{Msg: `duplicate key value violates unique constraint "pg_class_relname_nsp_index"`}
 		}},
 		{"a release that failed without a fault", "unexpected error in release", func(b *hist) {
 			b.op(3, CmdRelease, Plain, []string{"x"}, 10, 20).Err = &ErrInfo{Msg: "boom"}

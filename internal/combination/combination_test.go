@@ -152,7 +152,7 @@ func failure(h *History, rep Report) string {
 		}
 		fmt.Fprintf(&b, "  %s\n", v)
 	}
-	b.WriteString("the sequence (after its agents started and opened their clients at once):\n")
+	b.WriteString("the sequence (after its agents connected and created the table at once):\n")
 	b.WriteString(steplist(h))
 	return b.String()
 }

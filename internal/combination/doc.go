@@ -11,7 +11,7 @@
 // answer with what happened, stamped with the machine's wall clock, which
 // every process shares. Every sequence works on one fresh, empty schema
 // and the names "a", "b" and "c". It begins as a fleet of replicas does:
-// every agent opens its client and creates the table at once, half of
+// every agent opens its client, then all create the table at once, half of
 // them spelling it "leases" under a search_path, half "schema.leases".
 //
 // Then come the steps ([Step]): acquisitions in every mode (plain, fast

@@ -108,27 +108,40 @@ func newSequence(t *testing.T, cfg config) *sequence {
 		s.agents[i] = s.spawn(i)
 	}
 	t.Cleanup(s.kill) // if the test stops before finish
-	var opens []*Op
-	for _, a := range s.agents {
-		opens = append(opens, s.send(a, Command{Op: CmdOpen}, nil))
-		if cfg.OneByOne {
-			s.waitReply(opens[len(opens)-1])
+	// Every client connects, then every one creates the table at once
+	// (or one after the other: OneByOne).
+	for _, cmd := range []string{CmdOpen, CmdMigrate} {
+		var ops []*Op
+		for _, a := range s.agents {
+			ops = append(ops, s.send(a, Command{Op: cmd}, nil))
+			if cfg.OneByOne {
+				s.waitReply(ops[len(ops)-1])
+			}
 		}
-	}
-	for i, o := range opens {
-		s.waitReply(o)
-		s.reopen(s.agents[i], o)
+		for i, o := range ops {
+			s.waitReply(o)
+			if o.Err != nil {
+				s.start(s.agents[i])
+			}
+		}
 	}
 	return s
 }
 
-// reopen opens an agent's client again after a failed open (as a replica
-// restarted by its supervisor would), so that the sequence can go on; the
-// failure stays in the history.
-func (s *sequence) reopen(a *agentProc, o *Op) {
-	for try := 0; try < 5 && o.Err != nil; try++ {
-		o = s.send(a, Command{Op: CmdOpen}, nil)
+// start opens an agent's client and creates the table, trying again after
+// a failure (as a replica restarted by its supervisor would), so that the
+// sequence can go on; a failure stays in the history.
+func (s *sequence) start(a *agentProc) {
+	for range 5 {
+		o := s.send(a, Command{Op: CmdOpen}, nil)
 		s.waitReply(o)
+		if o.Err == nil {
+			o = s.send(a, Command{Op: CmdMigrate}, nil)
+			s.waitReply(o)
+		}
+		if o.Err == nil {
+			return
+		}
 	}
 }
 

@@ -121,9 +121,7 @@ func (s *sequence) step(st Step) {
 		s.mu.Lock()
 		s.agents[a.slot] = next
 		s.mu.Unlock()
-		o := s.send(next, Command{Op: CmdOpen}, nil)
-		s.waitReply(o)
-		s.reopen(next, o)
+		s.start(next)
 		for _, res := range held {
 			s.awaitTakeover(res, start)
 		}

@@ -17,7 +17,8 @@ import (
 
 // Command kinds.
 const (
-	CmdOpen     = "open"     // pglease.Open and Client.Migrate
+	CmdOpen     = "open"     // pglease.Open
+	CmdMigrate  = "migrate"  // Client.Migrate: create the table if missing
 	CmdAcquire  = "acquire"  // Client.Acquire, bounded by Timeout
 	CmdTry      = "try"      // Client.TryAcquire
 	CmdAll      = "all"      // Client.AcquireAll, bounded by Timeout

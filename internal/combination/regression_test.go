@@ -105,9 +105,9 @@ var regressions = []struct {
 		// slot while its client held it, takes it only at the other
 		// holder's expiry timer or its poll (about 3 s here), not at the
 		// release. It is a race (the release's notification against the
-		// client's putting its slot back), lost in about half the runs:
-		// five of them.
-		name: "ASlotReleasedGoesToAWaiterOfItsOwnClient", cfg: oneByOne, runs: 5,
+		// client's putting its slot back): without the fix it failed in 5
+		// of 12 runs without -race, 2 of 10 with it; eight runs.
+		name: "ASlotReleasedGoesToAWaiterOfItsOwnClient", cfg: oneByOne, runs: 8,
 		steps: []Step{
 			{Do: DoTry, Agent: 0, Name: "s", Mode: Slots2},
 			{Do: DoTry, Agent: 1, Name: "s", Mode: Slots2},
@@ -117,13 +117,13 @@ var regressions = []struct {
 		},
 	},
 	{
-		// Bug 3: replicas open their clients at once on an empty schema,
-		// half spelling the table "leases" (search_path), half
+		// Bug 3: replicas connect, then create the table at once on an
+		// empty schema, half spelling it "leases" (search_path), half
 		// "schema.leases"; the two spellings took two different
-		// migration locks, and one replica failed with a duplicate key
-		// in pg_class (or a deadlock). Six agents, three times: the race
-		// needs the two groups' migrations to overlap.
-		name: "ReplicasStartAtOnceWithTwoSpellings", cfg: config{Agents: 6, TTL: short.TTL, Poll: short.Poll}, runs: 3,
+		// migration locks, and a replica failed with a duplicate key in
+		// pg_class (or a deadlock). It failed in every run of 24 (four or
+		// six agents, with and without -race).
+		name: "ReplicasStartAtOnceWithTwoSpellings", cfg: config{Agents: 6, TTL: short.TTL, Poll: short.Poll}, runs: 2,
 	},
 	{
 		// Bug 4: a plain lease on x and two slots of a semaphore x held at
