@@ -92,9 +92,9 @@ type agentProc struct {
 }
 
 // newSequence creates the schema and register tables and starts the
-// agents, which then all open their clients at once on the empty schema,
-// half of them spelling the table "leases" under a search_path, half
-// "schema.leases": many replicas starting together.
+// agents, which open their clients and then all create the table at once
+// on the empty schema, half of them spelling it "leases" under a
+// search_path, half "schema.leases": many replicas starting together.
 func newSequence(t *testing.T, cfg config) *sequence {
 	t.Helper()
 	s := &sequence{t: t, cfg: cfg, base: pgtest.DSN(t), dir: t.TempDir(), changed: make(chan struct{}),

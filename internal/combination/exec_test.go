@@ -13,9 +13,7 @@ import (
 
 // run executes one step and records it.
 func (s *sequence) run(st Step) {
-	s.mu.Lock()
 	rec := StepRun{Step: st, Start: now()}
-	s.mu.Unlock()
 	s.step(st)
 	rec.End = now()
 	s.mu.Lock()
@@ -25,11 +23,25 @@ func (s *sequence) run(st Step) {
 
 func (s *sequence) step(st Step) {
 	switch st.Do {
+	case DoRead:
+		s.read(st.Name)
+		return
+	case DoAwait:
+		s.awaitWaiters(st.Name)
+		return
+	case DoSleep:
+		time.Sleep(st.For) // the step itself: time passes (renewals, watchers)
+		return
+	case DoRestart:
+		s.restart(st.Name)
+		return
+	}
+	a := s.target(st)
+	if a == nil {
+		return // the step's target is gone: it does nothing
+	}
+	switch st.Do {
 	case DoAcquire, DoTry:
-		a := s.target(st)
-		if a == nil {
-			return
-		}
 		cmd := Command{Op: CmdAcquire, Names: []string{st.Name}, Slots: st.Mode.Slots(), Fast: st.Mode.Fast(), Timeout: st.For}
 		if st.Do == DoTry {
 			cmd.Op, cmd.Timeout = CmdTry, 0
@@ -39,10 +51,6 @@ func (s *sequence) step(st Step) {
 			s.waitReply(o)
 		}
 	case DoAll, DoTryAll:
-		a := s.target(st)
-		if a == nil {
-			return
-		}
 		cmd := Command{Op: CmdAll, Names: st.Names, Timeout: st.For}
 		if st.Do == DoTryAll {
 			cmd.Op, cmd.Timeout = CmdTryAll, 0
@@ -52,157 +60,143 @@ func (s *sequence) step(st Step) {
 			s.waitReply(o)
 		}
 	case DoRelease:
-		a := s.target(st)
-		if a == nil {
-			return
+		if l := s.liveLease(a.p.ID, st.Name); l != nil {
+			o := s.send(a, Command{Op: CmdRelease, Handle: l.Handle}, func(o *Op) { o.Target, o.Names = l, []string{l.Row} })
+			s.waitReply(o)
+			s.awaitTakeover(st.Name, o.Call)
 		}
-		l := s.liveLease(a.p.ID, st.Name)
-		if l == nil {
-			return
-		}
-		o := s.send(a, Command{Op: CmdRelease, Handle: l.Handle}, func(o *Op) { o.Target = l; o.Names = []string{l.Row} })
-		s.waitReply(o)
-		s.awaitTakeover(st.Name, o.Call)
 	case DoGuard, DoStaleGuard:
-		a := s.target(st)
-		if a == nil {
-			return
-		}
-		l, kind := s.liveLease(a.p.ID, st.Name), CmdGuard
-		if st.Do == DoStaleGuard {
-			l, kind = s.endedLease(a.p.ID, st.Name), OpStaleGuard
-		}
-		if l == nil {
-			return
-		}
-		o := s.send(a, Command{Op: CmdGuard, Handle: l.Handle, Row: l.Row, Value: s.value()},
-			func(o *Op) { o.Kind, o.Target, o.Names = kind, l, []string{l.Row} })
-		s.waitReply(o)
-	case DoRead:
-		s.read(st.Name)
+		s.guard(a, st)
 	case DoStepDown:
-		a := s.target(Step{Agent: st.Agent, Name: st.Name})
-		s.mu.Lock()
-		var l *Lease
-		if ls := s.liveLeases(st.Name); len(ls) > 0 {
-			l = ls[0]
-		}
-		s.mu.Unlock()
-		if a == nil || l == nil {
-			return
-		}
-		o := s.send(a, Command{Op: CmdStepDown, Names: []string{l.Row}}, nil)
-		s.waitReply(o)
-		if o.Err == nil {
-			// The holder hears the request and releases.
-			s.waitFor(replyWithin, func() bool { return l.RelRet != 0 || l.Done != 0 })
-			s.awaitTakeover(st.Name, l.RelCall)
-		}
-	case DoAwait:
-		s.awaitWaiters(st.Name)
-	case DoSleep:
-		time.Sleep(st.For) // the step itself: time passes (renewals, watchers)
+		s.stepDown(a, st.Name)
 	case DoKill:
-		a := s.target(st)
-		if a == nil {
-			return
-		}
-		held := s.heldResources(a.p.ID)
-		s.delay(a, 0)
-		start := now()
-		s.mu.Lock()
-		a.p.Killed = start
-		s.mu.Unlock()
-		_ = a.cmd.Process.Kill()
-		<-a.exited
-		s.fault(FaultKill, a.p.ID, start)
-		a.proxy.Close()
-		next := s.spawn(a.slot)
-		s.mu.Lock()
-		s.agents[a.slot] = next
-		s.mu.Unlock()
-		s.start(next)
-		for _, res := range held {
-			s.awaitTakeover(res, start)
-		}
+		s.killAgent(a)
 	case DoPause, DoPartition:
-		a := s.target(st)
-		if a == nil {
-			return
-		}
-		held := s.heldResources(a.p.ID)
-		start := now()
-		kind := FaultPause
-		if st.Do == DoPause {
-			_ = a.cmd.Process.Signal(syscall.SIGSTOP)
-		} else {
-			kind = FaultPartition
-			a.proxy.Partition(true)
-		}
-		time.Sleep(st.For) // the fault itself
-		if st.Do == DoPause {
-			_ = a.cmd.Process.Signal(syscall.SIGCONT)
-		} else {
-			a.proxy.Partition(false)
-		}
-		s.fault(kind, a.p.ID, start)
-		for _, res := range held {
-			s.awaitTakeover(res, start)
-		}
-		// The agent hears that its leases have ended.
-		s.waitFor(s.cfg.TTL+time.Second, func() bool {
-			for _, l := range s.h.Leases {
-				if l.Proc == a.p.ID && l.Start() < start && l.Done == 0 && l.RelCall == 0 {
-					return false
-				}
-			}
-			return true
-		})
+		s.cut(a, st)
 	case DoTerminate:
-		a := s.target(st)
-		if a == nil {
-			return
-		}
 		held := s.heldResources(a.p.ID)
 		start := now()
 		pgtest.TerminateBackends(s.t, "pglease "+a.p.Owner)
 		s.fault(FaultTerminate, a.p.ID, start)
-		for _, res := range held {
-			s.awaitTakeover(res, start)
-		}
+		s.awaitTakeovers(held, start)
 	case DoDelay:
-		a := s.target(st)
-		if a == nil {
-			return
-		}
 		s.delay(a, st.For)
-	case DoRestart:
-		cl := pgtest.Cluster()
-		if cl == nil {
-			return
-		}
-		s.mu.Lock()
-		var held []string
-		for _, l := range s.h.Leases {
-			if l.Session && s.isLive(l) && !slices.Contains(held, l.Resource) {
-				held = append(held, l.Resource)
-			}
-		}
-		s.mu.Unlock()
-		start := now()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err := cl.Restart(ctx, st.Name)
-		cancel()
-		if err != nil {
-			s.t.Fatalf("restart: %v", err)
-		}
-		s.fault(FaultRestart, 0, start)
-		for _, res := range held {
-			s.awaitTakeover(res, start)
-		}
 	default:
 		s.t.Fatalf("unknown step %v", st)
 	}
+}
+
+// guard makes a fenced write with the agent's live lease on the step's
+// name, or (DoStaleGuard) with its lease on it that ended last.
+func (s *sequence) guard(a *agentProc, st Step) {
+	l, kind := s.liveLease(a.p.ID, st.Name), CmdGuard
+	if st.Do == DoStaleGuard {
+		l, kind = s.endedLease(a.p.ID, st.Name), OpStaleGuard
+	}
+	if l == nil {
+		return
+	}
+	o := s.send(a, Command{Op: CmdGuard, Handle: l.Handle, Row: l.Row, Value: s.value()},
+		func(o *Op) { o.Kind, o.Target, o.Names = kind, l, []string{l.Row} })
+	s.waitReply(o)
+}
+
+// stepDown has the agent ask the holder of the oldest live lease on name
+// to step down; the holder's agent releases it.
+func (s *sequence) stepDown(a *agentProc, name string) {
+	s.mu.Lock()
+	var l *Lease
+	if ls := s.liveLeases(name); len(ls) > 0 {
+		l = ls[0]
+	}
+	s.mu.Unlock()
+	if l == nil {
+		return
+	}
+	o := s.send(a, Command{Op: CmdStepDown, Names: []string{l.Row}}, nil)
+	s.waitReply(o)
+	if o.Err == nil {
+		s.waitFor(replyWithin, func() bool { return l.RelRet != 0 || l.Done != 0 })
+		s.awaitTakeover(name, l.RelCall)
+	}
+}
+
+// killAgent SIGKILLs the agent's process, starts another in its slot and
+// waits for the take-over of what it held.
+func (s *sequence) killAgent(a *agentProc) {
+	held := s.heldResources(a.p.ID)
+	s.delay(a, 0)
+	start := now()
+	s.mu.Lock()
+	a.p.Killed = start
+	s.mu.Unlock()
+	_ = a.cmd.Process.Kill()
+	<-a.exited
+	s.fault(FaultKill, a.p.ID, start)
+	a.proxy.Close()
+	next := s.spawn(a.slot)
+	s.mu.Lock()
+	s.agents[a.slot] = next
+	s.mu.Unlock()
+	s.start(next)
+	s.awaitTakeovers(held, start)
+}
+
+// cut stops the agent (SIGSTOP) or cuts its network for st.For, longer
+// than the TTL, then waits until it hears that its leases have ended.
+func (s *sequence) cut(a *agentProc, st Step) {
+	held := s.heldResources(a.p.ID)
+	start := now()
+	kind := FaultPause
+	if st.Do == DoPause {
+		_ = a.cmd.Process.Signal(syscall.SIGSTOP)
+	} else {
+		kind = FaultPartition
+		a.proxy.Partition(true)
+	}
+	time.Sleep(st.For) // the fault itself
+	if st.Do == DoPause {
+		_ = a.cmd.Process.Signal(syscall.SIGCONT)
+	} else {
+		a.proxy.Partition(false)
+	}
+	s.fault(kind, a.p.ID, start)
+	s.awaitTakeovers(held, start)
+	s.waitFor(s.cfg.TTL+time.Second, func() bool {
+		for _, l := range s.h.Leases {
+			if l.Proc == a.p.ID && l.Start() < start && l.Done == 0 && l.RelCall == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// restart restarts the server (mode "fast" or "immediate") and waits for
+// the take-over of the fast-failover leases, which end with their
+// sessions.
+func (s *sequence) restart(mode string) {
+	cl := pgtest.Cluster()
+	if cl == nil {
+		return // PGLEASE_TEST_DSN: not our server to restart
+	}
+	s.mu.Lock()
+	var held []string
+	for _, l := range s.h.Leases {
+		if l.Session && s.isLive(l) && !slices.Contains(held, l.Resource) {
+			held = append(held, l.Resource)
+		}
+	}
+	s.mu.Unlock()
+	start := now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err := cl.Restart(ctx, mode)
+	cancel()
+	if err != nil {
+		s.t.Fatalf("restart: %v", err)
+	}
+	s.fault(FaultRestart, 0, start)
+	s.awaitTakeovers(held, start)
 }
 
 // delay makes the agent's proxy delay its traffic by d from now on (0:
@@ -338,6 +332,13 @@ func (s *sequence) awaitTakeover(resource string, at int64) {
 		}
 		return true
 	})
+}
+
+// awaitTakeovers awaits the take-over of each of resources.
+func (s *sequence) awaitTakeovers(resources []string, at int64) {
+	for _, res := range resources {
+		s.awaitTakeover(res, at)
+	}
 }
 
 // awaitWaiters waits until every waiter for resource has looked at it at
