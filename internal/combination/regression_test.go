@@ -99,6 +99,24 @@ var regressions = []struct {
 		},
 	},
 	{
+		// Found by this test's soak on the main branch (seed 853669, with
+		// the fixes of bugs 1, 3 and 4), not on the code before them: a
+		// client whose dedicated session was replaced (a partition longer
+		// than the TTL ended it) later holds a fast-failover lease and
+		// dies; the waiter took over only at the row's expiry (2.5 s).
+		name: "FastFailoverOfAClientWhoseSessionWasReplaced", cfg: slowPoll, runs: 1,
+		steps: []Step{
+			{Do: DoTry, Agent: 1, Name: "b", Mode: Fast},
+			{Do: DoPartition, Agent: 1, For: short.TTL + time.Second},
+			{Do: DoSleep, For: 1500 * time.Millisecond},
+			{Do: DoTry, Agent: 1, Name: "x", Mode: Fast},
+			{Do: DoAcquire, Agent: 3, Name: "x", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoSleep, For: 500 * time.Millisecond},
+			{Do: DoKill, Agent: Holder, Name: "x"},
+		},
+	},
+	{
 		// Found by this test (seeds 503403, 503411): a semaphore's waiter
 		// whose own client holds a slot, and another client the other: the
 		// client releases its slot, and its waiter, which skipped that
