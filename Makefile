@@ -10,8 +10,16 @@ race:
 	go test -race -shuffle=on $(PKGS)
 demo:
 	go run ./cmd/pglease demo
+# The soaks: the fault suite (10,000 critical sections) and the
+# combination test (PGLEASE_COMBO_SEEDS random sequences, default 40, of
+# 60 steps); then porcupine (lincheck) checks every history they wrote,
+# kept in $(HISTDIR) with a view of any that fails.
+HISTDIR ?= /tmp/pglease-histories
 soak:
-	PGLEASE_SOAK=1 go test -run TestSoak -timeout 30m -v ./internal/chaos/
+	@rm -rf $(HISTDIR) && mkdir -p $(HISTDIR); s=0; \
+	  PGLEASE_SOAK=1 PGLEASE_HISTORY_DIR=$(HISTDIR) go test -run TestSoak -timeout 30m -v ./internal/chaos/ || s=1; \
+	  PGLEASE_SOAK=1 PGLEASE_HISTORY_DIR=$(HISTDIR) go test -run TestCombination -timeout 150m -v ./internal/combination/ || s=1; \
+	  (cd lincheck && go run ./cmd/lincheck -html $(HISTDIR) $(HISTDIR)) || s=1; exit $$s
 # The high-availability suite against a real Patroni cluster (docs/HA.md):
 # every fault, synchronous and asynchronous replication; about 20 minutes.
 # Its last line reads "ha: <scenarios> scenarios, <failovers> failovers,

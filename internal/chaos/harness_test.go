@@ -549,9 +549,11 @@ func (r *run) finish(opt Options) Report {
 	return rep
 }
 
-// judge fails the test if rep shows a violation or no critical section.
+// judge fails the test if rep shows a violation or no critical section,
+// and saves the history for the external checker (PGLEASE_HISTORY_DIR).
 func (r *run) judge(rep Report) {
 	r.t.Helper()
+	r.saveHistory()
 	if !rep.OK() {
 		r.t.Errorf("the history violates the lease properties:\n%s\n%s", rep, r.stderrTails())
 	}

@@ -1,0 +1,356 @@
+package combination
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Bounds are the liveness bounds of the specification and the slack the
+// checker allows over each (see doc.go for why each slack is what it is).
+// The expiry bound is the TTL plus the poll interval of the history.
+type Bounds struct {
+	HandOff, HandOffSlack           time.Duration
+	FastFailover, FastFailoverSlack time.Duration
+	ExpirySlack                     time.Duration
+}
+
+// Violation is one broken property.
+type Violation struct {
+	// Kind: overlap, token order, stale write, lost lease, "unexpected
+	// error in <call>", "liveness of <event>".
+	Kind string
+	At   int64 // when it happened (for shrinking: the step it happened in)
+	Msg  string
+}
+
+func (v Violation) String() string { return v.Kind + ": " + v.Msg }
+
+// Topology classifies a measured latency: the event that freed the name,
+// how its holder had got it, and who waited.
+type Topology struct {
+	Event     string // hand-off, step-down, fast-failover, expiry, restart, free
+	HolderGot string // first acquisition, hand-off, step-down, fast-failover, expiry, restart
+	Waiters   string // one waiter, many waiters in one client, many waiters in many clients
+}
+
+// Latency is one measured takeover or hand-off.
+type Latency struct {
+	Topology Topology
+	D        time.Duration
+}
+
+// Report is the outcome of [Check].
+type Report struct {
+	Violations      []Violation
+	Leases          int
+	GuardedWrites   int // guards with a live lease
+	Committed       int // of those, committed
+	StaleAttempts   int // guards with a lease that had ended
+	StaleRejected   int
+	AllowedOverlaps int // inside the documented window (a fast-failover session ended by the server)
+	Latencies       []Latency
+	// Slow describes the measured latencies above the specification's
+	// bound but within the slack.
+	Slow       []string
+	Measured   int            // openings with a waiter, measured
+	Unmeasured map[string]int // openings with a waiter, not measured, by why
+}
+
+// OK reports whether no property was violated.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+// Kinds returns the kinds of violations found, sorted, each once.
+func (r Report) Kinds() []string {
+	var ks []string
+	for _, v := range r.Violations {
+		if !slices.Contains(ks, v.Kind) {
+			ks = append(ks, v.Kind)
+		}
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// checker holds a history being checked.
+type checker struct {
+	h   *History
+	b   Bounds
+	r   Report
+	got map[*Lease]string // how each lease was had (the event its acquisition waited through)
+}
+
+// Check holds a history to the properties of SPEC §1 and the liveness
+// bounds: critical sections of one name never overlap beyond what the
+// name admits (a plain lease on x excludes every slot x#i of a semaphore
+// x, and a semaphore admits at most its slot count), tokens of each row
+// increase in real-time order, no fenced write with a stale lease
+// commits, no call fails without a cause, no lease is lost without a
+// fault, and a name freed while a live waiter waits is taken within the
+// bound of what freed it.
+func Check(h *History, b Bounds) Report {
+	c := &checker{h: h, b: b, got: map[*Lease]string{}}
+	c.r.Leases = len(h.Leases)
+	c.exclusion()
+	c.tokens()
+	c.writes()
+	c.errors()
+	c.losses()
+	c.liveness()
+	sort.SliceStable(c.r.Violations, func(i, j int) bool { return c.r.Violations[i].At < c.r.Violations[j].At })
+	return c.r
+}
+
+func (c *checker) violate(kind string, at int64, format string, args ...any) {
+	c.r.Violations = append(c.r.Violations, Violation{Kind: kind, At: at, Msg: fmt.Sprintf(format, args...)})
+}
+
+// ts formats a timestamp relative to the run's beginning.
+func (c *checker) ts(t int64) string {
+	if t == 1<<63-1 {
+		return "the end"
+	}
+	return fmt.Sprintf("+%.3fs", time.Duration(t-c.h.Begin).Seconds())
+}
+
+func (c *checker) describe(l *Lease) string {
+	kind := "plain"
+	switch {
+	case l.Slots > 1:
+		kind = fmt.Sprintf("slot of %d", l.Slots)
+	case l.Acq.Kind == CmdAll || l.Acq.Kind == CmdTryAll:
+		kind = "set member"
+	}
+	switch {
+	case l.Session:
+		kind += ", fast failover"
+	case l.Fast():
+		kind += ", fast failover asked for, not bound to its session"
+	}
+	return fmt.Sprintf("%s token %d (%s) of %s", l.Row, l.Token, kind, c.owner(l.Proc))
+}
+
+func (c *checker) owner(proc int) string {
+	p := c.h.proc(proc)
+	return fmt.Sprintf("a%d/p%d", p.Agent, p.ID)
+}
+
+// faulted reports whether a fault other than except hit proc (or the
+// server) at some time in [from, to].
+func (c *checker) faulted(proc int, from, to int64, except *Fault) bool {
+	for i := range c.h.Faults {
+		f := &c.h.Faults[i]
+		if f == except || (f.Proc != proc && f.Proc != 0) {
+			continue
+		}
+		if f.Start <= to && f.End >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// grace is how long after a fault a client may still see its effects
+// (reconnections, a lease's expiry).
+func (c *checker) grace() int64 { return int64(c.h.TTL + 2*time.Second) }
+
+// exclusion checks that at no instant a name has more holders than it
+// admits. Every pair of leases is looked at when the later one begins.
+func (c *checker) exclusion() {
+	byRes := map[string][]*Lease{}
+	for _, l := range c.h.Leases {
+		byRes[l.Resource] = append(byRes[l.Resource], l)
+	}
+	for res, ls := range byRes {
+		sort.SliceStable(ls, func(i, j int) bool { return ls[i].Start() < ls[j].Start() })
+		for i, b := range ls {
+			var live []*Lease
+			for _, o := range ls[:i] {
+				if o.Proc == b.Proc && o.Handle == b.Handle {
+					continue // one set's leases
+				}
+				if b.Start() < c.h.end(o) {
+					live = append(live, o)
+				}
+			}
+			slots := 0
+			limit := b.Slots
+			for _, o := range live {
+				switch {
+				case o.Row == b.Row:
+					c.overlap(res, o, b, "one row held twice")
+				case o.Slots == 1 && b.Slots == 1:
+					c.overlap(res, o, b, "two holders of one name")
+				case o.Slots == 1 || b.Slots == 1:
+					c.overlap(res, o, b, "a lease on the name beside a slot of the semaphore of that name")
+				default:
+					slots++
+					limit = min(limit, o.Slots)
+				}
+			}
+			if b.Slots > 1 && slots+1 > limit {
+				c.violate("overlap", b.Start(), "%q has %d slot holders at %s, more than its %d slots: %s joined %d others",
+					res, slots+1, c.ts(b.Start()), limit, c.describe(b), slots)
+			}
+		}
+	}
+}
+
+// overlap reports o and b held at once, unless it is the documented
+// window: the server ended the session of o's fast-failover holder, which
+// could not know before its connection told it.
+func (c *checker) overlap(res string, o, b *Lease, why string) {
+	for _, f := range c.h.Faults {
+		if f.Kind == FaultTerminate && f.Proc == o.Proc && o.Session && o.Start() <= f.End && b.Start() >= f.Start {
+			c.r.AllowedOverlaps++
+			return
+		}
+	}
+	c.violate("overlap", b.Start(), "%q: %s: %s held from %s until %s, %s from %s", res, why,
+		c.describe(o), c.ts(o.Start()), c.ts(c.h.end(o)), c.describe(b), c.ts(b.Start()))
+}
+
+// tokens checks that each row's tokens increase in real-time order: an
+// acquisition that returned before another was called has the lower
+// token, and no token is granted twice.
+func (c *checker) tokens() {
+	byRow := map[string][]*Lease{}
+	for _, l := range c.h.Leases {
+		byRow[l.Row] = append(byRow[l.Row], l)
+	}
+	for row, ls := range byRow {
+		for _, a := range ls {
+			for _, b := range ls {
+				switch {
+				case a == b:
+				case a.Token == b.Token && a.Start() < b.Start():
+					c.violate("token order", b.Start(), "%q token %d granted twice: to %s and %s", row, a.Token, c.owner(a.Proc), c.owner(b.Proc))
+				case a.Start() < b.Acq.Called() && a.Token >= b.Token:
+					c.violate("token order", b.Start(), "%q: token %d (%s, returned %s) before token %d (%s, called %s)",
+						row, a.Token, c.owner(a.Proc), c.ts(a.Start()), b.Token, c.owner(b.Proc), c.ts(b.Acq.Called()))
+				}
+			}
+		}
+	}
+}
+
+// writes checks the fenced writes: none made with a lease that had ended
+// or had been succeeded commits, and each register's log has
+// non-decreasing tokens.
+func (c *checker) writes() {
+	for _, o := range c.h.Ops {
+		if (o.Kind != CmdGuard && o.Kind != OpStaleGuard) || o.Target == nil {
+			continue
+		}
+		l := o.Target
+		if o.Kind == OpStaleGuard {
+			c.r.StaleAttempts++
+			if !o.Committed {
+				c.r.StaleRejected++
+			}
+		} else {
+			c.r.GuardedWrites++
+			if o.Committed {
+				c.r.Committed++
+			}
+		}
+		if !o.Committed {
+			continue
+		}
+		if c.h.ended(l, o.Called()) {
+			c.violate("stale write", o.Called(), "a guarded write with %s committed though the lease had ended before the write began (%s)",
+				c.describe(l), c.ts(o.Called()))
+		}
+		for _, n := range c.h.Leases {
+			if n.Row == l.Row && n.Token > l.Token && n.Start() < o.Called() {
+				c.violate("stale write", o.Called(), "a guarded write with %s, begun %s, committed after %s was granted (%s)",
+					c.describe(l), c.ts(o.Called()), c.describe(n), c.ts(n.Start()))
+			}
+		}
+	}
+	last := map[string]LoggedWrite{}
+	for _, w := range c.h.Log {
+		if p, ok := last[w.Row]; ok && w.Token < p.Token {
+			c.violate("stale write", c.h.End, "register %q: token %d committed after token %d (log %d after %d)", w.Row, w.Token, p.Token, w.Seq, p.Seq)
+		}
+		last[w.Row] = w
+	}
+}
+
+// errors checks that every call that failed during the run had a cause:
+// the name held (or a wait timed out), a semaphore's other slot count, a
+// fault nearby, a lease of another kind on the name, or, for a guard or
+// step-down, a lease that had ended.
+func (c *checker) errors() {
+	for _, o := range c.h.Ops {
+		if o.Err == nil || o.Ret == 0 || o.Ret > c.h.End || o.Kind == OpStaleGuard {
+			continue
+		}
+		if c.faulted(o.Proc, o.Called()-c.grace(), o.Ret, nil) {
+			continue
+		}
+		e := o.Err
+		switch o.Kind {
+		case CmdAcquire, CmdTry, CmdAll, CmdTryAll:
+			if e.Matches("NotAcquired") || e.Matches("SlotsMismatch") || c.otherKindHeld(o) {
+				continue
+			}
+		case CmdGuard:
+			if e.Matches("NotHeld") || e.Matches("LeaseLost") {
+				continue
+			}
+		case CmdStepDown:
+			if e.Matches("NoLease") {
+				continue
+			}
+		}
+		c.violate("unexpected error in "+o.Kind, o.Ret, "%s %s %s [%s] (called %s, no fault nearby): %s",
+			c.owner(o.Proc), o.Kind, o.Mode, strings.Join(o.Names, " "), c.ts(o.Called()), e.Msg)
+	}
+}
+
+// otherKindHeld reports whether a row of another kind than o asks for (a
+// lease on the name, or a semaphore's slot) may have been live on the
+// server on one of o's names when o was called: refusing o then is what
+// the specification asks for. A row outlives its holder's belief until it
+// is deleted by a release or expires, at most a TTL after the holder's
+// last renewal.
+func (c *checker) otherKindHeld(o *Op) bool {
+	slots := o.Mode.Slots()
+	if o.Kind == CmdAll || o.Kind == CmdTryAll {
+		slots = 1
+	}
+	t := o.Called()
+	for _, l := range c.h.Leases {
+		if !slices.Contains(o.Names, l.Resource) || (l.Slots == 1) == (slots == 1) || l.Start() > o.Ret {
+			continue
+		}
+		gone := c.h.end(l) + int64(c.h.TTL)
+		if l.RelRet != 0 && l.RelErr == nil {
+			gone = l.RelRet
+		}
+		if t <= gone {
+			return true
+		}
+	}
+	return false
+}
+
+// losses checks that no lease was lost (not released, not closed)
+// without a fault on its holder or the server.
+func (c *checker) losses() {
+	for _, l := range c.h.Leases {
+		if l.Done == 0 || l.Done > c.h.End || l.Cause == nil || l.Cause.Matches("Released") || l.Cause.Matches("Closed") {
+			continue
+		}
+		if l.RelCall != 0 && l.RelCall <= l.Done {
+			continue
+		}
+		if c.faulted(l.Proc, l.Start()-c.grace(), l.Done, nil) {
+			continue
+		}
+		c.violate("lost lease", l.Done, "%s, held from %s, lost at %s without a fault: %s", c.describe(l), c.ts(l.Start()), c.ts(l.Done), l.Cause.Msg)
+	}
+}

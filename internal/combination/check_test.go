@@ -1,0 +1,252 @@
+package combination
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// hist builds histories by hand for the checker's own tests. Times are
+// milliseconds from the history's beginning.
+type hist struct {
+	h  *History
+	id int
+}
+
+func newHist() *hist {
+	h := &History{TTL: 3 * time.Second, Poll: 5 * time.Second, Begin: 0, End: ms(60000)}
+	for i := 1; i <= 4; i++ {
+		h.Procs = append(h.Procs, &Proc{ID: i, Agent: i - 1})
+	}
+	return &hist{h: h}
+}
+
+func ms(n int) int64 { return int64(n) * int64(time.Millisecond) }
+
+func (b *hist) op(proc int, kind string, mode Mode, names []string, call, ret int) *Op {
+	b.id++
+	o := &Op{ID: b.id, Proc: proc, Kind: kind, Mode: mode, Names: names, Sent: ms(call), Call: ms(call), Timeout: 20 * time.Second}
+	if ret >= 0 {
+		o.Ret = ms(ret)
+	}
+	b.h.Ops = append(b.h.Ops, o)
+	return o
+}
+
+// acquire records an acquisition by proc of row with tok, called at call
+// and returned at ret (a blocking one if kind is CmdAcquire).
+func (b *hist) acquire(proc int, kind string, mode Mode, row string, tok int64, call, ret int) *Lease {
+	o := b.op(proc, kind, mode, []string{Resource(row)}, call, ret)
+	l := &Lease{Handle: o.ID, Proc: proc, Row: row, Resource: Resource(row), Slots: mode.Slots(), Session: mode.Fast(), Token: tok, Acq: o}
+	o.Leases = []*Lease{l}
+	b.h.Leases = append(b.h.Leases, l)
+	return l
+}
+
+func (b *hist) release(l *Lease, call, ret int) {
+	l.RelCall, l.RelRet, l.Done, l.Cause = ms(call), ms(ret), ms(call), &ErrInfo{Is: []string{"Released"}}
+}
+
+func (b *hist) guard(l *Lease, kind string, call, ret int, committed bool) *Op {
+	o := b.op(l.Proc, kind, Plain, []string{l.Row}, call, ret)
+	o.Target, o.Committed = l, committed
+	return o
+}
+
+func (b *hist) fault(kind string, proc, start, end int) {
+	b.h.Faults = append(b.h.Faults, Fault{Kind: kind, Proc: proc, Start: ms(start), End: ms(end)})
+	if kind == FaultKill {
+		b.h.Procs[proc-1].Killed = ms(start)
+	}
+}
+
+func has(r Report, kind string) bool {
+	for _, v := range r.Violations {
+		if strings.HasPrefix(v.Kind, kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// A clean history: a hand-off to a waiter 20 ms after the release, a
+// fenced write, a stale write rejected. It passes, and the hand-off is
+// measured.
+func clean() *hist {
+	b := newHist()
+	a := b.acquire(1, CmdTry, Plain, "x", 1, 100, 110)
+	b.guard(a, CmdGuard, 150, 160, true)
+	w := b.acquire(2, CmdAcquire, Plain, "x", 2, 120, 520)
+	b.release(a, 495, 500)
+	b.guard(a, OpStaleGuard, 600, 610, false)
+	b.release(w, 900, 905)
+	return b
+}
+
+func TestCheckerPassesACleanHistoryAndMeasuresIt(t *testing.T) {
+	r := Check(clean().h, bounds)
+	if !r.OK() {
+		t.Fatalf("violations in a clean history: %v", r.Violations)
+	}
+	if r.Measured != 1 || r.StaleAttempts != 1 || r.StaleRejected != 1 || r.Committed != 1 {
+		t.Fatalf("report %+v", r)
+	}
+	var handoff []Latency
+	for _, l := range r.Latencies {
+		if l.Topology.Event == EvHandOff {
+			handoff = append(handoff, l)
+		}
+	}
+	if len(handoff) != 1 || handoff[0].D != 20*time.Millisecond || handoff[0].Topology.Waiters != "one waiter" || handoff[0].Topology.HolderGot != GotFirst {
+		t.Fatalf("hand-off latencies %+v", handoff)
+	}
+}
+
+// Each violation the checker knows is found in a history made for it.
+func TestCheckerFindsEachViolation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want string
+		make func(b *hist)
+	}{
+		{"two plain holders", "overlap", func(b *hist) {
+			b.acquire(3, CmdTry, Plain, "y", 7, 200, 210)
+			b.acquire(4, CmdTry, Fast, "y", 8, 220, 230)
+		}},
+		{"a plain lease beside a slot (kind mixing)", "overlap", func(b *hist) {
+			b.acquire(3, CmdTry, Plain, "y", 7, 200, 210)
+			b.acquire(4, CmdTry, Slots2, "y#0", 8, 220, 230)
+		}},
+		{"a slot beside a plain lease (kind mixing)", "overlap", func(b *hist) {
+			b.acquire(3, CmdTry, Slots2, "y#1", 7, 200, 210)
+			b.acquire(4, CmdTry, Plain, "y", 8, 220, 230)
+		}},
+		{"more slot holders than slots", "overlap", func(b *hist) {
+			b.acquire(1, CmdTry, Slots2, "y#0", 7, 200, 210)
+			b.acquire(3, CmdTry, Slots2, "y#1", 8, 220, 230)
+			b.acquire(4, CmdTry, Slots3, "y#2", 9, 240, 250)
+		}},
+		{"one slot twice", "overlap", func(b *hist) {
+			b.acquire(3, CmdTry, Slots2, "y#0", 7, 200, 210)
+			b.acquire(4, CmdTry, Slots2, "y#0", 8, 220, 230)
+		}},
+		{"an overlap before the termination", "overlap", func(b *hist) {
+			b.acquire(3, CmdTry, Fast, "y", 7, 200, 210)
+			b.acquire(4, CmdTry, Fast, "y", 8, 220, 230)
+			b.fault(FaultTerminate, 3, 240, 241)
+		}},
+		{"a lower token after a higher one", "token order", func(b *hist) {
+			l := b.acquire(3, CmdTry, Plain, "y", 9, 200, 210)
+			b.release(l, 220, 225)
+			b.acquire(4, CmdTry, Plain, "y", 8, 230, 240)
+		}},
+		{"a token twice", "token order", func(b *hist) {
+			l := b.acquire(3, CmdTry, Plain, "y", 9, 200, 210)
+			b.release(l, 220, 225)
+			b.acquire(4, CmdTry, Plain, "y", 9, 230, 240)
+		}},
+		{"a write committed after a newer token was granted", "stale write", func(b *hist) {
+			b.guard(b.h.Leases[0], CmdGuard, 530, 540, true)
+		}},
+		{"a write with a released lease committed", "stale write", func(b *hist) {
+			b.h.Ops[len(b.h.Ops)-1].Committed = true // the stale guard
+		}},
+		{"the register's log out of token order", "stale write", func(b *hist) {
+			b.h.Log = []LoggedWrite{{Seq: 1, Row: "x", Token: 2}, {Seq: 2, Row: "x", Token: 1}}
+		}},
+		{"a migration that failed without a fault", "unexpected error in migrate", func(b *hist) {
+			b.op(3, CmdMigrate, Plain, nil, 10, 20).Err = &ErrInfo{Msg: `duplicate key value violates unique constraint "pg_class_relname_nsp_index"`}
+		}},
+		{"a release that failed without a fault", "unexpected error in release", func(b *hist) {
+			b.op(3, CmdRelease, Plain, []string{"x"}, 10, 20).Err = &ErrInfo{Msg: "boom"}
+		}},
+		{"a lease lost without a fault", "lost lease", func(b *hist) {
+			l := b.acquire(3, CmdTry, Plain, "y", 7, 200, 210)
+			l.Done, l.Cause = ms(5000), &ErrInfo{Is: []string{"LeaseLost"}}
+		}},
+		{"a slow hand-off", "liveness of hand-off", func(b *hist) {
+			b.h.Leases[1].Acq.Ret = ms(1000)
+		}},
+		{"no hand-off while a waiter waits", "liveness of hand-off", func(b *hist) {
+			b.h.Leases = b.h.Leases[:1] // the waiter never got it
+			b.h.Ops[2].Ret, b.h.Ops[2].Leases = 0, nil
+		}},
+		{"a slow fast-failover take-over", "liveness of fast-failover", func(b *hist) {
+			b.acquire(3, CmdTry, Fast, "y", 7, 1000, 1010)
+			b.acquire(4, CmdAcquire, Fast, "y", 8, 1100, 4000)
+			b.fault(FaultKill, 3, 1500, 1501)
+		}},
+		{"a slow take-over from a fast-failover lease not bound to its session", "liveness of fast-failover", func(b *hist) {
+			b.acquire(3, CmdTry, Fast, "y", 7, 1000, 1010).Session = false
+			b.acquire(4, CmdAcquire, Fast, "y", 8, 1100, 4000)
+			b.fault(FaultKill, 3, 1500, 1501)
+		}},
+		{"a slow expiry take-over", "liveness of expiry", func(b *hist) {
+			b.acquire(3, CmdTry, Plain, "y", 7, 1000, 1010)
+			b.acquire(4, CmdAcquire, Plain, "y", 8, 1100, 11000)
+			b.fault(FaultPause, 3, 1500, 5500)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := clean()
+			tc.make(b)
+			r := Check(b.h, bounds)
+			if !has(r, tc.want) {
+				t.Fatalf("want a %q violation, got %v", tc.want, r.Violations)
+			}
+		})
+	}
+}
+
+// What the specification allows is not reported: the documented window
+// of a terminated fast-failover session, a refusal while another kind
+// holds the name, errors near a fault, a fast-failover holder's death
+// with only plain waiters (they wait for the expiry), a take-over near
+// another fault (not measured).
+func TestCheckerAllowsWhatTheSpecificationAllows(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(b *hist)
+	}{
+		{"an overlap in the window of a terminated session", func(b *hist) {
+			b.acquire(3, CmdTry, Fast, "y", 7, 200, 210)
+			b.fault(FaultTerminate, 3, 215, 216)
+			b.acquire(4, CmdAcquire, Fast, "y", 8, 100, 230)
+		}},
+		{"a refusal while another kind holds the name", func(b *hist) {
+			b.acquire(3, CmdTry, Slots2, "y#0", 7, 200, 210)
+			b.op(4, CmdTry, Plain, []string{"y"}, 220, 230).Err = &ErrInfo{Msg: "pglease: y is a semaphore"}
+		}},
+		{"a held name and a slot count mismatch", func(b *hist) {
+			b.op(4, CmdTry, Plain, []string{"x"}, 220, 230).Err = &ErrInfo{Is: []string{"NotAcquired"}}
+			b.op(4, CmdTry, Slots3, []string{"z"}, 220, 230).Err = &ErrInfo{Is: []string{"SlotsMismatch"}}
+		}},
+		{"an error during a restart", func(b *hist) {
+			b.fault(FaultRestart, 0, 2000, 3000)
+			b.op(4, CmdRelease, Plain, []string{"x"}, 2500, 2600).Err = &ErrInfo{Msg: "connection refused"}
+		}},
+		{"a lease lost in a partition", func(b *hist) {
+			l := b.acquire(3, CmdTry, Plain, "y", 7, 200, 210)
+			b.fault(FaultPartition, 3, 1000, 5000)
+			l.Done, l.DoneDl, l.Cause = ms(5001), ms(2600), &ErrInfo{Is: []string{"LeaseLost"}}
+			b.acquire(4, CmdAcquire, Plain, "y", 8, 300, 3500)
+		}},
+		{"a fast-failover holder's death with a plain waiter", func(b *hist) {
+			b.acquire(3, CmdTry, Fast, "y", 7, 1000, 1010)
+			b.acquire(4, CmdAcquire, Plain, "y", 8, 1100, 4000)
+			b.fault(FaultKill, 3, 1500, 1501)
+		}},
+		{"a slow hand-off to a waiter partitioned just before", func(b *hist) {
+			b.fault(FaultPartition, 2, 300, 400)
+			b.h.Leases[1].Acq.Ret = ms(1000)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := clean()
+			tc.make(b)
+			if r := Check(b.h, bounds); !r.OK() {
+				t.Fatalf("violations: %v", r.Violations)
+			}
+		})
+	}
+}

@@ -1,0 +1,113 @@
+// Package combination is pglease's combination test (SPEC §1.7 and §6):
+// seeded, random sequences of modes, topologies and faults against a real
+// server, each checked against the properties of SPEC §1 and the liveness
+// bounds.
+//
+// # How a sequence runs
+//
+// A driver (the test) starts agents, each a pglease.Client in a process of
+// its own (the test binary re-executed, as internal/chaos does) behind a
+// TCP fault proxy of its own, and sends them calls as JSON lines; they
+// answer with what happened, stamped with the machine's wall clock, which
+// every process shares. Every sequence works on one fresh, empty schema
+// and the names "a", "b" and "c". It begins as a fleet of replicas does:
+// every agent opens its client, then all create the table at once, half of
+// them spelling it "leases" under a search_path, half "schema.leases".
+//
+// Then come the steps ([Step]): acquisitions in every mode (plain, fast
+// failover, slots of 2 or 3, fast-failover slots, sets of names with
+// AcquireAll and TryAcquireAll; blocking ones with a timeout), releases,
+// step-down requests (which the holding agent obeys by releasing), fenced
+// writes with Lease.Guard in a transaction of the agent's own to a
+// register table (with a lease that is held, or one that has ended),
+// reads of the registers, and faults: pg_terminate_backend of an agent's
+// client's backends, SIGKILL of an agent (a new process takes its place),
+// SIGSTOP for longer than the TTL, a network partition through the proxy,
+// a slow client (its traffic delayed by the proxy), and a server restart. The generator (seeded) works in episodes: a name,
+// its holders, one or more waiters in one client or in several, then one
+// or two events that free the name (so that the second holder got the
+// name by a hand-off, a step-down, a fast-failover take-over or an expiry
+// take-over), with other steps between episodes; now and then it mixes
+// modes on a name (fast failover or not, another slot count, a lease on a
+// name beside slots of a semaphore of that name). A step that frees a name
+// waits until a waiter holds it again, or the bound that applies has
+// passed.
+//
+// # What is checked
+//
+// [Check] reads the history of a sequence and reports:
+//
+//   - overlap: a name held beyond what it admits at some instant. A plain
+//     lease on x (or a set's lease on x) and the slot leases x#i of a
+//     semaphore x are one resource: a plain holder excludes everyone, and
+//     at most N slot holders hold at once. A holder holds from its
+//     acquisition's return until it calls Release, its lease's Done fires
+//     (or its local deadline passes, if earlier), or its process is killed.
+//     The documented window is allowed: when the server ends a
+//     fast-failover holder's session (pg_terminate_backend), its successor
+//     may hold before the old holder hears of it.
+//   - token order: an acquisition of a row that returned before another
+//     was called has the smaller token; no token is granted twice.
+//   - stale write: a guarded write committed with a lease that had ended
+//     before the write began, or after a newer token of its row was
+//     granted; each register's log has non-decreasing tokens.
+//   - unexpected error: a call that failed with no cause in the history
+//     (the name held, a wait timed out, another slot count, a fault near
+//     the call, a lease of another kind on the name — which is what the
+//     library must refuse —, an ended lease for a guard); opening a client
+//     and creating the table included.
+//   - lost lease: a lease that ended without a release or a fault near it.
+//   - liveness: after each event that freed a name while a live waiter
+//     waited for it, the first acquisition of the name went to a waiter,
+//     within the bound of the event: a release (a hand-off, or a
+//     step-down's release) 100 ms from the release's return to the
+//     waiter's Acquire returning (a waiter may return before the releaser
+//     has: zero); the end of a fast-failover holder's session (SIGKILL,
+//     pg_terminate_backend) 1 s, when a fast-failover waiter waits,
+//     whatever the holder's lease got bound to; a holder that stopped
+//     renewing (killed plain holder, SIGSTOP, partition, or a restart for
+//     fast-failover leases) TTL + PollInterval from the fault.
+//
+// A freed name is not measured when another fault hit a waiter, the
+// server, or the holder (unless the event is the holder's SIGKILL: however
+// it got and kept its lease, its death must be noticed) from 2 s before
+// the event until the take-over (a woken waiter that cannot act holds the
+// others up, as documented), when
+// other holders leave no room, when a new attempt took it first, or when
+// every waiter gave up; the figures count these.
+//
+// The bounds have slack where the machine, not the specification, needs
+// it: the tests run with -race on two shared cores, beside other
+// packages' tests, and each time is stamped by a process after its call
+// returned, so a scheduling delay in either process adds to the latency:
+// 250 ms on the hand-off's 100 ms, 500 ms on fast failover's 1 s, 1 s on
+// the expiry bound. The figures logged at the end show how much of it is
+// used.
+//
+// # Failures, seeds and shrinking
+//
+// A failing sequence is printed with its seed, its violations and its
+// steps. Each kind of violation not yet shrunk in the run is then shrunk:
+// the prefix up to the step in which it happened, then chunks of steps
+// dropped while it still happens (each try a new run), within a time
+// budget; the shortest sequence is printed, also as a Go literal to paste
+// into the regression cases (TestRegressions), which run through the
+// same driver and checker. A seed replays the generator's choices, which
+// also depend on what the run did (who holds what), so a failure's
+// printed steps are its reliable replay.
+//
+// # Running
+//
+//	go test -run 'TestCombination|TestRegressions' -v ./internal/combination/   # 3 new seeds × 30 steps, and the regressions
+//	PGLEASE_COMBO_SEED=123 go test -run TestCombination -v ./internal/combination/
+//	PGLEASE_SOAK=1 go test -run TestCombination -timeout 150m -v ./internal/combination/   # 40 seeds × 60 steps (make soak)
+//
+// PGLEASE_COMBO_SEEDS and PGLEASE_COMBO_STEPS change the number of seeds
+// and steps, PGLEASE_COMBO_SHRINK the shrinking budget in seconds (0: no
+// shrinking), PGLEASE_COMBO_VERBOSE=1 prints every sequence. The figures
+// at the end give the sequences, steps, faults, seeds and violations, and
+// the latencies of hand-offs and take-overs per topology. With
+// PGLEASE_HISTORY_DIR set, every sequence's history is also written for
+// the external linearizability checker (the nested module lincheck; see
+// internal/linhist).
+package combination

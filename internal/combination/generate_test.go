@@ -1,0 +1,220 @@
+package combination
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// names are the names every sequence works on.
+var names = []string{"a", "b", "c"}
+
+// waitLimit is how long a waiter of an episode waits: past every bound, so
+// that it is still waiting when its turn comes.
+const waitLimit = 20 * time.Second
+
+// generator chooses the steps of a random sequence from its seed and
+// from what the run has done so far (who holds what), in episodes: a
+// name, its holders and waiters (one or many, in one client or many), a
+// guarded write, then one or two events that free the name (a release, a
+// step-down, a fault on the holder), and what follows; with other steps
+// between episodes. The steps it chose are the sequence's replayable
+// form.
+type generator struct {
+	rng      *rand.Rand
+	home     map[string]Mode // the mode each name is mostly used in
+	agents   int
+	restarts int // left: at most one per sequence, and only on a cluster of our own
+	plan     []Step
+}
+
+func newGenerator(seed uint64, agents int) *generator {
+	g := &generator{rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), agents: agents, home: map[string]Mode{}}
+	if pgtest.Cluster() != nil {
+		g.restarts = 1
+	}
+	// A fast-failover name, a semaphore, and any mode.
+	g.home["a"] = g.pickMode(Fast, Fast, Plain)
+	g.home["b"] = g.pickMode(Slots2, Slots3, FastSlots2, FastSlots3)
+	g.home["c"] = g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3)
+	return g
+}
+
+// next returns the sequence's next step.
+func (g *generator) next(s *sequence) Step {
+	for len(g.plan) == 0 {
+		g.plan = g.episode(s)
+	}
+	st := g.plan[0]
+	g.plan = g.plan[1:]
+	return st
+}
+
+func (g *generator) chance(p float64) bool { return g.rng.Float64() < p }
+
+func (g *generator) agent() int { return g.rng.IntN(g.agents) }
+
+func (g *generator) pickMode(ms ...Mode) Mode { return ms[g.rng.IntN(len(ms))] }
+
+func (g *generator) ms(lo, hi int) time.Duration {
+	return time.Duration(lo+g.rng.IntN(hi-lo)) * time.Millisecond
+}
+
+// mode is the mode of a step on name: mostly its home mode; sometimes
+// with or without fast failover, another slot count (which the library
+// refuses with a SlotsError while slots are held), or another kind (a
+// lease on the name beside a semaphore of that name, which it must
+// refuse too).
+func (g *generator) mode(name string) Mode {
+	m := g.home[name]
+	switch x := g.rng.Float64(); {
+	case x < 0.72:
+		return m
+	case x < 0.86:
+		return toggleFast(m)
+	case x < 0.92 && m.Slots() > 1:
+		return g.pickMode(Slots2, Slots3, FastSlots2, FastSlots3)
+	default:
+		return g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3)
+	}
+}
+
+func toggleFast(m Mode) Mode {
+	return [...]Mode{Plain: Fast, Fast: Plain, Slots2: FastSlots2, Slots3: FastSlots3, FastSlots2: Slots2, FastSlots3: Slots3}[m]
+}
+
+// episode plans the next steps.
+func (g *generator) episode(s *sequence) []Step {
+	var out []Step
+	for i := 0; i < 2 && g.chance(0.4); i++ {
+		out = append(out, g.noise())
+	}
+	name := names[g.rng.IntN(len(names))]
+	mode := g.mode(name)
+	s.mu.Lock()
+	live := len(s.liveLeases(name))
+	s.mu.Unlock()
+	for i := live; i < mode.Slots(); i++ {
+		out = append(out, Step{Do: DoTry, Agent: g.agent(), Name: name, Mode: mode})
+	}
+	w, one := g.agent(), g.chance(0.35)
+	for range 1 + g.rng.IntN(3) {
+		a := w
+		if !one {
+			a = g.agent()
+		}
+		wm := mode
+		if !g.chance(0.8) {
+			wm = g.mode(name)
+		}
+		out = append(out, Step{Do: DoAcquire, Agent: a, Name: name, Mode: wm, For: waitLimit})
+	}
+	out = append(out, Step{Do: DoAwait, Name: name})
+	if g.chance(0.5) {
+		out = append(out, Step{Do: DoGuard, Agent: Holder, Name: name})
+	}
+	slow := -1
+	if g.chance(0.15) {
+		// A slow client (its traffic delayed) for the rest of the episode.
+		slow = g.agent()
+		out = append(out, Step{Do: DoDelay, Agent: slow, For: g.ms(20, 150)})
+	}
+	out = append(out, g.opening(name, mode, false))
+	if g.chance(0.75) {
+		// The new holder, however it got the name, is freed in turn.
+		if g.chance(0.5) {
+			out = append(out, Step{Do: DoSleep, For: g.ms(50, 800)})
+		}
+		if g.chance(0.5) {
+			out = append(out, Step{Do: DoGuard, Agent: Holder, Name: name})
+		}
+		out = append(out, g.opening(name, mode, true))
+	}
+	if slow >= 0 {
+		out = append(out, Step{Do: DoDelay, Agent: slow})
+	}
+	if g.chance(0.5) {
+		out = append(out, Step{Do: DoStaleGuard, Agent: Ended, Name: name})
+	}
+	if g.chance(0.3) {
+		out = append(out, Step{Do: DoRead, Name: name})
+	}
+	if g.chance(0.3) {
+		for range 3 {
+			out = append(out, Step{Do: DoRelease, Agent: Holder, Name: name})
+		}
+	}
+	return out
+}
+
+// opening is an event that frees name: fast-failover names see more of
+// the faults that end a session, the more so for a second holder.
+func (g *generator) opening(name string, m Mode, second bool) Step {
+	type choice struct {
+		w  int
+		st Step
+	}
+	hold := g.agent()
+	cs := []choice{
+		{30, Step{Do: DoRelease, Agent: Holder, Name: name}},
+		{15, Step{Do: DoStepDown, Agent: hold, Name: name}},
+		{15, Step{Do: DoKill, Agent: Holder, Name: name}},
+		{8, Step{Do: DoTerminate, Agent: Holder, Name: name}},
+		{8, Step{Do: DoPause, Agent: Holder, Name: name, For: short.TTL + g.ms(500, 1500)}},
+		{8, Step{Do: DoPartition, Agent: Holder, Name: name, For: short.TTL + g.ms(500, 1500)}},
+	}
+	switch {
+	case m.Fast() && second:
+		cs[2].w, cs[3].w = 60, 30
+	case m.Fast():
+		cs[2].w, cs[3].w = 30, 15
+	}
+	if g.restarts > 0 {
+		cs = append(cs, choice{4, Step{Do: DoRestart, Name: [...]string{"fast", "immediate"}[g.rng.IntN(2)]}})
+	}
+	total := 0
+	for _, c := range cs {
+		total += c.w
+	}
+	x := g.rng.IntN(total)
+	for _, c := range cs {
+		if x -= c.w; x < 0 {
+			if c.st.Do == DoRestart {
+				g.restarts--
+			}
+			return c.st
+		}
+	}
+	panic("unreachable")
+}
+
+// noise is a step between episodes.
+func (g *generator) noise() Step {
+	name := names[g.rng.IntN(len(names))]
+	switch x := g.rng.IntN(100); {
+	case x < 30:
+		return Step{Do: DoTry, Agent: g.agent(), Name: name, Mode: g.mode(name)}
+	case x < 45:
+		set := []string{"a", "c"}
+		if g.chance(0.3) {
+			set = []string{names[g.rng.IntN(3)], names[g.rng.IntN(3)]}
+		}
+		if set[0] == set[1] {
+			set = set[:1]
+		}
+		if g.chance(0.5) {
+			return Step{Do: DoTryAll, Agent: g.agent(), Names: set}
+		}
+		return Step{Do: DoAll, Agent: g.agent(), Names: set, For: g.ms(2000, 8000)}
+	case x < 60:
+		return Step{Do: DoGuard, Agent: g.agent(), Name: name}
+	case x < 70:
+		return Step{Do: DoRead, Name: name}
+	case x < 85:
+		return Step{Do: DoRelease, Agent: g.agent(), Name: name}
+	case x < 95:
+		return Step{Do: DoSleep, For: g.ms(50, 500)}
+	}
+	return Step{Do: DoStaleGuard, Agent: g.agent(), Name: name}
+}

@@ -1,0 +1,331 @@
+package combination
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Events that free a name, and so open it to a waiter.
+const (
+	EvHandOff  = "hand-off"      // a release
+	EvStepDown = "step-down"     // a release answering a step-down request
+	EvFast     = "fast-failover" // the fast-failover holder's session ended (killed, terminated)
+	EvExpiry   = "expiry"        // the holder stopped renewing (killed, paused, partitioned)
+	EvRestart  = "restart"       // a restart ended fast-failover leases; the rows expire
+	EvFree     = "free"          // (latencies only) an acquisition of a free name
+	GotFirst   = "first acquisition"
+)
+
+// opening is one event that freed leases of a resource: from when a
+// successor could first have had it (a release's call, a fault's start),
+// and at when the bound starts (a release's return, a fault's start). A
+// waiter can return before the releaser's Release has returned: its
+// latency then counts as zero.
+type opening struct {
+	kind     string
+	res      string
+	from, at int64
+	freed    []*Lease
+	fault    *Fault // the fault that caused it, if any
+}
+
+// openings lists every event that freed a resource, in time order.
+func (c *checker) openings() []opening {
+	h := c.h
+	var out []opening
+	add := func(kind string, from, at int64, f *Fault, ls []*Lease) {
+		byRes := map[string][]*Lease{}
+		var order []string
+		for _, l := range ls {
+			if _, ok := byRes[l.Resource]; !ok {
+				order = append(order, l.Resource)
+			}
+			byRes[l.Resource] = append(byRes[l.Resource], l)
+		}
+		for _, res := range order {
+			out = append(out, opening{kind: kind, res: res, from: from, at: at, freed: byRes[res], fault: f})
+		}
+	}
+	for _, l := range h.Leases {
+		if l.RelRet != 0 && l.RelErr == nil && l.RelRet <= h.End && (l.Done == 0 || l.Done >= l.RelCall) {
+			kind := EvHandOff
+			if l.StepDown {
+				kind = EvStepDown
+			}
+			add(kind, l.RelCall, l.RelRet, nil, []*Lease{l})
+		}
+	}
+	for i := range h.Faults {
+		f := &h.Faults[i]
+		var freed []*Lease
+		for _, l := range h.Leases {
+			if (f.Proc != 0 && l.Proc != f.Proc) || l.Start() > f.Start || h.end(l) < f.Start {
+				continue
+			}
+			switch f.Kind {
+			case FaultKill, FaultPause, FaultPartition:
+				freed = append(freed, l)
+			case FaultTerminate, FaultRestart:
+				if l.Session {
+					freed = append(freed, l)
+				}
+			}
+		}
+		kind := EvExpiry
+		switch f.Kind {
+		case FaultKill, FaultTerminate:
+			kind = EvFast // becomes EvExpiry below for plain leases and plain waiters
+		case FaultRestart:
+			kind = EvRestart
+		}
+		add(kind, f.Start, f.Start, f, freed)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
+	return out
+}
+
+// recovery is how long before an opening a fault on the holder, a waiter
+// or the server keeps the opening from being measured: time for
+// connections to come back (a fault's effects end within it; a waiter
+// under a fault at the opening itself holds the others up, as
+// documented).
+const recovery = 2 * time.Second
+
+// bound is the liveness bound of an opening: the specification's, plus
+// the slack the machine needs when slack is set.
+func (c *checker) bound(o opening, slack bool) time.Duration {
+	var spec, extra time.Duration
+	switch o.kind {
+	case EvHandOff, EvStepDown:
+		spec, extra = c.b.HandOff, c.b.HandOffSlack
+	case EvFast:
+		spec, extra = c.b.FastFailover, c.b.FastFailoverSlack
+	case EvRestart:
+		spec, extra = c.h.TTL+c.h.Poll+time.Duration(o.fault.End-o.fault.Start), c.b.ExpirySlack
+	default:
+		spec, extra = c.h.TTL+c.h.Poll, c.b.ExpirySlack
+	}
+	if slack {
+		return spec + extra
+	}
+	return spec
+}
+
+// waiters returns the blocking acquisitions of o's resource that were
+// waiting at o.from for the kind of lease o freed (fast-failover ones only,
+// if fast), each of whose other names (a set's) was free then.
+func (c *checker) waiters(o opening, fast bool) []*Op {
+	slots := o.freed[0].Slots
+	var out []*Op
+	for _, w := range c.h.Ops {
+		if (w.Kind != CmdAcquire && w.Kind != CmdAll) || !slices.Contains(w.Names, o.res) {
+			continue
+		}
+		if w.Called() >= o.from || w.Returned(o.from) {
+			continue
+		}
+		if k := c.h.proc(w.Proc).Killed; k != 0 && k <= o.from {
+			continue
+		}
+		wslots, wfast := w.Mode.Slots(), w.Mode.Fast()
+		if w.Kind == CmdAll {
+			wslots, wfast = 1, false
+		}
+		if wslots != slots || (fast && !wfast) {
+			continue
+		}
+		free := true
+		for _, n := range w.Names {
+			if n != o.res && len(c.h.live(n, o.from)) > 0 {
+				free = false
+			}
+		}
+		if free {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// liveness measures, for every opening with a live waiter, how long until
+// a waiter held the resource, and reports a violation where that took
+// longer than the bound, or never happened while a waiter waited.
+func (c *checker) liveness() {
+	h := c.h
+	ops := c.openings()
+	// How each lease was had: the last opening its acquisition waited
+	// through.
+	for _, l := range h.Leases {
+		c.got[l] = GotFirst
+		for _, o := range ops {
+			if o.res == l.Resource && l.Acq.Called() < o.from && o.from < l.Start() {
+				c.got[l] = o.kind
+			}
+		}
+	}
+	for _, o := range ops {
+		c.measure(o)
+	}
+	// Acquisitions of a free name, for reference.
+	for _, op := range h.Ops {
+		if (op.Kind != CmdAcquire && op.Kind != CmdTry) || op.Err != nil || len(op.Leases) == 0 || !op.Returned(h.End) {
+			continue
+		}
+		if len(h.live(op.Names[0], op.Called())) == 0 && c.got[op.Leases[0]] == GotFirst {
+			c.r.Latencies = append(c.r.Latencies, Latency{Topology{Event: EvFree, HolderGot: "-", Waiters: "-"}, time.Duration(op.Ret - op.Called())})
+		}
+	}
+}
+
+func (c *checker) measure(o opening) {
+	h := c.h
+	// Mixed kinds freed at once (a plain lease and slots of one name, held
+	// together): no bound applies.
+	for _, l := range o.freed {
+		if l.Slots != o.freed[0].Slots {
+			c.skip("mixed kinds freed")
+			return
+		}
+	}
+	var ws []*Op
+	if o.kind == EvFast {
+		// The bound applies to every lease acquired WithFastFailover,
+		// however it was had (SPEC §3.5), bound to its session or not.
+		fast := true
+		for _, l := range o.freed {
+			fast = fast && l.Fast()
+		}
+		if fast {
+			ws = c.waiters(o, true)
+		}
+		if len(ws) == 0 {
+			o.kind = EvExpiry
+		}
+	}
+	if o.kind != EvFast {
+		ws = c.waiters(o, false)
+	}
+	if len(ws) == 0 {
+		return // nobody waited: nothing to measure
+	}
+	bound := c.bound(o, true)
+	deadline := o.at + int64(bound)
+	// The first acquisition of the resource after the opening, and
+	// whether it went to a waiter.
+	var first *Lease
+	for _, l := range h.Leases {
+		if l.Resource == o.res && l.Start() > o.from && l.Start() <= h.End && (first == nil || l.Start() < first.Start()) {
+			first = l
+		}
+	}
+	waiter := first != nil && slices.Contains(ws, first.Acq)
+	until := deadline // the window in which nothing else may happen
+	if waiter {
+		until = min(until, first.Start())
+	} else if deadline > h.End {
+		c.skip("the run ended first")
+		return
+	}
+	// Only when nothing else was going on: no other fault on the holder,
+	// a waiter or the server nearby (a woken waiter that cannot act holds
+	// the others up, as documented), and room on the resource once the
+	// freed leases are gone.
+	involved, clients := map[int]bool{}, map[int]bool{}
+	for _, w := range ws {
+		involved[w.Proc], clients[w.Proc] = true, true
+	}
+	if o.fault == nil || o.fault.Kind != FaultKill {
+		// A killed holder's earlier faults count among the combinations:
+		// however it got and kept its lease, its death must be noticed.
+		for _, l := range o.freed {
+			involved[l.Proc] = true
+		}
+	}
+	for p := range involved {
+		if c.faulted(p, o.at-int64(recovery), until, o.fault) {
+			c.skip("another fault nearby")
+			return
+		}
+	}
+	var others []*Lease
+	for _, l := range h.live(o.res, o.from) {
+		if !slices.Contains(o.freed, l) {
+			others = append(others, l)
+		}
+	}
+	slots := o.freed[0].Slots
+	for _, l := range others {
+		if l.Slots == 1 || slots == 1 || len(others) >= slots {
+			c.skip("no room: other holders")
+			return
+		}
+	}
+	topo := Topology{Event: o.kind, HolderGot: c.got[o.freed[0]], Waiters: waitersTopology(len(ws), len(clients))}
+	switch {
+	case waiter:
+		d := time.Duration(max(first.Start()-o.at, 0))
+		c.r.Measured++
+		c.r.Latencies = append(c.r.Latencies, Latency{topo, d})
+		switch {
+		case d > bound:
+			c.violate("liveness of "+o.kind, first.Start(), "%s of %q at %s (%s): a waiter (%s) held it only %v later; the bound is %v (%s)",
+				o.kind, o.res, c.ts(o.at), c.freedBy(o), c.owner(first.Proc), d.Round(time.Millisecond), bound, c.waitList(ws))
+		case d > c.bound(o, false):
+			c.r.Slow = append(c.r.Slow, fmt.Sprintf("%s of %q at %s (%s): a waiter (%s) held it %v later (%s)",
+				o.kind, o.res, c.ts(o.at), c.freedBy(o), c.owner(first.Proc), d.Round(time.Millisecond), c.waitList(ws)))
+		}
+	case first == nil || first.Start() > deadline:
+		for _, w := range ws {
+			if !w.Returned(deadline) && w.Called()+int64(w.Timeout) > deadline {
+				if k := h.proc(w.Proc).Killed; k == 0 || k > deadline {
+					c.r.Measured++
+					c.violate("liveness of "+o.kind, deadline, "%s of %q at %s (%s): nobody held it within %v though %s waited",
+						o.kind, o.res, c.ts(o.at), c.freedBy(o), bound, c.waitList(ws))
+					return
+				}
+			}
+		}
+		c.skip("the waiters gave up")
+	default:
+		c.skip("a new attempt took it first")
+	}
+}
+
+// skip counts an opening that was not measured, and why.
+func (c *checker) skip(why string) {
+	if c.r.Unmeasured == nil {
+		c.r.Unmeasured = map[string]int{}
+	}
+	c.r.Unmeasured[why]++
+}
+
+func waitersTopology(n, clients int) string {
+	switch {
+	case n == 1:
+		return "one waiter"
+	case clients == 1:
+		return "many waiters in one client"
+	}
+	return "many waiters in many clients"
+}
+
+func (c *checker) freedBy(o opening) string {
+	s := ""
+	for i, l := range o.freed {
+		if i > 0 {
+			s += ", "
+		}
+		s += c.describe(l) + " had by " + c.got[l]
+	}
+	return s
+}
+
+func (c *checker) waitList(ws []*Op) string {
+	s := "waiting:"
+	for _, w := range ws {
+		s += fmt.Sprintf(" %s %s %s since %s;", c.owner(w.Proc), w.Kind, w.Mode, c.ts(w.Called()))
+	}
+	return s
+}

@@ -1,0 +1,181 @@
+package combination
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Mode is how a step acquires a name: a plain lease, fast failover, a
+// semaphore's slot, or both.
+type Mode int
+
+// The modes.
+const (
+	Plain Mode = iota
+	Fast
+	Slots2
+	Slots3
+	FastSlots2
+	FastSlots3
+)
+
+var modeNames = [...]string{"plain", "fast", "slots2", "slots3", "fast-slots2", "fast-slots3"}
+
+func (m Mode) String() string { return modeNames[m] }
+
+// Slots is the mode's slot count: 1 for a lease on the name itself.
+func (m Mode) Slots() int {
+	switch m {
+	case Slots2, FastSlots2:
+		return 2
+	case Slots3, FastSlots3:
+		return 3
+	}
+	return 1
+}
+
+// Fast reports whether the mode asks for fast failover.
+func (m Mode) Fast() bool { return m == Fast || m == FastSlots2 || m == FastSlots3 }
+
+// Action is what a step does.
+type Action string
+
+// The actions. Acquire and AcquireAll return at once (the call goes on in
+// its agent, up to Step.For); every other step waits for its outcome, and
+// a step that frees a name (release, step-down, a fault on its holder)
+// waits, within the bound that applies, until a waiter has taken it.
+const (
+	DoAcquire    Action = "acquire"     // Client.Acquire, blocking up to For
+	DoTry        Action = "try"         // Client.TryAcquire
+	DoAll        Action = "all"         // Client.AcquireAll of Names, blocking up to For
+	DoTryAll     Action = "tryall"      // Client.TryAcquireAll of Names
+	DoRelease    Action = "release"     // the agent's oldest live lease on Name
+	DoGuard      Action = "guard"       // a fenced write with the agent's live lease on Name
+	DoStaleGuard Action = "stale-guard" // a fenced write with the agent's latest ended lease on Name
+	DoRead       Action = "read"        // the driver reads the registers of Name's rows
+	DoStepDown   Action = "stepdown"    // the agent asks the holder of Name to step down
+	DoAwait      Action = "await"       // wait until every waiter for Name has looked at it once
+	DoSleep      Action = "sleep"       // let For pass
+	DoKill       Action = "kill"        // SIGKILL the agent's process; a new one takes its place
+	DoPause      Action = "pause"       // SIGSTOP the agent for For: its leases expire
+	DoPartition  Action = "partition"   // cut the agent's network for For
+	DoTerminate  Action = "terminate"   // pg_terminate_backend of the agent's client's backends
+	DoDelay      Action = "delay"       // delay the agent's traffic by For from now on (0: no more)
+	DoRestart    Action = "restart"     // restart the server (Name: "fast" or "immediate")
+)
+
+// Targets a Step's Agent may name instead of an agent, found when the
+// step runs: Holder, the agent of the oldest live lease on the step's
+// Name; Ended, the agent of the lease on Name that ended last (for a
+// stale write).
+const (
+	Holder = -1
+	Ended  = -2
+)
+
+// Step is one step of a sequence. Steps name their targets (an agent, a
+// name), not leases or tokens, so that a sequence replays and shrinks:
+// a step whose target is missing when it runs does nothing.
+type Step struct {
+	Do    Action
+	Agent int
+	Name  string
+	Names []string // sets
+	Mode  Mode
+	For   time.Duration
+}
+
+func (s Step) agent() string {
+	switch s.Agent {
+	case Holder:
+		return "holder(" + s.Name + ")"
+	case Ended:
+		return "ended(" + s.Name + ")"
+	}
+	return fmt.Sprintf("a%d", s.Agent)
+}
+
+func (s Step) String() string {
+	switch s.Do {
+	case DoAcquire, DoTry:
+		out := fmt.Sprintf("%s %s %s %s", s.agent(), s.Do, s.Name, s.Mode)
+		if s.Do == DoAcquire {
+			out += fmt.Sprintf(" (up to %v)", s.For)
+		}
+		return out
+	case DoAll, DoTryAll:
+		out := fmt.Sprintf("%s %s [%s]", s.agent(), s.Do, strings.Join(s.Names, " "))
+		if s.Do == DoAll {
+			out += fmt.Sprintf(" (up to %v)", s.For)
+		}
+		return out
+	case DoRead, DoAwait:
+		return fmt.Sprintf("%s %s", s.Do, s.Name)
+	case DoSleep:
+		return fmt.Sprintf("sleep %v", s.For)
+	case DoRestart:
+		return fmt.Sprintf("restart the server (%s)", s.Name)
+	case DoPause, DoPartition:
+		return fmt.Sprintf("%s %s for %v", s.Do, s.agent(), s.For)
+	case DoKill, DoTerminate:
+		return fmt.Sprintf("%s %s", s.Do, s.agent())
+	case DoDelay:
+		if s.For == 0 {
+			return fmt.Sprintf("%s: no more delay", s.agent())
+		}
+		return fmt.Sprintf("delay %s's traffic by %v", s.agent(), s.For)
+	}
+	return fmt.Sprintf("%s %s %s", s.agent(), s.Do, s.Name)
+}
+
+// Literal is the step as a Go composite literal, for a regression case.
+func (s Step) Literal() string {
+	var f []string
+	f = append(f, "Do: Do"+actionIdent[s.Do])
+	switch s.Agent {
+	case Holder:
+		f = append(f, "Agent: Holder")
+	case Ended:
+		f = append(f, "Agent: Ended")
+	case 0:
+	default:
+		f = append(f, fmt.Sprintf("Agent: %d", s.Agent))
+	}
+	if s.Name != "" {
+		f = append(f, fmt.Sprintf("Name: %q", s.Name))
+	}
+	if len(s.Names) > 0 {
+		f = append(f, fmt.Sprintf("Names: %#v", s.Names))
+	}
+	if s.Mode != Plain {
+		f = append(f, "Mode: "+modeIdent[s.Mode])
+	}
+	if s.For != 0 {
+		f = append(f, fmt.Sprintf("For: %d * time.Millisecond", s.For.Milliseconds()))
+	}
+	return "{" + strings.Join(f, ", ") + "}"
+}
+
+var actionIdent = map[Action]string{
+	DoAcquire: "Acquire", DoTry: "Try", DoAll: "All", DoTryAll: "TryAll", DoRelease: "Release",
+	DoGuard: "Guard", DoStaleGuard: "StaleGuard", DoRead: "Read", DoStepDown: "StepDown",
+	DoAwait: "Await", DoSleep: "Sleep", DoKill: "Kill", DoPause: "Pause", DoPartition: "Partition",
+	DoTerminate: "Terminate", DoRestart: "Restart", DoDelay: "Delay",
+}
+
+var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3"}
+
+// Listing formats steps one per line, numbered, and as a Go literal.
+func Listing(steps []Step) string {
+	var b strings.Builder
+	for i, s := range steps {
+		fmt.Fprintf(&b, "  %3d. %s\n", i+1, s)
+	}
+	b.WriteString("  as a regression case: []Step{\n")
+	for _, s := range steps {
+		fmt.Fprintf(&b, "  \t%s,\n", s.Literal())
+	}
+	b.WriteString("  }\n")
+	return b.String()
+}
