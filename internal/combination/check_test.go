@@ -176,9 +176,13 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 			b.acquire(4, CmdAcquire, Fast, "y", 8, 1100, 4000)
 			b.fault(FaultKill, 3, 1500, 1501)
 		}},
-		{"a slow take-over from a fast-failover lease not bound to its session", "liveness of fast-failover", func(b *hist) {
+		// A fast-failover lease not bound to its session (taken over at
+		// expiry from a paused holder whose session lived on: the open gap
+		// of issue 27) is held to the expiry bound the library documents
+		// for it, not the fast-failover one.
+		{"a take-over from a fast-failover lease not bound to its session past its expiry", "liveness of expiry", func(b *hist) {
 			b.acquire(3, CmdTry, Fast, "y", 7, 1000, 1010).Session = false
-			b.acquire(4, CmdAcquire, Fast, "y", 8, 1100, 4000)
+			b.acquire(4, CmdAcquire, Fast, "y", 8, 1100, 12000)
 			b.fault(FaultKill, 3, 1500, 1501)
 		}},
 		{"a slow expiry take-over", "liveness of expiry", func(b *hist) {

@@ -63,8 +63,10 @@
 //     step-down's release) 100 ms from the release's return to the
 //     waiter's Acquire returning (a waiter may return before the releaser
 //     has: zero); the end of a fast-failover holder's session (SIGKILL,
-//     pg_terminate_backend) 1 s, when a fast-failover waiter waits,
-//     whatever the holder's lease got bound to; a holder that stopped
+//     pg_terminate_backend) 1 s, when a fast-failover waiter waits
+//     and the holder's lease was bound to its session (one taken over at
+//     expiry from a paused holder whose session lived on is not, and is
+//     held to the expiry bound: an open gap, counted in the figures); a holder that stopped
 //     renewing (killed plain holder, SIGSTOP, partition, or a restart for
 //     fast-failover leases) TTL + PollInterval from the fault.
 //

@@ -85,7 +85,10 @@ var regressions = []struct {
 		// waiter that takes the expired lease over gets a lease that is
 		// not bound to its session (Lease.SessionBound is false, and it
 		// is never bound later); when it dies, the next waiter waits for
-		// the expiry instead of taking over within a second.
+		// the expiry instead of taking over within a second. OPEN (issue
+		// 27): the lease should bind once the old session lets go; until
+		// then the checker holds such a lease to the expiry bound, which
+		// the library documents for an unbound lease, and counts it.
 		name: "FastFailoverAfterAnExpiryTakeoverFromALiveSession", cfg: slowPoll, runs: 1,
 		steps: []Step{
 			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
