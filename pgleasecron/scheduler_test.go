@@ -140,7 +140,7 @@ func tableIn(t *testing.T) string { return pgtest.Schema(t) + ".leases" }
 func TestEveryTickRunsOnceOnThreeReplicas(t *testing.T) {
 	table := tableIn(t)
 	var mu sync.Mutex
-	ran := map[int64][]string{} // by tick, in ns since the epoch
+	ran := map[int64][]string{}  // by tick, in ns since the epoch
 	tokens := map[int64]string{} // the replica that ran with each lease token
 	for i, skew := range []time.Duration{0, 2 * time.Second, -2 * time.Second} {
 		owner := fmt.Sprintf("replica-%d", i)
