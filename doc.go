@@ -236,7 +236,13 @@
 // take-over from a dead holder or at expiry), the acquisition wakes the
 // next live waiter once, so that it watches the new holder: however the
 // holder got the name, a crash is noticed by the waiter that takes over.
-// The rules that keep the guarantees above:
+// Two cases still fail over at the lease's expiry instead (open): a
+// fast-failover lease taken over at expiry while the previous holder's
+// session still held the name's session lock (a paused holder) is not
+// bound to its session ([Lease.SessionBound] is false) and is not bound
+// later; and a fast-failover waiter queued behind a plain waiter waits for
+// it, while the plain one can take a session-bound lease only at its
+// expiry. The rules that keep the guarantees above:
 //
 //   - The server must not declare a live holder's session dead before the
 //     holder's own local deadline: the session's TCP keepalive and user
