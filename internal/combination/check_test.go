@@ -240,6 +240,12 @@ func TestCheckerAllowsWhatTheSpecificationAllows(t *testing.T) {
 			b.acquire(4, CmdAcquire, Plain, "y", 8, 1100, 4000)
 			b.fault(FaultKill, 3, 1500, 1501)
 		}},
+		{"a hand-off of a fast-failover lease not bound to its session, slowed by the successor's bind retries", func(b *hist) {
+			l := b.acquire(3, CmdTry, Fast, "y", 7, 1000, 1010)
+			l.Session = false
+			b.acquire(4, CmdAcquire, Fast, "y", 8, 1100, 1800)
+			b.release(l, 1495, 1500)
+		}},
 		{"a slow hand-off to a waiter partitioned just before", func(b *hist) {
 			b.fault(FaultPartition, 2, 300, 400)
 			b.h.Leases[1].Acq.Ret = ms(1000)
