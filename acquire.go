@@ -154,7 +154,7 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 	}
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last error
-	unbound, retries := 0, 0
+	retries := 0
 	woken := false        // the last pause ended with a wake-up
 	var wokenAt time.Time // the first wake-up of this wait
 	for {
@@ -171,15 +171,6 @@ func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait 
 			b.reset()
 			last = r.held
 			delay = c.expiryWait(r.soonest)
-			if o.session && r.unbound && unbound < 3 {
-				// A fast-failover holder binds its lease to its session a
-				// moment after acquiring it; look again shortly so as to
-				// wait on its session rather than its expiry.
-				unbound++
-				delay = min(delay, 100*time.Millisecond)
-			} else if len(r.inSession) > 0 {
-				unbound = 0
-			}
 			if w != nil && w.recheck {
 				delay = min(delay, store.WakeEvery)
 			}
@@ -331,13 +322,11 @@ type roundResult struct {
 	dequeued bool
 	err      error // an attempt failed (not: the name is held)
 	// When every name is held: the holder that expires first, its
-	// remaining time, the session-bound holders of this server
-	// incarnation whose sessions to watch, and whether a holder was seen
-	// that may bind its session in a moment.
+	// remaining time, and the session-bound holders of this server
+	// incarnation whose sessions to watch.
 	held      error
 	soonest   time.Duration
 	inSession []heldBy
-	unbound   bool
 	// behind: a name was promised to waiters queued ahead of this wait.
 	behind bool
 }
@@ -394,13 +383,10 @@ func (c *Client) round(ctx context.Context, names []string, o leaseOptions, mine
 			continue
 		}
 		r.note(heldError(name, res), res.OtherRemaining)
-		if o.session && res.HolderInSession && res.HolderWatchable {
-			// Only a session-bound contender may take over when the
-			// holder's session ends; a plain one waits for the expiry.
+		if res.HolderInSession && res.HolderWatchable {
+			// Any contender takes a session-bound row over once the
+			// holder's session ends: watch it.
 			r.inSession = append(r.inSession, heldBy{name, res.HolderSession})
-		}
-		if o.session && !res.HolderInSession && !res.busy {
-			r.unbound = true
 		}
 	}
 	return r
@@ -593,7 +579,7 @@ func (c *Client) attempt(ctx context.Context, name string, o leaseOptions, slot 
 		// but its reply was lost. Free it by token; the caller retries.
 		c.cfg.Logger.WarnContext(ctx, "pglease: releasing a lease row whose acquisition reply was lost", "name", name, "token", r.res.OtherToken)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StatementTimeout)
-		_, err := c.st.Release(rctx, c.db, name, r.res.OtherToken, false)
+		_, err := c.st.Release(rctx, c.db, name, r.res.OtherToken)
 		cancel()
 		if err != nil {
 			return nil, r.res, opError(fmt.Sprintf("release an orphaned row of %q", name), err)

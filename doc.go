@@ -220,29 +220,26 @@
 // # Fast failover
 //
 // With the [WithFastFailover] option a lease is also tied to the holder's
-// database session through a session advisory lock. When the holder process
-// dies, its session ends and a waiting contender takes over within
-// milliseconds instead of waiting out the TTL: the waiting client watches
-// the holder's session on a connection of its own, blocked on an advisory
-// lock that session holds for as long as it lives (keyed by its backend
-// pid, so that a holder client that lost its session and opened another
-// is not mistaken for the holder; one such connection per holder session,
+// database session: its row records that session (its backend pid), which
+// holds one session advisory lock, keyed by the pid, for as long as it
+// lives. Once that lock is free the holder's session has ended, and any
+// contender, fast-failover or plain, takes the lease over at once instead
+// of waiting out the TTL. A waiting client learns of it within
+// milliseconds: it watches the holder's session on a connection of its
+// own, blocked on that lock (one such connection per holder session,
 // shared by every wait of the client on names that session holds), not
-// polling. A waiter starts watching once the
-// holder has held the name for 200 ms, so that holders that pass a name on
+// polling; a holder client that lost its session and opened another is
+// not mistaken for the holder. A waiter starts watching once the holder
+// has held the name for 200 ms, so that holders that pass a name on
 // quickly cost no connections; a crash fails over within about 200 ms of
 // the session's end at worst. Only the first waiter in the queue watches;
 // when a fast-failover lease goes to a queued waiter (by a release, a
 // take-over from a dead holder or at expiry), the acquisition wakes the
 // next live waiter once, so that it watches the new holder: however the
 // holder got the name, a crash is noticed by the waiter that takes over.
-// Two cases still fail over at the lease's expiry instead (open): a
-// fast-failover lease taken over at expiry while the previous holder's
-// session still held the name's session lock (a paused holder) is not
-// bound to its session ([Lease.SessionBound] is false) and is not bound
-// later; and a fast-failover waiter queued behind a plain waiter waits for
-// it, while the plain one can take a session-bound lease only at its
-// expiry. The rules that keep the guarantees above:
+// The binding needs no lock per name, so nothing another session holds can
+// keep a lease from being bound (a paused holder whose lease was taken over
+// at expiry, say). The rules that keep the guarantees above:
 //
 //   - The server must not declare a live holder's session dead before the
 //     holder's own local deadline: the session's TCP keepalive and user
@@ -254,6 +251,11 @@
 //     plain expiry rule: a partitioned old holder still believes in its
 //     lease until its local deadline, and nobody takes it over before the
 //     row expires.
+//   - The session takes its lock before it acquires anything
+//     session-bound and keeps it until it ends. A lock another session
+//     happens to hold errs only towards waiting: should the server reuse a
+//     dead holder's pid for another client's session, the row counts as
+//     live and is taken over when it expires.
 //   - Lock keys come from the table as the server resolves it (schema and
 //     name from the catalog), so every spelling of one table
 //     ("pglease_leases", "public.pglease_leases", another search_path)

@@ -244,7 +244,7 @@ func opError(op string, err error) error {
 	case store.KindNoDatabase:
 		hint = " (the database does not exist: check the DSN)"
 	case store.KindLockTableFull:
-		hint = " (the server's lock table is full: each fast-failover lease holds an advisory lock; raise max_locks_per_transaction or use plain leases for large numbers of names)"
+		hint = " (the server's lock table is full: raise max_locks_per_transaction, or look for transactions that hold many locks)"
 	default:
 		if IsRetryable(err) {
 			hint = " (the database is unreachable or restarting; it will be retried where safe)"

@@ -1,15 +1,16 @@
 package pglease
 
 // Fast failover: a lease acquired with WithFastFailover is also bound to
-// the holder's dedicated database session by a session advisory lock on
-// the name (see "Fast failover" in the package documentation). This file
-// holds what only such leases do: the session-bound acquisition, the
-// watchers through which waiters learn at once that a holder's session
+// the holder's dedicated database session: its row records the session's
+// backend pid, whose session lock (SessionLock in queries.sql) the session
+// holds for as long as it lives, and any attempt takes the row over once
+// that lock is free (see "Fast failover" in the package documentation).
+// This file holds what only such leases do: the session-bound acquisition,
+// the watchers through which waiters learn at once that a holder's session
 // ended, and ending the leases of a session that failed.
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -29,13 +30,12 @@ const (
 
 // acquireInSession runs a session-bound acquisition on the dedicated
 // connection, first making sure the server will not declare that session
-// dead before the lease's own deadline. Each statement is an operation of
-// its own, so that renewals run between them; the session loop may run the
-// acquisition in one batch with others queued behind it (acquireBatch),
-// with the same outcome.
+// dead before the lease's own deadline, and that the session holds its
+// session lock. The session loop may run the acquisition in one batch with
+// others queued behind it (acquireBatch), with the same outcome.
 //
-// The operations are bounded by their own timeouts, not by a context of the
-// caller's: the results are read only once an operation has finished.
+// The operation is bounded by its own timeouts, not by a context of the
+// caller's: the result is read only once the operation has finished.
 func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64, error) {
 	s, err := c.session()
 	if err != nil {
@@ -45,25 +45,10 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64
 	a := &sessAcquire{args: args}
 	err = s.run(c.bg, &sessOp{timeout: c.cfg.StatementTimeout + time.Second, acquire: a, res: make(chan error, 1),
 		fn: func(ctx context.Context, q store.Querier, st *sessState) error { return c.acquireOne(ctx, q, st, a) }})
-	var res acquireResult
-	var epoch uint64
-	if err == nil { // else the operation may not have run yet
-		res, epoch = a.res, a.epoch
+	if err != nil { // the operation may not have run yet
+		return acquireResult{}, 0, err
 	}
-	// Acquired, but another session held the name's lock for an instant
-	// (a contender's attempt): bind the lease
-	// once the lock is free, so that it fails over fast too.
-	for try := 1; err == nil && res.Acquired && !res.SessionBound && try <= 20; try++ {
-		time.Sleep(time.Duration(try) * time.Millisecond)
-		err = s.do(c.bg, c.cfg.StatementTimeout+time.Second, func(ctx context.Context, q store.Querier, st *sessState) error {
-			var err error
-			if res.SessionBound, err = c.st.Bind(ctx, q, args.Name, res.Token); res.SessionBound {
-				epoch = st.epoch
-			}
-			return err
-		})
-	}
-	return res, epoch, err
+	return a.res, a.epoch, nil
 }
 
 // sessAcquire is a session-bound acquisition queued on the session. The
@@ -73,7 +58,6 @@ type sessAcquire struct {
 	alone bool // its batch failed: it runs by itself (under session.mu)
 	res   acquireResult
 	epoch uint64
-	err   error // its own error in a batch that committed
 }
 
 // acquireOne runs one session-bound acquisition by itself.
@@ -82,7 +66,7 @@ func (c *Client) acquireOne(ctx context.Context, q store.Querier, st *sessState,
 		return errShared
 	}
 	a.epoch = st.epoch
-	if err := c.keepalive(ctx, q, st, a.args.TTL); err != nil {
+	if err := c.bindable(ctx, q, st, a.args.TTL); err != nil {
 		return err
 	}
 	var err error
@@ -91,14 +75,21 @@ func (c *Client) acquireOne(ctx context.Context, q store.Querier, st *sessState,
 		a.res, err = acquireResult{busy: true}, nil
 		a.res.OtherRemaining = -1
 	}
-	if err != nil || (!a.res.Acquired && a.res.LockTaken) || a.res.busy {
-		// Not acquired: the session lock this statement may have
-		// taken is given back (a failed statement does not undo it).
-		if uerr := c.st.Unlock(ctx, q, a.args.Name); err == nil {
-			err = uerr
-		}
-	}
 	return err
+}
+
+// bindable prepares the session for session-bound leases of ttl: it holds
+// its session lock (the clientLock of a new connection takes it, unless
+// the table was not ready then), and the server will not declare it dead
+// before such a lease would expire.
+func (c *Client) bindable(ctx context.Context, q store.Querier, st *sessState, ttl time.Duration) error {
+	if !*st.locked {
+		if err := c.st.SessionLock(ctx, q); err != nil {
+			return err
+		}
+		*st.locked = true
+	}
+	return c.keepalive(ctx, q, st, ttl)
 }
 
 // keepalive makes sure the server will not declare the session dead before
@@ -131,18 +122,15 @@ func (c *Client) batchLimit() int {
 
 // acquireBatch runs the acquisitions of ops (each an acquisition of a
 // distinct name) in one round trip and one transaction on the pgx
-// connection conn, with the outcome each would have by itself: the
-// keepalive step first, for the longest TTL; then the batch, each of its
-// statements bounded on the server by an equal share of half the statement
-// timeout, so that the server, not the client, ends a slow batch; then, for
-// each acquisition that did not acquire but took its session lock, Unlock.
-// A lock timeout (by itself: a busy result) aborts a batch like any failed
-// statement; the acquisitions then run alone.
+// connection conn, with the outcome each would have by itself: bindable
+// first, for the longest TTL; then the batch, each of its statements
+// bounded on the server by an equal share of half the statement timeout,
+// so that the server, not the client, ends a slow batch. A lock timeout
+// (by itself: a busy result) aborts a batch like any failed statement.
 //
-// When err is not nil nothing of the batch was acquired; every session lock
-// a statement of it took has been given back unless the connection failed,
-// and alone says whether the acquisitions may simply run again, one by one.
-func (c *Client) acquireBatch(ctx context.Context, conn *pgx.Conn, st *sessState, ops []*sessOp) (alone bool, err error) {
+// When err is not nil nothing of the batch was acquired: the acquisitions
+// may run again, one by one, if the connection is intact.
+func (c *Client) acquireBatch(ctx context.Context, conn *pgx.Conn, st *sessState, ops []*sessOp) error {
 	q := store.Pgx(conn)
 	var ttl time.Duration
 	args := make([]store.AcquireArgs, len(ops))
@@ -150,27 +138,17 @@ func (c *Client) acquireBatch(ctx context.Context, conn *pgx.Conn, st *sessState
 		args[i] = op.acquire.args
 		ttl = max(ttl, args[i].TTL)
 	}
-	if err := c.keepalive(ctx, q, st, ttl); err != nil {
-		return true, err
+	if err := c.bindable(ctx, q, st, ttl); err != nil {
+		return err
 	}
-	rs, held, err := c.st.AcquireBatch(ctx, conn, args, c.cfg.StatementTimeout/2/time.Duration(len(ops)))
+	rs, err := c.st.AcquireBatch(ctx, conn, args, c.cfg.StatementTimeout/2/time.Duration(len(ops)))
 	if err != nil {
-		// Rolled back, but the session locks its statements took remain.
-		for _, name := range held {
-			if uerr := c.st.Unlock(ctx, q, name); uerr != nil {
-				return false, errors.Join(err, uerr)
-			}
-		}
-		return true, err
+		return err
 	}
 	for i, op := range ops {
-		a := op.acquire
-		a.res, a.epoch = acquireResult{AcquireResult: rs[i]}, st.epoch
-		if !rs[i].Acquired && rs[i].LockTaken {
-			a.err = c.st.Unlock(ctx, q, args[i].Name)
-		}
+		op.acquire.res, op.acquire.epoch = acquireResult{AcquireResult: rs[i]}, st.epoch
 	}
-	return false, nil
+	return nil
 }
 
 // sessionAvailable reports whether the client can have a pgx session
@@ -187,23 +165,6 @@ func (c *Client) sessionLost(epoch uint64, err error) {
 			l.lose(sessionEnded("its database session ended: " + err.Error()))
 		}
 	}
-}
-
-// unlockAsync drops the session advisory lock of a lost session-bound
-// lease, if its connection is still the current one.
-func (c *Client) unlockAsync(name string, epoch uint64) {
-	s, err := c.session()
-	if err != nil {
-		return
-	}
-	c.goBackground(func() {
-		_ = s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
-			if st.epoch != epoch {
-				return nil
-			}
-			return c.st.Unlock(ctx, q, name)
-		})
-	})
 }
 
 // sessionWatcher waits, on a connection of its own, for the dedicated

@@ -234,9 +234,6 @@ func (l *Lease) lose(cause error) {
 	}
 	l.c.cfg.Logger.WarnContext(l.ctx, "pglease: lease lost", "name", l.name, "token", l.token, "cause", cause)
 	l.reportEnd(Event{Kind: EventLost, Err: cause})
-	if l.session {
-		l.c.unlockAsync(l.name, l.epoch)
-	}
 	if l.slot != nil {
 		l.c.putSlot(l.name, l.slot, true)
 	}
@@ -290,28 +287,10 @@ func (l *Lease) deleteRow(ctx context.Context) error {
 	}
 }
 
-// releaseRow deletes the row by token: on the session for a session-bound
-// lease still on its connection (so the advisory lock goes in the same
-// statement), else on the pool.
+// releaseRow deletes the row by token, on the pool (a session-bound
+// lease too: its binding is its session's lock, which the session keeps).
 func (c *Client) releaseRow(ctx context.Context, l *Lease) error {
-	if l.session {
-		s, err := c.session()
-		if err == nil && s.currentEpoch() == l.epoch {
-			done := false
-			err = s.do(ctx, releaseTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
-				if st.epoch != l.epoch {
-					return nil // connection changed: fall back to the pool below
-				}
-				done = true
-				_, err := c.st.Release(ctx, q, l.name, l.token, true)
-				return err
-			})
-			if err != nil || done {
-				return err
-			}
-		}
-	}
-	_, err := c.st.Release(ctx, c.db, l.name, l.token, false)
+	_, err := c.st.Release(ctx, c.db, l.name, l.token)
 	return err
 }
 

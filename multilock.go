@@ -384,7 +384,7 @@ func (c *Client) attemptAll(ctx context.Context, names []string, o leaseOptions,
 			rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 			defer cancel()
 			for _, n := range r.res.Names {
-				_, _ = c.st.Release(rctx, c.db, n.Name, n.Token, false)
+				_, _ = c.st.Release(rctx, c.db, n.Name, n.Token)
 			}
 		}
 	})

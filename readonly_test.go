@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 // Get and List never create anything: not the schema, the sequence or the
@@ -121,7 +122,7 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	}
 
 	// A newer version.
-	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 5'`)
+	pgtest.Exec(t, fmt.Sprintf(`COMMENT ON TABLE %s IS 'pglease lease table, schema version %d'`, tbl, store.SchemaVersion+1))
 	c = testClient(t, Config{Table: schema + ".leases"})
 	if _, err := c.List(ctx); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("List on a newer table: %v, want ErrSchema", err)

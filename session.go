@@ -44,6 +44,7 @@ type session struct {
 	epoch     uint64
 	conns     uint64
 	keepalive time.Duration // TTL the current connection's keepalive covers
+	locked    bool          // the current connection holds its session lock
 	// shared: the connection's server backend is not its own (a
 	// transaction-pooling proxy); it cannot hold session-bound leases.
 	shared bool
@@ -69,7 +70,9 @@ type sessOp struct {
 type sessState struct {
 	epoch     uint64
 	keepalive *time.Duration
-	shared    bool
+	// locked: the connection holds its session lock (see bindable).
+	locked *bool
+	shared bool
 }
 
 // sessionWatch is the dedicated connection's context watcher. pgx closes a
@@ -231,7 +234,7 @@ func (s *session) loop() {
 			s.mu.Lock()
 			s.conns++
 			s.epoch = s.conns
-			s.keepalive = 0
+			s.keepalive, s.locked = 0, false
 			s.shared = shared
 			s.live = live
 			s.lastErr = nil
@@ -249,7 +252,7 @@ func (s *session) loop() {
 		}
 		if pc, ok := conn.(pgxConn); ok && op != nil && op.acquire != nil && !s.shared {
 			if batch := s.takeBatch(op, c.batchLimit()); len(batch) > 1 {
-				st := &sessState{epoch: s.epoch, keepalive: &s.keepalive}
+				st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked}
 				s.mu.Unlock()
 				conn = s.runBatch(pc, st, batch)
 				continue
@@ -261,7 +264,7 @@ func (s *session) loop() {
 			wctx, cancel = context.WithCancel(c.bg)
 			s.stop = cancel
 		}
-		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, shared: s.shared}
+		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, shared: s.shared}
 		s.mu.Unlock()
 
 		if op != nil {
@@ -325,26 +328,21 @@ func (s *session) takeBatch(op *sessOp, limit int) []*sessOp {
 // It returns the connection, or nil when it failed.
 func (s *session) runBatch(conn pgxConn, st *sessState, batch []*sessOp) dconn {
 	ctx, cancel := context.WithTimeoutCause(s.c.bg, batch[0].timeout, errOverdue)
-	alone, err := s.c.acquireBatch(ctx, conn.c, st, batch)
+	err := s.c.acquireBatch(ctx, conn.c, st, batch)
 	cancel()
 	if hook := testHookBatch.Load(); hook != nil {
 		(*hook)(len(batch), err)
 	}
-	cause := err
-	for _, op := range batch {
-		if cause == nil {
-			cause = op.acquire.err
-		}
-	}
 	var dc dconn = conn
-	if cause != nil && !conn.alive() {
-		dc = s.lost(conn, cause)
+	alone := err != nil
+	if err != nil && !conn.alive() {
+		dc = s.lost(conn, err)
 		alone = false
 	}
 	switch {
 	case err == nil:
 		for _, op := range batch {
-			op.res <- op.acquire.err
+			op.res <- nil
 		}
 	case alone:
 		s.mu.Lock()

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 // Fast failover in every topology of holders and waiters (SPEC §3.5): when
@@ -335,4 +338,75 @@ func TestWatcherStartingAfterTheHoldersClientReconnectedTakesOver(t *testing.T) 
 	if nl.Token() <= l.Token() {
 		t.Fatalf("token %d after %d", nl.Token(), l.Token())
 	}
+}
+
+// A plain waiter takes a dead fast-failover holder's lease over at once
+// too, and so does not keep a fast-failover waiter queued behind it
+// waiting for the expiry (it used to: only a fast-failover attempt could
+// take a session-bound row over early, and the queue kept the one behind
+// from it).
+func TestAPlainWaiterTakesOverFromADeadFastFailoverHolder(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	a, b, c := cs[0], cs[1], cs[2]
+	la, err := a.TryAcquire(ctx, "ff", ffOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := waitFor(ctx, b, "ff", WithTTL(time.Minute))
+	waitQueued(t, a, b, "ff")
+	gotC := waitFor(ctx, c, "ff", ffOpts...)
+	waitQueued(t, a, c, "ff")
+	endSession(t, la)
+	lb := receiveLease(t, gotB, "the plain waiter, first in the queue, to take over when the holder's session ended")
+	if lb.Token() <= la.Token() || lb.SessionBound() {
+		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), la.Token(), lb.SessionBound())
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lc := receiveLease(t, gotC, "the fast-failover waiter, by hand-off")
+	_ = lc.Release(ctx)
+}
+
+// A holder whose session lives on but that stopped renewing (a paused
+// process) loses its lease at expiry; the waiter that takes it over then
+// holds a lease bound to its own session at once, so that its death is
+// noticed at once too. (It used to get a lease not bound to its session,
+// never bound later: the old holder's session kept a lock of the name.)
+func TestFastFailoverAfterAnExpiryTakeoverFromALiveSession(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	a, b, c := cs[0], cs[1], cs[2]
+	if err := a.prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The paused holder: a session that holds a session-bound row and its
+	// session lock, and renews nothing.
+	paused, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer paused.Close(context.Background())
+	q := store.Pgx(paused)
+	if err := a.st.SessionLock(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.st.Acquire(ctx, q, store.AcquireArgs{Name: "ff", Owner: "paused", TTL: time.Second, Session: true, Client: "paused"})
+	if err != nil || !r.Acquired || !r.SessionBound {
+		t.Fatalf("the paused holder's acquisition: %+v, %v", r, err)
+	}
+	gotB := waitFor(ctx, b, "ff", ffOpts...)
+	lb := receiveLease(t, gotB, "the waiter to take the expired lease over")
+	if lb.Token() <= r.Token || !lb.SessionBound() {
+		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), r.Token, lb.SessionBound())
+	}
+	gotC := waitFor(ctx, c, "ff", ffOpts...)
+	waitQueued(t, b, c, "ff")
+	endSession(t, lb)
+	lc := receiveLease(t, gotC, "the next waiter to take over when the new holder's session ended")
+	if lc.Token() <= lb.Token() || !lc.SessionBound() {
+		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.SessionBound())
+	}
+	_ = lc.Release(ctx)
 }

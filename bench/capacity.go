@@ -1647,7 +1647,7 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	}
 	w("\n")
 	r.mdStop(w, m, budget, def.TTL)
-	w("Not measured here: a server on its own machine (clients and server share these cores, so client CPU competes with the server's), network round trips (loopback only), replication and synchronous standbys, PgBouncer, fast failover beyond %d leases (each session-bound lease holds an advisory lock in the server's shared lock table, which `max_locks_per_transaction × max_connections` bounds), bloat and vacuum of a table renewed at this rate over hours, and several tables (each has its own notification channel, so a release wakes only the clients of its table). Other work on the machine (another benchmark, builds) may have run at the same time.\n\n",
+	w("Not measured here: a server on its own machine (clients and server share these cores, so client CPU competes with the server's), network round trips (loopback only), replication and synchronous standbys, PgBouncer, fast failover beyond %d leases, bloat and vacuum of a table renewed at this rate over hours, and several tables (each has its own notification channel, so a release wakes only the clients of its table). Other work on the machine (another benchmark, builds) may have run at the same time.\n\n",
 		slices.Max(append([]int{0}, r.cc.leaseFFNs...)))
 }
 

@@ -57,16 +57,16 @@
 //     library must refuse —, an ended lease for a guard); opening a client
 //     and creating the table included.
 //   - lost lease: a lease that ended without a release or a fault near it.
+//   - unbound fast-failover lease: a lease acquired with fast failover
+//     that is not bound to its holder's session.
 //   - liveness: after each event that freed a name while a live waiter
 //     waited for it, the first acquisition of the name went to a waiter,
 //     within the bound of the event: a release (a hand-off, or a
 //     step-down's release) 100 ms from the release's return to the
 //     waiter's Acquire returning (a waiter may return before the releaser
 //     has: zero); the end of a fast-failover holder's session (SIGKILL,
-//     pg_terminate_backend) 1 s, when a fast-failover waiter waits and
-//     the holder's lease was bound to its session (one taken over at
-//     expiry from a paused holder whose session lived on is not, and is
-//     held to the expiry bound: an open gap, counted in the figures); a
+//     pg_terminate_backend) 1 s, for every waiter of a single name or a
+//     semaphore, plain or fast-failover (a set waits for the expiry); a
 //     holder that stopped renewing (killed plain holder, SIGSTOP,
 //     partition, or a restart for fast-failover leases) TTL +
 //     PollInterval from the fault.
@@ -85,10 +85,7 @@
 // returned, so a scheduling delay in either process adds to the latency:
 // 250 ms on the hand-off's 100 ms (hand-offs take a few milliseconds, p99
 // about 50 ms there; the slower ones seen, 100-250 ms, were the library's
-// own: a semaphore's waiter in the releasing client, and the hand-off of
-// an unbound fast-failover lease, whose successor retries binding its own
-// for about 200 ms while the old session holds the name's session lock —
-// the open gap above, allowed 250 ms more and counted), 500 ms on fast
+// own: a semaphore's waiter in the releasing client), 500 ms on fast
 // failover's 1 s, 1 s on the expiry bound. The figures logged at the end
 // list every measurement over the specification's bound that the slack
 // let through.

@@ -81,14 +81,12 @@ var regressions = []struct {
 	},
 	{
 		// Found by this test: the paused holder is a fast-failover one.
-		// Its session lives on and keeps the name's session lock, so the
-		// waiter that takes the expired lease over gets a lease that is
-		// not bound to its session (Lease.SessionBound is false, and it
-		// is never bound later); when it dies, the next waiter waits for
-		// the expiry instead of taking over within a second. OPEN (issue
-		// 27): the lease should bind once the old session lets go; until
-		// then the checker holds such a lease to the expiry bound, which
-		// the library documents for an unbound lease, and counts it.
+		// Its session lives on and kept the name's session lock (one lock
+		// per name bound a lease then), so the waiter that took the
+		// expired lease over got a lease not bound to its session, never
+		// bound later; when it died, the next waiter waited for the
+		// expiry. A lease is now bound by its own session's lock, which
+		// nothing else holds.
 		name: "FastFailoverAfterAnExpiryTakeoverFromALiveSession", cfg: slowPoll, runs: 1,
 		steps: []Step{
 			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
@@ -97,6 +95,42 @@ var regressions = []struct {
 			{Do: DoAcquire, Agent: 2, Name: "x", Mode: Fast, For: waitLimit},
 			{Do: DoAwait, Name: "x"},
 			{Do: DoPause, Agent: Holder, Name: "x", For: short.TTL + time.Second},
+			{Do: DoSleep, For: 300 * time.Millisecond},
+			{Do: DoKill, Agent: Holder, Name: "x"},
+		},
+	},
+	{
+		// Found by this test's soak (2 of 40 seeds): a fast-failover
+		// waiter queued behind a plain waiter of another client. The
+		// fast-failover holder dies; the plain waiter, first in the
+		// queue, could take the lease only at its expiry, and the queue
+		// kept the other from it until then. Any waiter now takes a dead
+		// session's lease over at once.
+		name: "AFastFailoverWaiterQueuedBehindAPlainWaiter", cfg: slowPoll, runs: 1,
+		steps: []Step{
+			{Do: DoTry, Agent: 1, Name: "warm", Mode: Fast},
+			{Do: DoRelease, Agent: 1, Name: "warm"},
+			{Do: DoTry, Agent: 2, Name: "warm", Mode: Fast},
+			{Do: DoRelease, Agent: 2, Name: "warm"},
+			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
+			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Plain, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoAcquire, Agent: 2, Name: "x", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoSleep, For: 300 * time.Millisecond},
+			{Do: DoKill, Agent: Holder, Name: "x"},
+		},
+	},
+	{
+		// The same within one client: its goroutines queue locally, the
+		// plain waiter first.
+		name: "AFastFailoverWaiterBehindAPlainWaiterOfItsClient", cfg: slowPoll, runs: 1,
+		steps: []Step{
+			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
+			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Plain, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
 			{Do: DoSleep, For: 300 * time.Millisecond},
 			{Do: DoKill, Agent: Holder, Name: "x"},
 		},

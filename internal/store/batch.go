@@ -34,13 +34,10 @@ func batcher(q Querier) (Batcher, bool) {
 // rs holds the statements' results only when err is nil. Otherwise nothing
 // of the batch committed: the first statement that failed (a lock timeout,
 // a cancellation) aborted the transaction, and results read before it
-// describe rows that were rolled back. Session advisory locks are not
-// transactional, though: held then names every lock the batch may have
-// left taken (statements that reported LockTaken, and the statement that
-// failed), which the caller gives back with Unlock.
+// describe rows that were rolled back.
 //
 // Each acquisition is preceded by its NameLock statement, as in Acquire.
-func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, held []string, err error) {
+func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, err error) {
 	inBatch := make([]AcquireArgs, len(as))
 	for i, a := range as {
 		a.inBatch = true
@@ -51,7 +48,7 @@ func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs
 
 // sendAcquire is AcquireBatch for acquisitions whose inBatch is already
 // set as it must be (Acquire sends one acquisition's two statements alone).
-func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, held []string, err error) {
+func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, err error) {
 	type stmt struct {
 		scan   func(Row) error
 		result func() AcquireResult
@@ -64,7 +61,7 @@ func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs,
 	for i, a := range as {
 		sql, args, scan, result, err := s.acquireStmt(a)
 		if err != nil {
-			return nil, nil, err // nothing sent
+			return nil, err // nothing sent
 		}
 		lock, largs := s.nameLock(a)
 		b.Queue(lock, largs...)
@@ -84,34 +81,22 @@ func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs,
 		err = read(func(Row) error { return nil })
 	}
 	rs = make([]AcquireResult, len(as))
-	done, failed := 0, -1 // statements read; the one that failed
-	for ; err == nil && done < len(as); done++ {
+	for i := 0; err == nil && i < len(as); i++ {
 		if err = read(func(Row) error { return nil }); err != nil { // NameLock
-			failed = done
 			break
 		}
-		if err = read(stmts[done].scan); err != nil {
-			failed = done
+		if err = read(stmts[i].scan); err != nil {
 			break
 		}
-		rs[done] = stmts[done].result()
+		rs[i] = stmts[i].result()
 	}
 	// Close reads up to the Sync: the commit, or the error that aborted
 	// the transaction.
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		return rs, nil, nil
+	if err != nil {
+		return nil, err
 	}
-	for i := range done {
-		if rs[i].LockTaken {
-			held = append(held, as[i].Name)
-		}
-	}
-	if failed >= 0 {
-		// The statement that failed may have taken its lock first.
-		held = append(held, as[failed].Name)
-	}
-	return nil, held, err
+	return rs, nil
 }

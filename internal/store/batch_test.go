@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -25,86 +24,90 @@ func advisoryLocks(t *testing.T, pid uint32) int {
 	return pgtest.Value[int](t, `SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = $1`, int(pid))
 }
 
-func batchConn(t *testing.T) *pgx.Conn {
+// batchConn is a connection that holds its session lock, as the client's
+// dedicated session does before it acquires anything session-bound.
+func batchConn(t *testing.T, s *Store) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(testCtx(t), pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if err := s.SessionLock(testCtx(t), Pgx(conn)); err != nil {
+		t.Fatal(err)
+	}
 	return conn
 }
 
 // A batch commits as one transaction (every row gets the same now()) and
 // reports each acquisition as Acquire would: acquired and session-bound,
-// or not acquired with the session-bound holder.
+// or not acquired with the session-bound holder. Binding a lease to its
+// session takes no lock of its own: the session's one lock covers all.
 func TestAcquireBatchIsOneTransaction(t *testing.T) {
 	ctx := testCtx(t)
 	s, db := migrated(t)
-	other := batchConn(t)
+	other := batchConn(t, s)
 	if r, err := s.Acquire(ctx, Pgx(other), sessionArgs("held", 0)); err != nil || !r.SessionBound {
 		t.Fatalf("the other session's acquisition: %+v, %v", r, err)
 	}
-	conn := batchConn(t)
+	conn := batchConn(t, s)
 	names := []string{"a", "b", "held", "c"}
 	as := make([]AcquireArgs, len(names))
 	for i, n := range names {
 		as[i] = sessionArgs(n, 50*time.Millisecond)
 	}
-	rs, held, err := s.AcquireBatch(ctx, conn, as, 100*time.Millisecond)
-	if err != nil || held != nil {
-		t.Fatalf("AcquireBatch: %v (held %v)", err, held)
+	rs, err := s.AcquireBatch(ctx, conn, as, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("AcquireBatch: %v", err)
 	}
 	for i, r := range rs {
 		if names[i] == "held" {
-			if r.Acquired || r.LockTaken || !r.HolderInSession || r.OtherToken == 0 {
-				t.Errorf("held: %+v, want not acquired, the session-bound holder", r)
+			if r.Acquired || !r.HolderInSession || !r.HolderWatchable || r.HolderSession != int32(other.PgConn().PID()) {
+				t.Errorf("held: %+v, want not acquired, the other session's live holder", r)
 			}
 			continue
 		}
-		if !r.Acquired || !r.SessionBound || !r.LockTaken || r.Token == 0 {
+		if !r.Acquired || !r.SessionBound || r.Token == 0 {
 			t.Errorf("%s: %+v, want acquired and session-bound", names[i], r)
 		}
 	}
 	var stamps, pids int
-	err = db.Query(ctx, `SELECT count(DISTINCT "acquired_at")::int, count(DISTINCT "session_pid")::int FROM `+s.Names.QualifiedTable()+` WHERE "name" IN ('a', 'b', 'c')`, nil,
-		func(r Row) error { return r.Scan(&stamps, &pids) })
+	var pid uint32
+	err = db.Query(ctx, `SELECT count(DISTINCT "acquired_at")::int, count(DISTINCT "session_pid")::int, max("session_pid") FROM `+s.Names.QualifiedTable()+` WHERE "name" IN ('a', 'b', 'c')`, nil,
+		func(r Row) error { return r.Scan(&stamps, &pids, &pid) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stamps != 1 || pids != 1 {
-		t.Fatalf("%d acquisition times and %d sessions, want 1 and 1: one transaction", stamps, pids)
+	if stamps != 1 || pids != 1 || pid != conn.PgConn().PID() {
+		t.Fatalf("%d acquisition times and %d sessions (%d), want 1 and 1 (%d): one transaction", stamps, pids, pid, conn.PgConn().PID())
 	}
-	if n := advisoryLocks(t, conn.PgConn().PID()); n != 3 {
-		t.Fatalf("the batch's session holds %d advisory locks, want 3", n)
+	if n := advisoryLocks(t, conn.PgConn().PID()); n != 1 {
+		t.Fatalf("the batch's session holds %d advisory locks, want 1 (its session lock)", n)
 	}
 }
 
 // A statement that fails (a lock timeout on a locked row) aborts the whole
-// batch: nothing committed, and the names whose session lock the batch
-// left taken are reported, so that the caller can give them back.
-func TestFailedAcquireBatchReportsItsSessionLocks(t *testing.T) {
+// batch: nothing committed, nothing left behind, and the connection is
+// usable.
+func TestFailedAcquireBatchLeavesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	s, db := migrated(t)
 	if r, err := s.Acquire(ctx, db, AcquireArgs{Name: "busy", Owner: "x", TTL: time.Minute, Client: "c2"}); err != nil || !r.Acquired {
 		t.Fatalf("plain acquisition: %+v, %v", r, err)
 	}
 	pgtest.LeaseTable(t, pgtest.DSN(t), s.Names.Schema+"."+s.Names.Table).LockRow("busy")
-	conn := batchConn(t)
+	conn := batchConn(t, s)
 	names := []string{"a", "b", "busy", "c"}
 	as := make([]AcquireArgs, len(names))
 	for i, n := range names {
 		as[i] = sessionArgs(n, 50*time.Millisecond)
 	}
-	rs, held, err := s.AcquireBatch(ctx, conn, as, time.Second)
+	rs, err := s.AcquireBatch(ctx, conn, as, time.Second)
 	if Classify(err) != KindLockTimeout {
 		t.Fatalf("AcquireBatch: %v, want a lock timeout", err)
 	}
 	if rs != nil {
 		t.Errorf("results of a failed batch: %+v", rs)
-	}
-	if fmt.Sprint(held) != "[a b busy]" {
-		t.Fatalf("held %v, want [a b busy]", held)
 	}
 	var n int
 	if err := db.Query(ctx, `SELECT count(*)::int FROM `+s.Names.QualifiedTable()+` WHERE "name" <> 'busy'`, nil, func(r Row) error { return r.Scan(&n) }); err != nil {
@@ -113,21 +116,59 @@ func TestFailedAcquireBatchReportsItsSessionLocks(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d rows of a failed batch committed", n)
 	}
-	pid := conn.PgConn().PID()
-	if got := advisoryLocks(t, pid); got != 3 {
-		t.Fatalf("%d advisory locks after the failed batch, want 3 (a, b, busy)", got)
-	}
-	for _, name := range held {
-		if err := s.Unlock(ctx, Pgx(conn), name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := advisoryLocks(t, pid); got != 0 {
-		t.Fatalf("%d advisory locks left after Unlock", got)
+	if got := advisoryLocks(t, conn.PgConn().PID()); got != 1 {
+		t.Fatalf("%d advisory locks after the failed batch, want 1 (the session lock)", got)
 	}
 	// The connection is usable: the batch without the busy name commits.
-	if _, _, err := s.AcquireBatch(ctx, conn, []AcquireArgs{as[0], as[1], as[3]}, time.Second); err != nil {
+	if _, err := s.AcquireBatch(ctx, conn, []AcquireArgs{as[0], as[1], as[3]}, time.Second); err != nil {
 		t.Fatalf("the next batch: %v", err)
+	}
+}
+
+// A session-bound row is taken over at once, by any attempt, when the
+// session that wrote it no longer holds its session lock, and never while
+// it does; the session itself never takes over its own row.
+func TestASessionBoundRowIsTakenOverOnceItsSessionEnds(t *testing.T) {
+	ctx := testCtx(t)
+	s, db := migrated(t)
+	holder := batchConn(t, s)
+	held, err := s.Acquire(ctx, Pgx(holder), sessionArgs("x", 0))
+	if err != nil || !held.Acquired || !held.SessionBound {
+		t.Fatalf("the holder's acquisition: %+v, %v", held, err)
+	}
+	plain := AcquireArgs{Name: "x", Owner: "plain", TTL: time.Minute, Client: "c2"}
+	again := sessionArgs("x", 0)
+	again.Client = "c3"
+	for _, try := range []struct {
+		q Querier
+		a AcquireArgs
+	}{{db, plain}, {Pgx(batchConn(t, s)), again}, {Pgx(holder), again}} {
+		r, err := s.Acquire(ctx, try.q, try.a)
+		if err != nil || r.Acquired || !r.HolderInSession {
+			t.Fatalf("an attempt while the holder's session lives: %+v, %v", r, err)
+		}
+	}
+	if err := holder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The server frees the session's locks once its backend has exited;
+	// the row is taken over then, by a plain attempt on the pool.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := s.Acquire(ctx, db, plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Acquired {
+			if r.OtherToken != held.Token || r.SessionBound {
+				t.Fatalf("took over %+v, want the holder's token %d, not session-bound", r, held.Token)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the row of an ended session is still not taken over: %+v", r)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -142,17 +183,14 @@ func TestAcquireBatchStatementBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.LeaseTable(t, pgtest.DSN(t), s.Names.Schema+"."+s.Names.Table).LockRow("busy")
-	conn := batchConn(t)
+	conn := batchConn(t, s)
 	if _, err := conn.Exec(ctx, "SET statement_timeout = '60s'"); err != nil {
 		t.Fatal(err)
 	}
-	_, held, err := s.AcquireBatch(ctx, conn, []AcquireArgs{sessionArgs("a", 0), sessionArgs("busy", 0)}, 100*time.Millisecond)
+	_, err := s.AcquireBatch(ctx, conn, []AcquireArgs{sessionArgs("a", 0), sessionArgs("busy", 0)}, 100*time.Millisecond)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 		t.Fatalf("AcquireBatch: %v, want the statement timeout (57014)", err)
-	}
-	if fmt.Sprint(held) != "[a busy]" {
-		t.Fatalf("held %v, want [a busy]", held)
 	}
 	var setting string
 	if err := conn.QueryRow(ctx, "SHOW statement_timeout").Scan(&setting); err != nil || setting != "1min" {
@@ -170,7 +208,7 @@ func TestOnlyALoneFailedAttemptCommitsAsynchronously(t *testing.T) {
 	if r, err := s.Acquire(ctx, db, AcquireArgs{Name: "held", Owner: "o", TTL: time.Minute, Client: "c1"}); err != nil || !r.Acquired {
 		t.Fatalf("acquire: %+v, %v", r, err)
 	}
-	conn := batchConn(t)
+	conn := batchConn(t, s)
 	for _, inBatch := range []bool{false, true} {
 		tx, err := conn.Begin(ctx)
 		if err != nil {

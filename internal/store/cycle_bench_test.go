@@ -84,7 +84,7 @@ func BenchmarkCycleAgainstUpsert(b *testing.B) {
 		if err != nil || !r.Acquired {
 			b.Fatalf("Acquire: %v (acquired %v)", err, r.Acquired)
 		}
-		if ok, err := s.Release(ctx, q, name, r.Token, false); err != nil || !ok {
+		if ok, err := s.Release(ctx, q, name, r.Token); err != nil || !ok {
 			b.Fatalf("Release: %v (ours %v)", err, ok)
 		}
 		t3 := time.Now()

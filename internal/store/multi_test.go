@@ -37,7 +37,7 @@ func TestAcquireAllWritesEveryRowOrNone(t *testing.T) {
 			t.Fatalf("row %q after a refused AcquireAll: present %v, %v", name, ok, err)
 		}
 	}
-	if _, err := s.Release(ctx, db, "b", held.Token, false); err != nil {
+	if _, err := s.Release(ctx, db, "b", held.Token); err != nil {
 		t.Fatal(err)
 	}
 	r, err = s.AcquireAll(ctx, db, args("c1", "a", "b", "c"))

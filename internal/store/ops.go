@@ -353,9 +353,6 @@ type AcquireResult struct {
 	Acquired     bool
 	Token        int64
 	SessionBound bool
-	// LockTaken: the session advisory lock was taken by this statement; the
-	// caller must unlock it when the attempt did not acquire.
-	LockTaken bool
 	// When acquired, Other* describe the row that was taken over, if any.
 	// When not acquired, they describe the holder, with its remaining time
 	// and whether it is session-bound; OtherRemaining is negative when the
@@ -396,7 +393,7 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 		return AcquireResult{}, err
 	}
 	if b, ok := batcher(q); ok {
-		rs, _, err := s.sendAcquire(ctx, b, []AcquireArgs{a}, 0)
+		rs, err := s.sendAcquire(ctx, b, []AcquireArgs{a}, 0)
 		if err != nil {
 			return AcquireResult{}, err
 		}
@@ -449,7 +446,7 @@ func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Ro
 	args = []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
 		a.Queued, a.QueueTTL.Milliseconds(), a.FairAfter.Milliseconds(), a.inBatch, sem, slots}
 	scan = func(row Row) error {
-		return row.Scan(&r.Acquired, &r.Token, &sess, &r.LockTaken, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
+		return row.Scan(&r.Acquired, &r.Token, &sess, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
 			&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch, &r.HolderSession)
 	}
 	result = func() AcquireResult {
@@ -463,31 +460,6 @@ func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Ro
 		return r
 	}
 	return s.Q.Acquire, args, scan, result, nil
-}
-
-// Unlock drops the session advisory lock of name (after a failed session
-// acquire, or when a session-bound lease was lost).
-func (s *Store) Unlock(ctx context.Context, q Querier, name string) error {
-	ns, err := s.lockNS()
-	if err != nil {
-		return err
-	}
-	return q.Query(ctx, s.Q.Unlock, []any{name, ns}, func(Row) error { return nil })
-}
-
-// Bind ties a lease acquired without its session lock to this session, if
-// the lock can be taken now. It reports whether the lease is now bound.
-func (s *Store) Bind(ctx context.Context, q Querier, name string, token int64) (bool, error) {
-	var got, bound bool
-	ns, err := s.lockNS()
-	if err != nil {
-		return false, err
-	}
-	err = q.Query(ctx, s.Q.Bind, []any{name, token, ns}, func(r Row) error { return r.Scan(&got, &bound) })
-	if err == nil && got && !bound {
-		err = s.Unlock(ctx, q, name)
-	}
-	return bound, err
 }
 
 // Renew extends every lease in tokens (name → token) that the client (its random id) still
@@ -571,14 +543,14 @@ const WakeEvery = 10 * time.Millisecond
 // Release deletes (or, before the minimum hold time, keeps until then) the
 // row held with token and notifies waiters. It reports whether the row was
 // still ours.
-func (s *Store) Release(ctx context.Context, q Querier, name string, token int64, unlock bool) (bool, error) {
-	var n, notified, unlocked int64
+func (s *Store) Release(ctx context.Context, q Querier, name string, token int64) (bool, error) {
+	var n, notified, nowait int64
 	ns, err := s.lockNS()
 	if err != nil {
 		return false, err
 	}
-	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, unlock, ns, FairAfter.Milliseconds()},
-		func(r Row) error { return r.Scan(&n, &notified, &unlocked) })
+	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()},
+		func(r Row) error { return r.Scan(&n, &notified, &nowait) })
 	return n > 0, err
 }
 
@@ -690,6 +662,18 @@ func (s *Store) AwaitSession(ctx context.Context, q Querier, pid int32) error {
 	return q.Query(ctx, s.Q.AwaitSession, []any{pid, ns}, func(Row) error { return nil })
 }
 
+// SessionLock takes the session lock of this session (see SessionLock in
+// queries.sql), for as long as the session lives; taking it again is
+// harmless. A session must hold it before it acquires anything
+// session-bound: the rows it writes are trusted only as long as it does.
+func (s *Store) SessionLock(ctx context.Context, q Querier) error {
+	ns, err := s.lockNS()
+	if err != nil {
+		return err
+	}
+	return q.Query(ctx, s.Q.SessionLock, []any{ns}, func(Row) error { return nil })
+}
+
 // ClientLock takes the session lock of this session and then the client
 // lock of client, both for as long as the session lives (see queries.sql);
 // it fails when the session's lock_timeout passes before the client lock
@@ -699,7 +683,7 @@ func (s *Store) ClientLock(ctx context.Context, q Querier, client string) error 
 	if err != nil {
 		return err
 	}
-	if err := q.Query(ctx, s.Q.SessionLock, []any{ns}, func(Row) error { return nil }); err != nil {
+	if err := s.SessionLock(ctx, q); err != nil {
 		return err
 	}
 	return q.Query(ctx, s.Q.ClientLock, []any{ns, client}, func(Row) error { return nil })

@@ -163,7 +163,7 @@ func TestLateRenewalDoesNotExtendReleasedOrExpiredRow(t *testing.T) {
 	}
 
 	kept := acquire("kept", 5*time.Second)
-	if ok, err := s.Release(ctx, db, "kept", kept, false); err != nil || !ok {
+	if ok, err := s.Release(ctx, db, "kept", kept); err != nil || !ok {
 		t.Fatalf("Release = %v, %v", ok, err)
 	}
 	before := rows.ExpiresAt("kept")
@@ -201,7 +201,7 @@ func TestReleaseSkipsTheFlushWait(t *testing.T) {
 		}
 		return v
 	}
-	if v := setting(func(q Querier) error { _, err := s.Release(ctx, q, "x", 1, false); return err }); v != "off" {
+	if v := setting(func(q Querier) error { _, err := s.Release(ctx, q, "x", 1); return err }); v != "off" {
 		t.Fatalf("synchronous_commit after Release = %q, want off", v)
 	}
 	for what, run := range map[string]func(q Querier) error{
@@ -274,7 +274,7 @@ func TestAcquireAndRenewWaitForTheirFlushWhateverTheSetting(t *testing.T) {
 			t.Errorf("a renewal with synchronous_commit %s commits with %s, want %s", c.from, v, c.want)
 		}
 	}
-	if _, err := s.Release(ctx, Pgx(pool), "x", token, false); err != nil {
+	if _, err := s.Release(ctx, Pgx(pool), "x", token); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ from, want string }{

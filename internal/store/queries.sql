@@ -71,7 +71,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
 )
 
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 4'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 5'
 
 -- name: SchemaLock
 -- Serializes the creation and upgrade of the pglease objects of one schema
@@ -119,7 +119,11 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 -- Schema version 1 to 2: the server incarnation of a session-bound lease.
 -- (Version 3 added the waiters table, CreateWaiters.) Version 4: the
 -- semaphore a slot row belongs to and its slot count, and a step-down
--- request to the holder (CreateSemaphoreIndex follows).
+-- request to the holder (CreateSemaphoreIndex follows). Version 5 changes
+-- no column: a session-bound row is bound by its session's lock (see
+-- Acquire), where earlier versions took a lock per name and would take
+-- such a row over from a live session; the version keeps them away (they
+-- refuse a newer table).
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
                       ADD COLUMN IF NOT EXISTS "semaphore" text,
                       ADD COLUMN IF NOT EXISTS "slots" integer,
@@ -156,12 +160,17 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- whose slot $1 is and $15 its slot count (see WithSlots), both recorded in
 -- the row; NULL for a plain lease.
 --
--- A session-bound acquire first takes a session advisory lock keyed by the
--- name; holding it proves that no other live session of this server
--- incarnation holds a session-bound lease on the name, so a session-bound row
--- granted by this incarnation may be taken over at once. A row granted by
+-- A session-bound acquire ($5) records its session in the row: the
+-- backend's pid, which holds that session's session lock (SessionLock, the
+-- bigint key of seed 3 below) for as long as the session lives, and the
+-- server incarnation. Any attempt, session-bound or not, may then take such
+-- a row over at once when that lock is free: the holder's session ended
+-- (the client died, or its connection failed, and a client whose
+-- connection fails ends its session-bound leases at once). A row granted by
 -- another incarnation (a restart, a promoted standby) is trusted no further
--- than a plain row: it is taken over when it expires.
+-- than a plain row: it is taken over when it expires. (Should the pid be
+-- reused meanwhile by another client's session, the row is taken for
+-- alive, and taken over when it expires.)
 --
 -- Tokens: acquisitions of one name first serialize on a transaction-scoped
 -- advisory lock (the two-int4 key space, which never meets the bigint keys
@@ -227,11 +236,6 @@ WITH xl AS MATERIALIZED (
      CROSS JOIN (SELECT $8::text AS "client", $7::text AS "ns", me.since AS "since", me.registered,
                         $12::bigint * interval '1 millisecond' AS "fair" FROM me) AS q
       LEFT JOIN LATERAL ({{first}}) AS f ON true
-), lk AS MATERIALIZED (
-    SELECT CASE WHEN $5::bool AND ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash)
-                THEN pg_try_advisory_lock(hashtextextended($7::text || $1::text, 0))
-                ELSE false END AS got
-      FROM ahead
 ), old AS (
     SELECT l."owner", l."token",
            l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
@@ -247,11 +251,11 @@ WITH xl AS MATERIALIZED (
            now() + $3::bigint * interval '1 millisecond',
            now() + $4::bigint * interval '1 millisecond',
            $3::bigint * interval '1 millisecond',
-           CASE WHEN lk.got THEN pg_backend_pid() END,
-           CASE WHEN lk.got THEN (SELECT id FROM srv) END,
+           CASE WHEN $5::bool THEN pg_backend_pid() END,
+           CASE WHEN $5::bool THEN (SELECT id FROM srv) END,
            $6::jsonb || jsonb_build_object('client', $8::text),
            $14::text, $15::int
-    FROM lk, ahead
+    FROM ahead
     WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash)
     ON CONFLICT ("name") DO UPDATE
        SET "owner" = excluded."owner", "token" = excluded."token",
@@ -262,14 +266,12 @@ WITH xl AS MATERIALIZED (
            "semaphore" = excluded."semaphore", "slots" = excluded."slots",
            "stepdown_at" = NULL
      WHERE l."expires_at" <= now()
-        OR (l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv)
-            AND (SELECT got FROM lk))
+        -- A session-bound row whose session ended (see above): the row as
+        -- it is now, not as of the statement's snapshot.
+        OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
+            AND l."session_server" = (SELECT id FROM srv)
+            AND pg_try_advisory_xact_lock_shared(hashtextextended($7::text || l."session_pid"::text, 3)))
     RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
-), unlocked AS (
-    -- Not acquired: give the session lock back within this statement, so
-    -- that the next contender (queued on the transaction lock) can take it.
-    SELECT pg_advisory_unlock(hashtextextended($7::text || $1::text, 0)) AS ok
-      FROM lk WHERE lk.got AND NOT EXISTS (SELECT 1 FROM ins)
 ), queued AS (
     INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at")
     SELECT $1::text, $8::text, me.since, now() + $11::bigint * interval '1 millisecond'
@@ -300,11 +302,16 @@ WITH xl AS MATERIALIZED (
 ), durable AS (
     SELECT {{durable}} AS ok FROM ins LIMIT 1
 ), nudge AS (
-    -- Refused a free lease promised to a waiter: wake that waiter now
-    -- rather than at its next look (see Release).
+    -- Refused a free lease promised to a waiter (or one whose holder's
+    -- session ended): wake that waiter now rather than at its next look
+    -- (see Release).
     SELECT pg_notify('pglease_' || ahead.first, $1::text) AS ok
       FROM ahead
-     WHERE ahead.first IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old WHERE old."remaining_ms" > 0)
+     WHERE ahead.first IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM old
+                        WHERE old."remaining_ms" > 0
+                          AND NOT (old."session_bound" AND old."pid" <> pg_backend_pid()
+                                   AND pg_try_advisory_xact_lock_shared(hashtextextended($7::text || old."pid"::text, 3))))
 ), nowait AS (
     SELECT set_config('synchronous_commit', 'off', true) AS ok
      WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $13::bool
@@ -316,13 +323,12 @@ WITH xl AS MATERIALIZED (
 -- still holds its session lock (a waiter can watch it: AwaitSession), the
 -- number of live waiters ahead, and the slot count of a live row of another
 -- kind on the name (see clash: 1 for a plain lease; 0 when none).
-SELECT true, ins."token", ins."session_bound", (SELECT got FROM lk),
+SELECT true, ins."token", ins."session_bound",
        coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
        false, 0::bigint, 0, 0
   FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true LEFT JOIN durable ON true
 UNION ALL
 SELECT false, 0::bigint, coalesce(old."session_bound", false),
-       (SELECT got FROM lk) AND NOT EXISTS (SELECT 1 FROM unlocked),
        coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
        coalesce(old."heartbeat_ms", 0), coalesce(old."client", ''),
        CASE WHEN old."session_bound"
@@ -331,22 +337,6 @@ SELECT false, 0::bigint, coalesce(old."session_bound", false),
        (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
   FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
  WHERE NOT EXISTS (SELECT 1 FROM ins)
-
--- name: Bind
--- Binds a lease acquired without its session lock (another session held the
--- lock for an instant) to this session once the lock is free.
-WITH lk AS MATERIALIZED (
-    SELECT pg_try_advisory_lock(hashtextextended($3::text || $1::text, 0)) AS got
-), upd AS (
-    UPDATE {{table}} SET "session_pid" = pg_backend_pid(), "session_server" = {{server}}
-     WHERE "name" = $1::text AND "token" = $2::bigint AND "expires_at" > now()
-       AND (SELECT got FROM lk)
-    RETURNING 1
-)
-SELECT (SELECT got FROM lk), EXISTS (SELECT 1 FROM upd)
-
--- name: Unlock
-SELECT pg_advisory_unlock(hashtextextended($2::text || $1::text, 0))
 
 -- name: Renew
 -- $1 a JSON object {name: token, …}, $2 the client's random id. Renews every
@@ -397,8 +387,8 @@ SELECT "name", false, false FROM (SELECT "name" FROM held EXCEPT SELECT "name" F
  WHERE (SELECT count(*) FROM upd) < (SELECT count(*) FROM held)
 
 -- name: Release
--- $1 name, $2 token, $3 notification channel, $4 unlock session lock?,
--- $5 advisory-lock namespace, $6 how often a waiter may be woken (ms).
+-- $1 name, $2 token, $3 notification channel, $4 advisory-lock namespace,
+-- $5 how often a waiter may be woken (ms).
 -- Before the minimum hold time the row is kept
 -- (and stays held) until then; afterwards it is deleted, the first live
 -- waiter of the queue is woken alone on its client's own channel (one
@@ -418,20 +408,20 @@ WITH keep AS (
      WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" <= now()
     RETURNING "name", "acquired_at"
 ), lockns AS (
-    SELECT $5::text AS v
+    SELECT $4::text AS v
 ), head AS MATERIALIZED (
     {{head}}
 ), wake AS MATERIALIZED (
     -- The first waiter is woken the first time, and again once the lease
-    -- is promised to it ($6 ms after its turn began: see marked); not in
+    -- is promised to it ($5 ms after its turn began: see marked); not in
     -- between, while the releasing client may take the name again at once
     -- (a burst) and a waiter woken in vain looks again by itself.
     SELECT h."client", h."since" FROM head AS h
-     WHERE h."notified_at" IS NULL OR h."notified_at" <= now() - $6::bigint * interval '1 millisecond'
+     WHERE h."notified_at" IS NULL OR h."notified_at" <= now() - $5::bigint * interval '1 millisecond'
 ), marked AS (
     -- Its turn began when it queued or when the lease now released was
     -- acquired, whichever is later: a waiter queued through a long hold is
-    -- promised the lease at once, one queued behind a burst $6 ms later.
+    -- promised the lease at once, one queued behind a burst $5 ms later.
     UPDATE {{waiters}} AS w SET "notified_at" = greatest(wake."since", del."acquired_at")
       FROM wake, del
      WHERE w."name" = $1::text AND w."client" = wake."client" AND w."notified_at" IS NULL
@@ -446,8 +436,6 @@ WITH keep AS (
      WHERE NOT EXISTS (SELECT 1 FROM head) OR EXISTS (SELECT 1 FROM wake)
     UNION ALL
     SELECT pg_notify('pglease_' || wake."client", del."name") FROM del, wake
-), unlock AS (
-    SELECT pg_advisory_unlock(hashtextextended($5::text || $1::text, 0)) AS ok WHERE $4::bool
 ), nowait AS (
     -- A release need not wait for its WAL flush: lost in a crash, it only
     -- delays the next holder until the row expires. (Acquire and renew do
@@ -455,7 +443,7 @@ WITH keep AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
 SELECT (SELECT count(*) FROM keep) + (SELECT count(*) FROM del),
-       (SELECT count(*) FROM note), (SELECT count(*) FROM unlock) + (SELECT count(*) FROM nowait) - 1
+       (SELECT count(*) FROM note), (SELECT count(*) FROM nowait)
 
 -- name: Guard
 -- Inside the caller's transaction: succeeds only while the lease is held
@@ -621,11 +609,13 @@ DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 
 -- name: SessionLock
 -- Taken once by each client's dedicated session, first, and held as long as
--- it lives: the session lock (seed 3, keyed by the backend's pid) lets
--- waiters watch the very session that holds a session-bound lease
--- (AwaitSession), so that a client whose session ended and that opened
--- another is not mistaken for the holder. No other live session has the
--- pid, so it never waits. $1 namespace.
+-- it lives: the session lock (seed 3, keyed by the backend's pid) binds the
+-- session's session-bound leases to it (a row records the pid, and is taken
+-- over once the lock is free: see Acquire), and lets waiters watch the very
+-- session that holds such a lease (AwaitSession), so that a client whose
+-- session ended and that opened another is not mistaken for the holder. No
+-- other live session has the pid, so it never waits. It must be held before
+-- the session acquires anything session-bound. $1 namespace.
 SELECT pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
 
 -- name: ClientLock
@@ -797,8 +787,8 @@ SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
 -- advisory-lock namespace, $3 lock_timeout ms for the rest of the
 -- transaction (0 keeps the session's). The key is the name's transaction
 -- lock (two int4 keys), which Acquire also takes within its statement and
--- AcquireAllLocks for a set: bigint keys of seed 0 are the names' session
--- locks, of seed 1 the client locks. It holds until the transaction ends.
+-- AcquireAllLocks for a set: bigint keys are the client locks (seed 1)
+-- and the session locks (seed 3). It holds until the transaction ends.
 SELECT CASE WHEN $3::int > 0 THEN set_config('lock_timeout', $3::int::text, true) END,
        pg_advisory_xact_lock(hashtext($2::text || $1::text), hashtext($1::text || $2::text))
 

@@ -31,7 +31,7 @@ func newQueueFixture(t *testing.T, waiters ...string) *queueFixture {
 		t.Fatal(err)
 	}
 	for _, w := range waiters {
-		conn := batchConn(t)
+		conn := batchConn(t, f.s)
 		if _, err := conn.Exec(f.ctx, `SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1))`, ns, w); err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +40,7 @@ func newQueueFixture(t *testing.T, waiters ...string) *queueFixture {
 		}
 		f.conns[w] = conn
 	}
-	f.table = batchConn(t)
+	f.table = batchConn(t, f.s)
 	if _, err := f.table.Exec(f.ctx, f.s.Q.Listen); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func (f *queueFixture) attempt(name, client string, queued bool) AcquireResult {
 
 func (f *queueFixture) release(name string, token int64) {
 	f.t.Helper()
-	if _, err := f.s.Release(f.ctx, f.db, name, token, false); err != nil {
+	if _, err := f.s.Release(f.ctx, f.db, name, token); err != nil {
 		f.t.Fatal(err)
 	}
 }

@@ -14,8 +14,9 @@ import (
 var queriesSQL string
 
 // SchemaVersion is the version of the table layout this package writes and
-// expects. It is recorded in the table's comment.
-const SchemaVersion = 4
+// expects. It is recorded in the table's comment. (Version 5 changed what
+// binds a session-bound row, not the layout: see UpgradeTable.)
+const SchemaVersion = 5
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -141,9 +142,9 @@ type Queries struct {
 	SchemaLock, TableExists, Columns, SchemaVersion           string
 	LockNamespace, UpgradeTable, TokenState, LockTable        string
 	RepairSequence                                            string
-	Acquire, Unlock, Renew, Release, Guard                    string
+	Acquire, Renew, Release, Guard                            string
 	Get, List, ForceRelease, Cleanup, Listen                  string
-	SessionKeepalive, AwaitSession, Bind                      string
+	SessionKeepalive, AwaitSession                            string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
 	NameLock                                                  string
@@ -201,10 +202,10 @@ func Build(n Names) Queries {
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),
 		TokenState: get("TokenState"), LockTable: get("LockTable"), RepairSequence: get("RepairSequence"),
-		Acquire: get("Acquire"), Unlock: get("Unlock"), Renew: get("Renew"),
+		Acquire: get("Acquire"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
-		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"), Bind: get("Bind"),
+		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"),
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),

@@ -285,11 +285,6 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		return c.Acquire(actx, o.name, opts...)
 	}
 	lease, err := acquire()
-	if o.fast && err == nil && !lease.SessionBound() {
-		// The library binds it unless another session kept the name's lock
-		// (e.g. a force-released holder that has not noticed yet).
-		fmt.Fprintln(e.stderr, "pglease: warning: the lease is not bound to the database session; failover will take up to the TTL")
-	}
 	sig, signalled := stopWatch()
 	if err == nil && signalled { // a signal raced with the acquisition
 		_ = lease.Release(ctx)
