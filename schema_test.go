@@ -264,6 +264,10 @@ func startAtOnce(t *testing.T, n int, prepare func(t *testing.T, schema string))
 			}
 			l, err := c.TryAcquire(ctx, fmt.Sprintf("replica-%d", i), opts...)
 			if err != nil {
+				var he *HeldError
+				if errors.As(err, &he) {
+					err = fmt.Errorf("%w (holder %+v)", err, he.Holder)
+				}
 				t.Errorf("client %d (%s): first TryAcquire: %v", i, label, err)
 				return
 			}

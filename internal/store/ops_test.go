@@ -414,3 +414,70 @@ func TestSchemaLockIsTheResolvedSchemas(t *testing.T) {
 		t.Fatalf("LockSchema with no existing schema on the search_path: %v, want a SchemaError naming the search_path and what to do", err)
 	}
 }
+
+// A client that waited for the schema lock while another created the
+// table sees the table, and creates nothing again. Its backend had looked
+// the table up before it existed, and waiting for an advisory lock does not
+// make a backend take in catalog changes: the existence check read a stale
+// cache, and the client ran the whole creation again, whose CREATE INDEX
+// IF NOT EXISTS took a SHARE lock on the table and stalled every
+// acquisition until its migration committed (a fast-failover acquisition
+// gave up and reported the name busy: a flake of
+// TestManyClientsStartAtOnceWithMixedSpellings). Here a transaction holds
+// a ROW EXCLUSIVE lock on the table, as an acquisition does, and the
+// migration must not wait for it.
+func TestEnsureSchemaSeesATableCreatedWhileItWaited(t *testing.T) {
+	ctx := testCtx(t)
+	s := newStore(t, pgtest.Schema(t)+".leases")
+	pool := Pgx(pgtest.Pool(t))
+	conn := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, pgtest.DSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	late, holder, writer := conn(), conn(), conn()
+	// The late client's backend looks the table up while it is missing.
+	var missing bool
+	if err := late.QueryRow(ctx, `SELECT to_regclass($1) IS NULL`, s.Names.QualifiedTable()).Scan(&missing); err != nil || !missing {
+		t.Fatalf("the table exists already (%v, %v)", missing, err)
+	}
+	// Another client holds the schema lock.
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LockSchema(ctx, Pgx(tx)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := late.Exec(ctx, "SET lock_timeout = '2s'"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.EnsureSchema(ctx, Pgx(late)) }()
+	pgtest.WaitFor(t, 10*time.Second, "the late client to wait for the schema lock", func() bool {
+		return pgtest.Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock' AND wait_event = 'advisory')`, int(late.PgConn().PID()))
+	})
+	// The table is created meanwhile, and a writer holds it.
+	for _, stmt := range []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.CreateSemaphoreIndex, s.Q.CreateWaiters, s.Q.CommentTable} {
+		if err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wtx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = wtx.Rollback(context.Background()) }()
+	if _, err := wtx.Exec(ctx, `LOCK TABLE `+s.Names.QualifiedTable()+` IN ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, done, "the late client's EnsureSchema"); err != nil {
+		t.Fatalf("EnsureSchema beside a writer: %v (it ran the creation again?)", err)
+	}
+}

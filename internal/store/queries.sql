@@ -94,10 +94,22 @@ SELECT l.nsp, current_setting('search_path') FROM l
 
 -- name: TableExists
 -- $3 the schema ('' for the search_path's first): does it exist already?
--- $4 the waiters table.
+-- $4 the waiters table. Run just after SchemaLock, in its transaction.
+-- Waiting for that lock (an advisory lock) does not make the backend take
+-- in the catalog changes other sessions committed meanwhile, and
+-- to_regclass reads the backend's catalog caches: they could still say
+-- that the table another client has just created is missing, and the
+-- client would run the creation again. That is harmless but for its
+-- locks, held until the migration commits: CREATE INDEX IF NOT EXISTS
+-- takes a SHARE lock on the table even when the index exists, and stalls
+-- every acquisition meanwhile (a fast-failover one gives up after its
+-- lock timeout and reports the name busy). Reading pg_class (nothing of
+-- it) locks it, and the first lock of a relation in a transaction takes
+-- those changes in before the statement runs.
 SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
        $3::text = '' OR to_regnamespace($3::text) IS NOT NULL,
        to_regclass($4::text) IS NOT NULL
+  FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns
 SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull
