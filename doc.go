@@ -223,10 +223,11 @@
 // database session: its row records that session (its backend pid), which
 // holds one session advisory lock, keyed by the pid, for as long as it
 // lives. Once that lock is free the holder's session has ended, and any
-// contender, fast-failover or plain, takes the lease over at once instead
-// of waiting out the TTL. A waiting client learns of it within
-// milliseconds: it watches the holder's session on a connection of its
-// own, blocked on that lock (one such connection per holder session,
+// contender for the name or for a slot of its semaphore, fast-failover or
+// plain, takes the lease over at once instead of waiting out the TTL (a
+// set, [Client.AcquireAll], still waits for the row's expiry). A waiting
+// client learns of it within milliseconds: it watches the holder's
+// session on a connection of its own, blocked on that lock (one such connection per holder session,
 // shared by every wait of the client on names that session holds), not
 // polling; a holder client that lost its session and opened another is
 // not mistaken for the holder. A waiter starts watching once the holder
