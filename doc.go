@@ -226,12 +226,12 @@
 // contender for the name or for a slot of its semaphore, fast-failover or
 // plain, takes the lease over at once instead of waiting out the TTL (a
 // set, [Client.AcquireAll], still waits for the row's expiry). A waiting
-// client learns of it within milliseconds: it watches the holder's
-// session on a connection of its own, blocked on that lock (one such
-// connection per holder session, shared by every wait of the client on
-// names that session holds), not polling; a holder client that lost its session and opened another is
-// not mistaken for the holder. A waiter starts watching once the holder
-// has held the name for 200 ms, so that holders that pass a name on
+// client learns of it within milliseconds: it watches the holder's session
+// on a connection of its own, blocked on that lock (one such connection per
+// holder session, shared by every wait of the client on names that session
+// holds), not polling; a holder client that lost its session and opened
+// another is not mistaken for the holder. A waiter starts watching once the
+// holder has held the name for 200 ms, so that holders that pass a name on
 // quickly cost no connections; a crash fails over within about 200 ms of
 // the session's end at worst. Only the first waiter in the queue watches;
 // when a fast-failover lease goes to a queued waiter (by a release, a
