@@ -50,7 +50,10 @@ type session struct {
 	shared bool
 	// live: the connection holds the client lock and listens on the
 	// client's own channel, so this client's waits queue (queueArgs).
-	live    bool
+	live bool
+	// sock is the current connection's socket (nil for database/sql
+	// connections and while disconnected), for Lease.SessionFile.
+	sock    net.Conn
 	lastErr error
 	done    chan struct{}
 }
@@ -237,6 +240,10 @@ func (s *session) loop() {
 			s.keepalive, s.locked = 0, false
 			s.shared = shared
 			s.live = live
+			s.sock = nil
+			if pc, ok := conn.(pgxConn); ok {
+				s.sock = pc.c.PgConn().Conn()
+			}
 			s.lastErr = nil
 			s.mu.Unlock()
 			c.hub.notifyAll() // notifications may have been missed while down
@@ -375,6 +382,7 @@ func (s *session) lost(conn dconn, err error) dconn {
 	epoch := s.epoch
 	s.epoch = 0
 	s.live = false
+	s.sock = nil
 	s.mu.Unlock()
 	s.c.sessionLost(epoch, err)
 	conn.close()

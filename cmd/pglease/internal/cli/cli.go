@@ -32,6 +32,7 @@ type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	secrets        []string // passwords to redact from every message
+	renewals       renewals // wakes the guards of running commands
 }
 
 // Main runs the tool with args (without the program name) and returns the

@@ -155,6 +155,8 @@ func (e *env) cmdCron(ctx context.Context, args []string) int {
 		return e.fail(errors.New("pglease cron is not supported on this platform: it needs Unix process groups"))
 	}
 	e.stdout, e.stderr = lockedWriter(e.stdout), lockedWriter(e.stderr)
+	stopJobControl := e.holdJobControl()
+	defer stopJobControl()
 	if o.owner == "" {
 		o.owner = defaultOwner()
 	}
@@ -166,7 +168,7 @@ func (e *env) cmdCron(ctx context.Context, args []string) int {
 	}
 	defer pool.Close()
 	log := slog.New(slog.NewTextHandler(redactingWriter{e}, nil))
-	cfg := pglease.Config{Table: o.table, Owner: o.owner, TTL: o.ttl, Logger: log}
+	cfg := pglease.Config{Table: o.table, Owner: o.owner, TTL: o.ttl, Logger: log, Observer: &e.renewals}
 	s, err := pgleasecron.New(pool, pgleasecron.Config{Config: cfg})
 	if err != nil {
 		return e.fail(err)
@@ -316,12 +318,18 @@ func (c *cron) runCommand(j cronJob, t pgleasecron.Tick) error {
 	vars := []string{"PGLEASE_NAME=" + lease.Name(), "PGLEASE_OWNER=" + lease.Owner(),
 		"PGLEASE_TOKEN=" + strconv.FormatInt(lease.Token(), 10), "PGLEASE_JOB=" + j.name,
 		"PGLEASE_TICK=" + t.At.UTC().Format(time.RFC3339Nano), "PGLEASE_ATTEMPT=" + strconv.Itoa(t.Attempt)}
+	session := c.e.sessionFile(lease)
 	sup, err := startSupervisor(child{path: "/bin/sh", argv: []string{"/bin/sh", "-c", j.command},
-		env: childEnv(os.Environ(), vars), grace: c.o.grace}, c.e)
+		env: childEnv(os.Environ(), vars), grace: c.o.grace, deadline: lease.Deadline(), session: session}, c.e)
+	if session != nil {
+		session.Close() // the supervisor has its copy
+	}
 	if err != nil {
 		return err
 	}
-	c.e.guard(guard{lease: lease, sup: sup, grace: c.o.grace, sigs: sigs, stop: c.stop, kill: c.kill})
+	renewed, unsubscribe := c.e.renewals.subscribe()
+	defer unsubscribe()
+	c.e.guard(guard{lease: lease, sup: sup, grace: c.o.grace, sigs: sigs, renewed: renewed, stop: c.stop, kill: c.kill})
 	return commandOutcome(sup)
 }
 

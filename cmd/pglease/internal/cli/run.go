@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -252,7 +253,9 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		return gotSig, gotSig != nil
 	}
 
-	c, err := pglease.Open(waitCtx, o.dsn, pglease.Config{Table: o.table, Owner: o.owner, TTL: o.ttl})
+	stopJobControl := e.holdJobControl()
+	defer stopJobControl()
+	c, err := pglease.Open(waitCtx, o.dsn, pglease.Config{Table: o.table, Owner: o.owner, TTL: o.ttl, Observer: &e.renewals})
 	if err != nil {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
@@ -326,23 +329,46 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 
 // hold runs the command under a held lease and returns the exit status.
 func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs chan os.Signal) int {
+	session := e.sessionFile(lease)
 	sup, err := startSupervisor(child{path: o.path, argv: o.command, env: childEnv(os.Environ(), leaseVars(o, lease)),
-		grace: o.grace, stdin: true}, e)
+		grace: o.grace, stdin: true, deadline: lease.Deadline(), session: session}, e)
+	if session != nil {
+		session.Close() // the supervisor has its copy
+	}
 	if err != nil {
 		_ = lease.Release(ctx)
 		return e.runFailure(err)
 	}
-	terminated := e.guard(guard{lease: lease, sup: sup, grace: o.grace, sigs: sigs})
+	renewed, unsubscribe := e.renewals.subscribe()
+	defer unsubscribe()
+	terminated := e.guard(guard{lease: lease, sup: sup, grace: o.grace, sigs: sigs, renewed: renewed})
 	return e.finish(ctx, o, lease, sup, terminated)
+}
+
+// sessionFile is a copy of the database session a session-bound lease is
+// bound to, for the supervisor to hold (see supervise_unix.go), or nil.
+func (e *env) sessionFile(lease *pglease.Lease) *os.File {
+	if !lease.SessionBound() {
+		return nil
+	}
+	f, err := lease.SessionFile()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "pglease: warning: %s; if pglease is killed, a waiter may take lease %s over before the command's process group is dead\n",
+			strings.TrimPrefix(err.Error(), "pglease: "), quoteArg(lease.Name()))
+		return nil
+	}
+	return f
 }
 
 // child is a command to run under a supervisor (see startSupervisor).
 type child struct {
-	path  string   // the executable
-	argv  []string // its arguments, argv[0] first
-	env   []string
-	grace time.Duration // SIGTERM to SIGKILL, for what is left of its group when it exits
-	stdin bool          // it reads pglease's stdin; else /dev/null
+	path     string   // the executable
+	argv     []string // its arguments, argv[0] first
+	env      []string
+	grace    time.Duration // SIGTERM to SIGKILL, for what is left of its group when it exits
+	stdin    bool          // it reads pglease's stdin; else /dev/null
+	deadline time.Time     // the lease's local deadline as the command starts
+	session  *os.File      // a copy of the lease's database session, or nil
 }
 
 // guard is a running command and the lease it runs under.
@@ -351,6 +377,9 @@ type guard struct {
 	sup   *supervisor
 	grace time.Duration
 	sigs  <-chan os.Signal // signals to forward to the command
+	// renewed wakes the guard after a renewal of any lease, so that it
+	// passes the new deadline on at once.
+	renewed <-chan struct{}
 	// stop, once closed, gives the command the grace to end (pglease cron
 	// is stopping; the signal itself comes on sigs); kill, once closed,
 	// ends it at once. nil for never.
@@ -387,11 +416,17 @@ func (e *env) guard(g guard) (terminated bool) {
 	defer timer.Stop()
 	for {
 		// The group must be dead by the lease's local deadline: SIGTERM at
-		// deadline-grace, SIGKILL at the deadline. Renewals move the
-		// deadline; a timer that fires early just re-arms.
+		// deadline-grace, SIGKILL at the deadline. The supervisor sees to
+		// it, told of every new deadline, so that it holds even while
+		// pglease is stopped; once the supervisor is gone, the guard does.
+		// Renewals move the deadline; a timer that fires early re-arms.
 		now := time.Now()
 		deadline := g.lease.Deadline()
-		if !terminating && !now.Before(deadline.Add(-g.grace)) && g.lease.Err() == nil {
+		soft := deadline.Add(-g.grace)
+		delegated := g.sup.enforcesDeadline()
+		if delegated {
+			g.sup.setDeadline(deadline)
+		} else if !terminating && !now.Before(soft) && g.lease.Err() == nil {
 			terminate(fmt.Sprintf("renewals of lease %s are failing and its deadline is near", name), deadline)
 		}
 		if !killed && !killAt.IsZero() && !now.Before(killAt) {
@@ -400,8 +435,14 @@ func (e *env) guard(g guard) (terminated bool) {
 		}
 		if !killed {
 			next := killAt
-			if !terminating && (next.IsZero() || deadline.Add(-g.grace).Before(next)) {
-				next = deadline.Add(-g.grace)
+			if !terminating {
+				if delegated && !now.Before(soft) {
+					// The supervisor acts; look again soon in case it died.
+					soft = now.Add(100 * time.Millisecond)
+				}
+				if next.IsZero() || soft.Before(next) {
+					next = soft
+				}
 			}
 			timer.Reset(max(time.Until(next), 0))
 		}
@@ -438,11 +479,77 @@ func (e *env) guard(g guard) (terminated bool) {
 				terminate(fmt.Sprintf("lease %s lost: %s", name, why),
 					minTime(time.Now().Add(g.grace), g.lease.Deadline()))
 			}
+		case <-g.renewed:
 		case <-timer.C:
 		case <-g.sup.done:
-			return terminating
+			return terminating || g.sup.lapsed
 		}
 	}
+}
+
+// renewals wakes the guards of running commands after every renewal (it
+// is the observer of their clients).
+type renewals struct {
+	mu   sync.Mutex
+	subs map[chan struct{}]bool
+}
+
+// Observe implements pglease.Observer.
+func (r *renewals) Observe(ev pglease.Event) {
+	if ev.Kind != pglease.EventRenewed {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ch := range r.subs {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+}
+
+// subscribe returns a channel that receives after renewals, and the
+// function that ends the subscription.
+func (r *renewals) subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.subs == nil {
+		r.subs = map[chan struct{}]bool{}
+	}
+	r.subs[ch] = true
+	return ch, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.subs, ch)
+	}
+}
+
+// holdJobControl keeps job control (Ctrl-Z's SIGTSTP, SIGTTIN, SIGTTOU)
+// from stopping pglease while it may hold a lease: stopped, it could not
+// renew it, and the supervisor would end the command at the deadline. It
+// says so once per signal, and returns the function that restores the
+// default.
+func (e *env) holdJobControl() (stop func()) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, jobControl...)
+	done := make(chan struct{})
+	go func() {
+		told := map[os.Signal]bool{}
+		for {
+			select {
+			case s := <-ch:
+				if !told[s] {
+					told[s] = true
+					fmt.Fprintf(e.stderr, "pglease: ignoring %s: a stopped pglease could not keep its lease; to stop the command, stop or end it by its own pid\n", signalName(s.(syscall.Signal)))
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(ch); close(done) }
 }
 
 // finish runs once the command and everything in its group are gone.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"syscall"
+	"time"
 )
 
 // Process groups, the supervisor and signal forwarding need Unix; elsewhere
@@ -17,10 +18,13 @@ const superviseCmd = "__supervise"
 
 var forwarded = []os.Signal{os.Interrupt}
 
+var jobControl []os.Signal
+
 type supervisor struct {
 	done   chan struct{}
 	code   int
 	signal int
+	lapsed bool
 	err    error
 }
 
@@ -33,5 +37,7 @@ func signalName(s syscall.Signal) string { return s.String() }
 func (*supervisor) terminate()             {}
 func (*supervisor) kill()                  {}
 func (*supervisor) forward(syscall.Signal) {}
+func (*supervisor) enforcesDeadline() bool { return false }
+func (*supervisor) setDeadline(time.Time)  {}
 
 func supervise([]string, io.Writer) int { return exitError }
