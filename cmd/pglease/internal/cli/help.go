@@ -149,8 +149,13 @@ alters anything: without the table the page says so. --allow-release adds a
 force-release button to every lease, behind a confirmation and a per-process
 CSRF token. Listening on an address other than loopback needs an access
 token (--token-file FILE or $PGLEASE_SERVE_TOKEN), required on every request
-as "Authorization: Bearer TOKEN" or, in a browser, once as /?token=TOKEN. SIGINT
-or SIGTERM stop it (exit 0).
+as "Authorization: Bearer TOKEN" or, in a browser, once as /?token=TOKEN.
+Without a token it answers only requests addressed to a loopback address or
+localhost (421 for any other Host, so that a web page whose name resolves to
+this machine cannot read or change it: DNS rebinding), and a release only
+from a page of those origins; --allow-host NAME adds a name. With a token,
+requests that carry it may name any host unless --allow-host is given.
+SIGINT or SIGTERM stop it (exit 0).
 `,
 		more: `Exit status: 0 after SIGINT or SIGTERM; 2 usage errors; 1 other errors
 (database unreachable at start, address in use).
@@ -158,6 +163,7 @@ or SIGTERM stop it (exit 0).
 Examples:
   pglease serve                                   # http://127.0.0.1:8080/
   pglease serve --table ops.leases --allow-release
+  pglease serve --allow-host console.internal      # behind a proxy that keeps the Host
   openssl rand -hex 32 > /etc/pglease/console-token
   pglease serve --listen :8080 --token-file /etc/pglease/console-token
   curl -H "Authorization: Bearer $(cat /etc/pglease/console-token)" http://host:8080/metrics
