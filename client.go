@@ -168,9 +168,10 @@ func DDL(table string) (string, error) {
 
 // Migrate creates the lease table and its sequence when missing and checks
 // the layout of an existing table. Clients do this before their first
-// acquisition, [Client.ForceRelease] or [Client.Cleanup] unless
-// [Config.DisableAutoMigrate] is set; [Client.Get] and [Client.List] never
-// do. Any number of clients may migrate at once, each spelling the table
+// acquisition unless [Config.DisableAutoMigrate] is set;
+// [Client.ForceRelease], [Client.RequestStepDown] and [Client.Cleanup] do
+// it only for a table that exists (they never create one: [ErrNoTable]),
+// and [Client.Get] and [Client.List] never do. Any number of clients may migrate at once, each spelling the table
 // its own way ("pglease_leases", "public.pglease_leases", another
 // search_path): they serialize on a lock of the table's schema as the
 // server resolves it, so exactly one creates or upgrades what is missing.
@@ -366,17 +367,19 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 // ForceRelease deletes the lease of name whoever holds it, wakes waiters,
 // and returns what it deleted; name may be a slot's ([SlotName]). It is an
 // administrative action: the holder learns of it at its next renewal and
-// its lease ends with [ErrLeaseLost].
+// its lease ends with [ErrLeaseLost]. It returns [ErrNoLease] when the
+// table has no row for name, and [ErrNoTable] when there is no table: it
+// never creates one.
 func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 	if err := checkRowName(name); err != nil {
 		return Info{}, err
 	}
-	if err := c.prepare(ctx); err != nil {
+	if err := c.prepareExisting(ctx); err != nil {
 		return Info{}, err
 	}
 	rec, ok, err := c.st.ForceRelease(ctx, c.db, name)
 	if err != nil {
-		return Info{}, opError("force-release", err)
+		return Info{}, c.existingError("force-release", err)
 	}
 	if !ok {
 		return Info{}, errorf("%w: %q", ErrNoLease, name)
@@ -385,9 +388,10 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 }
 
 // Cleanup deletes expired rows and returns how many. Tokens are unaffected:
-// they keep increasing.
+// they keep increasing. Without the table it returns [ErrNoTable]: it
+// never creates one.
 func (c *Client) Cleanup(ctx context.Context) (int64, error) {
-	if err := c.prepare(ctx); err != nil {
+	if err := c.prepareExisting(ctx); err != nil {
 		return 0, err
 	}
 	var n int64
@@ -396,7 +400,7 @@ func (c *Client) Cleanup(ctx context.Context) (int64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, opError("clean up", err)
+		return 0, c.existingError("clean up", err)
 	}
 	return n, nil
 }
@@ -472,4 +476,45 @@ func (c *Client) prepare(ctx context.Context) error {
 		return err
 	}
 	return c.ensureSchema(ctx)
+}
+
+// prepareExisting is prepare for the administrative calls that act on rows
+// already there (ForceRelease, RequestStepDown, Cleanup): a missing table
+// is [ErrNoTable], never created, so that a mistyped table name changes
+// nothing. A table that exists is checked, or upgraded, as by prepare.
+func (c *Client) prepareExisting(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	c.schema.Lock()
+	ready := c.ready
+	c.schema.Unlock()
+	if !ready {
+		var exists bool
+		err := c.retry(ctx, func() (err error) {
+			exists, err = c.st.CheckReadable(ctx, c.db)
+			return err
+		})
+		if err != nil {
+			return opError("check the lease table "+c.st.Names.QualifiedTable(), err)
+		}
+		if !exists {
+			return c.noTable()
+		}
+	}
+	return c.ensureSchema(ctx)
+}
+
+// existingError is opError for the calls of prepareExisting: a table
+// dropped after the check is [ErrNoTable] too.
+func (c *Client) existingError(op string, err error) error {
+	if tableMissing(err) {
+		return c.noTable()
+	}
+	return opError(op, err)
+}
+
+func (c *Client) noTable() error {
+	return errorf("%w: %s does not exist in this database (nothing was created or changed): check the table's name; "+
+		"Client.Migrate creates it", ErrNoTable, c.st.Names.QualifiedTable())
 }

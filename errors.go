@@ -49,6 +49,12 @@ var (
 	// created in (no schema of the search_path exists). Nothing was
 	// changed.
 	ErrSchema = errors.New("pglease: unusable lease table")
+	// ErrNoTable is returned by [Client.ForceRelease],
+	// [Client.RequestStepDown] and [Client.Cleanup] when the lease table
+	// (or its schema) does not exist: they act on rows that are there and
+	// never create the table, so a mistyped table name is reported rather
+	// than created. Nothing was changed.
+	ErrNoTable = errors.New("pglease: no lease table")
 	// ErrSlotsMismatch means a name was asked for as another kind of
 	// lease than the one its live rows hold: a semaphore's slot with
 	// another slot count ([WithSlots]) than its live slots record, a slot

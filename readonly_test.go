@@ -41,6 +41,66 @@ func TestReadsOnMissingTableChangeNothing(t *testing.T) {
 	}
 }
 
+// ForceRelease, RequestStepDown and Cleanup act on rows that are there: on
+// a table (or schema) that does not exist they return ErrNoTable, naming
+// the table, and create nothing, with or without auto-migration; also
+// when the table is dropped after the client used it.
+func TestAdminCallsOnMissingTableCreateNothing(t *testing.T) {
+	ctx := testCtx(t)
+	missing := fmt.Sprintf("admin_missing_%d", time.Now().UnixNano()) // a schema that does not exist
+	t.Cleanup(func() { pgtest.Exec(t, `DROP SCHEMA IF EXISTS `+pgx.Identifier{missing}.Sanitize()+` CASCADE`) })
+	check := func(c *Client, what string) {
+		t.Helper()
+		name := c.st.Names.QualifiedTable()
+		_, err := c.ForceRelease(ctx, "x")
+		errs := map[string]error{"ForceRelease": err, "RequestStepDown": c.RequestStepDown(ctx, "x")}
+		n, err := c.Cleanup(ctx)
+		if n != 0 {
+			t.Errorf("%s: Cleanup = %d", what, n)
+		}
+		errs["Cleanup"] = err
+		for call, err := range errs {
+			if !errors.Is(err, ErrNoTable) || errors.Is(err, ErrNoLease) || !strings.Contains(err.Error(), name+" does not exist") {
+				t.Errorf("%s: %s = %v; want ErrNoTable naming %s", what, call, err, name)
+			}
+		}
+		if pgtest.RelationExists(t, name) || pgtest.RelationExists(t, c.st.Names.QualifiedSeq()) || pgtest.RelationExists(t, c.st.Names.QualifiedWaiters()) {
+			t.Fatalf("%s: an administrative call created the table, its sequence or its waiters table", what)
+		}
+	}
+	for _, table := range []string{missing + ".leases", pgtest.Schema(t) + ".leases"} {
+		for _, noMigrate := range []bool{false, true} {
+			check(testClient(t, Config{Table: table, DisableAutoMigrate: noMigrate}), fmt.Sprintf("%s (DisableAutoMigrate %v)", table, noMigrate))
+		}
+	}
+	var n int
+	pgtest.QueryRow(t, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, []any{missing}, &n)
+	if n != 0 {
+		t.Fatalf("an administrative call created the schema %s", missing)
+	}
+
+	// A table the client had used, then dropped.
+	c := testClient(t, Config{Table: pgtest.Schema(t) + ".dropped"})
+	l, err := c.TryAcquire(ctx, "x", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, `DROP TABLE `+c.st.Names.QualifiedTable()+`, `+c.st.Names.QualifiedWaiters()+`; DROP SEQUENCE `+c.st.Names.QualifiedSeq())
+	check(c, "after DROP TABLE")
+	_ = l.Release(ctx)
+
+	// The table there: an unknown name is ErrNoLease, as it was.
+	if _, err := c.ForceRelease(ctx, "x"); !errors.Is(err, ErrNoTable) {
+		t.Fatalf("ForceRelease after DROP TABLE and a release: %v, want ErrNoTable", err)
+	}
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ForceRelease(ctx, "x"); !errors.Is(err, ErrNoLease) || errors.Is(err, ErrNoTable) {
+		t.Fatalf("ForceRelease of a free name: %v, want ErrNoLease", err)
+	}
+}
+
 // A role with only USAGE on the schema and SELECT on the table can read.
 func TestReadsNeedOnlySelect(t *testing.T) {
 	ctx := testCtx(t)

@@ -23,13 +23,14 @@ import (
 // a lost notification is made up for by the holder's next renewal, at most
 // a renewal interval later. A new acquisition of the name clears the
 // request. RequestStepDown returns once the request is recorded, not once
-// the holder has let go, and an error matching [ErrNoLease] when nothing
-// holds name. name may be a semaphore's slot ([SlotName]).
+// the holder has let go, an error matching [ErrNoLease] when nothing
+// holds name, and [ErrNoTable] when there is no table (it never creates
+// one). name may be a semaphore's slot ([SlotName]).
 func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 	if err := checkRowName(name); err != nil { // a semaphore's slot too
 		return err
 	}
-	if err := c.prepare(ctx); err != nil {
+	if err := c.prepareExisting(ctx); err != nil {
 		return err
 	}
 	var ok bool
@@ -38,7 +39,7 @@ func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 		return err
 	})
 	if err != nil {
-		return opError("request a step-down", err)
+		return c.existingError("request a step-down", err)
 	}
 	if !ok {
 		return errorf("%w: nothing holds %q, so nobody was asked to step down", ErrNoLease, name)

@@ -115,6 +115,12 @@ func TestStepDownRequestReachesALeaseHolder(t *testing.T) {
 			cfg.Table = pgtest.Schema(t) + ".leases"
 			holder := testClient(t, cfg)
 			admin := testClient(t, Config{Table: cfg.Table})
+			if err := admin.RequestStepDown(ctx, "job"); !errors.Is(err, ErrNoTable) {
+				t.Fatalf("RequestStepDown before the table exists = %v, want ErrNoTable", err)
+			}
+			if err := holder.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
 			if err := admin.RequestStepDown(ctx, "job"); !errors.Is(err, ErrNoLease) {
 				t.Fatalf("RequestStepDown with nothing held = %v, want ErrNoLease", err)
 			}

@@ -27,11 +27,11 @@ var (
 // adminTimeout bounds an administrative command.
 const adminTimeout = 30 * time.Second
 
-// connect validates the connection flags and opens a client. Unless
-// readOnly, it also creates or upgrades the lease table (Migrate); a
-// read-only command (ls, status) changes nothing in the database, and the
-// client's reads work with SELECT alone.
-func (e *env) connect(ctx context.Context, cmd string, fs *flagSet, readOnly bool) (*pglease.Client, int, bool) {
+// connect validates the connection flags and opens a client. It creates
+// nothing: only migrate creates the lease table. The reads of ls and status
+// work with SELECT alone; release, stepdown and cleanup upgrade a table
+// that exists but never create one (pglease.ErrNoTable, see noTable).
+func (e *env) connect(ctx context.Context, cmd string, fs *flagSet) (*pglease.Client, int, bool) {
 	table := fs.str("table")
 	if err := checkTable(table); err != nil {
 		return nil, e.usage(cmd, err), false
@@ -44,14 +44,20 @@ func (e *env) connect(ctx context.Context, cmd string, fs *flagSet, readOnly boo
 	if err != nil {
 		return nil, e.fail(err), false
 	}
-	if readOnly {
-		return c, 0, true
-	}
-	if err := c.Migrate(ctx); err != nil {
-		c.Close()
-		return nil, e.fail(err), false
-	}
 	return c, 0, true
+}
+
+// noTable reports that an administrative command found no lease table, so
+// that there is nothing for it to act on (what): exit 1, as other errors.
+func (e *env) noTable(fs *flagSet, what string) int {
+	t := tableName(fs.str("table"))
+	fmt.Fprintf(e.stderr, "pglease: there is no lease table %s in this database, so %s; nothing was created or changed.\n", t, what)
+	if fs.isSet("table") {
+		fmt.Fprintf(e.stderr, "pglease: check the spelling of --table %s: it must name the table your jobs use ('pglease ls --table [SCHEMA.]TABLE' lists a table's leases).\n", t)
+	} else {
+		fmt.Fprintln(e.stderr, "pglease: if your jobs use another table, name it with --table [SCHEMA.]TABLE ('pglease ls --table [SCHEMA.]TABLE' lists a table's leases).")
+	}
+	return exitError
 }
 
 // nameArg checks that a command got exactly one valid lease name (a slot
@@ -72,11 +78,10 @@ func noArgs(fs *flagSet) error {
 }
 
 // adminCommand is an administrative command that connects: ls, status,
-// release, migrate, cleanup.
+// release, stepdown, migrate, cleanup.
 type adminCommand struct {
 	name      string
 	takesName bool                    // its one operand is a lease NAME; else it takes none
-	readOnly  bool                    // it changes nothing in the database (see connect)
 	check     func(fs *flagSet) error // further usage checks, or nil
 	run       func(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int
 }
@@ -103,7 +108,7 @@ func (e *env) runAdmin(ctx context.Context, a adminCommand, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	c, code, ok := e.connect(ctx, a.name, fs, a.readOnly)
+	c, code, ok := e.connect(ctx, a.name, fs)
 	if !ok {
 		return code
 	}
@@ -112,7 +117,7 @@ func (e *env) runAdmin(ctx context.Context, a adminCommand, args []string) int {
 }
 
 func (e *env) cmdList(ctx context.Context, args []string) int {
-	return e.runAdmin(ctx, adminCommand{name: "ls", readOnly: true, run: e.list}, args)
+	return e.runAdmin(ctx, adminCommand{name: "ls", run: e.list}, args)
 }
 
 func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
@@ -200,7 +205,7 @@ func toJSON(in pglease.Info) leaseJSON {
 }
 
 func (e *env) cmdStatus(ctx context.Context, args []string) int {
-	return e.runAdmin(ctx, adminCommand{name: "status", takesName: true, readOnly: true, run: e.status}, args)
+	return e.runAdmin(ctx, adminCommand{name: "status", takesName: true, run: e.status}, args)
 }
 
 func (e *env) status(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int {
@@ -238,9 +243,11 @@ func (e *env) cmdRelease(ctx context.Context, args []string) int {
 		run: e.release}, args)
 }
 
-func (e *env) release(ctx context.Context, c *pglease.Client, _ *flagSet, name string) int {
+func (e *env) release(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int {
 	in, err := c.ForceRelease(ctx, name)
 	switch {
+	case errors.Is(err, pglease.ErrNoTable):
+		return e.noTable(fs, "no lease "+display(name, 255)+" to release")
 	case errors.Is(err, pglease.ErrNoLease):
 		fmt.Fprintf(e.stderr, "pglease: no lease named %s\n", display(name, 255))
 		return exitFree
@@ -260,9 +267,11 @@ func (e *env) cmdStepDown(ctx context.Context, args []string) int {
 	return e.runAdmin(ctx, adminCommand{name: "stepdown", takesName: true, run: e.stepDown}, args)
 }
 
-func (e *env) stepDown(ctx context.Context, c *pglease.Client, _ *flagSet, name string) int {
+func (e *env) stepDown(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int {
 	err := c.RequestStepDown(ctx, name)
 	switch {
+	case errors.Is(err, pglease.ErrNoTable):
+		return e.noTable(fs, "nothing holds "+display(name, 255)+" and nobody was asked to step down")
 	case errors.Is(err, pglease.ErrNoLease):
 		fmt.Fprintf(e.stderr, "pglease: nothing holds %s\n", display(name, 255))
 		return exitFree
@@ -312,8 +321,11 @@ func (e *env) cmdCleanup(ctx context.Context, args []string) int {
 	return e.runAdmin(ctx, adminCommand{name: "cleanup", run: e.cleanup}, args)
 }
 
-func (e *env) cleanup(ctx context.Context, c *pglease.Client, _ *flagSet, _ string) int {
+func (e *env) cleanup(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
 	n, err := c.Cleanup(ctx)
+	if errors.Is(err, pglease.ErrNoTable) {
+		return e.noTable(fs, "there are no expired leases to delete")
+	}
 	if err != nil {
 		return e.fail(err)
 	}

@@ -19,6 +19,7 @@ const (
 	stringFlag
 	durationFlag
 	intFlag
+	listFlag // repeatable; the values are joined with commas
 )
 
 type flagSpec struct {
@@ -97,6 +98,9 @@ func parseFlags(specs []flagSpec, args []string) (*flagSet, error) {
 				return fs, usagef("flag --%s: %s is not a whole number", name, quoteArg(value))
 			}
 		}
+		if prev, ok := fs.values[name]; ok && spec.kind == listFlag {
+			value = prev + "," + value
+		}
 		fs.values[name] = value
 	}
 	return fs, nil
@@ -114,6 +118,20 @@ func (fs *flagSet) lookup(name string) (flagSpec, bool) {
 func (fs *flagSet) isSet(name string) bool { _, ok := fs.values[name]; return ok }
 
 func (fs *flagSet) str(name string) string { return fs.values[name] }
+
+// list returns the values of a listFlag: each use, split at commas, with
+// the spaces around them removed.
+func (fs *flagSet) list(name string) []string {
+	v, ok := fs.values[name]
+	if !ok {
+		return nil
+	}
+	out := strings.Split(v, ",")
+	for i := range out {
+		out[i] = strings.TrimSpace(out[i])
+	}
+	return out
+}
 
 func (fs *flagSet) boolean(name string) bool {
 	b, _ := strconv.ParseBool(fs.values[name])

@@ -149,8 +149,13 @@ alters anything: without the table the page says so. --allow-release adds a
 force-release button to every lease, behind a confirmation and a per-process
 CSRF token. Listening on an address other than loopback needs an access
 token (--token-file FILE or $PGLEASE_SERVE_TOKEN), required on every request
-as "Authorization: Bearer TOKEN" or, in a browser, once as /?token=TOKEN. SIGINT
-or SIGTERM stop it (exit 0).
+as "Authorization: Bearer TOKEN" or, in a browser, once as /?token=TOKEN.
+Without a token it answers only requests addressed to a loopback address or
+localhost (421 for any other Host, so that a web page whose name resolves to
+this machine cannot read or change it: DNS rebinding), and a release only
+from a page of those origins; --allow-host NAME adds a name. With a token,
+requests that carry it may name any host unless --allow-host is given.
+SIGINT or SIGTERM stop it (exit 0).
 `,
 		more: `Exit status: 0 after SIGINT or SIGTERM; 2 usage errors; 1 other errors
 (database unreachable at start, address in use).
@@ -158,6 +163,7 @@ or SIGTERM stop it (exit 0).
 Examples:
   pglease serve                                   # http://127.0.0.1:8080/
   pglease serve --table ops.leases --allow-release
+  pglease serve --allow-host console.internal      # behind a proxy that keeps the Host
   openssl rand -hex 32 > /etc/pglease/console-token
   pglease serve --listen :8080 --token-file /etc/pglease/console-token
   curl -H "Authorization: Bearer $(cat /etc/pglease/console-token)" http://host:8080/metrics
@@ -201,7 +207,7 @@ not exist. Exit status 3 when there is no job JOB.
 		about: `Take the lease NAME away from its holder (an administrative action) and print
 what was taken. The holder notices at its next renewal (a third of its TTL)
 and terminates its command; waiters get the lease at once. Exit status 3 when
-there was no such lease.
+there was no such lease; 1, creating nothing, when there is no such table.
 `,
 		more: `Example:
   pglease release --force nightly-report
@@ -218,7 +224,7 @@ another instance takes over before this one is stopped. A program holding a
 plain lease sees the request and decides for itself. The request is
 delivered at once to a holder that listens, else with its next renewal.
 Nothing is taken by force (see release --force). Exit status 3 when nothing
-holds NAME.
+holds NAME; 1, creating nothing, when there is no such table.
 `,
 		more: `Example:
   pglease stepdown scheduler-leader && kubectl rollout restart deploy/scheduler
@@ -228,9 +234,10 @@ holds NAME.
 		summary: "create the lease table",
 		run:     (*env).cmdMigrate,
 		about: `Create the lease table, its token sequence and, for SCHEMA.TABLE, the schema
-when they are missing; check an existing table. run, release and cleanup do
-this on first use (ls and status only read); run it once as an owner role
-when the roles that take leases may not create tables.
+when they are missing; check an existing table. run does this on first use;
+release, stepdown and cleanup upgrade a table that exists but never create
+one (ls and status only read); run it once as an owner role when the roles
+that take leases may not create tables.
 `,
 		more: `Example:
   PGLEASE_DSN=postgres://admin@db/app pglease migrate --table ops.leases
@@ -250,6 +257,7 @@ when the roles that take leases may not create tables.
 		summary: "delete expired rows",
 		run:     (*env).cmdCleanup,
 		about: `Delete expired lease rows and print how many. Fencing tokens keep increasing.
+Without the table it creates nothing and exits 1.
 `,
 		more: `Example:
   pglease cleanup --table ops.leases

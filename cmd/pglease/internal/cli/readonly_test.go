@@ -60,3 +60,55 @@ func TestReadOnlyCommandsNeedOnlySelect(t *testing.T) {
 		t.Fatalf("status of a free name as a SELECT-only role: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// release --force, stepdown and cleanup act on leases that are there: with
+// a mistyped --table (a missing schema, or a missing table in an existing
+// one) they say there is no such table and how to find the right one, exit
+// 1 and create nothing. On the table itself they work as before.
+func TestAdminCommandsOnMissingTableCreateNothing(t *testing.T) {
+	t.Parallel()
+	env, existing := tableEnv(t)
+	missing := fmt.Sprintf("cli_admin_%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+missing+" CASCADE") })
+	holdLease(t, env, existing, "nightly", "--owner", "host-a")
+	for _, table := range []string{missing + ".leases", existing + "_typo"} {
+		for _, c := range []struct {
+			args []string
+			what string
+		}{
+			{[]string{"release", "nightly", "--force"}, "so no lease nightly to release"},
+			{[]string{"stepdown", "nightly"}, "so nothing holds nightly and nobody was asked to step down"},
+			{[]string{"cleanup"}, "so there are no expired leases to delete"},
+		} {
+			code, stdout, stderr := run(t, env, append(c.args, "--table", table)...)
+			want := "pglease: there is no lease table " + table + " in this database, " + c.what + "; nothing was created or changed.\n" +
+				"pglease: check the spelling of --table " + table + ": it must name the table your jobs use ('pglease ls --table [SCHEMA.]TABLE' lists a table's leases).\n"
+			if code != 1 || stdout != "" || stderr != want {
+				t.Errorf("%v --table %s: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and:\n%s", c.args, table, code, stdout, stderr, want)
+			}
+			if pgtest.Value[bool](t, "SELECT to_regclass($1) IS NOT NULL OR to_regclass($2) IS NOT NULL OR to_regclass($3) IS NOT NULL",
+				table, table+"_token_seq", table+"_waiters") {
+				t.Fatalf("%v --table %s created the table, its sequence or its waiters table", c.args, table)
+			}
+		}
+	}
+	if pgtest.Value[int64](t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", missing) != 0 {
+		t.Fatalf("an administrative command created the schema %s", missing)
+	}
+	// Without --table: the default table, and a hint to name another.
+	if code, _, stderr := run(t, append(env, "PGOPTIONS=-c search_path="+missing), "cleanup"); code != 1 ||
+		!strings.Contains(stderr, "there is no lease table pglease_leases in this database") || !strings.Contains(stderr, "name it with --table") {
+		t.Errorf("cleanup without --table on a database without pglease_leases: exit %d, stderr %q", code, stderr)
+	}
+
+	// The table spelled right: each works.
+	if code, stdout, stderr := run(t, env, "release", "nightly", "--force", "--table", existing); code != 0 || !strings.Contains(stdout, "released nightly: owner host-a") {
+		t.Errorf("release --force: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr := run(t, env, "cleanup", "--table", existing); code != 0 || stdout != "deleted 0 expired lease(s)\n" {
+		t.Errorf("cleanup: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, _, stderr := run(t, env, "stepdown", "nightly", "--table", existing); code != 3 || stderr != "pglease: nothing holds nightly\n" {
+		t.Errorf("stepdown of a released lease: exit %d, stderr %q; want 3", code, stderr)
+	}
+}

@@ -423,6 +423,9 @@ func TestRunWaitTimeoutWithPersistentErrorsIs125(t *testing.T) {
 func TestStepDownStopsTheCommandGracefully(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)
+	if code, _, stderr := run(t, env, "migrate", "--table", table); code != 0 { // stepdown creates no table
+		t.Fatalf("migrate: exit %d %q", code, stderr)
+	}
 	if code, _, stderr := run(t, env, "stepdown", "worker", "--table", table); code != 3 || !strings.Contains(stderr, "nothing holds worker") {
 		t.Fatalf("stepdown of a free name: exit %d %q", code, stderr)
 	}

@@ -19,6 +19,7 @@ import (
 var serveFlags = append([]flagSpec{
 	{name: "listen", kind: stringFlag, arg: "ADDR", usage: "address to serve on (default 127.0.0.1:8080; any other than loopback needs an access token)"},
 	{name: "allow-release", kind: boolFlag, usage: "add a force-release button to every lease (default: read-only)"},
+	{name: "allow-host", kind: listFlag, arg: "NAME", usage: "a host name the console may be addressed by besides loopback and localhost (repeatable, or NAME,NAME)"},
 	{name: "token-file", kind: stringFlag, arg: "FILE", usage: "file holding the access token required on every request (default $PGLEASE_SERVE_TOKEN)"},
 	{name: "stale-after", kind: durationFlag, arg: "DURATION", usage: "show a held lease as stale when its heartbeat is older (default half its TTL)"},
 	{name: "metrics-per-lease", kind: boolFlag, usage: "add per-lease series to /metrics (every lease name becomes a time series)"},
@@ -59,6 +60,12 @@ func (e *env) serveOptions(fs *flagSet) (serveOptions, error) {
 	if err != nil {
 		return o, err
 	}
+	hosts := fs.list("allow-host")
+	for _, h := range hosts {
+		if err := console.CheckAllowHost(h); err != nil {
+			return o, usagef("invalid --allow-host: %s", err)
+		}
+	}
 	if needsToken && token == "" {
 		return o, usagef("--listen %s is reachable from other hosts: give an access token with --token-file FILE or $%s "+
 			"(for example: openssl rand -hex 32 > FILE), or listen on 127.0.0.1", quoteArg(o.listen), serveTokenEnv)
@@ -71,7 +78,7 @@ func (e *env) serveOptions(fs *flagSet) (serveOptions, error) {
 	if fs.isSet("stale-after") && stale <= 0 {
 		return o, usagef("--stale-after %s: must be positive (default: half of each lease's TTL)", fs.str("stale-after"))
 	}
-	o.cfg = console.Config{Table: fs.str("table"), AllowRelease: fs.boolean("allow-release"), Token: token,
+	o.cfg = console.Config{Table: fs.str("table"), AllowRelease: fs.boolean("allow-release"), Token: token, AllowHosts: hosts,
 		StaleAfter: stale, MetricsPerLease: fs.boolean("metrics-per-lease"), Poll: poll,
 		AppName: "pglease serve " + hostname(), Redact: e.redact}
 	return o, nil
@@ -140,7 +147,7 @@ func (e *env) cmdServe(ctx context.Context, args []string) int {
 		mode = "force-release allowed"
 	}
 	log.Info("pglease serve: console listening", "url", "http://"+ln.Addr().String()+"/",
-		"table", tableName(o.cfg.Table), "mode", mode, "token_required", o.cfg.Token != "", "poll", o.cfg.Poll)
+		"table", tableName(o.cfg.Table), "mode", mode, "token_required", o.cfg.Token != "", "hosts", answersTo(o.cfg), "poll", o.cfg.Poll)
 	if o.cfg.MetricsPerLease {
 		log.Warn("--metrics-per-lease: " + console.PerLeaseWarning + " in /metrics; mind the cardinality of large tables")
 	}
@@ -159,4 +166,12 @@ func (e *env) cmdServe(ctx context.Context, args []string) int {
 	}
 	<-served
 	return exitOK
+}
+
+// answersTo says which Host names the console answers to, for its log.
+func answersTo(cfg console.Config) string {
+	if cfg.Token != "" && len(cfg.AllowHosts) == 0 {
+		return "any (with the token)"
+	}
+	return strings.Join(append([]string{"loopback", "localhost"}, cfg.AllowHosts...), ",")
 }

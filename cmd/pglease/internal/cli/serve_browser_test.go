@@ -7,9 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"image/png"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,10 +46,13 @@ type browser struct {
 	accept  atomic.Bool  // accept them (else dismiss)
 }
 
-func newBrowser(t *testing.T) *browser {
+// newBrowser starts a headless Chromium with the default options and
+// extra.
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)),
 		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+	opts = append(opts, extra...)
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
 	}
@@ -283,5 +288,72 @@ func checkLatency(t *testing.T, what string, d time.Duration) {
 	}
 	if d < -50*time.Millisecond {
 		t.Errorf("%s shown %s before it happened: clocks differ?", what, d)
+	}
+}
+
+// A DNS-rebinding page in a real browser: attacker.example resolves to
+// 127.0.0.1 (as the attacker's DNS answers once its page has loaded), so
+// the page at http://attacker.example:PORT/ is same-origin with the
+// console. Without a token the console refuses it everything: the page
+// (and its form token), the event stream, the metrics, and a release even
+// with a valid form token; the lease and its holder's job live on. The
+// same browser at http://127.0.0.1:PORT/ gets the console and may release.
+func TestServeRefusesRebindingPageInBrowser(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t, chromedp.Flag("host-resolver-rules", "MAP attacker.example 127.0.0.1"))
+	env, table := tableEnv(t)
+	holder := holdLease(t, env, table, "victim", "--ttl", "3s")
+	leases := pgtest.LeaseTable(t, pgtest.DSN(t), table)
+	srv := start(t, env, "serve", "--listen", "127.0.0.1:0", "--table", table, "--allow-release")
+	own := serveURL(t, srv)
+	u, err := neturl.Parse(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := "http://attacker.example:" + u.Port() + "/"
+
+	// The form token, as the console's own page has it: the rebinding page
+	// is given it, to show that even a leaked token does not help.
+	b.do("opening the console", chromedp.Navigate(own))
+	b.observe("victim held", rowState("victim")+` === 'held'`)
+	csrf := eval[string](b, `document.getElementById('console').getAttribute('data-csrf')`)
+
+	b.do("opening the rebinding page", chromedp.Navigate(evil))
+	if got := eval[string](b, `location.origin + ' ' + document.body.innerText`); !strings.HasPrefix(got, "http://attacker.example:"+u.Port()+" 421 misdirected request") ||
+		!strings.Contains(got, "--allow-host") || strings.Contains(got, csrf) {
+		t.Errorf("the rebinding page shows %q, want the console's 421 refusal without the form token", got)
+	}
+	fetch := func(what, js string) int {
+		status := eval[int](b, js+`.then(function (r) { return r.status; })`, chromedp.EvalAwaitPromise)
+		t.Logf("the rebinding page: %s: %d", what, status)
+		return status
+	}
+	for _, p := range []string{"/", "/events", "/metrics", "/healthz"} {
+		if status := fetch("GET "+p, `fetch(`+js(p)+`)`); status != 421 {
+			t.Errorf("the rebinding page: GET %s: %d, want 421", p, status)
+		}
+	}
+	release := `fetch('/release', {method: 'POST', body: new URLSearchParams({name: 'victim', confirm: 'yes', csrf: ` + js(csrf) + `})})`
+	if status := fetch("POST /release with the form token", release); status != 421 {
+		t.Errorf("the rebinding page: POST /release with the form token: %d, want 421", status)
+	}
+	if _, ok := leases.Get("victim"); !ok {
+		t.Fatal("the rebinding page released victim")
+	}
+	select {
+	case <-holder.done:
+		t.Fatalf("the holder's run ended (exit %d): %s", holder.code, holder.stderr)
+	default:
+	}
+
+	// The console's own origin: the same request releases the lease, and
+	// the holder's run ends as on any force-release (exit 76).
+	b.do("opening the console again", chromedp.Navigate(own))
+	b.observe("the event stream connected", `document.getElementById('console').hasAttribute('data-version')`)
+	if status := fetch("POST /release from the console's own page", release); status != 200 {
+		t.Fatalf("POST /release from the console's own page: %d, want 200", status)
+	}
+	if code := holder.wait(); code != 76 {
+		t.Errorf("the holder's run after the release: exit %d, want 76: %s", code, holder.stderr)
 	}
 }

@@ -81,6 +81,9 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"--stale-after", "0s"}, nil, "--stale-after 0s: must be positive"},
 		{[]string{"--table", "Bad-Name"}, nil, "invalid --table"},
 		{[]string{"extra"}, nil, "unexpected argument"},
+		{[]string{"--allow-host", "*.example.com"}, nil, `invalid --allow-host: "*.example.com" is not a host name`},
+		{[]string{"--allow-host", "console.internal:8080"}, nil, "without scheme, port or wildcard"},
+		{[]string{"--allow-host", "a.internal", "--allow-host", "b.internal,"}, nil, `invalid --allow-host: "" is not a host name`},
 		{[]string{"--dsn", "postgres://u:hunter2secret@host:notaport/db"}, nil, "invalid connection string"},
 	} {
 		code, stdout, stderr := run(t, append(env, c.env...), append([]string{"serve"}, c.args...)...)
@@ -144,4 +147,40 @@ func TestServeCreatesNothingAndStopsOnSIGTERM(t *testing.T) {
 	if pgtest.Value[int64](t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", missing) != 0 {
 		t.Fatalf("serve created the schema %s", missing)
 	}
+}
+
+// Without a token serve answers only requests addressed to it by loopback,
+// localhost or an --allow-host name (repeated, or a list); a page whose
+// name resolves to this machine gets 421 and what to do.
+func TestServeAnswersOnlyItsOwnHostNames(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	p := start(t, env, "serve", "--listen", "127.0.0.1:0", "--table", table,
+		"--allow-host", "console.internal", "--allow-host", "ops.example, 192.168.1.20")
+	url := serveURL(t, p)
+	for host, want := range map[string]int{"": 200, "localhost": 200, "console.internal:8080": 200, "OPS.example": 200,
+		"192.168.1.20": 200, "attacker.example": 421, "192.168.1.21:80": 421} {
+		req, _ := http.NewRequest(http.MethodGet, url+"static/console.css", nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET /static/console.css with Host %q: %s, want %d: %s", host, resp.Status, want, b)
+		}
+		if want == 421 && !strings.Contains(string(b), "--allow-host NAME") {
+			t.Errorf("GET /static/console.css with Host %q: the refusal does not say what to do: %s", host, b)
+		}
+	}
+	if !strings.Contains(p.stderr.String(), "hosts=loopback,localhost,console.internal,ops.example,192.168.1.20") {
+		t.Errorf("the log does not name the hosts it answers to: %s", p.stderr)
+	}
+	waitFor(t, "the refusal in the log", func() bool {
+		return strings.Contains(p.stderr.String(), `refused a request addressed to another host (DNS rebinding?)" host=attacker.example`)
+	})
 }

@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,17 @@ type Config struct {
 	// "Authorization: Bearer TOKEN", or once as ?token=TOKEN, which sets a
 	// cookie.
 	Token string
+	// AllowHosts are the host names and IP addresses, besides loopback
+	// addresses and localhost, that a request may address the console by
+	// (its Host header, any port). Without a Token the console answers
+	// only requests addressed to a loopback address, localhost or one of
+	// these, and a state-changing request only when its Origin, if it has
+	// one, names one of them too: a page of another site whose name
+	// resolves to this machine (DNS rebinding) gets 421 and cannot act.
+	// With a Token the token is what keeps others out, and any Host is
+	// answered unless AllowHosts names some. Each must pass
+	// CheckAllowHost.
+	AllowHosts []string
 	// StaleAfter is the heartbeat age after which a held lease is shown as
 	// stale; 0 means half of each lease's TTL (as pglease ls).
 	StaleAfter time.Duration
@@ -85,8 +97,9 @@ type Console struct {
 	pool    *pgxpool.Pool
 	client  *pglease.Client // force-release, with AllowRelease
 	hub     *hub
-	csrf    string // per-process token of the release form
-	cookie  string // the cookie value that stands for Token
+	csrf    string   // per-process token of the release form
+	cookie  string   // the cookie value that stands for Token
+	hosts   []string // AllowHosts, canonical (see hostKey); nil: any Host
 	handler http.Handler
 
 	stop     context.CancelFunc
@@ -105,6 +118,11 @@ func Open(ctx context.Context, cfg Config) (*Console, error) {
 	}
 	if cfg.Poll < 0 || cfg.FullRefresh < 0 || cfg.StaleAfter < 0 {
 		return nil, errors.New("console: Poll, FullRefresh and StaleAfter must not be negative")
+	}
+	for _, h := range cfg.AllowHosts {
+		if err := CheckAllowHost(h); err != nil {
+			return nil, fmt.Errorf("console: AllowHosts: %w", err)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -144,6 +162,12 @@ func Open(ctx context.Context, cfg Config) (*Console, error) {
 		return nil, fmt.Errorf("connect: %w (is the server running and the DSN right?)", err)
 	}
 	c := &Console{cfg: cfg, st: st, pool: pool, csrf: randomToken()}
+	if cfg.Token == "" || len(cfg.AllowHosts) > 0 {
+		c.hosts = []string{} // loopback and localhost only
+		for _, h := range cfg.AllowHosts {
+			c.hosts = append(c.hosts, hostKey(strings.Trim(h, "[]")))
+		}
+	}
 	if cfg.Token != "" {
 		c.cookie = cookieValue(cfg.Token)
 	}

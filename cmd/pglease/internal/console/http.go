@@ -23,7 +23,8 @@ var assets embed.FS
 var pages = template.Must(template.ParseFS(assets, "assets/*.html"))
 
 // routes is the console's handler: every response gets the security
-// headers, and, with a Token, every request must carry it.
+// headers, every request must be addressed to this console (checkHost),
+// and, with a Token, carry it.
 func (c *Console) routes() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets/static") // cannot fail: embedded
@@ -35,7 +36,7 @@ func (c *Console) routes() http.Handler {
 	if c.cfg.AllowRelease {
 		mux.HandleFunc("POST /release", c.release)
 	}
-	return securityHeaders(c.requireToken(mux))
+	return securityHeaders(c.checkHost(c.requireToken(mux)))
 }
 
 // pageData is what page.html renders.

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -105,4 +108,128 @@ func NeedsToken(addr string) (bool, error) {
 	}
 	ip := net.ParseIP(strings.Trim(host, "[]"))
 	return ip == nil || !ip.IsLoopback(), nil
+}
+
+// checkHost answers a request only when it is addressed to this console:
+// its Host is a loopback address (127.0.0.0/8, [::1]), localhost or one of
+// Config.AllowHosts, on any port; else 421. A state-changing request (any
+// method but GET, HEAD and OPTIONS) whose Origin names another host gets
+// 403. This is what stops DNS rebinding: a page of attacker.example, whose
+// name the attacker points at 127.0.0.1 once the page has loaded, reaches
+// the console from the browser as its own origin, so Sec-Fetch-Site and
+// CrossOriginProtection see nothing wrong; its Host and Origin still say
+// attacker.example. Without AllowHosts and with a Token, it lets everything
+// through: the token is what a rebinding page lacks.
+func (c *Console) checkHost(next http.Handler) http.Handler {
+	if c.hosts == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !c.hostAllowed(r.Host) {
+			c.cfg.Logger.Warn("refused a request addressed to another host (DNS rebinding?)",
+				"host", clip(r.Host), "method", r.Method, "path", clip(r.URL.Path), "remote", r.RemoteAddr)
+			http.Error(w, fmt.Sprintf("421 misdirected request: this console answers only requests addressed to "+
+				"%s, not to %s (a page of another site whose name resolves to this machine must not read "+
+				"or change it). Open it as %s; to reach it under another name, start pglease serve with "+
+				"--allow-host NAME, or give it an access token (--token-file FILE).",
+				c.allowedText(), strconv.Quote(clip(r.Host)), ownURL(r)), http.StatusMisdirectedRequest)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !safeMethod(r.Method) && !c.originAllowed(o) {
+			c.cfg.Logger.Warn("refused a request from a page of another origin",
+				"origin", clip(o), "method", r.Method, "path", clip(r.URL.Path), "remote", r.RemoteAddr)
+			http.Error(w, fmt.Sprintf("403 forbidden: this request came from a page at %s, which is not this "+
+				"console; use the console's own page, opened as %s (or a name given with --allow-host).",
+				strconv.Quote(clip(o)), ownURL(r)), http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+// hostAllowed reports whether hostport, a Host header or the host of an
+// Origin ("name", "name:port", "[v6]:port"), addresses this console.
+func (c *Console) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if v6, ok := strings.CutPrefix(hostport, "["); ok && strings.HasSuffix(v6, "]") {
+		host = strings.TrimSuffix(v6, "]")
+	} else if strings.Contains(hostport, ":") {
+		return false // an IPv6 address without brackets is no Host
+	}
+	if host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Zone() == "" && ip.Unmap().IsLoopback() {
+		return true
+	}
+	return slices.Contains(c.hosts, hostKey(host))
+}
+
+// originAllowed reports whether an Origin header names this console.
+func (c *Console) originAllowed(origin string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Opaque == "" && c.hostAllowed(u.Host)
+}
+
+// hostKey is the form in which host names are compared: IP addresses in
+// their canonical form, names in lower case.
+func hostKey(host string) string {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.String()
+	}
+	return strings.ToLower(host)
+}
+
+// allowedText lists the hosts the console answers to, for a refusal.
+func (c *Console) allowedText() string {
+	s := "a loopback address (127.0.0.1, [::1]) or localhost"
+	if len(c.cfg.AllowHosts) > 0 {
+		s += " or " + strings.Join(c.cfg.AllowHosts, ", ")
+	}
+	return s
+}
+
+// ownURL is the console's URL by the loopback address it listens on (the
+// listener's address, when it is loopback), for a refusal.
+func ownURL(r *http.Request) string {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil && ap.Addr().Unmap().IsLoopback() {
+			return "http://" + a.String() + "/"
+		}
+	}
+	return "http://127.0.0.1:PORT/ or http://localhost:PORT/"
+}
+
+// clip shortens a value a client sent, for a log line or a message.
+func clip(s string) string { return truncate(s, 100) }
+
+// CheckAllowHost checks a name for Config.AllowHosts: a host name
+// (letters, digits, '-', '_' and dots, as in a URL) or an IP address (an
+// IPv6 one with or without brackets), without scheme, port or wildcard.
+func CheckAllowHost(name string) error {
+	if ip, err := netip.ParseAddr(strings.Trim(name, "[]")); err == nil && ip.Zone() == "" {
+		return nil
+	}
+	labels := strings.Split(name, ".")
+	ok := len(name) <= 253
+	for _, l := range labels {
+		ok = ok && l != "" && len(l) <= 63 && !strings.HasPrefix(l, "-") && !strings.HasSuffix(l, "-") &&
+			!strings.ContainsFunc(l, func(r rune) bool {
+				return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+			})
+	}
+	if !ok {
+		return fmt.Errorf("%s is not a host name or IP address: give the name as it appears in the console's URL, "+
+			"without scheme, port or wildcard (for example console.example.com or 192.168.1.20)", strconv.Quote(name))
+	}
+	return nil
 }
