@@ -131,8 +131,8 @@ func (j *job) state(ctx context.Context) (last, now time.Time, err error) {
 }
 
 // claim tries to claim tick with the given status; see ClaimTick. token
-// is the job's lease the claimer holds, 0 for a skipped claim (made
-// without it). A running claim whose reply is lost is asked after: when it
+// is that of the job's lease the claimer holds, 0 for a skipped claim
+// (made without it). A running claim whose reply is lost is asked after: when it
 // was made, claim reports it claimed.
 func (j *job) claim(ctx context.Context, tick time.Time, status Status, token int64, missed int64, msg string) (claimed bool, last time.Time, err error) {
 	if j.s.beforeClaim != nil {
