@@ -94,13 +94,9 @@ func SlotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
 // slots of a semaphore are each tried only while no other goroutine of this
 // client holds them.
 func (c *Client) acquire(ctx context.Context, name string, o leaseOptions, wait bool) (*Lease, error) {
-	names := []string{name}
+	names := o.names(name)
 	if o.slots > 1 {
 		o.semaphore = name
-		names = make([]string, o.slots)
-		for i := range names {
-			names[i] = SlotName(name, i)
-		}
 	}
 	var w *waiting
 	if wait {

@@ -321,6 +321,9 @@ type Schedule struct {
 	// SafetyMargin: the local deadline ([Lease.Deadline]) is TTL minus
 	// SafetyMargin after the send time of the last successful renewal.
 	SafetyMargin time.Duration
+	// MinHold: a release before this long after the acquisition keeps the
+	// row held until then ([WithMinHold]); 0 without.
+	MinHold time.Duration
 }
 
 // Deadline is how long after the send time of the last successful renewal
@@ -339,7 +342,29 @@ func (cfg Config) Schedule(opts ...Option) (Schedule, error) {
 	if err != nil {
 		return Schedule{}, err
 	}
-	return Schedule{TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl), SafetyMargin: marginFor(&full, o.ttl)}, nil
+	return Schedule{TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl), SafetyMargin: marginFor(&full, o.ttl), MinHold: o.minHold}, nil
+}
+
+// Names returns the names of the lease rows that an acquisition of name
+// with opts contends for, as the lease table and [Lease.Name] spell them:
+// name itself, or with [WithSlots](n), n > 1, its slot names [SlotName](name,
+// 0) to SlotName(name, n-1). The lease such an acquisition gets is one of
+// them. It returns the error [CheckName] or [Config.Validate] would return.
+// Tools that read the lease table for a lease of their own (a scheduler
+// checking whether a run's holder is alive) find its rows with it.
+func (cfg Config) Names(name string, opts ...Option) ([]string, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	full, _, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	o, err := resolveOptions(&full, nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	return o.names(name), nil
 }
 
 // Version is the version of this package, recorded in lease metadata.

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,33 @@ func TestScheduleReportsTheTimingALeaseGets(t *testing.T) {
 	}
 	if _, err := (Config{}).Schedule(WithTTL(500 * time.Millisecond)); !errors.Is(err, ErrInvalidTTL) {
 		t.Errorf("Schedule(WithTTL(500ms)): %v, want ErrInvalidTTL", err)
+	}
+	if got, err := (Config{}).Schedule(WithMinHold(4 * time.Second)); err != nil || got.MinHold != 4*time.Second {
+		t.Errorf("Schedule(WithMinHold(4s)) = %+v, %v, want MinHold 4s", got, err)
+	}
+}
+
+// Names spells the rows an acquisition contends for as the acquisition
+// does: the name, or the slot names a semaphore's holders get.
+func TestNamesSpellsTheRowsAnAcquisitionContendsFor(t *testing.T) {
+	for _, tc := range []struct {
+		opts []Option
+		want []string
+	}{
+		{nil, []string{"job"}},
+		{[]Option{WithSlots(1), WithTTL(time.Minute), WithFastFailover()}, []string{"job"}},
+		{[]Option{WithSlots(3)}, []string{"job#0", "job#1", "job#2"}},
+	} {
+		got, err := (Config{}).Names("job", tc.opts...)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("Names(job, %d options) = %q, %v, want %q", len(tc.opts), got, err, tc.want)
+		}
+	}
+	if _, err := (Config{}).Names("job", WithSlots(0)); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Names(WithSlots(0)): %v, want ErrInvalidArgument", err)
+	}
+	if _, err := (Config{}).Names("bad#1"); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("Names(bad#1): %v, want ErrInvalidName", err)
 	}
 }
 

@@ -121,6 +121,19 @@ func WithSlots(n int) Option {
 	}}
 }
 
+// names returns the names of the lease rows an acquisition of name with
+// these options contends for: name itself, or its slot names.
+func (o leaseOptions) names(name string) []string {
+	if o.slots <= 1 {
+		return []string{name}
+	}
+	names := make([]string, o.slots)
+	for i := range names {
+		names[i] = SlotName(name, i)
+	}
+	return names
+}
+
 func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 	return resolveOptions(&c.cfg, c.meta, opts)
 }

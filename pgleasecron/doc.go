@@ -28,7 +28,18 @@
 // anyone else, and [TickOf] gives the fencing token. The runner takes the
 // lease first and then claims the tick, recording its token in the tick's
 // run row; the run row's end (outcome, error) is written under that token,
-// so a runner that lost its row to another replica writes nothing.
+// so a runner that lost its row to another replica writes nothing. The
+// claim itself is fenced by the lease: it is made only while the job's
+// lease row carries the claimer's token, unexpired by the server's clock,
+// so a replica that stalled past its lease's end between taking the lease
+// and claiming claims nothing when it resumes. A claim whose reply is lost
+// is asked after (once the claims the server still runs have ended); if it
+// was made, the claimer runs the tick.
+//
+// The job's lease has one holder at a time: [Scheduler.Add] refuses lease
+// options that would let several replicas hold it at once
+// (pglease.WithSlots) or keep it held after a run (pglease.WithMinHold);
+// see [LeaseOptions].
 //
 // # Policies
 //
@@ -48,12 +59,15 @@
 //     [QueueOverlap] makes the tick wait for the lease and run after the
 //     previous run (each replica queues at most one tick of a job; further
 //     ticks become missed ticks).
-//   - A runner that dies ([OnAbandoned]): its run row says "running" while
-//     its lease is gone. [Leave] (the default) records the run as
-//     abandoned: the tick ran at most once. [Retry] runs the tick again on
-//     another replica once the dead runner's lease has ended (at most
-//     the attempts it is given in all): the tick runs at least once, perhaps
-//     partly twice.
+//   - A runner that dies, or whose run is lost with its lease
+//     ([OnAbandoned]): its run row says "running" while its lease is gone,
+//     or "lost". [Leave] (the default) records a dead runner's run as
+//     abandoned and leaves a lost one lost: the tick ran at most once.
+//     [Retry] runs the tick again on another replica once the first
+//     runner's lease has ended on the server (at most the attempts it is
+//     given in all): the tick runs at least once, perhaps partly twice.
+//     Each run is judged by its own lease row (by its token), never by the
+//     lease the looking replica holds.
 //
 // # Failure model
 //
@@ -78,7 +92,14 @@
 //     abandoned-run policy. A runner partitioned from the database loses its
 //     lease as package pglease describes: its function's context is
 //     cancelled before anyone else could run the job, and its run ends as
-//     "lost".
+//     "lost" ([Retry] runs it again).
+//   - A replica that stalls (a pause, a cut connection) between taking the
+//     job's lease and claiming a tick, past the lease's end, claims
+//     nothing: the claim checks the lease on the server's clock. The tick
+//     goes to the next holder. A claim whose reply is lost after it
+//     committed is found again and run. When the asking fails too, or the
+//     claim reaches the server only after it, a claim that was made is
+//     dealt with as a dead runner's run (abandoned, or run again by Retry).
 //   - Clocks: replicas' clocks may be wrong by any amount; only the server's
 //     clock decides when a tick is due. If the server's clock jumps, ticks
 //     follow it: a jump forward makes the skipped ticks missed ticks, a jump

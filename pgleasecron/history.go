@@ -20,7 +20,7 @@ const (
 	StatusRunning   Status = "running"   // its runner holds the job's lease
 	StatusSucceeded Status = "succeeded" // the function returned nil
 	StatusFailed    Status = "failed"    // it returned an error or panicked
-	StatusLost      Status = "lost"      // the job's lease ended while it ran
+	StatusLost      Status = "lost"      // the job's lease ended while it ran (Retry runs it again)
 	StatusAbandoned Status = "abandoned" // its runner died before it ended
 	StatusSkipped   Status = "skipped"   // the run before was still going
 	StatusMissed    Status = "missed"    // no replica ran it in time (Skip)

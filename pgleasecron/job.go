@@ -15,7 +15,8 @@ import (
 type job struct {
 	s     *Scheduler
 	name  string
-	lease string // the job's lease name
+	lease string   // the job's lease name
+	rows  []string // the names of its rows in the lease table (pglease.Config.Names)
 	sched Schedule
 	fn    func(context.Context) error
 	o     jobOptions
@@ -82,11 +83,7 @@ func (j *job) loop(ctx context.Context) {
 
 // checkEvery is how often a waiting replica looks for runs whose runner
 // died: the job lease's TTL, at most a minute.
-func checkEvery(cfg pglease.Config, lease []pglease.Option) time.Duration {
-	ttl := cfg.TTL
-	if sc, err := cfg.Schedule(lease...); err == nil {
-		ttl = sc.TTL
-	}
+func checkEvery(ttl time.Duration) time.Duration {
 	return max(min(ttl, time.Minute), time.Second)
 }
 
@@ -133,8 +130,14 @@ func (j *job) state(ctx context.Context) (last, now time.Time, err error) {
 	return last, now, nil
 }
 
-// claim tries to claim tick with the given status; see ClaimTick.
+// claim tries to claim tick with the given status; see ClaimTick. token
+// is that of the job's lease the claimer holds, 0 for a skipped claim
+// (made without it). A running claim whose reply is lost is asked after: when it
+// was made, claim reports it claimed.
 func (j *job) claim(ctx context.Context, tick time.Time, status Status, token int64, missed int64, msg string) (claimed bool, last time.Time, err error) {
+	if j.s.beforeClaim != nil {
+		j.s.beforeClaim(tick, status, token)
+	}
 	var tok *int64
 	if token > 0 {
 		tok = &token
@@ -142,7 +145,11 @@ func (j *job) claim(ctx context.Context, tick time.Time, status Status, token in
 	var server time.Time
 	before := j.s.cfg.Clock()
 	err = j.s.pool.QueryRow(ctx, j.s.q.ClaimTick, j.name, tick, j.s.client.Owner(), string(status),
-		tok, missed, msg, j.s.cfg.History, j.lease).Scan(&claimed, &last, &server)
+		tok, missed, msg, j.s.cfg.History, j.rows).Scan(&claimed, &last, &server)
+	if err != nil && status == StatusRunning {
+		before = j.s.cfg.Clock()
+		claimed, last, server, err = j.claimed(ctx, tick, token, err)
+	}
 	if err != nil {
 		return false, last, fmt.Errorf("claim tick %s: %w", tick.Format(time.RFC3339), err)
 	}
@@ -151,6 +158,28 @@ func (j *job) claim(ctx context.Context, tick time.Time, status Status, token in
 		last = tick
 	}
 	return claimed, last, nil
+}
+
+// claimed asks, after a running claim of tick under token failed with
+// cerr, whether the claim was made all the same: its reply may have been
+// lost after it committed. It waits for the claims the server still runs,
+// then reads the tick's row, on a fresh connection and a detached, bounded
+// context (Run's ending may be what failed the claim). It returns cerr
+// when it cannot tell.
+func (j *job) claimed(ctx context.Context, tick time.Time, token int64, cerr error) (claimed bool, last, server time.Time, err error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	if _, err := j.s.pool.Exec(rctx, j.s.q.AwaitClaims, j.name); err != nil {
+		return false, last, server, cerr
+	}
+	if err := j.s.pool.QueryRow(rctx, j.s.q.ClaimedTick, j.name, tick, token).Scan(&claimed, &last, &server); err != nil {
+		return false, last, server, cerr
+	}
+	if claimed {
+		j.s.log.Info("pgleasecron: a claim's reply was lost, but the claim was made: running the tick", "job", j.name, "tick", tick, "err", cerr)
+		return true, last, server, nil
+	}
+	return false, last, server, cerr
 }
 
 // handle deals with the job's next tick, due by the estimate of the
@@ -232,7 +261,7 @@ func (j *job) underLease(ctx context.Context, lease *pglease.Lease) (time.Time, 
 	earlier := int64(count - len(ticks)) // missed ticks that no row stands for
 	switch j.o.missed.kind {
 	case missedSkip:
-		_, last, err := j.claim(ctx, latest, StatusMissed, 0, int64(count-1),
+		_, last, err := j.claim(ctx, latest, StatusMissed, lease.Token(), int64(count-1),
 			fmt.Sprintf("%d tick(s) came while no replica ran the job; the missed-tick policy skips them", count))
 		return last, err
 	case missedRunAll:
@@ -297,16 +326,20 @@ func call(ctx context.Context, fn func(context.Context) error) (err error) {
 	return fn(ctx)
 }
 
-// orphan is a run row whose runner no longer holds the job's lease.
+// orphan is a run row whose runner no longer holds the job's lease: one
+// still marked running, or one marked lost that the policy runs again.
 type orphan struct {
 	tick    time.Time
 	token   int64
 	replica string
 	attempt int
+	status  Status
 }
 
-func (j *job) orphans(ctx context.Context, holding int64) ([]orphan, error) {
-	rows, err := j.s.pool.Query(ctx, j.s.q.OrphanedRuns, j.name, j.lease, holding)
+// orphans reads the job's orphans, judging each run by its own lease row
+// as the lease table names it (see OrphanedRuns).
+func (j *job) orphans(ctx context.Context) ([]orphan, error) {
+	rows, err := j.s.pool.Query(ctx, j.s.q.OrphanedRuns, j.name, j.rows, j.o.abandoned.attempts)
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +347,7 @@ func (j *job) orphans(ctx context.Context, holding int64) ([]orphan, error) {
 	var out []orphan
 	for rows.Next() {
 		var o orphan
-		if err := rows.Scan(&o.tick, &o.token, &o.replica, &o.attempt); err != nil {
+		if err := rows.Scan(&o.tick, &o.token, &o.replica, &o.attempt, &o.status); err != nil {
 			return nil, err
 		}
 		out = append(out, o)
@@ -323,9 +356,9 @@ func (j *job) orphans(ctx context.Context, holding int64) ([]orphan, error) {
 }
 
 // sweep applies the abandoned-run policy to the runs whose runner no longer
-// holds the job's lease; lease is held, so none of them does.
+// holds the job's lease (lease is held by this replica).
 func (j *job) sweep(ctx context.Context, lease *pglease.Lease) error {
-	found, err := j.orphans(ctx, lease.Token())
+	found, err := j.orphans(ctx)
 	if err != nil {
 		return fmt.Errorf("look for abandoned runs: %w", err)
 	}
@@ -336,7 +369,11 @@ func (j *job) sweep(ctx context.Context, lease *pglease.Lease) error {
 			if err != nil {
 				return fmt.Errorf("take over the run of tick %s: %w", o.tick.UTC().Format(time.RFC3339), err)
 			}
-			j.s.log.Info("pgleasecron: running a tick again: its runner died", "job", j.name, "tick", o.tick, "replica", o.replica, "attempt", attempt)
+			why := "its runner died"
+			if o.status == StatusLost {
+				why = "its run was lost with its lease"
+			}
+			j.s.log.Info("pgleasecron: running a tick again: "+why, "job", j.name, "tick", o.tick, "replica", o.replica, "attempt", attempt)
 			j.run(ctx, lease, Tick{Job: j.name, At: o.tick.UTC(), Attempt: attempt, Lease: lease})
 			if lease.Err() != nil || ctx.Err() != nil {
 				return nil
@@ -356,7 +393,7 @@ func (j *job) sweep(ctx context.Context, lease *pglease.Lease) error {
 // seen to have lost it, so that a dead runner's tick is dealt with before
 // the job's next tick.
 func (j *job) sweepIfOrphaned(ctx context.Context) error {
-	found, err := j.orphans(ctx, 0)
+	found, err := j.orphans(ctx)
 	if err != nil || len(found) == 0 {
 		return err
 	}

@@ -65,18 +65,21 @@ func (p OverlapPolicy) String() string {
 	return "skip"
 }
 
-// AbandonedPolicy says what happens to a tick whose runner died (or was
-// cut off from the database) before its run ended.
+// AbandonedPolicy says what happens to a tick whose runner died, or whose
+// run was lost with its lease (the runner cut off from the database),
+// before its run ended.
 type AbandonedPolicy struct{ attempts int }
 
-// Leave records a dead runner's tick as abandoned: the tick ran at most
-// once. The default.
+// Leave records a dead runner's tick as abandoned, and leaves a lost run
+// lost: the tick ran at most once. The default.
 var Leave = AbandonedPolicy{attempts: 1}
 
-// Retry runs a dead runner's tick again on the first replica that holds the
-// job's lease after the runner's lease ended, up to attempts runs in all
-// (1 to 100; Retry(1) is Leave); then it is recorded as abandoned. A tick then runs at least
-// once, but a run that died may have done part of its work.
+// Retry runs a dead runner's tick, or a lost run's, again on the first
+// replica that holds the job's lease after the runner's lease ended on the
+// server, up to attempts runs in all (1 to 100; Retry(1) is Leave); then a
+// dead runner's is recorded as abandoned and a lost one stays lost. A tick
+// then runs at least once, but a run that died may have done part of its
+// work.
 func Retry(attempts int) AbandonedPolicy { return AbandonedPolicy{attempts: attempts} }
 
 func (p AbandonedPolicy) String() string {
@@ -111,8 +114,15 @@ func OnAbandoned(p AbandonedPolicy) Option { return func(o *jobOptions) { o.aban
 // expression names its own zone with CRON_TZ=.
 func InLocation(loc *time.Location) Option { return func(o *jobOptions) { o.loc = loc } }
 
-// LeaseOptions are the options of the job's lease (pglease.WithTTL,
-// pglease.WithFastFailover, …); by default the client's TTL.
+// LeaseOptions are the options of the job's lease: pglease.WithTTL,
+// pglease.WithFastFailover and pglease.WithMetadata; by default the
+// client's TTL. [Scheduler.Add] refuses the options that would break the
+// rule that a job has one runner at a time: pglease.WithSlots (more than
+// one slot), which lets several replicas hold the job's lease at once, and
+// pglease.WithMinHold (more than 0), which keeps the lease held after a run
+// ended, so that later ticks wait for the hold instead of following the
+// overlap policy (a tick is claimed once in the database, however the
+// replicas' clocks disagree: a minimum hold adds nothing to that).
 func LeaseOptions(opts ...pglease.Option) Option {
 	return func(o *jobOptions) { o.lease = append(o.lease, opts...) }
 }
@@ -128,4 +138,28 @@ func (o jobOptions) check() error {
 		return fmt.Errorf("pgleasecron: Retry(%d): attempts must be between 1 and 100", o.abandoned.attempts)
 	}
 	return nil
+}
+
+// checkLease checks the job's lease options against the client's
+// configuration (the error Add returns, without its prefix) and returns
+// the names of the rows the job's lease is held as, and its timing.
+func checkLease(cfg pglease.Config, lease string, opts []pglease.Option) ([]string, pglease.Schedule, error) {
+	rows, err := cfg.Names(lease, opts...)
+	if err != nil {
+		return nil, pglease.Schedule{}, fmt.Errorf("LeaseOptions: %w", err)
+	}
+	sc, err := cfg.Schedule(opts...)
+	if err != nil {
+		return nil, sc, fmt.Errorf("LeaseOptions: %w", err)
+	}
+	if len(rows) != 1 {
+		return nil, sc, fmt.Errorf("LeaseOptions: pglease.WithSlots(%d) would let %d replicas hold the job's lease, and run ticks, at once: "+
+			"a job has one runner at a time; drop WithSlots (OnOverlap says what a tick does while a run goes on)", len(rows), len(rows))
+	}
+	if sc.MinHold > 0 {
+		return nil, sc, fmt.Errorf("LeaseOptions: pglease.WithMinHold(%s) would keep the job's lease held after each run, "+
+			"and the next ticks would wait for the hold instead of following the overlap policy: drop WithMinHold "+
+			"(a tick is claimed once in the database, however the replicas' clocks disagree)", sc.MinHold)
+	}
+	return rows, sc, nil
 }

@@ -58,6 +58,10 @@ type Scheduler struct {
 	started bool
 
 	clock serverClock
+
+	// beforeClaim, set by tests before Run, is called before each claim
+	// of a tick.
+	beforeClaim func(tick time.Time, status Status, token int64)
 }
 
 // New returns a scheduler whose jobs' leases and state live in the lease
@@ -140,6 +144,10 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 	if err := o.check(); err != nil {
 		return fmt.Errorf("pgleasecron: job %q: %w", name, unwrapPrefix(err))
 	}
+	rows, sc, err := checkLease(s.cfg.Config, leasePrefix+name, o.lease)
+	if err != nil {
+		return fmt.Errorf("pgleasecron: job %q: %w", name, err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
@@ -148,8 +156,8 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 	if _, dup := s.byName[name]; dup {
 		return fmt.Errorf("pgleasecron: job %q is registered twice: job names must be unique", name)
 	}
-	j := &job{s: s, name: name, lease: leasePrefix + name, sched: sched, fn: fn, o: o,
-		check: checkEvery(s.cfg.Config, o.lease)}
+	j := &job{s: s, name: name, lease: leasePrefix + name, rows: rows, sched: sched, fn: fn, o: o,
+		check: checkEvery(sc.TTL)}
 	s.jobs = append(s.jobs, j)
 	s.byName[name] = j
 	return nil

@@ -583,7 +583,9 @@ func TestBadInput(t *testing.T) {
 }
 
 // A tick is claimed once however many replicas race for it, never before
-// its instant by the server's clock, and never after a later tick.
+// its instant by the server's clock, and never after a later tick. (The
+// racers all claim under the one live lease of the job: a claim under any
+// other token is refused, see TestAClaimIsFencedByTheJobsLease.)
 func TestClaimIsAtomic(t *testing.T) {
 	ctx := context.Background()
 	table := tableIn(t)
@@ -605,12 +607,13 @@ func TestClaimIsAtomic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	token := holdJobLease(t, table, "job")
 	future := last.Add(time.Hour).Truncate(time.Second)
-	if claimed, _, err := jobs[0].claim(ctx, future, StatusRunning, 1, 0, ""); err != nil || claimed {
+	if claimed, _, err := jobs[0].claim(ctx, future, StatusRunning, token, 0, ""); err != nil || claimed {
 		t.Fatalf("a tick an hour ahead of the server's clock: claimed %v, %v", claimed, err)
 	}
 	tick := last.Add(-time.Hour) // before the job's registration: already passed
-	if claimed, _, err := jobs[0].claim(ctx, tick, StatusRunning, 1, 0, ""); err != nil || claimed {
+	if claimed, _, err := jobs[0].claim(ctx, tick, StatusRunning, token, 0, ""); err != nil || claimed {
 		t.Fatalf("a tick before the last one: claimed %v, %v", claimed, err)
 	}
 	for round := range 5 {
@@ -621,9 +624,9 @@ func TestClaimIsAtomic(t *testing.T) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		winners := 0
-		for i, j := range jobs {
+		for _, j := range jobs {
 			wg.Go(func() {
-				claimed, _, err := j.claim(ctx, tick, StatusRunning, int64(i+1), 0, "")
+				claimed, _, err := j.claim(ctx, tick, StatusRunning, token, 0, "")
 				if err != nil {
 					t.Error(err)
 				}

@@ -20,6 +20,7 @@ type Proxy struct {
 
 	delay     atomic.Int64 // time.Duration per forwarded chunk
 	blackhole atomic.Bool
+	mute      atomic.Bool // drop what the server sends
 	partition atomic.Bool
 	refuse    atomic.Bool
 
@@ -98,6 +99,12 @@ func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 // Blackhole stops (on) or resumes forwarding in both directions without
 // closing connections. Data received while blackholed is dropped.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// DropReplies drops (on) or forwards again what the server sends, while
+// what clients send still reaches it: a statement runs, and its client
+// never hears of it (a reply lost after the commit, until the connection
+// is reset).
+func (p *Proxy) DropReplies(on bool) { p.mute.Store(on) }
 
 // Partition cuts the network between client and server (on) or heals it:
 // like Blackhole, and in addition a connection whose other side closes
@@ -242,7 +249,7 @@ func (p *Proxy) pipe(pc *proxyConn, dst, src net.Conn, fromClient bool) {
 					return
 				}
 			}
-			if !p.blackhole.Load() {
+			if !p.blackhole.Load() && (fromClient || !p.mute.Load()) {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
 				}

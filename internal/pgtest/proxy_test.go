@@ -97,6 +97,29 @@ func TestProxyBlackhole(t *testing.T) {
 	}
 }
 
+// A statement sent while replies are dropped runs and commits on the
+// server; its client hears nothing until the connection is reset.
+func TestProxyDropReplies(t *testing.T) {
+	p := newProxy(t)
+	conn := connect(t, p.DSN(DSN(t)))
+	table := Schema(t) + ".t"
+	Exec(t, "CREATE TABLE "+table+" (x int)")
+	p.DropReplies(true)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(context.Background(), "INSERT INTO "+table+" VALUES (1)")
+		errc <- err
+	}()
+	WaitFor(t, Patience, "the insert to commit", func() bool {
+		return Value[int](t, "SELECT count(*)::int FROM "+table) == 1
+	})
+	p.DropReplies(false)
+	p.ResetAll()
+	if err := Receive(t, errc, "the insert's error"); err == nil {
+		t.Fatal("the insert succeeded: its reply was not dropped")
+	}
+}
+
 func TestProxyResetAll(t *testing.T) {
 	p := newProxy(t)
 	conns := []*pgx.Conn{connect(t, p.DSN(DSN(t))), connect(t, p.DSN(DSN(t)))}

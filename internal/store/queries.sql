@@ -825,7 +825,8 @@ CREATE TABLE IF NOT EXISTS {{jobs}} (
 
 -- name: CreateRuns
 -- status: running, succeeded, failed, lost (the runner's lease ended while
--- it ran), abandoned (the runner died; see AbandonRun), skipped (the run
+-- it ran; run again under a retry policy, see OrphanedRuns), abandoned (the
+-- runner died; see AbandonRun), skipped (the run
 -- before was still going), missed (no replica ran it in time). "missed"
 -- counts the earlier ticks this row stands for under the missed-tick policy.
 CREATE TABLE IF NOT EXISTS {{runs}} (
@@ -857,30 +858,43 @@ RETURNING j."last_tick", clock_timestamp()
 SELECT j."last_tick", clock_timestamp() FROM {{jobs}} AS j WHERE j."job" = $1::text
 
 -- name: ClaimTick
--- $1 job, $2 tick, $3 replica, $4 status, $5 the runner's lease token (NULL
--- when the tick does not run), $6 missed ticks it stands for, $7 error text,
--- $8 runs kept per job, $9 lease name: a 'skipped' claim ($4) is made only
--- while that lease is held by the run of an earlier tick (otherwise the
--- lease may have been taken for this very tick, whose runner has yet to
--- claim it). The tick is claimed when it is due by the server's clock and
--- later than the job's last tick; then its row is written and the oldest
--- finished rows beyond $8 are dropped. Returns whether it was claimed, the
--- job's last tick (before this statement, when it claimed) and the server's
--- time.
-WITH busy AS MATERIALIZED (
-    SELECT EXISTS (
-        SELECT 1 FROM {{runs}} AS r JOIN {{table}} AS l ON l."name" = $9::text AND l."token" = r."token"
-         WHERE r."job" = $1::text AND r."status" = 'running' AND r."tick" < $2::timestamptz
-           AND l."expires_at" > now()) AS held
+-- $1 job, $2 tick, $3 replica, $4 status, $5 the claimer's lease token,
+-- $6 missed ticks it stands for, $7 error text, $8 runs kept per job, $9 the
+-- names of the job's lease rows (pglease.Config.Names: one name). A
+-- 'running' or 'missed' claim is made under the job's lease: only while a
+-- row of $9 carries the token $5 unexpired by the server's clock (at the
+-- statement's start), so that a holder resuming from a pause past its
+-- lease's end claims nothing; the token is recorded in a 'running' row. A
+-- 'skipped' claim is made by a replica that does not hold the lease ($5
+-- NULL): only while the lease is held by the run of an earlier tick
+-- (otherwise the lease may have been taken for this very tick, whose runner
+-- has yet to claim it). The tick is claimed when it is due by the server's
+-- clock and later than the job's last tick; then its row is written and the
+-- oldest finished rows beyond $8 are dropped. Returns whether it was
+-- claimed, the job's last tick (before this statement, when it claimed) and
+-- the server's time.
+WITH fence AS MATERIALIZED (
+    SELECT CASE WHEN $5::bigint IS NULL THEN
+               $4::text = 'skipped' AND EXISTS (
+                   SELECT 1 FROM {{runs}} AS r JOIN {{table}} AS l
+                       ON l."name" = ANY($9::text[]) AND l."token" = r."token"
+                    WHERE r."job" = $1::text AND r."status" = 'running' AND r."tick" < $2::timestamptz
+                      AND l."expires_at" > now())
+           ELSE
+               $4::text <> 'skipped' AND EXISTS (
+                   SELECT 1 FROM {{table}} AS l
+                    WHERE l."name" = ANY($9::text[]) AND l."token" = $5::bigint AND l."expires_at" > now())
+           END AS ok
 ), adv AS (
     UPDATE {{jobs}} AS j SET "last_tick" = $2::timestamptz, "seen_at" = now()
      WHERE j."job" = $1::text AND j."last_tick" < $2::timestamptz AND $2::timestamptz <= now()
-       AND ($4::text <> 'skipped' OR (SELECT held FROM busy))
+       AND (SELECT ok FROM fence)
     RETURNING 1
 ), ins AS (
     INSERT INTO {{runs}} ("job", "tick", "status", "replica", "token", "missed", "claimed_at",
                           "started_at", "ended_at", "error")
-    SELECT $1::text, $2::timestamptz, $4::text, $3::text, $5::bigint, $6::bigint, now(),
+    SELECT $1::text, $2::timestamptz, $4::text, $3::text,
+           CASE WHEN $4::text = 'running' THEN $5::bigint END, $6::bigint, now(),
            CASE WHEN $4::text = 'running' THEN now() END,
            CASE WHEN $4::text <> 'running' THEN now() END,
            nullif($7::text, '')
@@ -899,6 +913,24 @@ SELECT EXISTS (SELECT 1 FROM adv),
        (SELECT j."last_tick" FROM {{jobs}} AS j WHERE j."job" = $1::text), clock_timestamp()
   FROM (SELECT count(*) FROM durable) AS d
 
+-- name: AwaitClaims
+-- $1 job. Waits for the claims of the job that the server is running (they
+-- hold its row) to commit or roll back: run before ClaimedTick, in a
+-- statement of its own, since a statement reads with the snapshot it
+-- started with.
+SELECT 1 FROM {{jobs}} AS j WHERE j."job" = $1::text FOR SHARE
+
+-- name: ClaimedTick
+-- $1 job, $2 tick, $3 the claimer's token. After a 'running' claim whose
+-- reply was lost (the connection failed after the statement was sent):
+-- whether it was made, that is whether the tick's row is running under $3;
+-- then the job's last tick and the server's time.
+SELECT EXISTS (SELECT 1 FROM {{runs}} AS r
+                WHERE r."job" = $1::text AND r."tick" = $2::timestamptz
+                  AND r."token" = $3::bigint AND r."status" = 'running'),
+       j."last_tick", clock_timestamp()
+  FROM {{jobs}} AS j WHERE j."job" = $1::text
+
 -- name: FinishRun
 -- $1 job, $2 tick, $3 the runner's token, $4 status, $5 error text. Only
 -- the runner that still owns the row (by token) ends it: a row another
@@ -907,17 +939,18 @@ UPDATE {{runs}} SET "status" = $4::text, "ended_at" = now(), "error" = nullif($5
  WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint AND "status" = 'running'
 
 -- name: OrphanedRuns
--- $1 job, $2 lease name, $3 the token of the lease the caller holds (0:
--- none). Runs still marked running whose runner no longer holds the lease:
--- with $3 every running row of another token (the caller holds the lease,
--- so their runner does not); without, those whose lease row is gone,
--- expired or taken with another token.
-SELECT r."tick", r."token", r."replica", r."attempt" FROM {{runs}} AS r
- WHERE r."job" = $1::text AND r."status" = 'running'
-   AND CASE WHEN $3::bigint > 0 THEN r."token" IS DISTINCT FROM $3::bigint
-            ELSE NOT EXISTS (SELECT 1 FROM {{table}} AS l
-                              WHERE l."name" = $2::text AND l."token" = r."token" AND l."expires_at" > now())
-       END
+-- $1 job, $2 the names of the job's lease rows (pglease.Config.Names), $3
+-- how many attempts the abandoned-run policy allows in all. The runs whose
+-- runner no longer holds the job's lease, by the server's clock: rows still
+-- marked running, and rows marked lost (their lease ended while they ran)
+-- with attempts left, whose token no unexpired row of $2 carries. A run is
+-- judged by its own lease row, never by the caller's: whatever the caller
+-- holds, a run whose holder's row lives is not an orphan.
+SELECT r."tick", r."token", r."replica", r."attempt", r."status" FROM {{runs}} AS r
+ WHERE r."job" = $1::text
+   AND (r."status" = 'running' OR (r."status" = 'lost' AND r."attempt" < $3::int))
+   AND NOT EXISTS (SELECT 1 FROM {{table}} AS l
+                    WHERE l."name" = ANY($2::text[]) AND l."token" = r."token" AND l."expires_at" > now())
  ORDER BY r."tick"
 
 -- name: AbandonRun
@@ -926,11 +959,13 @@ UPDATE {{runs}} SET "status" = 'abandoned', "ended_at" = now(), "error" = $4::te
  WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint AND "status" = 'running'
 
 -- name: RetryRun
--- $1 job, $2 tick, $3 the dead runner's token, $4 the new runner's token,
--- $5 the new replica. Returns the attempt number.
-UPDATE {{runs}} SET "token" = $4::bigint, "replica" = $5::text, "attempt" = "attempt" + 1,
-                    "started_at" = now(), "error" = NULL
- WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint AND "status" = 'running'
+-- $1 job, $2 tick, $3 the token of the runner that died or lost its lease,
+-- $4 the new runner's token, $5 the new replica. The row (running, or lost)
+-- runs again. Returns the attempt number.
+UPDATE {{runs}} SET "status" = 'running', "token" = $4::bigint, "replica" = $5::text,
+                    "attempt" = "attempt" + 1, "started_at" = now(), "ended_at" = NULL, "error" = NULL
+ WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint
+   AND "status" IN ('running', 'lost')
 RETURNING "attempt"
 
 -- name: Runs

@@ -246,6 +246,7 @@ func parse(src string) map[string]string {
 type JobQueries struct {
 	CreateJobs, CreateRuns, JobTablesExist string
 	RegisterJob, JobState, ClaimTick       string
+	AwaitClaims, ClaimedTick               string
 	FinishRun, OrphanedRuns, AbandonRun    string
 	RetryRun, Runs, Jobs                   string
 }
@@ -256,6 +257,7 @@ func BuildJobs(n Names) JobQueries {
 	return JobQueries{
 		CreateJobs: get("CreateJobs"), CreateRuns: get("CreateRuns"), JobTablesExist: get("JobTablesExist"),
 		RegisterJob: get("RegisterJob"), JobState: get("JobState"), ClaimTick: get("ClaimTick"),
+		AwaitClaims: get("AwaitClaims"), ClaimedTick: get("ClaimedTick"),
 		FinishRun: get("FinishRun"), OrphanedRuns: get("OrphanedRuns"), AbandonRun: get("AbandonRun"),
 		RetryRun: get("RetryRun"), Runs: get("Runs"), Jobs: get("Jobs"),
 	}

@@ -40,7 +40,7 @@ var cronFlags = append([]flagSpec{
 	{name: "fast-failover", kind: boolFlag, usage: "tie the jobs' leases to the database session: when a replica dies holding a job's lease, the job's next tick runs elsewhere at once, not after the TTL"},
 	{name: "missed", kind: stringFlag, arg: "POLICY", usage: "ticks that came while no replica ran the job: run-once (the latest, the default), skip or all:N (the latest N)"},
 	{name: "overlap", kind: stringFlag, arg: "POLICY", usage: "a tick that comes while the job's previous run goes on: skip (the default) or queue"},
-	{name: "abandoned", kind: stringFlag, arg: "POLICY", usage: "a tick whose replica died while running it: leave (at most once, the default) or retry:N (at least once, N runs at most)"},
+	{name: "abandoned", kind: stringFlag, arg: "POLICY", usage: "a tick whose replica died while running it, or whose run was lost with its lease: leave (at most once, the default) or retry:N (at least once, N runs at most)"},
 	{name: "check", kind: boolFlag, usage: "check FILE and print its jobs with their next tick, without connecting"},
 }, connFlags...)
 
