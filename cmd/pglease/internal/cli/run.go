@@ -446,6 +446,13 @@ func (e *env) guard(g guard) (terminated bool) {
 			}
 			timer.Reset(max(time.Until(next), 0))
 		}
+		// The job gone comes first: a pglease resuming from a stop finds
+		// the lease lost too, but the supervisor has ended the job already.
+		select {
+		case <-g.sup.done:
+			return terminating || g.sup.lapsed
+		default:
+		}
 		select {
 		case s := <-g.sigs:
 			g.sup.forward(s.(syscall.Signal))
@@ -475,6 +482,10 @@ func (e *env) guard(g guard) (terminated bool) {
 					fmt.Fprintf(e.stderr, "pglease: lease %s lost: %s; a waiter may already hold it, so the command gets SIGKILL at once\n", name, why)
 					g.sup.kill()
 				}
+			case errors.Is(err, pglease.ErrLeaseLost) && g.sup.enforcesDeadline() && !time.Now().Before(g.lease.Deadline().Add(-g.grace)):
+				// Lost at its deadline (pglease was stopped, or renewals
+				// failed): the supervisor is ending the job by itself.
+				terminating = true
 			case errors.Is(err, pglease.ErrLeaseLost):
 				terminate(fmt.Sprintf("lease %s lost: %s", name, why),
 					minTime(time.Now().Add(g.grace), g.lease.Deadline()))
