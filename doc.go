@@ -278,6 +278,13 @@
 //     server backend and re-enter its advisory lock; the client detects
 //     such a proxy (the backend key of the connection's startup is not the
 //     backend's own) and refuses the mode with [ErrSessionUnavailable].
+//   - The session ends when the holder process dies, at the instant its
+//     socket closes, while work the holder started in other processes may
+//     still be dying. [Lease.SessionFile] gives such a process (a
+//     supervisor) a copy of the connection's descriptor: the server then
+//     sees the session end only once that copy is closed too, so the
+//     waiter cannot start before the work is gone (pglease run and cron
+//     give it to the supervisor that reaps the command's processes).
 //
 // What remains, each covered by fencing tokens ([Lease.Token],
 // [Lease.Guard]) rather than by the lease alone:
