@@ -2,6 +2,7 @@ package pgleasecron
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -364,5 +365,43 @@ func TestALostRunIsRetriedUnderRetry(t *testing.T) {
 	runs := newRunHistory(t, table).wait("job", 1, func(r Run) bool { return r.Tick.Equal(first.At) && ended(r) && r.Attempt == 2 })
 	if r, _ := runOf(runs, first.At); r.Status != StatusSucceeded {
 		t.Errorf("the retried run: %s %q", r.Status, r.Error)
+	}
+}
+
+// Running a dead runner's tick again is fenced like a claim: only while
+// the new runner's token is on the job's lease row, unexpired by the
+// server's clock, so that a replica that stalled in its sweep past its
+// lease's end takes no run over.
+func TestARetryIsFencedByTheJobsLease(t *testing.T) {
+	ctx := context.Background()
+	table := tableIn(t)
+	s := newScheduler(t, table, "r", nil)
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add("job", "@hourly", func(context.Context) error { return nil }, OnAbandoned(Retry(3))); err != nil {
+		t.Fatal(err)
+	}
+	j := s.jobs[0]
+	token := holdJobLease(t, table, "job")
+	tick := time.Now().Truncate(time.Second).UTC()
+	insertRun(t, table, "job", tick, 555, StatusRunning) // its runner's lease row is gone
+	retry := func(by int64) (int, error) {
+		var attempt int
+		err := s.pool.QueryRow(ctx, s.q.RetryRun, j.name, tick, int64(555), by, "r", j.rows).Scan(&attempt)
+		return attempt, err
+	}
+	if _, err := retry(token + 1000); !errors.Is(err, pgx.ErrNoRows) {
+		t.Errorf("a retry under a token that holds no lease: %v, want no row", err)
+	}
+	leases := pgtest.LeaseTable(t, pgtest.DSN(t), table)
+	leases.SetExpiry("cron:job", -time.Millisecond)
+	if _, err := retry(token); !errors.Is(err, pgx.ErrNoRows) {
+		t.Errorf("a retry under token %d, whose row expired by the server's clock: %v, want no row", token, err)
+	}
+	leases.SetExpiry("cron:job", time.Minute)
+	if attempt, err := retry(token); err != nil || attempt != 2 {
+		t.Errorf("a retry under the holder's token %d: attempt %d, %v; want attempt 2", token, attempt, err)
 	}
 }

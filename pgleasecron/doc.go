@@ -32,9 +32,10 @@
 // claim itself is fenced by the lease: it is made only while the job's
 // lease row carries the claimer's token, unexpired by the server's clock,
 // so a replica that stalled past its lease's end between taking the lease
-// and claiming claims nothing when it resumes. A claim whose reply is lost
-// is asked after (once the claims the server still runs have ended); if it
-// was made, the claimer runs the tick.
+// and claiming claims nothing when it resumes. The same fence guards
+// taking a dead runner's run over under [Retry]. A claim whose reply is
+// lost is asked after (once the claims the server still runs have ended);
+// if it was made, the claimer runs the tick.
 //
 // The job's lease has one holder at a time: [Scheduler.Add] refuses lease
 // options that would let several replicas hold it at once

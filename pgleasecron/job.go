@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglease/pglease"
 )
 
@@ -365,7 +367,12 @@ func (j *job) sweep(ctx context.Context, lease *pglease.Lease) error {
 	for _, o := range found {
 		if o.attempt < j.o.abandoned.attempts {
 			var attempt int
-			err := j.s.pool.QueryRow(ctx, j.s.q.RetryRun, j.name, o.tick, o.token, lease.Token(), j.s.client.Owner()).Scan(&attempt)
+			err := j.s.pool.QueryRow(ctx, j.s.q.RetryRun, j.name, o.tick, o.token, lease.Token(), j.s.client.Owner(), j.rows).Scan(&attempt)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// Another holder took the run over, or this replica's
+				// lease has ended (it stalled): not this sweep's any more.
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("take over the run of tick %s: %w", o.tick.UTC().Format(time.RFC3339), err)
 			}

@@ -960,12 +960,17 @@ UPDATE {{runs}} SET "status" = 'abandoned', "ended_at" = now(), "error" = $4::te
 
 -- name: RetryRun
 -- $1 job, $2 tick, $3 the token of the runner that died or lost its lease,
--- $4 the new runner's token, $5 the new replica. The row (running, or lost)
--- runs again. Returns the attempt number.
+-- $4 the new runner's token, $5 the new replica, $6 the names of the job's
+-- lease rows. The row (running, or lost) runs again, under the job's lease
+-- as a claim is made (ClaimTick): only while a row of $6 carries $4
+-- unexpired by the server's clock. Returns the attempt number; no row when
+-- the run was taken over already or the new runner's lease has ended.
 UPDATE {{runs}} SET "status" = 'running', "token" = $4::bigint, "replica" = $5::text,
                     "attempt" = "attempt" + 1, "started_at" = now(), "ended_at" = NULL, "error" = NULL
  WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint
    AND "status" IN ('running', 'lost')
+   AND EXISTS (SELECT 1 FROM {{table}} AS l
+                WHERE l."name" = ANY($6::text[]) AND l."token" = $4::bigint AND l."expires_at" > now())
 RETURNING "attempt"
 
 -- name: Runs
