@@ -484,8 +484,10 @@ func (e *env) guard(g guard) (terminated bool) {
 				}
 			case errors.Is(err, pglease.ErrLeaseLost) && g.sup.enforcesDeadline() && !time.Now().Before(g.lease.Deadline().Add(-g.grace)):
 				// Lost at its deadline (pglease was stopped, or renewals
-				// failed): the supervisor is ending the job by itself.
+				// failed): the supervisor is ending the job by itself; the
+				// guard only backs its SIGKILL up.
 				terminating = true
+				killBy(g.lease.Deadline())
 			case errors.Is(err, pglease.ErrLeaseLost):
 				terminate(fmt.Sprintf("lease %s lost: %s", name, why),
 					minTime(time.Now().Add(g.grace), g.lease.Deadline()))
