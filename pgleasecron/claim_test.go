@@ -148,6 +148,21 @@ func insertRun(t *testing.T, table, job string, tick time.Time, token int64, sta
 		VALUES ($1, $2, $3, $4, $5, now(), now())`, table), job, tick, string(status), fmt.Sprint("replica-of-", token), token)
 }
 
+// retryingJob returns a scheduler on table, migrated, with one job "job"
+// that runs a dead runner's tick again (Retry(3)), and the job.
+func retryingJob(t *testing.T, table string) (*Scheduler, *job) {
+	t.Helper()
+	s := newScheduler(t, table, "r", nil)
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add("job", "@hourly", func(context.Context) error { return nil }, OnAbandoned(Retry(3))); err != nil {
+		t.Fatal(err)
+	}
+	return s, s.jobs[0]
+}
+
 // A run is an orphan when its own lease row, as the lease table names the
 // job's rows, is gone or expired; never because the caller holds the lease
 // under another token, nor because the rows are not named like the job.
@@ -156,15 +171,7 @@ func insertRun(t *testing.T, table, job string, tick time.Time, token int64, sta
 func TestTheOrphanCheckJudgesARunByItsOwnLeaseRow(t *testing.T) {
 	ctx := context.Background()
 	table := tableIn(t)
-	s := newScheduler(t, table, "r", nil)
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Add("job", "@hourly", func(context.Context) error { return nil }, OnAbandoned(Retry(3))); err != nil {
-		t.Fatal(err)
-	}
-	j := s.jobs[0]
+	_, j := retryingJob(t, table)
 	j.rows = []string{pglease.SlotName(j.lease, 0), pglease.SlotName(j.lease, 1)}
 	leases := pgtest.LeaseTable(t, pgtest.DSN(t), table)
 	leases.Insert("cron:job#0", "other-replica", 101, time.Minute, "") // a run going on
@@ -375,15 +382,7 @@ func TestALostRunIsRetriedUnderRetry(t *testing.T) {
 func TestARetryIsFencedByTheJobsLease(t *testing.T) {
 	ctx := context.Background()
 	table := tableIn(t)
-	s := newScheduler(t, table, "r", nil)
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Add("job", "@hourly", func(context.Context) error { return nil }, OnAbandoned(Retry(3))); err != nil {
-		t.Fatal(err)
-	}
-	j := s.jobs[0]
+	s, j := retryingJob(t, table)
 	token := holdJobLease(t, table, "job")
 	tick := time.Now().Truncate(time.Second).UTC()
 	insertRun(t, table, "job", tick, 555, StatusRunning) // its runner's lease row is gone
