@@ -35,6 +35,12 @@ func TestSessionFileKeepsTheSessionUntilEveryCopyIsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both slots of a semaphore, on the same session.
+	for range 2 {
+		if _, err := c.Acquire(ctx, "sem", WithFastFailover(), WithSlots(2)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f, err := l.SessionFile()
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +71,9 @@ func TestSessionFileKeepsTheSessionUntilEveryCopyIsClosed(t *testing.T) {
 	if _, err := other.TryAcquire(ctx, "sf", WithFastFailover()); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("a waiter got the lease while a copy of the holder's session lived: %v", err)
 	}
+	if _, err := other.TryAcquire(ctx, "sem", WithFastFailover(), WithSlots(2)); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("a waiter got a slot while a copy of the holder's session lived: %v", err)
+	}
 	if n := pgtest.Value[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE pid = $1", pid); n != 1 {
 		t.Fatalf("the holder's backend %d is gone while a copy of its socket lives", pid)
 	}
@@ -72,11 +81,16 @@ func TestSessionFileKeepsTheSessionUntilEveryCopyIsClosed(t *testing.T) {
 	// The last copy goes: the session ends and the lease fails over.
 	_ = holder.Process.Kill()
 	_ = holder.Wait()
-	pgtest.WaitFor(t, pgtest.Patience, "a waiter to take the lease over once the last copy closed", func() bool {
-		n, err := other.TryAcquire(ctx, "sf", WithFastFailover())
-		if err == nil {
-			_ = n.Release(ctx)
-		}
-		return err == nil
-	})
+	for _, w := range []struct {
+		name string
+		opts []Option
+	}{{"sf", []Option{WithFastFailover()}}, {"sem", []Option{WithFastFailover(), WithSlots(2)}}} {
+		pgtest.WaitFor(t, pgtest.Patience, "a waiter to take "+w.name+" over once the last copy closed", func() bool {
+			n, err := other.TryAcquire(ctx, w.name, w.opts...)
+			if err == nil {
+				_ = n.Release(ctx)
+			}
+			return err == nil
+		})
+	}
 }
