@@ -3,6 +3,7 @@ package cli_test
 import (
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -40,6 +41,30 @@ func TestRunEscapedDescendantsAreTheCommands(t *testing.T) {
 			if code, _, stderr := run(t, env, "run", "escape", "--table", table, "--", "true"); code != 0 {
 				t.Fatalf("the lease was not released: exit %d: %s", code, stderr)
 			}
+		})
+	}
+}
+
+// When pglease is SIGKILLed, or the lease is lost, the supervisor ends the
+// descendants that left the group with the group.
+func TestEscapedDescendantsDieWithTheJob(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"pglease killed", "lease lost"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			env, table := tableEnv(t)
+			pidFile := filepath.Join(t.TempDir(), "escapee")
+			p := start(t, env, "run", "escape", "--ttl", "4s", "--kill-grace", "300ms", "--table", table, "--", "sh", "-c",
+				`setsid sh -c 'trap "" TERM; echo $$ > `+pidFile+`; while :; do sleep 1; done' &
+				 while :; do sleep 1; done`)
+			pid := readInt(t, pidFile)
+			if how == "pglease killed" {
+				p.signal(syscall.SIGKILL)
+			} else if code, _, stderr := run(t, env, "release", "escape", "--force", "--table", table); code != 0 {
+				t.Fatalf("release --force: exit %d: %s", code, stderr)
+			}
+			p.wait()
+			waitFor(t, "the escaped descendant to die with the job", func() bool { return !alive(pid) })
 		})
 	}
 }

@@ -84,6 +84,9 @@ func startWith(t *testing.T, attr *syscall.SysProcAttr, env []string, args ...st
 	p.cmd.Env = append(cli.BaseEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.SysProcAttr = attr
+	// A process pglease failed to end may hold its output pipes open:
+	// the test fails on what it checks instead of hanging.
+	p.cmd.WaitDelay = 10 * time.Second
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -43,6 +43,18 @@ func (f *fixture) port() string {
 	return u.Port()
 }
 
+// holdVictim takes lease "victim" for a minute on the console's table
+// and returns the table, to check that the lease is still there.
+func holdVictim(t *testing.T, f *fixture) *pgtest.Leases {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+	defer cancel()
+	if _, err := f.client().TryAcquire(ctx, "victim", pglease.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	return pgtest.LeaseTable(t, pgtest.DSN(t), f.table)
+}
+
 // A DNS-rebinding page: attacker.example resolves to 127.0.0.1 once its
 // page has loaded, so the browser sends the console the page's requests
 // as same-origin ones, with Host (and Origin) attacker.example:PORT.
@@ -52,13 +64,7 @@ func (f *fixture) port() string {
 func TestRebindingHostIsRefusedOnEveryPath(t *testing.T) {
 	t.Parallel()
 	f := start(t, console.Config{AllowRelease: true})
-	c := f.client()
-	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
-	defer cancel()
-	if _, err := c.TryAcquire(ctx, "victim", pglease.WithTTL(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	leases := pgtest.LeaseTable(t, pgtest.DSN(t), f.table)
+	leases := holdVictim(t, f)
 	csrf := f.csrf() // as the console's own page has it
 	evil := "attacker.example:" + f.port()
 
@@ -117,13 +123,7 @@ func TestHostMustBeLoopbackWithoutToken(t *testing.T) {
 func TestReleaseFromAnotherOriginIsRefused(t *testing.T) {
 	t.Parallel()
 	f := start(t, console.Config{AllowRelease: true})
-	c := f.client()
-	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
-	defer cancel()
-	if _, err := c.TryAcquire(ctx, "victim", pglease.WithTTL(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	leases := pgtest.LeaseTable(t, pgtest.DSN(t), f.table)
+	leases := holdVictim(t, f)
 	release := url.Values{"csrf": {f.csrf()}, "name": {"victim"}, "confirm": {"yes"}}.Encode()
 	for _, origin := range []string{"http://attacker.example:" + f.port(), "null", "http://127.0.0.1.attacker.example:" + f.port(), "file://"} {
 		resp, body := f.send(f.request(http.MethodPost, "/release", release, "Origin", origin, "Sec-Fetch-Site", "same-origin"), "")
