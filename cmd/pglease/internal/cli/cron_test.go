@@ -238,7 +238,11 @@ func TestCronRunsEveryTickOnceAcrossReplicas(t *testing.T) {
 		if r.missed > 0 {
 			missedRows++
 		}
-		if !r.tick.Before(first) && !r.tick.After(last) && r.status != "succeeded" && r.status != "abandoned" {
+		// A run still going when the test stops the replicas gets their
+		// SIGTERM (pglease cron passes it on, as documented): it may end
+		// failed, after its command wrote its line.
+		stopped := r.status == "failed" && r.errText != nil && strings.HasSuffix(*r.errText, "(pglease cron was stopping)")
+		if !r.tick.Before(first) && !r.tick.After(last) && r.status != "succeeded" && r.status != "abandoned" && !stopped {
 			problems = append(problems, "run "+r.String())
 		}
 	}
