@@ -188,7 +188,7 @@ func TestVersion3TableIsMigrated(t *testing.T) {
 	_ = l.Release(ctx)
 }
 
-// Many replicas start at once on a fresh schema (issue 27), each spelling
+// Many replicas start at once on a fresh schema, each spelling
 // the table its own way: unqualified behind a search_path set with options
 // or as a run-time parameter (one that starts with a schema that does not
 // exist, so that the server resolves it to the next), and schema-qualified

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The contention figures of issue 11 ("Contention at scale"), gathered
+// The contention figures ("Contention at scale"), gathered
 // from S2, S3 and S6 into one table laid out like the issue's, and their
 // targets.
 
@@ -68,8 +68,8 @@ func (r *report) mdContention(w func(string, ...any)) {
 	if !r.hasContention() {
 		return
 	}
-	w("## Contention (issue 11)\n\n")
-	w("The contention cases of issue 11 side by side, from S2, S3 and S6 of this run: one name contended by 16 separate clients (a client and pool each, as 16 processes) and by 16 goroutines of one client, both looping acquire → release for %v, with Jain's fairness index of the per-goroutine counts; the hand-off from a release to the next of 8 waiters when the holder and the waiters are goroutines of one client (p50, at most %d samples in %v; a case in which no waiter took over within that time says so); and the time one client takes to acquire %s leases on distinct names with 16 goroutines, with the renewal statements per interval that holding them costs. *upsert reference, 50 ms polling* (`ref50`) is the single-statement upsert reference with a blocked lock polling every 50 ms (each waiter at a random phase) instead of every 1–3 ms, as a lease table with an ordinary poll interval would; it runs in S2 and S3 only. – : not run.\n\n",
+	w("## Contention at scale\n\n")
+	w("The contention cases side by side, from S2, S3 and S6 of this run: one name contended by 16 separate clients (a client and pool each, as 16 processes) and by 16 goroutines of one client, both looping acquire → release for %v, with Jain's fairness index of the per-goroutine counts; the hand-off from a release to the next of 8 waiters when the holder and the waiters are goroutines of one client (p50, at most %d samples in %v; a case in which no waiter took over within that time says so); and the time one client takes to acquire %s leases on distinct names with 16 goroutines, with the renewal statements per interval that holding them costs. *upsert reference, 50 ms polling* (`ref50`) is the single-statement upsert reference with a blocked lock polling every 50 ms (each waiter at a random phase) instead of every 1–3 ms, as a lease table with an ordinary poll interval would; it runs in S2 and S3 only. – : not run.\n\n",
 		r.cfg.s2Dur, r.cfg.s3Samples, r.cfg.s3Cap, thousands(r.cfg.s6N))
 	w("| case |")
 	for _, id := range contentionPeers {
@@ -157,7 +157,7 @@ func (r *report) overlaps(id string) (n int64, rows int) {
 	return n, rows
 }
 
-// mdContentionTargets writes the targets of issue 11, (a)–(d), as rows of
+// mdContentionTargets writes the contention targets, (a)–(d), as rows of
 // the targets table.
 func (r *report) mdContentionTargets(w func(string, ...any)) {
 	// (a) 16 separate clients on one name.

@@ -3,15 +3,16 @@
 // lease-table upsert (the physical limit of table leases), redsync and
 // bsm/redislock on Redis, and etcd's concurrency.Mutex. It starts its own
 // servers on loopback (a throwaway PostgreSQL cluster, Redis on port 16379,
-// etcd on 12379/12380), runs six scenarios and writes a markdown report
+// etcd on 12379/12380), runs seven scenarios and writes a markdown report
 // and a PNG chart of hand-off latencies. The scenarios: S1 uncontended
 // try + release on distinct names; S2 16 goroutines contending for one
 // name, sharing one client and (PostgreSQL peers) with a client each; S3
 // hand-off from a release to a blocked waiter, with a client each and (8
 // waiters) all in one client; S4 failover after the holder's process is
 // killed; S5 the server work of waiters blocked on a held name; S6 one
-// process holding many leases. The report gathers the contention figures
-// of issue 11 (S2, S3 in one client, S6) in one table with their targets.
+// process holding many leases; S7 S3's hand-off while more clients wait
+// on other names. The report gathers the contention figures (S2, S3 in
+// one client, S6) in one table with their targets.
 //
 //	go run . [-quick] [-out DIR] [-scenarios S1,S3] [-peers pglease,etcd]
 package main
@@ -58,6 +59,9 @@ type config struct {
 	s6NFor  map[string]int // peers that run with fewer leases
 	s6TTL   time.Duration
 	s6Small map[string]bool
+
+	s7Others []int // clients waiting on other names, per row
+	s7Settle time.Duration
 }
 
 // waitTTL is the TTL a peer uses in the waiting scenarios (S2, S3, S5).
@@ -86,6 +90,7 @@ func fullConfig() *config {
 		// them every 2 s saturate this 2-core server.
 		s6NFor:  map[string]int{"pglock": 2000},
 		s6Small: set("pglease", "pglease-ff", "etcd"),
+		s7Others: []int{0, 50, 200, 500}, s7Settle: 3 * time.Second,
 	}
 }
 
@@ -102,6 +107,7 @@ func quickConfig() *config {
 		s5MultiPeers: set("pglease"),
 		s6N:          100, s6TTL: 1200 * time.Millisecond,
 		s6Small: set("pglease"),
+		s7Others: []int{0, 5}, s7Settle: 300 * time.Millisecond,
 	}
 }
 
@@ -119,7 +125,7 @@ func main() {
 	var (
 		quick     = flag.Bool("quick", false, "smoke run: every scenario, tiny durations")
 		out       = flag.String("out", "out", "directory for results.md and handoff.png")
-		scenarios = flag.String("scenarios", "S1,S2,S3,S4,S5,S6", "scenarios to run")
+		scenarios = flag.String("scenarios", "S1,S2,S3,S4,S5,S6,S7", "scenarios to run")
 		peerList  = flag.String("peers", "", "peers to run (default all): "+peerIDs())
 		child     = flag.String("child", "", "internal: child role (hold, wait)")
 		cPeer     = flag.String("peer", "", "internal: child's peer")
@@ -235,6 +241,15 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 				r := runS3(ctx, e, cfg, p, c.waiters, c.oneClient)
 				logf("S3 %-10s waiters=%d one-client=%v n=%d p50=%v p99=%v viol=%d err=%v", p.id, c.waiters, c.oneClient, len(r.lat), r.lat.pct(50), r.lat.pct(99), r.violations, r.err)
 				rep.s3 = append(rep.s3, r)
+			}
+		}
+	}
+	if cfg.scenarios["S7"] {
+		for _, p := range cfg.selected(func(p *peer) bool { return s7Peers[p.id] }) {
+			for _, others := range cfg.s7Others {
+				r := runS7(ctx, e, cfg, p, others)
+				logf("S7 %-10s others=%d n=%d p50=%v p99=%v viol=%d err=%v", p.id, others, len(r.lat), r.lat.pct(50), r.lat.pct(99), r.violations, r.err)
+				rep.s7 = append(rep.s7, r)
 			}
 		}
 	}

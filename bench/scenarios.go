@@ -229,6 +229,18 @@ type s3Row struct {
 // the goroutines of one process would contend).
 func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int, oneClient bool) (r s3Row) {
 	r.peer, r.waiters, r.oneClient, r.within = p, waiters, oneClient, cfg.s3Cap
+	r.lat, r.violations, r.err = measureHandoffs(ctx, e, cfg, p, waiters, oneClient)
+	return r
+}
+
+// measureHandoffs measures hand-offs among waiters+1 participants (see runS3):
+// the sorted latencies, the overlapping critical sections seen, and the
+// first error.
+func measureHandoffs(ctx context.Context, e *env, cfg *config, p *peer, waiters int, oneClient bool) (lat durs, violations int64, err error) {
+	var r struct {
+		violations int64
+		err        error
+	}
 	n := waiters + 1
 	lks := make([]locker, n)
 	if oneClient {
@@ -236,8 +248,7 @@ func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int, oneCl
 		// per holder or waiter) and a few for the library.
 		lk, err := p.open(ctx, e, peerOpts{tableTag: "_s3", conns: int32(n + 2), ttl: cfg.waitTTL(p)})
 		if err != nil {
-			r.err = err
-			return r
+			return nil, 0, err
 		}
 		defer lk.close()
 		for i := range lks {
@@ -247,8 +258,7 @@ func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int, oneCl
 		for i := range lks {
 			lk, err := p.open(ctx, e, peerOpts{tableTag: "_s3", conns: 2, ttl: cfg.waitTTL(p)})
 			if err != nil {
-				r.err = err
-				return r
+				return nil, 0, err
 			}
 			defer lk.close()
 			lks[i] = lk
@@ -261,7 +271,6 @@ func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int, oneCl
 		mu      sync.Mutex
 		stamp   time.Time
 		gen     = make(chan struct{})
-		lat     durs
 		inCS    atomic.Int32
 		started = make(chan struct{})
 	)
@@ -328,8 +337,7 @@ func runS3(ctx context.Context, e *env, cfg *config, p *peer, waiters int, oneCl
 		go func() { defer wg.Done(); participant(i) }()
 	}
 	wg.Wait()
-	r.lat = lat.sorted()
-	return r
+	return lat.sorted(), r.violations, r.err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// regressions are sequences that found bugs (issue 27), run through the
+// regressions are sequences that found bugs, run through the
 // same driver and checker as the random ones. Each fails on the code
 // that had the bug.
 var regressions = []struct {
@@ -15,7 +15,7 @@ var regressions = []struct {
 	steps []Step
 }{
 	{
-		// Bug 1 as issue 27 tells it: a fast-failover lease handed by a
+		// Bug 1, found in the 2026-12 review of combined features: a fast-failover lease handed by a
 		// release to the first of two waiters queued in two clients; its
 		// holder dies; the second waiter, queued behind, watched nobody's
 		// session and took over only at its fallback poll. The release
