@@ -88,8 +88,8 @@ func fullConfig() *config {
 		s6N:          10000, s6TTL: 6 * time.Second,
 		// pglock renews each lock with two statements of its own: 10,000 of
 		// them every 2 s saturate this 2-core server.
-		s6NFor:  map[string]int{"pglock": 2000},
-		s6Small: set("pglease", "pglease-ff", "etcd"),
+		s6NFor:   map[string]int{"pglock": 2000},
+		s6Small:  set("pglease", "pglease-ff", "etcd"),
 		s7Others: []int{0, 50, 200, 500}, s7Settle: 3 * time.Second,
 	}
 }
@@ -106,7 +106,7 @@ func quickConfig() *config {
 		s5LongWindow: 300 * time.Millisecond,
 		s5MultiPeers: set("pglease"),
 		s6N:          100, s6TTL: 1200 * time.Millisecond,
-		s6Small: set("pglease"),
+		s6Small:  set("pglease"),
 		s7Others: []int{0, 5}, s7Settle: 300 * time.Millisecond,
 	}
 }
