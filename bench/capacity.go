@@ -376,7 +376,7 @@ func capEnsureConns(ctx context.Context, e *env, need int) (restore func(), sett
 	if err := e.pg.Restart(ctx, "fast"); err != nil {
 		return restore, setting, false, fmt.Errorf("restart with max_connections %d: %w", need, err)
 	}
-	logf("CAP max_connections raised from %d to %d (restarted)", setting, need)
+	logf("max_connections raised from %d to %d (restarted)", setting, need)
 	return func() {
 		bctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

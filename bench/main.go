@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -127,6 +128,7 @@ func main() {
 		out       = flag.String("out", "out", "directory for results.md and handoff.png")
 		scenarios = flag.String("scenarios", "S1,S2,S3,S4,S5,S6,S7", "scenarios to run")
 		peerList  = flag.String("peers", "", "peers to run (default all): "+peerIDs())
+		others    = flag.String("others", "", "S7: the numbers of clients waiting on other names, one row each (default 0,50,200,500; quick 0,5)")
 		child     = flag.String("child", "", "internal: child role (hold, wait)")
 		cPeer     = flag.String("peer", "", "internal: child's peer")
 		cName     = flag.String("name", "", "internal: child's lease name")
@@ -144,6 +146,17 @@ func main() {
 		cfg = quickConfig()
 	}
 	cfg.scenarios = set(strings.Split(strings.ToUpper(*scenarios), ",")...)
+	if *others != "" {
+		cfg.s7Others = nil
+		for _, f := range strings.Split(*others, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				fmt.Fprintf(os.Stderr, "bench: -others %q: want a comma-separated list of client counts, e.g. 0,50,200,500\n", *others)
+				os.Exit(2)
+			}
+			cfg.s7Others = append(cfg.s7Others, n)
+		}
+	}
 	if *peerList != "" {
 		cfg.peers = set(strings.Split(*peerList, ",")...)
 		for id := range cfg.peers {
