@@ -11,8 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/store"
 )
 
 // Config configures a [Scheduler].
@@ -48,8 +49,7 @@ type Scheduler struct {
 	cfg    Config
 	pool   *pgxpool.Pool
 	client *pglease.Client
-	names  store.Names
-	q      store.JobQueries
+	q      queries
 	log    *slog.Logger
 
 	mu      sync.Mutex
@@ -85,7 +85,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	n, q, err := names(cfg.Table)
+	t, err := tablesOf(cfg.Table)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Scheduler{
-		cfg: cfg, pool: pool, client: client, names: n, q: q,
+		cfg: cfg, pool: pool, client: client, q: build(t),
 		log: log, byName: map[string]*job{}, clock: serverClock{local: cfg.Clock},
 	}, nil
 }
@@ -221,9 +221,9 @@ func (s *Scheduler) prepare(ctx context.Context) error {
 	if !s.cfg.DisableAutoMigrate {
 		return s.Migrate(ctx)
 	}
-	exists, err := tablesExist(ctx, s.pool, s.names, s.q)
+	exists, err := tablesExist(ctx, s.pool, s.q)
 	if err == nil && !exists {
-		err = fmt.Errorf("pgleasecron: the tables %s and %s do not exist and Config.DisableAutoMigrate is set: create them with the statements of pgleasecron.DDL", s.names.QualifiedJobs(), s.names.QualifiedRuns())
+		err = fmt.Errorf("pgleasecron: the tables %s and %s do not exist and Config.DisableAutoMigrate is set: create them with the statements of pgleasecron.DDL", s.q.jobs, s.q.runs)
 	}
 	return err
 }
@@ -234,34 +234,37 @@ func (s *Scheduler) Migrate(ctx context.Context) error {
 	if err := s.client.Migrate(ctx); err != nil {
 		return err
 	}
-	exists, err := tablesExist(ctx, s.pool, s.names, s.q)
+	exists, err := tablesExist(ctx, s.pool, s.q)
 	if err != nil || exists {
 		return err
 	}
-	st := &store.Store{Names: s.names, Q: store.Build(s.names)}
-	err = store.Pgx(s.pool).InTx(ctx, func(q store.Querier) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The lock the lease table's creation takes, of the schema as the
 		// server resolves it: one schema's tables are created one after
 		// the other, however each replica spells the table.
-		if err := st.LockSchema(ctx, q); err != nil {
+		var nsp *string
+		if err := tx.QueryRow(ctx, s.q.LockSchema, s.q.schema).Scan(&nsp); err != nil {
 			return err
 		}
+		if nsp == nil {
+			return errors.New("the lease table names no schema, and none of the search_path's schemas exists to create them in: create one, set search_path to an existing schema, or name the schema in Config.Table (SCHEMA.TABLE)")
+		}
 		for _, stmt := range []string{s.q.CreateJobs, s.q.CreateRuns} {
-			if err := q.Exec(ctx, stmt); err != nil {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("pgleasecron: create the tables %s and %s: %w", s.names.QualifiedJobs(), s.names.QualifiedRuns(), err)
+		return fmt.Errorf("pgleasecron: create the tables %s and %s: %w", s.q.jobs, s.q.runs, err)
 	}
 	return nil
 }
 
-func tablesExist(ctx context.Context, pool *pgxpool.Pool, n store.Names, q store.JobQueries) (bool, error) {
+func tablesExist(ctx context.Context, pool *pgxpool.Pool, q queries) (bool, error) {
 	var ok bool
-	if err := pool.QueryRow(ctx, q.JobTablesExist, n.QualifiedJobs(), n.QualifiedRuns()).Scan(&ok); err != nil {
+	if err := pool.QueryRow(ctx, q.JobTablesExist, q.jobs, q.runs).Scan(&ok); err != nil {
 		return false, fmt.Errorf("pgleasecron: look for the jobs tables: %w", err)
 	}
 	return ok, nil
