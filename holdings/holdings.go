@@ -1,6 +1,7 @@
-// Package holdings keeps what the clients of one observer hold, as their
-// events tell it: the state behind the held and leader gauges of
-// pgleaseprom and pgleaseotel.
+// Package holdings keeps what the clients of one [pglease.Observer] hold,
+// as their events tell it: the state behind the held and leader gauges of
+// the metrics adapters (pgleaseprom, pgleaseotel), for any observer that
+// reports what is held now rather than what happened.
 //
 // The state is kept per client ([pglease.Event] Client), so that the
 // snapshot an [pglease.EventDropped] carries replaces exactly what was
