@@ -804,18 +804,3 @@ SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
 -- and the session locks (seed 3). It holds until the transaction ends.
 SELECT CASE WHEN $3::int > 0 THEN set_config('lock_timeout', $3::int::text, true) END,
        pg_advisory_xact_lock(hashtext($2::text || $1::text), hashtext($1::text || $2::text))
-
--- name: ConsoleClock
--- The operator console (pglease serve): the server's clock and whether the
--- lease table exists ($1 as to_regclass reads it). Run first in the
--- transaction of the List it precedes, now() is also the instant at which
--- List measures the rows' durations. Reads the catalog only.
-SELECT now(), to_regclass($1::text) IS NOT NULL
-
--- name: ConsoleTokens
--- The token sequence's last value ($1 as to_regclass reads it; 0 when the
--- sequence does not exist or was never used). Every acquisition attempt
--- draws from it (nextval, see Acquire), so the console re-reads the table
--- when it moved: one tuple, however many rows. Needs SELECT or USAGE on the
--- sequence (42501 without).
-SELECT coalesce(pg_sequence_last_value(to_regclass($1::text)), 0)::bigint

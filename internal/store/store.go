@@ -138,7 +138,6 @@ type Queries struct {
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
 	NameLock                                                  string
-	ConsoleClock, ConsoleTokens                               string // the operator console
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -197,8 +196,7 @@ func Build(n Names) Queries {
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
-		NameLock:     get("NameLock"),
-		ConsoleClock: get("ConsoleClock"), ConsoleTokens: get("ConsoleTokens"),
+		NameLock: get("NameLock"),
 	}
 }
 
