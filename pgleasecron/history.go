@@ -84,7 +84,7 @@ func ReadJobs(ctx context.Context, pool *pgxpool.Pool, table string) ([]JobInfo,
 
 func history(ctx context.Context, pool *pgxpool.Pool, q queries, job string, limit int) ([]Run, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("pgleasecron: history limit %d: ask for at least 1 run", limit)
+		return nil, invalid("history limit %d: ask for at least 1 run", limit)
 	}
 	if ok, err := tablesExist(ctx, pool, q); err != nil || !ok {
 		return nil, err

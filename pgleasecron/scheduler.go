@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -68,19 +67,19 @@ type Scheduler struct {
 // table cfg names, on pool. It checks cfg without connecting.
 func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
 	if pool == nil {
-		return nil, errors.New("pgleasecron: New needs a pool")
+		return nil, invalid("New needs a pool")
 	}
 	if cfg.History == 0 {
 		cfg.History = defaultHistory
 	}
 	if cfg.History < 1 {
-		return nil, fmt.Errorf("pgleasecron: Config.History %d: keep at least 1 run per job", cfg.History)
+		return nil, invalid("Config.History %d: keep at least 1 run per job", cfg.History)
 	}
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = defaultTolerance
 	}
 	if cfg.Tolerance < 0 {
-		return nil, fmt.Errorf("pgleasecron: Config.Tolerance %v must not be negative", cfg.Tolerance)
+		return nil, invalid("Config.Tolerance %v must not be negative", cfg.Tolerance)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -116,7 +115,7 @@ func (s *Scheduler) Add(name, schedule string, fn func(context.Context) error, o
 	}
 	sched, err := Parse(schedule, o.loc)
 	if err != nil {
-		return fmt.Errorf("pgleasecron: job %q: %w", name, unwrapPrefix(err))
+		return forJob(name, err)
 	}
 	return s.add(name, sched, fn, o)
 }
@@ -129,7 +128,7 @@ func (s *Scheduler) AddSchedule(name string, sched Schedule, fn func(context.Con
 		opt(&o)
 	}
 	if sched == nil {
-		return fmt.Errorf("pgleasecron: job %q: nil schedule", name)
+		return &InvalidError{Job: name, Reason: "nil schedule"}
 	}
 	return s.add(name, sched, fn, o)
 }
@@ -139,22 +138,22 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 		return err
 	}
 	if fn == nil {
-		return fmt.Errorf("pgleasecron: job %q: nil function", name)
+		return &InvalidError{Job: name, Reason: "nil function"}
 	}
 	if err := o.check(); err != nil {
-		return fmt.Errorf("pgleasecron: job %q: %w", name, unwrapPrefix(err))
+		return forJob(name, err)
 	}
 	rows, sc, err := checkLease(s.cfg.Config, leasePrefix+name, o.lease)
 	if err != nil {
-		return fmt.Errorf("pgleasecron: job %q: %w", name, err)
+		return forJob(name, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
-		return fmt.Errorf("pgleasecron: job %q: Add after Run: register every job before Run", name)
+		return &InvalidError{Job: name, Reason: "Add after Run: register every job before Run"}
 	}
 	if _, dup := s.byName[name]; dup {
-		return fmt.Errorf("pgleasecron: job %q is registered twice: job names must be unique", name)
+		return &InvalidError{Job: name, Reason: "registered twice: give each job a name of its own"}
 	}
 	j := &job{s: s, name: name, lease: leasePrefix + name, rows: rows, sched: sched, fn: fn, o: o,
 		check: checkEvery(sc.TTL)}
@@ -164,19 +163,16 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 }
 
 // CheckJobName reports whether name is a valid job name: 1–200 bytes of
-// UTF-8 that make a valid lease name once prefixed with "cron:".
+// UTF-8 that make a valid lease name once prefixed with "cron:". The error
+// is an *[InvalidError].
 func CheckJobName(name string) error {
 	if name == "" || len(name) > maxJobName {
-		return fmt.Errorf("pgleasecron: invalid job name %q: it must be 1 to %d bytes", name, maxJobName)
+		return invalid("invalid job name %q: it must be 1 to %d bytes of UTF-8, such as nightly-report", name, maxJobName)
 	}
 	if err := pglease.CheckName(leasePrefix + name); err != nil {
-		return fmt.Errorf("pgleasecron: invalid job name %q: %s", name, strings.TrimPrefix(err.Error(), "pglease: invalid lease name: "))
+		return refused(fmt.Sprintf("invalid job name %q", name), err)
 	}
 	return nil
-}
-
-func unwrapPrefix(err error) error {
-	return errors.New(strings.TrimPrefix(err.Error(), "pgleasecron: "))
 }
 
 // Run runs the registered jobs until ctx ends, then waits for the runs
