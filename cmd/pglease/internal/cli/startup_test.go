@@ -33,7 +33,7 @@ func freshDatabase(t *testing.T) string {
 	return u.String()
 }
 
-// Many replicas start at once on an empty database (issue 27): four
+// Many replicas start at once on an empty database: four
 // 'pglease run --wait' of one job, two with --table pglease_leases and two
 // with --table public.pglease_leases, half of them with --fast-failover,
 // and two 'pglease migrate' with the same two spellings beside them. Every
