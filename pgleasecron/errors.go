@@ -9,9 +9,11 @@ import (
 
 // InvalidError is the error of a value the scheduler refuses before it
 // connects or changes anything: a schedule ([Parse], [Every]), a job name
-// ([CheckJobName]), a job's function or options ([Scheduler.Add]), or a
-// [Config] field ([New]). An invalid lease table name is reported as
-// pglease reports it, matching pglease.ErrInvalidIdentifier.
+// ([CheckJobName], or one registered twice), a job's function or options
+// ([Scheduler.Add]), a [Config] field of its own ([New]) or a history
+// limit. The fields of the embedded pglease.Config are refused by pglease,
+// with a *pglease.InvalidError (a lease table name matches
+// pglease.ErrInvalidIdentifier).
 type InvalidError struct {
 	// Job is the job whose value it is, or "" (a Config field, or a
 	// schedule or job name checked on its own).

@@ -141,8 +141,8 @@ func (o jobOptions) check() error {
 }
 
 // checkLease checks the job's lease options against the client's
-// configuration and returns
-// the names of the rows the job's lease is held as, and its timing.
+// configuration and returns the names of the rows the job's lease is held
+// as, and its timing.
 func checkLease(cfg pglease.Config, lease string, opts []pglease.Option) ([]string, pglease.Schedule, error) {
 	rows, err := cfg.Names(lease, opts...)
 	if err != nil {

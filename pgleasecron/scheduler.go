@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
 )
@@ -128,7 +127,7 @@ func (s *Scheduler) AddSchedule(name string, sched Schedule, fn func(context.Con
 		opt(&o)
 	}
 	if sched == nil {
-		return &InvalidError{Job: name, Reason: "nil schedule"}
+		return &InvalidError{Job: name, Reason: "nil schedule: pass a Schedule (see Parse and Every)"}
 	}
 	return s.add(name, sched, fn, o)
 }
@@ -138,7 +137,7 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 		return err
 	}
 	if fn == nil {
-		return &InvalidError{Job: name, Reason: "nil function"}
+		return &InvalidError{Job: name, Reason: "nil function: pass the function the job runs"}
 	}
 	if err := o.check(); err != nil {
 		return forJob(name, err)
@@ -150,7 +149,7 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
-		return &InvalidError{Job: name, Reason: "Add after Run: register every job before Run"}
+		return fmt.Errorf("pgleasecron: job %q: Add after Run: register every job before Run", name)
 	}
 	if _, dup := s.byName[name]; dup {
 		return &InvalidError{Job: name, Reason: "registered twice: give each job a name of its own"}
