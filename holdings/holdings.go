@@ -15,7 +15,8 @@ import (
 )
 
 // Tally is the state of the clients of one observer. It is not safe for
-// concurrent use: the observer guards it with its own lock.
+// concurrent use: an observer that keeps one guards it with a lock of its
+// own (events of several clients may arrive at once).
 type Tally struct {
 	clients  map[string]*client
 	names    map[string]struct{} // lease names ever held
