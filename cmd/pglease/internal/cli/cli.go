@@ -121,18 +121,17 @@ func checkName(name string) error {
 
 // checkRowName validates the NAME of a command that reads or deletes a
 // lease row (status, release, stepdown), without connecting: a lease name,
-// or the name of a semaphore's slot (pglease.SlotName), which run refuses
-// as a lease name but these commands reach.
+// or one of the slot names that pglease.Config.Names gives a semaphore
+// ("pool#3" is one of those of "pool" with 4 slots or more), which run
+// refuses as a lease name but these commands reach.
 func checkRowName(name string) error {
 	err := checkName(name)
 	if err == nil {
 		return nil
 	}
-	if i := strings.LastIndexByte(name, '#'); i > 0 {
-		sem := name[:i]
-		slot, serr := strconv.Atoi(name[i+1:])
-		if serr == nil && slot >= 0 && pglease.SlotName(sem, slot) == name && checkName(sem) == nil {
-			names, nerr := (pglease.Config{}).Names(sem, pglease.WithSlots(max(slot+1, 2)))
+	if i := strings.LastIndexByte(name, '#'); i > 0 && !strings.HasPrefix(name, "-") {
+		if slot, serr := strconv.Atoi(name[i+1:]); serr == nil && slot >= 0 {
+			names, nerr := (pglease.Config{}).Names(name[:i], pglease.WithSlots(max(slot+1, 2)))
 			if nerr == nil && slices.Contains(names, name) {
 				return nil
 			}
