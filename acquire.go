@@ -60,10 +60,8 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 	if err != nil {
 		return o, err
 	}
-	if o.slots > 1 {
-		if err := checkRowName(SlotName(name, o.slots-1)); err != nil {
-			return o, errorf("%w (with %d slots the name gets a %q suffix)", err, o.slots, "#N")
-		}
+	if err := o.checkSlotNames(name); err != nil {
+		return o, err
 	}
 	if err := c.prepare(ctx); err != nil {
 		return o, c.closedErr(err)

@@ -63,7 +63,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, errorf("%w: DSN: %w", ErrInvalidArgument, err)
+		return nil, invalid(ErrInvalidArgument, "DSN: %w", err)
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	if cfg.ConnectTimeout > 0 {
@@ -76,7 +76,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, errorf("%w: DSN: %w", ErrInvalidArgument, err)
+		return nil, invalid(ErrInvalidArgument, "DSN: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, pcfg.ConnConfig.ConnectTimeout*time.Duration(hostCount(pcfg.ConnConfig)))
 	defer cancel()
@@ -98,7 +98,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 // opened with the pool's connection settings.
 func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
-		return nil, errorf("%w: NewFromPool: pool is nil", ErrInvalidArgument)
+		return nil, invalid(ErrInvalidArgument, "NewFromPool: pool is nil")
 	}
 	cfg, st, err := cfg.withDefaults()
 	if err != nil {
@@ -116,7 +116,7 @@ func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 // renewals use one connection held from the handle's pool.
 func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 	if db == nil {
-		return nil, errorf("%w: NewFromDB: db is nil", ErrInvalidArgument)
+		return nil, invalid(ErrInvalidArgument, "NewFromDB: db is nil")
 	}
 	cfg, st, err := cfg.withDefaults()
 	if err != nil {

@@ -121,7 +121,7 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 		{"AlertAfter", &cfg.AlertAfter, 0},
 	} {
 		if *d.v < 0 {
-			return cfg, nil, errorf("%w: %s must not be negative, got %s", ErrInvalidArgument, d.name, *d.v)
+			return cfg, nil, invalid(ErrInvalidArgument, "%s must not be negative, got %s", d.name, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
@@ -132,7 +132,7 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 		v    time.Duration
 	}{{"SafetyMargin", cfg.SafetyMargin}, {"RenewInterval", cfg.RenewInterval}} {
 		if d.v < 0 {
-			return cfg, nil, errorf("%w: %s must not be negative, got %s", ErrInvalidArgument, d.name, d.v)
+			return cfg, nil, invalid(ErrInvalidArgument, "%s must not be negative, got %s", d.name, d.v)
 		}
 		if err := wholeMillis(ErrInvalidArgument, d.name, d.v); err != nil {
 			return cfg, nil, err
@@ -145,7 +145,7 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 		return cfg, nil, err
 	}
 	if cfg.MaxConns < 0 {
-		return cfg, nil, errorf("%w: MaxConns must not be negative, got %d", ErrInvalidArgument, cfg.MaxConns)
+		return cfg, nil, invalid(ErrInvalidArgument, "MaxConns must not be negative, got %d", cfg.MaxConns)
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = defaultMaxConns
@@ -158,10 +158,10 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 
 func checkTTL(ttl time.Duration) error {
 	if ttl < minTTL {
-		return errorf("%w: TTL must be at least 1s, got %s", ErrInvalidTTL, ttl)
+		return invalid(ErrInvalidTTL, "TTL must be at least 1s, got %s", ttl)
 	}
 	if ttl > maxTTL {
-		return errorf("%w: TTL must be at most 100 years, got %s", ErrInvalidTTL, ttl)
+		return invalid(ErrInvalidTTL, "TTL must be at most 100 years, got %s", ttl)
 	}
 	return wholeMillis(ErrInvalidTTL, "TTL", ttl)
 }
@@ -173,8 +173,8 @@ func checkTTL(ttl time.Duration) error {
 // sentinel.
 func wholeMillis(sentinel error, what string, d time.Duration) error {
 	if d%time.Millisecond != 0 {
-		return errorf("%w: %s %s is not a whole number of milliseconds: the server counts lease times in milliseconds and would round it differently from the client; round it to a millisecond (e.g. %s)",
-			sentinel, what, d, d.Truncate(time.Millisecond))
+		return invalid(sentinel, "%s %s is not a whole number of milliseconds: the server counts lease times in milliseconds and would round it differently from the client; round it to a millisecond (e.g. %s)",
+			what, d, d.Truncate(time.Millisecond))
 	}
 	return nil
 }
@@ -196,12 +196,11 @@ func (cfg *Config) checkTiming(ttl time.Duration) error {
 	ri := what("RenewInterval", cfg.RenewInterval > 0, renew, "TTL/3")
 	// Compared without multiplying first: 2*d could overflow.
 	if margin >= ttl || margin >= ttl-margin {
-		return errorf("%w: %s must be below half the TTL %s: raise the TTL or lower SafetyMargin",
-			ErrInvalidArgument, ms, ttl)
+		return invalid(ErrInvalidArgument, "%s must be below half the TTL %s: raise the TTL or lower SafetyMargin", ms, ttl)
 	}
 	if deadline := ttl - margin; renew >= deadline || renew >= deadline-renew {
-		return errorf("%w: %s leaves fewer than two renewal attempts before the local deadline of a %s TTL (TTL minus %s = %s), so one failed renewal would lose the lease: lower RenewInterval or SafetyMargin, or raise the TTL",
-			ErrInvalidArgument, ri, ttl, ms, deadline)
+		return invalid(ErrInvalidArgument, "%s leaves fewer than two renewal attempts before the local deadline of a %s TTL (TTL minus %s = %s), so one failed renewal would lose the lease: lower RenewInterval or SafetyMargin, or raise the TTL",
+			ri, ttl, ms, deadline)
 	}
 	return nil
 }
@@ -220,8 +219,8 @@ func CheckName(name string) error {
 		return err
 	}
 	if i, ok := slotSuffix(name); ok {
-		return errorf("%w: %q ends in %q, which is reserved for slot names (%q is slot %s of the semaphore %q): use another name, such as %q",
-			ErrInvalidName, name, name[i:], name, name[i+1:], name[:i], name[:i]+"-"+name[i+1:])
+		return invalid(ErrInvalidName, "%q ends in %q, which is reserved for slot names (%q is slot %s of the semaphore %q): use another name, such as %q",
+			name, name[i:], name, name[i+1:], name[:i], name[:i]+"-"+name[i+1:])
 	}
 	return nil
 }
@@ -236,6 +235,19 @@ func checkRowName(name string) error {
 		}
 		return ""
 	})
+}
+
+// checkSlotNames refuses a semaphore's name (with WithSlots) whose slot
+// names would be longer than a lease name may be.
+func (o leaseOptions) checkSlotNames(name string) error {
+	if o.slots <= 1 {
+		return nil
+	}
+	if last := SlotName(name, o.slots-1); len(last) > maxNameBytes {
+		return invalid(ErrInvalidName, "name is %d bytes, and with %d slots it gets the suffixes \"#0\" to \"#%d\": its slot names are up to %d bytes, the maximum is %d; shorten the name",
+			len(name), o.slots, o.slots-1, len(last), maxNameBytes)
+	}
+	return nil
 }
 
 // slotSuffix reports whether name has the form of a slot name, a
@@ -268,15 +280,15 @@ func CheckOwner(owner string) error {
 func checkLabel(sentinel error, what, s string, max int, refuse func(rune) string) error {
 	switch {
 	case s == "":
-		return errorf("%w: %s is empty", sentinel, what)
+		return invalid(sentinel, "%s is empty", what)
 	case len(s) > max:
-		return errorf("%w: %s is %d bytes, the maximum is %d", sentinel, what, len(s), max)
+		return invalid(sentinel, "%s is %d bytes, the maximum is %d", what, len(s), max)
 	case !utf8.ValidString(s):
-		return errorf("%w: %s is not valid UTF-8", sentinel, what)
+		return invalid(sentinel, "%s is not valid UTF-8", what)
 	}
 	for _, r := range s {
 		if why := refuse(r); why != "" {
-			return errorf("%w: %s contains %s", sentinel, what, why)
+			return invalid(sentinel, "%s contains %s", what, why)
 		}
 	}
 	return nil
@@ -349,8 +361,9 @@ func (cfg Config) Schedule(opts ...Option) (Schedule, error) {
 // with opts contends for, as the lease table and [Lease.Name] spell them:
 // name itself, or with [WithSlots](n), n > 1, its slot names [SlotName](name,
 // 0) to SlotName(name, n-1). The lease such an acquisition gets is one of
-// them. It returns the error [CheckName] or [Config.Validate] would return.
-// Tools that read the lease table for a lease of their own (a scheduler
+// them. It returns the error the acquisition would return without
+// connecting: [CheckName]'s, [Config.Validate]'s, or one matching
+// [ErrInvalidName] when the slot names would be too long. Tools that read the lease table for a lease of their own (a scheduler
 // checking whether a run's holder is alive) find its rows with it.
 func (cfg Config) Names(name string, opts ...Option) ([]string, error) {
 	if err := CheckName(name); err != nil {
@@ -362,6 +375,9 @@ func (cfg Config) Names(name string, opts ...Option) ([]string, error) {
 	}
 	o, err := resolveOptions(&full, nil, opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := o.checkSlotNames(name); err != nil {
 		return nil, err
 	}
 	return o.names(name), nil

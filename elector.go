@@ -46,7 +46,7 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, o
 		return nil, err
 	}
 	if lead == nil {
-		return nil, errorf("%w: NewElector: lead function is nil", ErrInvalidArgument)
+		return nil, invalid(ErrInvalidArgument, "NewElector: lead function is nil")
 	}
 	if o, err := c.leaseOptions(opts); err != nil {
 		return nil, err

@@ -85,6 +85,48 @@ var (
 	ErrInvalidArgument = errors.New("pglease: invalid argument")
 )
 
+// InvalidError is the error of a value pglease refuses before it changes
+// anything: a lease name, an owner, a TTL, a table or schema name, or any
+// other argument ([CheckName], [CheckOwner], [Config.Validate], an
+// [Option], a call's arguments). It matches the sentinel of its kind with
+// errors.Is, and the error that made the value invalid, if any.
+type InvalidError struct {
+	// Kind is the sentinel the error matches: ErrInvalidName,
+	// ErrInvalidOwner, ErrInvalidTTL, ErrInvalidIdentifier or
+	// ErrInvalidArgument.
+	Kind error
+	// Reason says what is wrong and what to do, without the "pglease: "
+	// prefix and the kind ("TTL must be at least 1s, got 0s"), for tools
+	// that name the value in their own words (the pglease command says
+	// "invalid --ttl 0s: " and the reason).
+	Reason string
+
+	cause error // the error that made the value invalid, or nil
+}
+
+// Error is the kind and the reason.
+func (e *InvalidError) Error() string { return e.Kind.Error() + ": " + e.Reason }
+
+// Unwrap returns the kind and the error that made the value invalid, if
+// any.
+func (e *InvalidError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.cause}
+}
+
+// invalid returns an *InvalidError of kind whose reason is format and args
+// as fmt.Errorf formats them; what they wrap (%w) is its cause.
+func invalid(kind error, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	e := &InvalidError{Kind: kind, Reason: strings.ReplaceAll(err.Error(), "pglease: ", "")}
+	if strings.Contains(format, "%w") {
+		e.cause = err
+	}
+	return e
+}
+
 // HeldError is returned when a lease is held by another owner. It matches
 // [ErrNotAcquired] with errors.Is.
 type HeldError struct {
@@ -264,7 +306,7 @@ func opError(op string, err error) error {
 func newStore(table string) (*store.Store, error) {
 	st, err := store.New(table)
 	if err != nil {
-		return nil, errorf("%w: %s", ErrInvalidIdentifier, err)
+		return nil, invalid(ErrInvalidIdentifier, "%s", err)
 	}
 	return st, nil
 }

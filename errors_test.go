@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -69,6 +70,7 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 				t.Fatalf("Open: %v, want %v (before connecting)", err, tc.want)
 			}
 			checkPrefixOnce(t, err)
+			checkInvalid(t, err, tc.want)
 			if verr := tc.cfg.Validate(); verr == nil || verr.Error() != err.Error() {
 				t.Errorf("Validate: %v, want Open's %v", verr, err)
 			}
@@ -93,6 +95,30 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", tc.name, err)
 		}
 		checkPrefixOnce(t, err)
+		checkInvalid(t, err, ErrInvalidArgument)
+	}
+	var unsupported *json.UnsupportedTypeError
+	if err := (Config{}).Validate(WithMetadata(map[string]any{"f": func() {}})); !errors.As(err, &unsupported) {
+		t.Errorf("metadata that does not encode: %v, want its encoding error as the cause", err)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"CheckName", CheckName(""), ErrInvalidName},
+		{"CheckNameSlotForm", CheckName("job#0"), ErrInvalidName},
+		{"CheckOwner", CheckOwner("a\nb"), ErrInvalidOwner},
+		{"SlotNamesTooLong", func() error {
+			_, err := (Config{}).Names(strings.Repeat("x", 254), WithSlots(10))
+			return err
+		}(), ErrInvalidName},
+	} {
+		checkPrefixOnce(t, tc.err)
+		checkInvalid(t, tc.err, tc.want)
+	}
+	if names, err := (Config{}).Names(strings.Repeat("x", 253), WithSlots(10)); err != nil || len(names) != 10 {
+		t.Errorf("Names of a semaphore whose slot names just fit: %v, %v", names, err)
 	}
 	if err := (Config{}).Validate(WithMetadata(map[string]any{"team": "ops"}), Option{}); err != nil {
 		t.Errorf("valid metadata and a zero Option refused: %v", err)
@@ -115,6 +141,20 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 	}
 	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
 		t.Errorf("rows after refused calls: %v, %v", infos, err)
+	}
+}
+
+// checkInvalid checks that err is an *InvalidError of kind whose Reason
+// is its message without the prefix and the kind.
+func checkInvalid(t *testing.T, err, kind error) {
+	t.Helper()
+	var ie *InvalidError
+	if !errors.As(err, &ie) || ie.Kind != kind || ie.Reason == "" {
+		t.Errorf("%v: want an *InvalidError of kind %v", err, kind)
+		return
+	}
+	if strings.Contains(ie.Reason, "pglease: ") || err.Error() != kind.Error()+": "+ie.Reason {
+		t.Errorf("%v: Reason %q is not the message without its prefix and kind", err, ie.Reason)
 	}
 }
 

@@ -217,9 +217,9 @@ func (c *Client) newSet(leases []*Lease) *LeaseSet {
 func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([]string, leaseOptions, error) {
 	switch {
 	case len(names) == 0:
-		return nil, leaseOptions{}, errorf("%w: a set of leases needs at least one name", ErrInvalidArgument)
+		return nil, leaseOptions{}, invalid(ErrInvalidArgument, "a set of leases needs at least one name")
 	case len(names) > maxSetNames:
-		return nil, leaseOptions{}, errorf("%w: a set of leases has at most %d names, got %d", ErrInvalidArgument, maxSetNames, len(names))
+		return nil, leaseOptions{}, invalid(ErrInvalidArgument, "a set of leases has at most %d names, got %d", maxSetNames, len(names))
 	}
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
@@ -228,7 +228,7 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 			return nil, leaseOptions{}, err
 		}
 		if i > 0 && sorted[i-1] == name {
-			return nil, leaseOptions{}, errorf("%w: name %q appears more than once in the set", ErrInvalidArgument, name)
+			return nil, leaseOptions{}, invalid(ErrInvalidArgument, "name %q appears more than once in the set", name)
 		}
 	}
 	o, err := c.leaseOptions(opts)
@@ -236,9 +236,9 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 	case err != nil:
 		return nil, o, err
 	case o.slots > 1:
-		return nil, o, errorf("%w: WithSlots does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)", ErrInvalidArgument)
+		return nil, o, invalid(ErrInvalidArgument, "WithSlots does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)")
 	case o.session:
-		return nil, o, errorf("%w: WithFastFailover is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies", ErrInvalidArgument)
+		return nil, o, invalid(ErrInvalidArgument, "WithFastFailover is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies")
 	}
 	if err := c.prepare(ctx); err != nil {
 		return nil, o, c.closedErr(err)

@@ -50,7 +50,7 @@ func WithTTL(ttl time.Duration) Option {
 func WithMinHold(d time.Duration) Option {
 	return Option{func(o *leaseOptions) error {
 		if d < 0 || d > maxTTL {
-			return errorf("%w: minimum hold must be between 0 and 100 years, got %s", ErrInvalidArgument, d)
+			return invalid(ErrInvalidArgument, "minimum hold must be between 0 and 100 years, got %s", d)
 		}
 		if err := wholeMillis(ErrInvalidArgument, "minimum hold", d); err != nil {
 			return err
@@ -69,7 +69,7 @@ func WithMetadata(v map[string]any) Option {
 		m := map[string]any{}
 		if len(o.metadata) > 0 {
 			if err := json.Unmarshal(o.metadata, &m); err != nil {
-				return errorf("%w: metadata: %w", ErrInvalidArgument, err)
+				return invalid(ErrInvalidArgument, "metadata: %w", err)
 			}
 		}
 		for k, x := range v {
@@ -77,10 +77,10 @@ func WithMetadata(v map[string]any) Option {
 		}
 		b, err := json.Marshal(m)
 		if err != nil {
-			return errorf("%w: metadata must encode as JSON: %w", ErrInvalidArgument, err)
+			return invalid(ErrInvalidArgument, "metadata must encode as JSON: %w", err)
 		}
 		if len(b) > maxMetadataBytes {
-			return errorf("%w: metadata is %d bytes encoded, the maximum is %d", ErrInvalidArgument, len(b), maxMetadataBytes)
+			return invalid(ErrInvalidArgument, "metadata is %d bytes encoded, the maximum is %d", len(b), maxMetadataBytes)
 		}
 		o.metadata = b
 		return nil
@@ -114,7 +114,7 @@ func WithFastFailover() Option {
 func WithSlots(n int) Option {
 	return Option{func(o *leaseOptions) error {
 		if n < 1 || n > maxSlots {
-			return errorf("%w: slots must be between 1 and %d, got %d", ErrInvalidArgument, maxSlots, n)
+			return invalid(ErrInvalidArgument, "slots must be between 1 and %d, got %d", maxSlots, n)
 		}
 		o.slots = n
 		return nil
@@ -142,8 +142,8 @@ func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 // (more than one slot), since an election has one leader.
 func (o leaseOptions) checkElector() error {
 	if o.slots > 1 {
-		return errorf("%w: NewElector: WithSlots(%d) does not apply: an election has one leader (use Acquire or Run with WithSlots for up to %d holders at once)",
-			ErrInvalidArgument, o.slots, o.slots)
+		return invalid(ErrInvalidArgument, "NewElector: WithSlots(%d) does not apply: an election has one leader (use Acquire or Run with WithSlots for up to %d holders at once)",
+			o.slots, o.slots)
 	}
 	return nil
 }
@@ -163,7 +163,7 @@ func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, erro
 	if o.minHold > o.ttl {
 		// A release before the minimum hold keeps the row until then; a
 		// longer hold than TTL would need renewals nobody sends.
-		return o, errorf("%w: minimum hold %s exceeds the TTL %s", ErrInvalidArgument, o.minHold, o.ttl)
+		return o, invalid(ErrInvalidArgument, "minimum hold %s exceeds the TTL %s", o.minHold, o.ttl)
 	}
 	if err := cfg.checkTiming(o.ttl); err != nil {
 		return o, err

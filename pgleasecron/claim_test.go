@@ -125,6 +125,13 @@ func TestLeaseOptionsThatBreakTheOneRunnerRuleAreRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), `pgleasecron: job "job": LeaseOptions: `) {
 			t.Errorf("Add with %s: %v, want an error saying %q", tc.want, err, tc.want)
 		}
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Job != "job" || strings.Contains(ie.Reason, "pglease: ") {
+			t.Errorf("Add with %s: %#v, want an *InvalidError of job \"job\" whose Reason has no prefix", tc.want, err)
+		}
+	}
+	if err := s.Add("job", "@hourly", nop, LeaseOptions(pglease.WithSlots(0))); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Errorf("Add with pglease.WithSlots(0): %v, want it to match pglease.ErrInvalidArgument", err)
 	}
 	if len(s.jobs) != 0 {
 		t.Fatalf("%d jobs registered by refused calls", len(s.jobs))

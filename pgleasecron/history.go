@@ -7,9 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/store"
 )
 
 // Status is the state of a tick in the history.
@@ -56,48 +53,40 @@ type JobInfo struct {
 
 // History returns the newest runs of job, newest first, at most limit.
 func (s *Scheduler) History(ctx context.Context, job string, limit int) ([]Run, error) {
-	return history(ctx, s.pool, s.names, s.q, job, limit)
+	return history(ctx, s.pool, s.q, job, limit)
 }
 
 // Jobs returns every job of the lease table, by name.
 func (s *Scheduler) Jobs(ctx context.Context) ([]JobInfo, error) {
-	return jobs(ctx, s.pool, s.names, s.q)
+	return jobs(ctx, s.pool, s.q)
 }
 
 // ReadHistory is [Scheduler.History] without a scheduler: the runs of job
 // in the lease table named table ("" for the default). It creates nothing:
 // a table that does not exist has no runs.
 func ReadHistory(ctx context.Context, pool *pgxpool.Pool, table, job string, limit int) ([]Run, error) {
-	n, q, err := names(table)
+	t, err := tablesOf(table)
 	if err != nil {
 		return nil, err
 	}
-	return history(ctx, pool, n, q, job, limit)
+	return history(ctx, pool, build(t), job, limit)
 }
 
 // ReadJobs is [Scheduler.Jobs] without a scheduler. It creates nothing: a
 // table that does not exist has no jobs.
 func ReadJobs(ctx context.Context, pool *pgxpool.Pool, table string) ([]JobInfo, error) {
-	n, q, err := names(table)
+	t, err := tablesOf(table)
 	if err != nil {
 		return nil, err
 	}
-	return jobs(ctx, pool, n, q)
+	return jobs(ctx, pool, build(t))
 }
 
-func names(table string) (store.Names, store.JobQueries, error) {
-	n, err := store.ParseTable(table)
-	if err != nil {
-		return n, store.JobQueries{}, fmt.Errorf("pgleasecron: %w: %v", pglease.ErrInvalidIdentifier, err)
-	}
-	return n, store.BuildJobs(n), nil
-}
-
-func history(ctx context.Context, pool *pgxpool.Pool, n store.Names, q store.JobQueries, job string, limit int) ([]Run, error) {
+func history(ctx context.Context, pool *pgxpool.Pool, q queries, job string, limit int) ([]Run, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("pgleasecron: history limit %d: ask for at least 1 run", limit)
+		return nil, invalid("history limit %d: ask for at least 1 run", limit)
 	}
-	if ok, err := tablesExist(ctx, pool, n, q); err != nil || !ok {
+	if ok, err := tablesExist(ctx, pool, q); err != nil || !ok {
 		return nil, err
 	}
 	rows, err := pool.Query(ctx, q.Runs, job, limit)
@@ -114,8 +103,8 @@ func history(ctx context.Context, pool *pgxpool.Pool, n store.Names, q store.Job
 	})
 }
 
-func jobs(ctx context.Context, pool *pgxpool.Pool, n store.Names, q store.JobQueries) ([]JobInfo, error) {
-	if ok, err := tablesExist(ctx, pool, n, q); err != nil || !ok {
+func jobs(ctx context.Context, pool *pgxpool.Pool, q queries) ([]JobInfo, error) {
+	if ok, err := tablesExist(ctx, pool, q); err != nil || !ok {
 		return nil, err
 	}
 	rows, err := pool.Query(ctx, q.Jobs)
@@ -155,9 +144,10 @@ func deref(t *time.Time) time.Time {
 // table "[schema.]table" ("" for the default), for users' own migration
 // tools (the lease table's is pglease.DDL); it is idempotent.
 func DDL(table string) (string, error) {
-	_, q, err := names(table)
+	t, err := tablesOf(table)
 	if err != nil {
 		return "", err
 	}
+	q := build(t)
 	return q.CreateJobs + ";\n\n" + q.CreateRuns + ";\n", nil
 }

@@ -129,35 +129,35 @@ func LeaseOptions(opts ...pglease.Option) Option {
 
 func (o jobOptions) check() error {
 	if o.missed.kind == missedRunAll && o.missed.n < 1 {
-		return fmt.Errorf("pgleasecron: RunAll(%d): n must be at least 1", o.missed.n)
+		return invalid("RunAll(%d): n must be at least 1", o.missed.n)
 	}
 	if o.overlap != SkipOverlap && o.overlap != QueueOverlap {
-		return fmt.Errorf("pgleasecron: unknown overlap policy %d: use SkipOverlap or QueueOverlap", int(o.overlap))
+		return invalid("unknown overlap policy %d: use SkipOverlap or QueueOverlap", int(o.overlap))
 	}
 	if o.abandoned.attempts < 1 || o.abandoned.attempts > 100 {
-		return fmt.Errorf("pgleasecron: Retry(%d): attempts must be between 1 and 100", o.abandoned.attempts)
+		return invalid("Retry(%d): attempts must be between 1 and 100", o.abandoned.attempts)
 	}
 	return nil
 }
 
 // checkLease checks the job's lease options against the client's
-// configuration (the error Add returns, without its prefix) and returns
-// the names of the rows the job's lease is held as, and its timing.
+// configuration and returns the names of the rows the job's lease is held
+// as, and its timing.
 func checkLease(cfg pglease.Config, lease string, opts []pglease.Option) ([]string, pglease.Schedule, error) {
 	rows, err := cfg.Names(lease, opts...)
 	if err != nil {
-		return nil, pglease.Schedule{}, fmt.Errorf("LeaseOptions: %w", err)
+		return nil, pglease.Schedule{}, refused("LeaseOptions", err)
 	}
 	sc, err := cfg.Schedule(opts...)
 	if err != nil {
-		return nil, sc, fmt.Errorf("LeaseOptions: %w", err)
+		return nil, sc, refused("LeaseOptions", err)
 	}
 	if len(rows) != 1 {
-		return nil, sc, fmt.Errorf("LeaseOptions: pglease.WithSlots(%d) would let %d replicas hold the job's lease, and run ticks, at once: "+
+		return nil, sc, invalid("LeaseOptions: pglease.WithSlots(%d) would let %d replicas hold the job's lease, and run ticks, at once: "+
 			"a job has one runner at a time; drop WithSlots (OnOverlap says what a tick does while a run goes on)", len(rows), len(rows))
 	}
 	if sc.MinHold > 0 {
-		return nil, sc, fmt.Errorf("LeaseOptions: pglease.WithMinHold(%s) would keep the job's lease held after each run, "+
+		return nil, sc, invalid("LeaseOptions: pglease.WithMinHold(%s) would keep the job's lease held after each run, "+
 			"and the next ticks would wait for the hold instead of following the overlap policy: drop WithMinHold "+
 			"(a tick is claimed once in the database, however the replicas' clocks disagree)", sc.MinHold)
 	}

@@ -1,8 +1,6 @@
 package pgleasecron
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -46,7 +44,7 @@ var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 func Parse(spec string, loc *time.Location) (Schedule, error) {
 	text := strings.Join(strings.Fields(spec), " ")
 	if text == "" {
-		return nil, errors.New("pgleasecron: empty schedule: want a cron expression (\"0 3 * * *\"), a descriptor (@hourly) or @every DURATION")
+		return nil, invalid("empty schedule: write a cron expression (\"0 3 * * *\"), a descriptor (@hourly) or @every DURATION")
 	}
 	if loc == nil {
 		loc = time.UTC
@@ -55,26 +53,26 @@ func Parse(spec string, loc *time.Location) (Schedule, error) {
 	if zone, rest, ok := cutZone(text); ok {
 		l, err := time.LoadLocation(zone)
 		if err != nil || zone == "" || strings.EqualFold(zone, "local") {
-			return nil, fmt.Errorf("pgleasecron: schedule %q: unknown time zone %q: use an IANA name such as Europe/Berlin or UTC", text, zone)
+			return nil, invalid("schedule %q: unknown time zone %q: use an IANA name such as Europe/Berlin or UTC", text, zone)
 		}
 		loc, expr = l, rest
 		if expr == "" {
-			return nil, fmt.Errorf("pgleasecron: schedule %q has a time zone but no expression", text)
+			return nil, invalid("schedule %q has a time zone but no expression: %s", text, scheduleSyntax)
 		}
 	}
 	if d, ok := strings.CutPrefix(expr, "@every "); ok {
 		if expr != text {
-			return nil, fmt.Errorf("pgleasecron: schedule %q: @every counts from the Unix epoch and takes no time zone", text)
+			return nil, invalid("schedule %q: @every counts from the Unix epoch and takes no time zone: drop the zone", text)
 		}
 		return parseEvery(text, d)
 	}
 	s, err := parser.Parse(expr)
 	if err != nil {
-		return nil, fmt.Errorf("pgleasecron: invalid schedule %q: %v", text, err)
+		return nil, invalid("invalid schedule %q: %v; %s", text, err, scheduleSyntax)
 	}
 	cs, ok := s.(*cron.SpecSchedule)
 	if !ok { // the parser returns a SpecSchedule for everything but @every
-		return nil, fmt.Errorf("pgleasecron: invalid schedule %q", text)
+		return nil, invalid("invalid schedule %q: %s", text, scheduleSyntax)
 	}
 	cs.Location = loc
 	if expr == text && loc != time.UTC {
@@ -84,7 +82,7 @@ func Parse(spec string, loc *time.Location) (Schedule, error) {
 	}
 	c := cronSchedule{spec: cs, text: text}
 	if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
-		return nil, fmt.Errorf("pgleasecron: schedule %q never fires (a day that does not exist in its months?)", text)
+		return nil, invalid("schedule %q never fires (a day that does not exist in its months?): check its day-of-month and month fields", text)
 	}
 	return c, nil
 }
@@ -104,13 +102,13 @@ func cutZone(text string) (zone, rest string, ok bool) {
 func parseEvery(text, d string) (Schedule, error) {
 	dur, err := time.ParseDuration(strings.TrimSpace(d))
 	if err != nil {
-		return nil, fmt.Errorf("pgleasecron: invalid schedule %q: %q is not a duration (examples: 90s, 15m, 1h30m)", text, d)
+		return nil, invalid("invalid schedule %q: %q is not a duration (examples: 90s, 15m, 1h30m)", text, d)
 	}
 	if dur < time.Second {
-		return nil, fmt.Errorf("pgleasecron: invalid schedule %q: the interval must be at least 1s", text)
+		return nil, invalid("invalid schedule %q: the interval must be at least 1s", text)
 	}
 	if dur%time.Microsecond != 0 {
-		return nil, fmt.Errorf("pgleasecron: invalid schedule %q: the interval must be a whole number of microseconds (the database's precision)", text)
+		return nil, invalid("invalid schedule %q: the interval must be a whole number of microseconds (the database's precision)", text)
 	}
 	return every{d: dur, text: text}, nil
 }

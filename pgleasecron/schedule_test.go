@@ -1,6 +1,7 @@
 package pgleasecron
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,10 @@ func TestParseRejects(t *testing.T) {
 		_, err := Parse(tc.spec, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v, want an error containing %q", tc.spec, err, tc.want)
+		}
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Job != "" || "pgleasecron: "+ie.Reason != err.Error() {
+			t.Errorf("Parse(%q) = %#v, want an *InvalidError whose Reason is its message without the prefix", tc.spec, err)
 		}
 	}
 }

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/store"
 )
 
 // Config configures a [Scheduler].
@@ -48,8 +47,7 @@ type Scheduler struct {
 	cfg    Config
 	pool   *pgxpool.Pool
 	client *pglease.Client
-	names  store.Names
-	q      store.JobQueries
+	q      queries
 	log    *slog.Logger
 
 	mu      sync.Mutex
@@ -68,24 +66,24 @@ type Scheduler struct {
 // table cfg names, on pool. It checks cfg without connecting.
 func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
 	if pool == nil {
-		return nil, errors.New("pgleasecron: New needs a pool")
+		return nil, invalid("New needs a pool")
 	}
 	if cfg.History == 0 {
 		cfg.History = defaultHistory
 	}
 	if cfg.History < 1 {
-		return nil, fmt.Errorf("pgleasecron: Config.History %d: keep at least 1 run per job", cfg.History)
+		return nil, invalid("Config.History %d: keep at least 1 run per job", cfg.History)
 	}
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = defaultTolerance
 	}
 	if cfg.Tolerance < 0 {
-		return nil, fmt.Errorf("pgleasecron: Config.Tolerance %v must not be negative", cfg.Tolerance)
+		return nil, invalid("Config.Tolerance %v must not be negative", cfg.Tolerance)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	n, q, err := names(cfg.Table)
+	t, err := tablesOf(cfg.Table)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +96,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Scheduler{
-		cfg: cfg, pool: pool, client: client, names: n, q: q,
+		cfg: cfg, pool: pool, client: client, q: build(t),
 		log: log, byName: map[string]*job{}, clock: serverClock{local: cfg.Clock},
 	}, nil
 }
@@ -116,7 +114,7 @@ func (s *Scheduler) Add(name, schedule string, fn func(context.Context) error, o
 	}
 	sched, err := Parse(schedule, o.loc)
 	if err != nil {
-		return fmt.Errorf("pgleasecron: job %q: %w", name, unwrapPrefix(err))
+		return forJob(name, err)
 	}
 	return s.add(name, sched, fn, o)
 }
@@ -129,7 +127,7 @@ func (s *Scheduler) AddSchedule(name string, sched Schedule, fn func(context.Con
 		opt(&o)
 	}
 	if sched == nil {
-		return fmt.Errorf("pgleasecron: job %q: nil schedule", name)
+		return &InvalidError{Job: name, Reason: "nil schedule: pass a Schedule (see Parse and Every)"}
 	}
 	return s.add(name, sched, fn, o)
 }
@@ -139,14 +137,14 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 		return err
 	}
 	if fn == nil {
-		return fmt.Errorf("pgleasecron: job %q: nil function", name)
+		return &InvalidError{Job: name, Reason: "nil function: pass the function the job runs"}
 	}
 	if err := o.check(); err != nil {
-		return fmt.Errorf("pgleasecron: job %q: %w", name, unwrapPrefix(err))
+		return forJob(name, err)
 	}
 	rows, sc, err := checkLease(s.cfg.Config, leasePrefix+name, o.lease)
 	if err != nil {
-		return fmt.Errorf("pgleasecron: job %q: %w", name, err)
+		return forJob(name, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -154,7 +152,7 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 		return fmt.Errorf("pgleasecron: job %q: Add after Run: register every job before Run", name)
 	}
 	if _, dup := s.byName[name]; dup {
-		return fmt.Errorf("pgleasecron: job %q is registered twice: job names must be unique", name)
+		return &InvalidError{Job: name, Reason: "registered twice: give each job a name of its own"}
 	}
 	j := &job{s: s, name: name, lease: leasePrefix + name, rows: rows, sched: sched, fn: fn, o: o,
 		check: checkEvery(sc.TTL)}
@@ -164,19 +162,16 @@ func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) er
 }
 
 // CheckJobName reports whether name is a valid job name: 1–200 bytes of
-// UTF-8 that make a valid lease name once prefixed with "cron:".
+// UTF-8 that make a valid lease name once prefixed with "cron:". The error
+// is an *[InvalidError].
 func CheckJobName(name string) error {
 	if name == "" || len(name) > maxJobName {
-		return fmt.Errorf("pgleasecron: invalid job name %q: it must be 1 to %d bytes", name, maxJobName)
+		return invalid("invalid job name %q: it must be 1 to %d bytes of UTF-8, such as nightly-report", name, maxJobName)
 	}
 	if err := pglease.CheckName(leasePrefix + name); err != nil {
-		return fmt.Errorf("pgleasecron: invalid job name %q: %s", name, strings.TrimPrefix(err.Error(), "pglease: invalid lease name: "))
+		return refused(fmt.Sprintf("invalid job name %q", name), err)
 	}
 	return nil
-}
-
-func unwrapPrefix(err error) error {
-	return errors.New(strings.TrimPrefix(err.Error(), "pgleasecron: "))
 }
 
 // Run runs the registered jobs until ctx ends, then waits for the runs
@@ -221,9 +216,9 @@ func (s *Scheduler) prepare(ctx context.Context) error {
 	if !s.cfg.DisableAutoMigrate {
 		return s.Migrate(ctx)
 	}
-	exists, err := tablesExist(ctx, s.pool, s.names, s.q)
+	exists, err := tablesExist(ctx, s.pool, s.q)
 	if err == nil && !exists {
-		err = fmt.Errorf("pgleasecron: the tables %s and %s do not exist and Config.DisableAutoMigrate is set: create them with the statements of pgleasecron.DDL", s.names.QualifiedJobs(), s.names.QualifiedRuns())
+		err = fmt.Errorf("pgleasecron: the tables %s and %s do not exist and Config.DisableAutoMigrate is set: create them with the statements of pgleasecron.DDL", s.q.jobs, s.q.runs)
 	}
 	return err
 }
@@ -234,34 +229,37 @@ func (s *Scheduler) Migrate(ctx context.Context) error {
 	if err := s.client.Migrate(ctx); err != nil {
 		return err
 	}
-	exists, err := tablesExist(ctx, s.pool, s.names, s.q)
+	exists, err := tablesExist(ctx, s.pool, s.q)
 	if err != nil || exists {
 		return err
 	}
-	st := &store.Store{Names: s.names, Q: store.Build(s.names)}
-	err = store.Pgx(s.pool).InTx(ctx, func(q store.Querier) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The lock the lease table's creation takes, of the schema as the
 		// server resolves it: one schema's tables are created one after
 		// the other, however each replica spells the table.
-		if err := st.LockSchema(ctx, q); err != nil {
+		var nsp *string
+		if err := tx.QueryRow(ctx, s.q.LockSchema, s.q.schema).Scan(&nsp); err != nil {
 			return err
 		}
+		if nsp == nil {
+			return errors.New("the lease table names no schema, and none of the search_path's schemas exists to create them in: create one, set search_path to an existing schema, or name the schema in Config.Table (SCHEMA.TABLE)")
+		}
 		for _, stmt := range []string{s.q.CreateJobs, s.q.CreateRuns} {
-			if err := q.Exec(ctx, stmt); err != nil {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("pgleasecron: create the tables %s and %s: %w", s.names.QualifiedJobs(), s.names.QualifiedRuns(), err)
+		return fmt.Errorf("pgleasecron: create the tables %s and %s: %w", s.q.jobs, s.q.runs, err)
 	}
 	return nil
 }
 
-func tablesExist(ctx context.Context, pool *pgxpool.Pool, n store.Names, q store.JobQueries) (bool, error) {
+func tablesExist(ctx context.Context, pool *pgxpool.Pool, q queries) (bool, error) {
 	var ok bool
-	if err := pool.QueryRow(ctx, q.JobTablesExist, n.QualifiedJobs(), n.QualifiedRuns()).Scan(&ok); err != nil {
+	if err := pool.QueryRow(ctx, q.JobTablesExist, q.jobs, q.runs).Scan(&ok); err != nil {
 		return false, fmt.Errorf("pgleasecron: look for the jobs tables: %w", err)
 	}
 	return ok, nil

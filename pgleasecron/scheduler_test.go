@@ -565,6 +565,11 @@ func TestBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Add(%q, %q): %v, want an error containing %q", tc.name, tc.spec, err, tc.want)
 		}
+		// A tool names the job its own way: the reason leaves it out.
+		var ie *InvalidError
+		if !errors.As(err, &ie) || !strings.Contains(ie.Reason, tc.want) || strings.Contains(ie.Reason, "pgleasecron: ") {
+			t.Errorf("Add(%q, %q): %#v, want an *InvalidError whose Reason says %q", tc.name, tc.spec, err, tc.want)
+		}
 	}
 	if err := s.Add("j", "@hourly", nop); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/holdings"
+	"github.com/pglease/pglease/holdings"
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer.

@@ -46,7 +46,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/holdings"
+	"github.com/pglease/pglease/holdings"
 )
 
 // Options configures the metrics. The zero value is ready to use.

@@ -39,8 +39,6 @@ type Names struct {
 	Waiters        string // queue of blocked waiters, in the same schema
 	SemaphoreIndex string // index of the slot rows by semaphore
 	Channel        string // LISTEN/NOTIFY channel
-	Jobs           string // scheduled jobs (package pgleasecron)
-	Runs           string // the runs of scheduled jobs
 }
 
 // ParseTable splits "[schema.]table" and derives the sequence and channel
@@ -69,8 +67,6 @@ func ParseTable(spec string) (Names, error) {
 	n.Seq = derived(n.Table, "_token_seq")
 	n.Waiters = derived(n.Table, "_waiters")
 	n.SemaphoreIndex = derived(n.Table, "_semaphore_idx")
-	n.Jobs = derived(n.Table, "_jobs")
-	n.Runs = derived(n.Table, "_runs")
 	n.Channel = n.Table
 	return n, nil
 }
@@ -116,12 +112,6 @@ func (n Names) QualifiedSeq() string { return n.qualified(n.Seq) }
 // QualifiedWaiters is the waiters table's name as to_regclass reads it.
 func (n Names) QualifiedWaiters() string { return n.qualified(n.Waiters) }
 
-// QualifiedJobs is the jobs table's name as to_regclass reads it.
-func (n Names) QualifiedJobs() string { return n.qualified(n.Jobs) }
-
-// QualifiedRuns is the runs table's name as to_regclass reads it.
-func (n Names) QualifiedRuns() string { return n.qualified(n.Runs) }
-
 // ListenSQL is the LISTEN statement for channel.
 func ListenSQL(channel string) string { return "LISTEN " + quote(channel) }
 
@@ -148,7 +138,6 @@ type Queries struct {
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
 	NameLock                                                  string
-	ConsoleClock, ConsoleTokens                               string // the operator console
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -175,8 +164,6 @@ func render(n Names) func(name string) string {
 		"'{{seq}}'", "'"+strings.ReplaceAll(n.QualifiedSeq(), "'", "''")+"'",
 		"{{seq}}", n.QualifiedSeq(),
 		"{{waiters}}", n.QualifiedWaiters(),
-		"{{jobs}}", n.QualifiedJobs(),
-		"{{runs}}", n.QualifiedRuns(),
 		"{{semaphore_index}}", quote(n.SemaphoreIndex),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
@@ -209,8 +196,7 @@ func Build(n Names) Queries {
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
-		NameLock:     get("NameLock"),
-		ConsoleClock: get("ConsoleClock"), ConsoleTokens: get("ConsoleTokens"),
+		NameLock: get("NameLock"),
 	}
 }
 
@@ -240,25 +226,4 @@ func parse(src string) map[string]string {
 	}
 	flush()
 	return out
-}
-
-// JobQueries are the statements of scheduled jobs (package pgleasecron).
-type JobQueries struct {
-	CreateJobs, CreateRuns, JobTablesExist string
-	RegisterJob, JobState, ClaimTick       string
-	AwaitClaims, ClaimedTick               string
-	FinishRun, OrphanedRuns, AbandonRun    string
-	RetryRun, Runs, Jobs                   string
-}
-
-// BuildJobs renders the statements of scheduled jobs for the given names.
-func BuildJobs(n Names) JobQueries {
-	get := render(n)
-	return JobQueries{
-		CreateJobs: get("CreateJobs"), CreateRuns: get("CreateRuns"), JobTablesExist: get("JobTablesExist"),
-		RegisterJob: get("RegisterJob"), JobState: get("JobState"), ClaimTick: get("ClaimTick"),
-		AwaitClaims: get("AwaitClaims"), ClaimedTick: get("ClaimedTick"),
-		FinishRun: get("FinishRun"), OrphanedRuns: get("OrphanedRuns"), AbandonRun: get("AbandonRun"),
-		RetryRun: get("RetryRun"), Runs: get("Runs"), Jobs: get("Jobs"),
-	}
 }

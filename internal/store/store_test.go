@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Every statement of queries.sql is a field of Queries or JobQueries and
+// Every statement of queries.sql is a field of Queries and
 // every field is a statement of the file, so that neither a new statement nor a new field
 // can be missed; each is built non-empty, without a placeholder left or a
 // comment line kept.
@@ -16,15 +16,13 @@ func TestEveryStatementIsDefined(t *testing.T) {
 	if len(stmts) == 0 {
 		t.Fatal("queries.sql has no statements")
 	}
-	n := Names{Schema: "s", Table: "t", Seq: "t_token_seq", Channel: "t", Jobs: "t_jobs", Runs: "t_runs"}
+	n := Names{Schema: "s", Table: "t", Seq: "t_token_seq", Channel: "t"}
 	q := Build(n)
 	fields := map[string]bool{}
-	for _, v := range []reflect.Value{reflect.ValueOf(q), reflect.ValueOf(BuildJobs(n))} {
-		checkStatements(t, stmts, v, fields)
-	}
+	checkStatements(t, stmts, reflect.ValueOf(q), fields)
 	for name := range stmts {
 		if !fields[name] && fragments[name] == "" {
-			t.Errorf("queries.sql has statement %s, which Queries and JobQueries lack", name)
+			t.Errorf("queries.sql has statement %s, which Queries lacks", name)
 		}
 	}
 	if !strings.Contains(q.Acquire, `nextval('"s"."t_token_seq"')`) {
@@ -32,7 +30,7 @@ func TestEveryStatementIsDefined(t *testing.T) {
 	}
 }
 
-// checkStatements checks each field of v (a Queries or JobQueries) against
+// checkStatements checks each field of v (a Queries) against
 // the file's statements and records it in fields.
 func checkStatements(t *testing.T, stmts map[string]string, v reflect.Value, fields map[string]bool) {
 	t.Helper()

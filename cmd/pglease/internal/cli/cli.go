@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pglease/pglease"
@@ -112,23 +114,41 @@ func checkName(name string) error {
 		return usagef("invalid lease name %s: it must not start with '-'", quoteArg(name))
 	}
 	if err := pglease.CheckName(name); err != nil {
-		return usagef("invalid lease name %s: %s", quoteArg(name), strings.TrimPrefix(err.Error(), "pglease: invalid lease name: "))
+		return usagef("invalid lease name %s: %s", quoteArg(name), reason(err))
 	}
 	return nil
 }
 
 // checkRowName validates the NAME of a command that reads or deletes a
-// lease row (status, release), without connecting: a slot name
-// ("NAME#SLOT", which run refuses, being reserved for --slots) is
-// accepted, so that slot rows can be reached.
+// lease row (status, release, stepdown), without connecting: a lease name,
+// or one of the slot names that pglease.Config.Names gives a semaphore
+// ("pool#3" is one of those of "pool" with 4 slots or more), which run
+// refuses as a lease name but these commands reach.
 func checkRowName(name string) error {
-	if i := strings.LastIndexByte(name, '#'); i > 0 && i < len(name)-1 &&
-		strings.Trim(name[i+1:], "0123456789") == "" {
-		// Checked as the same name without the slot form, so that the
-		// other rules (length, UTF-8, NUL) still apply.
-		return checkName(name[:i] + "-" + name[i+1:])
+	err := checkName(name)
+	if err == nil {
+		return nil
 	}
-	return checkName(name)
+	if i := strings.LastIndexByte(name, '#'); i > 0 && !strings.HasPrefix(name, "-") {
+		if slot, serr := strconv.Atoi(name[i+1:]); serr == nil && slot >= 0 {
+			names, nerr := (pglease.Config{}).Names(name[:i], pglease.WithSlots(max(slot+1, 2)))
+			if nerr == nil && slices.Contains(names, name) {
+				return nil
+			}
+		}
+	}
+	return err
+}
+
+// reason is what the library says is wrong with a value it refused (an
+// *pglease.InvalidError's Reason), for a message that names the value in
+// the tool's own words.
+func reason(err error) string {
+	var ie *pglease.InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
+	}
+	return err.Error()
 }
 
 var connFlags = []flagSpec{

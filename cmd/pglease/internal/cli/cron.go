@@ -76,7 +76,7 @@ func (e *env) parseCron(args []string) (o cronOptions, code int, done bool) {
 	o.ttl = fs.duration("ttl", 30*time.Second)
 	sched, err := (pglease.Config{}).Schedule(pglease.WithTTL(o.ttl))
 	if err != nil {
-		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err, pglease.ErrInvalidTTL)))
+		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err)))
 	}
 	if o.grace, o.owner, err = graceAndOwner(fs, sched); err != nil {
 		return bad(err)
@@ -183,7 +183,7 @@ func (e *env) cmdCron(ctx context.Context, args []string) int {
 			opts = append(opts, pgleasecron.LeaseOptions(pglease.WithFastFailover()))
 		}
 		if err := s.Add(j.name, j.spec, c.tick(j), opts...); err != nil {
-			return e.usage("cron", usagef("%s:%d: %s", o.file, j.line, strings.TrimPrefix(err.Error(), "pgleasecron: ")))
+			return e.usage("cron", usagef("%s:%d: job %s: %s", o.file, j.line, quoteArg(j.name), cronReason(err)))
 		}
 	}
 	finished := make(chan struct{})

@@ -170,7 +170,7 @@ func parseCrontab(file string, text string, defaults cronPolicies) ([]cronJob, [
 		}
 		sched, err := pgleasecron.Parse(job.spec, loc)
 		if err != nil {
-			fail("job %s: %s%s", quoteArg(job.name), strings.TrimPrefix(err.Error(), "pgleasecron: "), scheduleHint(err))
+			fail("job %s: %s", quoteArg(job.name), cronReason(err))
 			continue
 		}
 		jobs = append(jobs, cronJob{line: n, name: job.name, spec: job.spec, loc: loc, sched: sched, command: job.command, policies: job.policies})
@@ -215,7 +215,7 @@ func parseJobLine(line string, defaults cronPolicies) (jobLine, error) {
 		return j, fmt.Errorf("a line starts with the job's NAME, not %s: write NAME SCHEDULE -- COMMAND", quoteArg(name))
 	}
 	if err := pgleasecron.CheckJobName(name); err != nil {
-		return j, fmt.Errorf("%s: pick a name of at most 200 bytes of UTF-8, e.g. nightly-report", strings.TrimPrefix(err.Error(), "pgleasecron: "))
+		return j, errors.New(cronReason(err))
 	}
 	j.name = name
 	if !found {
@@ -269,13 +269,13 @@ func splitDashDash(line string) (words []string, rest string, found bool) {
 	return words, "", false
 }
 
-// scheduleHint is what to do about a schedule Parse refused, unless its
-// message says it.
-func scheduleHint(err error) string {
-	for _, says := range []string{": use ", "examples:", " must "} {
-		if strings.Contains(err.Error(), says) {
-			return ""
-		}
+// cronReason is what pgleasecron says is wrong with a value it refused
+// (an *pgleasecron.InvalidError's Reason, which says what to do), for a
+// message that names the job and the crontab line in the tool's own words.
+func cronReason(err error) string {
+	var ie *pgleasecron.InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
 	}
-	return "; a schedule is 5 cron fields (minute hour day-of-month month day-of-week), 6 with seconds first, @hourly, @daily... or @every DURATION"
+	return err.Error()
 }

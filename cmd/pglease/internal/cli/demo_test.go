@@ -14,14 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pglease/pglease/internal/pgcluster"
+	"github.com/pglease/pglease/pgleasetest"
 )
 
 // demoEnv gives the demo a temporary directory of its own that the
 // "postgres" user can traverse (the cluster runs as that user under root).
 func demoEnv(t *testing.T) (env []string, tmp string) {
 	t.Helper()
-	if _, err := pgcluster.FindBinaries(); err != nil {
+	if _, err := pgleasetest.FindBinaries(); err != nil {
 		t.Skip(err)
 	}
 	tmp = t.TempDir()

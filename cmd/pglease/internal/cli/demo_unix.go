@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pglease/pglease/internal/pgcluster"
+	"github.com/pglease/pglease/pgleasetest"
 )
 
 var demoFlags = []flagSpec{
@@ -77,9 +77,9 @@ func (e *env) cmdDemo(ctx context.Context, args []string) int {
 	if hold < 100*time.Millisecond || hold > 10*time.Second {
 		return e.usage("demo", usagef("invalid --hold %s: between 100ms and 10s", fs.str("hold")))
 	}
-	if _, err := pgcluster.FindBinaries(); err != nil {
+	if _, err := pgleasetest.FindBinaries(); err != nil {
 		msg := err.Error()
-		if !errors.Is(err, pgcluster.ErrNoBinaries) {
+		if !errors.Is(err, pgleasetest.ErrNoBinaries) {
 			msg += "; install the PostgreSQL server (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql)"
 		}
 		fmt.Fprintln(e.stderr, msg)
@@ -118,7 +118,7 @@ func (e *env) runDemo(ctx context.Context, self string, n int, hold time.Duratio
 	fmt.Fprintf(out, "The first holder is killed with SIGKILL mid-job; a waiter takes over, finishes\n")
 	fmt.Fprintf(out, "and hands the lease on; the next holder is killed too; the rest finish in turn.\n\n")
 	fmt.Fprintf(out, "starting a throwaway PostgreSQL cluster... ")
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	cluster, err := pgleasetest.Start(ctx, pgleasetest.Options{})
 	if err != nil {
 		fmt.Fprintln(out)
 		if ctx.Err() != nil {

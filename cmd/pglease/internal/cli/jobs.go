@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,7 +32,7 @@ func (e *env) cmdJobs(ctx context.Context, args []string) int {
 	if len(words) == 1 {
 		job = words[0]
 		if err := pgleasecron.CheckJobName(job); err != nil {
-			return e.usage("jobs", usagef("%s", strings.TrimPrefix(err.Error(), "pgleasecron: ")))
+			return e.usage("jobs", usagef("%s", cronReason(err)))
 		}
 	}
 	limit := fs.integer("limit", 20)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,13 +61,6 @@ func (o runOptions) leaseOptions() []pglease.Option {
 	return opts
 }
 
-// reason is the library's explanation of a validation error without its
-// "pglease: <sentinel>: " prefix.
-func reason(err error, sentinel error) string {
-	msg := strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
-	return strings.TrimPrefix(msg, "pglease: ")
-}
-
 // parseRun validates everything about a run before anything connects. The
 // values are checked by the library's own checks, so that the tool accepts
 // exactly what the library accepts. Usage errors exit 125: a wrapper's own
@@ -101,7 +95,7 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	cfg := pglease.Config{TTL: o.ttl}
 	sched, err := (pglease.Config{}).Schedule(pglease.WithTTL(o.ttl)) // also refuses --ttl 0
 	if err != nil {
-		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err, pglease.ErrInvalidTTL)))
+		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err)))
 	}
 	o.wait = fs.boolean("wait")
 	if fs.isSet("timeout") {
@@ -124,16 +118,16 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 			if o.minHold > o.ttl {
 				hint = " (raise --ttl, or lower --min-hold)"
 			}
-			return bad(usagef("invalid --min-hold %s: %s%s", fs.str("min-hold"), reason(err, pglease.ErrInvalidArgument), hint))
+			return bad(usagef("invalid --min-hold %s: %s%s", fs.str("min-hold"), reason(err), hint))
 		}
 	}
 	if fs.isSet("slots") {
 		o.slots = fs.integer("slots", 0)
 		if err := cfg.Validate(pglease.WithSlots(o.slots)); err != nil {
-			return bad(usagef("invalid --slots %s: %s", fs.str("slots"), reason(err, pglease.ErrInvalidArgument)))
+			return bad(usagef("invalid --slots %s: %s", fs.str("slots"), reason(err)))
 		}
-		if err := checkRowName(pglease.SlotName(o.name, o.slots-1)); o.slots > 1 && err != nil {
-			return bad(usagef("lease NAME %s is too long for %d slots: the slot names add \"#0\" to \"#%d\"", quoteArg(o.name), o.slots, o.slots-1))
+		if _, err := cfg.Names(o.name, pglease.WithSlots(o.slots)); err != nil {
+			return bad(usagef("invalid lease NAME %s for --slots %d: %s", quoteArg(o.name), o.slots, reason(err)))
 		}
 	}
 	o.conflict = exitHeld
@@ -181,7 +175,7 @@ func graceAndOwner(fs *flagSet, s pglease.Schedule) (grace time.Duration, owner 
 	if fs.isSet("owner") {
 		owner = fs.str("owner")
 		if err := pglease.CheckOwner(owner); err != nil {
-			return 0, "", usagef("invalid --owner %s: %s", quoteArg(owner), reason(err, pglease.ErrInvalidOwner))
+			return 0, "", usagef("invalid --owner %s: %s", quoteArg(owner), reason(err))
 		}
 	}
 	return grace, owner, nil
@@ -353,8 +347,8 @@ func (e *env) sessionFile(lease *pglease.Lease) *os.File {
 	}
 	f, err := lease.SessionFile()
 	if err != nil {
-		fmt.Fprintf(e.stderr, "pglease: warning: %s; if pglease is killed, a waiter may take lease %s over before the command's process group is dead\n",
-			strings.TrimPrefix(err.Error(), "pglease: "), quoteArg(lease.Name()))
+		fmt.Fprintf(e.stderr, "%s\npglease: warning: without a copy of its database session, if pglease is killed, a waiter may take lease %s over before the command's process group is dead\n",
+			e.redact(err.Error()), quoteArg(lease.Name()))
 		return nil
 	}
 	return f
@@ -470,7 +464,8 @@ func (e *env) guard(g guard) (terminated bool) {
 			g.sup.forward(syscall.SIGTERM)
 		case <-lost:
 			lost = nil
-			why := strings.TrimPrefix(fmt.Sprint(g.lease.Err()), "pglease: lease lost: ")
+			// The library's error says why it was lost, as is; the lines
+			// after it say what pglease does about it.
 			switch err := g.lease.Err(); {
 			case errors.Is(err, pglease.ErrSessionLost):
 				// A fast-failover waiter may hold the lease milliseconds
@@ -479,7 +474,8 @@ func (e *env) guard(g guard) (terminated bool) {
 				terminating = true
 				if !killed {
 					killed = true
-					fmt.Fprintf(e.stderr, "pglease: lease %s lost: %s; a waiter may already hold it, so the command gets SIGKILL at once\n", name, why)
+					fmt.Fprintln(e.stderr, e.redact(err.Error()))
+					fmt.Fprintf(e.stderr, "pglease: a waiter may already hold lease %s, so the command gets SIGKILL at once\n", name)
 					g.sup.kill()
 				}
 			case errors.Is(err, pglease.ErrLeaseLost) && g.sup.enforcesDeadline() && !time.Now().Before(g.lease.Deadline().Add(-g.grace)):
@@ -489,7 +485,10 @@ func (e *env) guard(g guard) (terminated bool) {
 				terminating = true
 				killBy(g.lease.Deadline())
 			case errors.Is(err, pglease.ErrLeaseLost):
-				terminate(fmt.Sprintf("lease %s lost: %s", name, why),
+				if !terminating {
+					fmt.Fprintln(e.stderr, e.redact(err.Error()))
+				}
+				terminate(fmt.Sprintf("lease %s lost", name),
 					minTime(time.Now().Add(g.grace), g.lease.Deadline()))
 			}
 		case <-g.renewed:
@@ -583,7 +582,7 @@ func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, su
 		return exitLost
 	}
 	if err := lease.Release(ctx); err != nil {
-		fmt.Fprintf(e.stderr, "pglease: %s\n", e.redact(strings.TrimPrefix(err.Error(), "pglease: ")))
+		fmt.Fprintln(e.stderr, e.redact(err.Error()))
 	}
 	if sup.err != nil {
 		fmt.Fprintf(e.stderr, "pglease: %s\n", sup.err)
@@ -598,11 +597,8 @@ func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, su
 func leaseVars(o runOptions, lease *pglease.Lease) []string {
 	vars := []string{"PGLEASE_NAME=" + o.name, "PGLEASE_OWNER=" + lease.Owner(), fmt.Sprintf("PGLEASE_TOKEN=%d", lease.Token())}
 	if o.slots > 0 {
-		slot := "0"
-		if o.slots > 1 {
-			slot = strings.TrimPrefix(lease.Name(), o.name+"#")
-		}
-		vars = append(vars, "PGLEASE_SLOT="+slot)
+		names, _ := (pglease.Config{}).Names(o.name, pglease.WithSlots(o.slots)) // checked by parseRun
+		vars = append(vars, "PGLEASE_SLOT="+strconv.Itoa(max(slices.Index(names, lease.Name()), 0)))
 	}
 	return vars
 }

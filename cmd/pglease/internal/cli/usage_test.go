@@ -57,7 +57,7 @@ var badRunInputs = []struct {
 	{"SlotsZero", []string{"run", "a", "--slots", "0", "--", "true"}, "slots must be between 1 and 1000"},
 	{"SlotsTooMany", []string{"run", "a", "--slots", "1001", "--", "true"}, "slots must be between 1 and 1000"},
 	{"SlotsWord", []string{"run", "a", "--slots", "two", "--", "true"}, "not a whole number"},
-	{"SlotsNameTooLong", []string{"run", strings.Repeat("n", 254), "--slots", "10", "--", "true"}, "too long for 10 slots"},
+	{"SlotsNameTooLong", []string{"run", strings.Repeat("n", 254), "--slots", "10", "--", "true"}, "slot names are up to 256 bytes"},
 	{"ConflictCodeNegative", []string{"run", "a", "--conflict-exit-code", "-1", "--", "true"}, "0 to 255"},
 	{"ConflictCode256", []string{"run", "a", "--conflict-exit-code", "256", "--", "true"}, "0 to 255"},
 	{"OwnerTooLong", []string{"run", "a", "--owner", strings.Repeat("o", 256), "--", "true"}, "256 bytes, the maximum is 255"},

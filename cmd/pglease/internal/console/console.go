@@ -31,7 +31,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/internal/store"
 )
 
 // Config configures a Console. DSN and Table follow the conventions of
@@ -93,9 +92,8 @@ const (
 // Open, serve its Handler, and Close it.
 type Console struct {
 	cfg     Config
-	st      *store.Store
 	pool    *pgxpool.Pool
-	client  *pglease.Client // force-release, with AllowRelease
+	client  *pglease.Client // reads the rows; force-releases with AllowRelease
 	hub     *hub
 	csrf    string   // per-process token of the release form
 	cookie  string   // the cookie value that stands for Token
@@ -130,7 +128,7 @@ func Open(ctx context.Context, cfg Config) (*Console, error) {
 	if cfg.Redact == nil {
 		cfg.Redact = func(s string) string { return s }
 	}
-	st, err := store.New(cfg.Table)
+	objs, err := objectsOf(cfg.Table)
 	if err != nil {
 		return nil, fmt.Errorf("console: table: %w", err)
 	}
@@ -161,7 +159,7 @@ func Open(ctx context.Context, cfg Config) (*Console, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connect: %w (is the server running and the DSN right?)", err)
 	}
-	c := &Console{cfg: cfg, st: st, pool: pool, csrf: randomToken()}
+	c := &Console{cfg: cfg, pool: pool, csrf: randomToken()}
 	if cfg.Token == "" || len(cfg.AllowHosts) > 0 {
 		c.hosts = []string{} // loopback and localhost only
 		for _, h := range cfg.AllowHosts {
@@ -171,16 +169,18 @@ func Open(ctx context.Context, cfg Config) (*Console, error) {
 	if cfg.Token != "" {
 		c.cookie = cookieValue(cfg.Token)
 	}
-	if cfg.AllowRelease {
-		// DisableAutoMigrate: a force-release on a missing table fails
-		// instead of creating it.
-		c.client, err = pglease.NewFromPool(pool, pglease.Config{Table: cfg.Table, Owner: truncate(app, 255), DisableAutoMigrate: true})
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
+	// DisableAutoMigrate: a force-release on a missing table fails instead
+	// of creating it (and reads never create anything).
+	owner := truncate(app, 255)
+	if pglease.CheckOwner(owner) != nil {
+		owner = "pglease serve" // an application_name pglease refuses as an owner
 	}
-	c.hub = newHub(cfg, st, store.Pgx(pool), listenCfg)
+	c.client, err = pglease.NewFromPool(pool, pglease.Config{Table: cfg.Table, Owner: owner, DisableAutoMigrate: true})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	c.hub = newHub(cfg, objs, pool, c.client, listenCfg)
 	hctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	c.hub.start(hctx, &c.wg)
@@ -213,9 +213,7 @@ func (c *Console) Close() error {
 		c.hub.closeStreams()
 		c.stop()
 		c.wg.Wait()
-		if c.client != nil {
-			_ = c.client.Close()
-		}
+		_ = c.client.Close()
 		c.pool.Close()
 	})
 	return nil

@@ -228,18 +228,15 @@ func (c *Console) release(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	// The table is checked first, by the catalog: a force-release must not
-	// create it (the client cannot either: DisableAutoMigrate).
-	if exists, err := c.st.CheckReadable(ctx, c.hub.db); err == nil && !exists {
-		fail(http.StatusNotFound, "no lease table "+tableLabel(c.cfg.Table)+" yet")
-		return
-	}
 	c.hub.noteReleasing(name)
 	in, err := c.client.ForceRelease(ctx, name)
 	if err != nil {
 		c.hub.forgetReleasing(name)
 	}
 	switch {
+	case errors.Is(err, pglease.ErrNoTable): // never created by a force-release
+		fail(http.StatusNotFound, "no lease table "+tableLabel(c.cfg.Table)+" yet")
+		return
 	case errors.Is(err, pglease.ErrNoLease):
 		fail(http.StatusNotFound, "no lease named "+name)
 		return

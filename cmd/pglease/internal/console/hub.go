@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/pglease/pglease/internal/store"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pglease/pglease"
 )
 
 // hub reads the lease table and publishes snapshots to the subscribers
@@ -17,8 +18,9 @@ import (
 // so the database load does not depend on the number of viewers.
 type hub struct {
 	cfg       Config
-	st        *store.Store
-	db        store.DB
+	objs      objects
+	pool      *pgxpool.Pool
+	client    *pglease.Client // reads the rows
 	listenCfg *pgx.ConnConfig
 
 	kick      chan struct{} // a refresh is wanted (a notification, a release)
@@ -37,8 +39,8 @@ type hub struct {
 	seqReadErr error                // why the token sequence is not read, or nil
 }
 
-func newHub(cfg Config, st *store.Store, db store.DB, listenCfg *pgx.ConnConfig) *hub {
-	return &hub{cfg: cfg, st: st, db: db, listenCfg: listenCfg,
+func newHub(cfg Config, objs objects, pool *pgxpool.Pool, client *pglease.Client, listenCfg *pgx.ConnConfig) *hub {
+	return &hub{cfg: cfg, objs: objs, pool: pool, client: client, listenCfg: listenCfg,
 		kick: make(chan struct{}, 1), ready: make(chan struct{}),
 		cur: &snapshot{}, subs: map[chan *snapshot]struct{}{}, done: make(chan struct{}),
 		releasing: map[string]time.Time{}}
@@ -92,9 +94,9 @@ func (h *hub) loop(ctx context.Context) {
 		}
 		return snap
 	}
-	if v, err := h.st.TokenSequence(ctx, h.db); err == nil {
+	if v, err := tokenSequence(ctx, h.pool, h.objs); err == nil {
 		lastSeq = v
-	} else if store.Classify(err) == store.KindPrivilege {
+	} else if privilege(err) {
 		useSeq = false
 		h.noSequence(err)
 	}
@@ -125,9 +127,9 @@ func (h *hub) loop(ctx context.Context) {
 				refresh()
 				continue
 			}
-			v, err := h.st.TokenSequence(ctx, h.db)
+			v, err := tokenSequence(ctx, h.pool, h.objs)
 			switch {
-			case store.Classify(err) == store.KindPrivilege:
+			case privilege(err):
 				useSeq = false
 				h.noSequence(err)
 				refresh()
@@ -156,7 +158,7 @@ func (h *hub) noSequence(err error) {
 	h.mu.Unlock()
 	if first {
 		h.cfg.Logger.Warn("cannot read the token sequence: re-reading the lease table every poll instead",
-			"sequence", h.st.Names.QualifiedSeq(), "poll", h.cfg.Poll, "error", h.cfg.Redact(err.Error()))
+			"sequence", h.objs.seq, "poll", h.cfg.Poll, "error", h.cfg.Redact(err.Error()))
 	}
 }
 
@@ -164,7 +166,7 @@ func (h *hub) noSequence(err error) {
 // changed, and returns the current one.
 func (h *hub) refresh(ctx context.Context) *snapshot {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	read, err := h.st.ReadConsole(rctx, h.db)
+	read, err := readTable(rctx, h.pool, h.client, h.objs)
 	cancel()
 	h.refreshes.Add(1)
 	readAt := time.Now()
@@ -188,7 +190,7 @@ func (h *hub) refresh(ctx context.Context) *snapshot {
 		next.Status.DBUp, next.Status.Error = true, ""
 		next.Status.TableExists = read.Exists
 		next.ServerNow, next.ReadAt = read.Now, readAt
-		next.Leases = leasesOf(read.Records, h.cfg.StaleAfter)
+		next.Leases = leasesOf(read.Leases, h.cfg.StaleAfter)
 		var evs []event
 		if !prev.ReadAt.IsZero() { // the first read changes nothing
 			evs = diff(prev.Leases, next.Leases, prev.Status.TableExists, read.Exists, read.Now, h.releasedHere)
@@ -359,7 +361,7 @@ func (h *hub) listenOnce(ctx context.Context) error {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, h.st.Q.Listen); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+quote(h.objs.channel)); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	h.setListener(true)

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
-	"github.com/pglease/pglease/internal/store"
 )
 
 // The states of a lease row, as pglease ls shows them.
@@ -20,7 +20,7 @@ const (
 
 // lease is one row of a snapshot, with its state at the read.
 type lease struct {
-	store.Record
+	pglease.Info
 	State      string
 	StaleAfter time.Duration // the threshold this row was judged by
 }
@@ -67,7 +67,7 @@ func (e event) key() string {
 
 // judge returns the state of a record read at the server time of the read
 // (its durations are measured at it).
-func judge(r store.Record, staleAfter time.Duration) (string, time.Duration) {
+func judge(r pglease.Info, staleAfter time.Duration) (string, time.Duration) {
 	threshold := staleAfter
 	if threshold <= 0 {
 		threshold = r.TTL / 2
@@ -82,10 +82,10 @@ func judge(r store.Record, staleAfter time.Duration) (string, time.Duration) {
 }
 
 // leasesOf judges every record of a read.
-func leasesOf(recs []store.Record, staleAfter time.Duration) []lease {
+func leasesOf(recs []pglease.Info, staleAfter time.Duration) []lease {
 	out := make([]lease, len(recs))
 	for i, r := range recs {
-		out[i].Record = r
+		out[i].Info = r
 		out[i].State, out[i].StaleAfter = judge(r, staleAfter)
 	}
 	return out

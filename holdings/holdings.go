@@ -1,6 +1,7 @@
-// Package holdings keeps what the clients of one observer hold, as their
-// events tell it: the state behind the held and leader gauges of
-// pgleaseprom and pgleaseotel.
+// Package holdings keeps what the clients of one [pglease.Observer] hold,
+// as their events tell it: the state behind the held and leader gauges of
+// the metrics adapters (pgleaseprom, pgleaseotel), for any observer that
+// reports what is held now rather than what happened.
 //
 // The state is kept per client ([pglease.Event] Client), so that the
 // snapshot an [pglease.EventDropped] carries replaces exactly what was
@@ -14,7 +15,8 @@ import (
 )
 
 // Tally is the state of the clients of one observer. It is not safe for
-// concurrent use: the observer guards it with its own lock.
+// concurrent use: an observer that keeps one guards it with a lock of its
+// own (events of several clients may arrive at once).
 type Tally struct {
 	clients  map[string]*client
 	names    map[string]struct{} // lease names ever held
