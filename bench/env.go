@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pglease/pglease/internal/pgcluster"
+	"github.com/pglease/pglease/pgleasetest"
 )
 
 // Ports of the servers the benchmark starts: loopback only, never the
@@ -33,7 +33,7 @@ const (
 
 // env is the set of servers one run talks to.
 type env struct {
-	pg       *pgcluster.Cluster
+	pg       *pgleasetest.Cluster
 	dsn      string // the "bench" database
 	redisURL string
 	etcdURL  string
@@ -44,7 +44,7 @@ type env struct {
 }
 
 // pgSettings make the cluster honest for latency: every acquire waits for
-// its WAL flush like on a production server (pgcluster turns fsync off by
+// its WAL flush like on a production server (pgleasetest turns fsync off by
 // default for tests), and pg_stat_statements counts statements.
 var pgSettings = map[string]string{
 	"fsync":                               "on",
@@ -71,7 +71,7 @@ func startEnv(ctx context.Context, logf func(string, ...any), needRedis, needEtc
 		return nil, err
 	}
 	t0 := time.Now()
-	e.pg, err = pgcluster.Start(ctx, pgcluster.Options{Settings: pgSettings})
+	e.pg, err = pgleasetest.Start(ctx, pgleasetest.Options{Settings: pgSettings})
 	if err != nil {
 		return nil, fmt.Errorf("start PostgreSQL: %w", err)
 	}
