@@ -52,6 +52,57 @@ type Client struct {
 	id       string        // random id of this client, recorded with its leases
 }
 
+// register hands leases just granted to the client: it holds them, arms
+// their deadlines and renews them. It refuses them (ErrClosed) once the
+// client is closed, and (errSessionGone) when the session a session-bound
+// lease is bound to ended after the commit: sessionLost, which checks the
+// held leases after the session's epoch changed, ran without it.
+func (c *Client) register(leases []*Lease) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	for _, l := range leases {
+		if l.session && c.sess.currentEpoch() != l.epoch {
+			return errSessionGone
+		}
+	}
+	for _, l := range leases {
+		c.held[l.name] = l
+		l.arm()
+		c.startRenewer(l)
+	}
+	return nil
+}
+
+// forget drops l, which has ended, from the leases the client holds.
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[l.name] == l {
+		delete(c.held, l.name)
+	}
+}
+
+// heldLease returns the client's lease of name, or nil.
+func (c *Client) heldLease(name string) *Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held[name]
+}
+
+// heldLeases returns the leases the client holds.
+func (c *Client) heldLeases() []*Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Lease, 0, len(c.held))
+	for _, l := range c.held {
+		out = append(out, l)
+	}
+	return out
+}
+
 // Open connects to the database named by dsn (a URL or key=value string;
 // empty values come from the PG* environment variables, .pgpass and
 // pg_service.conf, as with libpq) and returns a client that owns its pool.
