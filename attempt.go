@@ -56,7 +56,8 @@ type acquireResult struct {
 // ctx ends first, attempt returns at once with ctx.Err(), and whatever the
 // statement still grants is released by token, so nothing of a cancelled
 // attempt is left behind.
-func (c *Client) attempt(ctx context.Context, a *acquisition, unit []string, slots []*localSlot) ([]*Lease, reply, error) {
+func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*localSlot) ([]*Lease, reply, error) {
+	c := a.c
 	if err := ctx.Err(); err != nil {
 		// Checked before the statement starts, not only while it runs: a
 		// statement that completed before this goroutine reached the
@@ -67,9 +68,9 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, unit []string, slo
 	// Even if a statement that failed with its connection committed, the
 	// retry cannot acquire twice: it finds the rows as this client's own,
 	// and frees them (errOrphan) or, for a set, takes them over.
-	r, err := detached(c, ctx, c.statement(a, unit), func(r reply) error { return r.err }, func(r reply) {
+	r, err := detached(c, ctx, a.statement(unit), func(r reply) error { return r.err }, func(r reply) {
 		if r.err == nil && r.granted {
-			c.giveUp(c.leases(a.o, r, nil), ErrReleased)
+			c.giveUp(a.leases(r, nil), ErrReleased)
 		}
 	})
 	if err != nil {
@@ -86,14 +87,14 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, unit []string, slo
 		return nil, r, opError("acquire "+what, r.err)
 	}
 	if !r.granted {
-		return nil, r, c.refusal(ctx, a, r)
+		return nil, r, a.refusal(ctx, r)
 	}
 	if hook := testHookAcquired.Load(); hook != nil {
 		for _, n := range r.rows {
 			(*hook)(n.name, r.epoch)
 		}
 	}
-	leases := c.leases(a.o, r, slots)
+	leases := a.leases(r, slots)
 	if !time.Now().Before(leases[0].Deadline()) {
 		// The reply came so late (a partition that healed, a pause) that
 		// the leases' safety deadline has passed: they cannot be trusted.
@@ -125,8 +126,8 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, unit []string, slo
 // statement returns the statement of an attempt on unit: Acquire (on the
 // dedicated session for a fast-failover lease, queued when the wait
 // queues) for a single name, AcquireAll for a set.
-func (c *Client) statement(a *acquisition, unit []string) func(context.Context) reply {
-	o := a.o
+func (a *acquisition) statement(unit []string) func(context.Context) reply {
+	c, o := a.c, a.o
 	if a.set {
 		args := store.AcquireAllArgs{Names: unit, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Metadata: o.metadata,
 			Client: c.id, FairAfter: fairAfter}
@@ -172,7 +173,8 @@ func (c *Client) statement(a *acquisition, unit []string) func(context.Context) 
 // *SlotsError). Otherwise the names are held: refusal reports each holder
 // (EventContended, and EventAlert when its heartbeat is old) and returns
 // nil.
-func (c *Client) refusal(ctx context.Context, a *acquisition, r reply) error {
+func (a *acquisition) refusal(ctx context.Context, r reply) error {
+	c := a.c
 	if n := r.rows[0]; !a.set && c.orphan(n.AcquireResult) {
 		// A row of this client that no lease of it holds (the caller holds
 		// the name's local slot): an earlier acquisition of ours committed
@@ -207,14 +209,14 @@ func (c *Client) refusal(ctx context.Context, a *acquisition, r reply) error {
 
 // leases builds the leases a reply granted, with the local slots of their
 // names (nil: none, for leases only built to be given up).
-func (c *Client) leases(o leaseOptions, r reply, slots []*localSlot) []*Lease {
+func (a *acquisition) leases(r reply, slots []*localSlot) []*Lease {
 	leases := make([]*Lease, len(r.rows))
 	for i, n := range r.rows {
 		var slot *localSlot
 		if slots != nil {
 			slot = slots[i]
 		}
-		leases[i] = c.newLease(n.name, n.Token, o, r.sent, r.epoch, n.SessionBound, slot)
+		leases[i] = a.c.newLease(n.name, n.Token, a.o, r.sent, r.epoch, n.SessionBound, slot)
 	}
 	return leases
 }

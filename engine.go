@@ -96,7 +96,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		case err == nil:
 			b.reset()
 			last = r.held
-			delay = c.expiryWait(r.soonest)
+			delay = a.expiryWait(r.soonest)
 			if w := a.w; w != nil {
 				if w.recheck {
 					delay = min(delay, store.WakeEvery)
@@ -140,7 +140,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		}
 		delay = h.follow(c, r.inSession, a.wait, delay)
 		var err error
-		if woken, err = c.pause(ctx, a.w.channel(), delay, last); err != nil {
+		if woken, err = a.pause(ctx, delay, last); err != nil {
 			return a.fail(err)
 		}
 	}
@@ -219,9 +219,9 @@ func (a *acquisition) round(ctx context.Context) roundResult {
 			r.note(c.localHolder(busy), a.localWait(busy))
 			continue
 		}
-		leases, rep, err := c.attempt(ctx, a, unit, slots)
+		leases, rep, err := a.attempt(ctx, unit, slots)
 		if errors.Is(err, errOrphan) {
-			leases, rep, err = c.attempt(ctx, a, unit, slots)
+			leases, rep, err = a.attempt(ctx, unit, slots)
 		}
 		if leases != nil {
 			r.leases, r.dequeued = leases, rep.queued
@@ -396,14 +396,15 @@ func queuedError(r nameReply) error {
 	return e
 }
 
-// pause waits for a wake-up, the delay, the caller's context or the
+// pause waits for a wake-up of the wait, the delay, the caller's context or the
 // client's Close; it says whether a wake-up ended it, or which of the last
 // two did.
-func (c *Client) pause(ctx context.Context, wakeups <-chan struct{}, delay time.Duration, last error) (woken bool, err error) {
+func (a *acquisition) pause(ctx context.Context, delay time.Duration, last error) (woken bool, err error) {
+	c := a.c
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
-	case <-wakeups:
+	case <-a.w.channel():
 		woken = true
 	case <-t.C:
 	case <-ctx.Done():
@@ -422,10 +423,10 @@ func (c *Client) pause(ctx context.Context, wakeups <-chan struct{}, delay time.
 // lease has remaining time left: until it would expire, plus a little
 // jitter so that contenders of several processes do not collide, at most
 // the fallback poll interval.
-func (c *Client) expiryWait(remaining time.Duration) time.Duration {
+func (a *acquisition) expiryWait(remaining time.Duration) time.Duration {
 	if remaining < 0 { // the holder's row appeared concurrently, or is busy
 		return 5*time.Millisecond + rand.N(20*time.Millisecond)
 	}
 	d := remaining + time.Millisecond + rand.N(remaining/50+5*time.Millisecond)
-	return min(d, c.cfg.PollInterval)
+	return min(d, a.c.cfg.PollInterval)
 }
