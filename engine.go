@@ -11,7 +11,8 @@ package pglease
 // it grants, or their undo. The modes differ only where their statements
 // do: a set is taken whole or not at all, by one statement, so its local
 // slots are taken together and its holders are read together
-// (refusedAll); and only a single name queues on the server (queue.go).
+// (refusedAll); a single name queues, locally for its local slot and on
+// the server (queue.go), and holds both for the whole acquisition.
 
 import (
 	"context"
@@ -39,7 +40,7 @@ type acquisition struct {
 	wait bool // until ctx ends (Acquire), or one attempt (TryAcquire)
 
 	w    *waiting   // a blocked wait's state; nil for a single attempt
-	mine *localSlot // a single name's local slot, held for the whole wait
+	mine *localSlot // a single name's local slot, held for the whole acquisition
 	// local paces a set while another goroutine of this client holds a
 	// local slot of one of its names (see localWait).
 	local *backoff
