@@ -275,6 +275,84 @@ func givingUpLeavesNothingBehind(t *testing.T, opts []Option) {
 	}
 }
 
+// A set whose context ends while its transaction is on its way leaves
+// nothing behind, by the single names' path (givingUpLeavesNothingBehind):
+// the leases the transaction still grants are built only to be ended once
+// their rows are released by token, are never reported, and keep no local
+// slot.
+func TestAcquireAllWhoseContextEndsInFlightLeavesNothingBehind(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{})
+	events := newEventLog()
+	b, proxy := proxiedClient(t, Config{Table: a.cfg.Table, Observer: events})
+	names := []string{"fresh-a", "fresh-b"}
+	warm, err := b.TryAcquireAll(ctx, []string{"warm"}) // the table checked, a pooled connection open
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	ended := make(chan *Lease, len(names))
+	hook := func(l *Lease) {
+		if l.c == b && strings.HasPrefix(l.name, "fresh") {
+			select {
+			case ended <- l:
+			default:
+			}
+		}
+	}
+	testHookEnding.Store(&hook)
+	defer testHookEnding.Store(nil)
+	proxy.SetDelay(100 * time.Millisecond)
+	sent := proxy.ClientSent()
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	go func() {
+		select {
+		case <-sent:
+		case <-fctx.Done():
+		}
+		fcancel()
+	}()
+	if _, err := b.TryAcquireAll(fctx, names); !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquireAll whose ctx ended in flight: %v; want ErrNotAcquired and Canceled", err)
+	}
+	tokens := map[int64]bool{}
+	for range names {
+		l := pgtest.Receive(t, ended, "a lease of the set granted after the caller gave up to be ended")
+		tokens[l.Token()] = true
+	}
+	proxy.SetDelay(0)
+	for _, name := range names {
+		if left := rows(t, a).Held(name); len(left) > 0 {
+			t.Fatalf("a lease granted after the caller gave up is still held: %v", left)
+		}
+	}
+	// Nor are the local slots kept.
+	s, err := b.TryAcquireAll(ctx, names)
+	if err != nil {
+		t.Fatalf("TryAcquireAll after the abandoned attempt: %v", err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Observers never heard of the leases nobody was handed (events arrive
+	// in order: every event of the abandoned attempt has come by the
+	// release of the next set).
+	for _, name := range names {
+		events.await(t, "the release of the next set", is(EventReleased, name))
+	}
+	events.mu.Lock()
+	defer events.mu.Unlock()
+	for _, e := range events.events {
+		if tokens[e.Token] && (e.Kind == EventAcquired || e.Kind == EventReleased || e.Kind == EventLost) {
+			t.Errorf("an abandoned lease (token %d) was reported %s", e.Token, e.Kind)
+		}
+	}
+}
+
 // The lease outlives the context of the call that acquired it.
 func TestLeaseOutlivesAcquireContext(t *testing.T) {
 	log := newEventLog()

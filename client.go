@@ -18,6 +18,11 @@ import (
 // goroutine runs until the first lease is acquired or waited for. Close it
 // to release its leases and stop its goroutines.
 type Client struct {
+	// The client's resources, which the acquisition engine (engine.go),
+	// the leases and the recipes on top (LeaseSet, Elector, step-down)
+	// use through its methods: the pool, the dedicated session and its
+	// notifications, the renewer, the held leases and their local slots,
+	// and the background goroutines.
 	cfg     Config
 	st      *store.Store
 	db      store.DB      // statements that need no session: acquire, release, admin
@@ -25,14 +30,16 @@ type Client struct {
 	sqlDB   *sql.DB       // set by NewFromDB
 	connCfg *pgx.ConnConfig
 	events  *eventQueue
+	meta    []byte // default lease metadata
+	id      string // random id of this client, recorded with its leases
 
 	bg     context.Context // lifetime of background work
 	stop   context.CancelFunc
 	wg     sync.WaitGroup // background goroutines, started by goBackground
 	wgMu   sync.Mutex     // orders wg.Add before Close's wg.Wait
 	wgDone bool           // under wgMu: Close waits; nothing more may start
-	hub    hub
-	sess   *session // dedicated connection, created lazily
+	hub    hub            // routes notifications to local waiters (notify.go)
+	sess   *session       // dedicated connection, created lazily (session.go)
 	schema sync.Mutex
 	ready  bool // schema checked
 	// readOK: the table exists and its rows are readable (Get, List),
@@ -41,15 +48,64 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool
-	held   map[string]*Lease
-	locals map[string]*localSlot
+	held   map[string]*Lease     // the leases handed out (register, forget)
+	locals map[string]*localSlot // localmutex.go
 	// watchers: session watchers by holder session (backend pid), shared
-	// by local waiters
+	// by local waiters (failover.go)
 	watchers map[int32]*sessionWatcher
-	renewer  chan struct{} // kicks the renew loop; nil until started
-	nextDue  time.Time     // when the renew loop will next renew; under mu
-	meta     []byte        // default lease metadata
-	id       string        // random id of this client, recorded with its leases
+	renewer  chan struct{} // kicks the renew loop; nil until started (renew.go)
+	nextDue  time.Time     // when the renew loop will next renew
+}
+
+// register hands leases just granted to the client: it holds them, arms
+// their deadlines and renews them. It refuses them (ErrClosed) once the
+// client is closed, and (errSessionGone) when the session a session-bound
+// lease is bound to ended after the commit: sessionLost, which checks the
+// held leases after the session's epoch changed, ran without it.
+func (c *Client) register(leases []*Lease) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	for _, l := range leases {
+		if l.session && c.sess.currentEpoch() != l.epoch {
+			return errSessionGone
+		}
+	}
+	for _, l := range leases {
+		c.held[l.name] = l
+		l.arm()
+		c.startRenewer(l)
+	}
+	return nil
+}
+
+// forget drops l, which has ended, from the leases the client holds.
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[l.name] == l {
+		delete(c.held, l.name)
+	}
+}
+
+// heldLease returns the client's lease of name, or nil.
+func (c *Client) heldLease(name string) *Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held[name]
+}
+
+// heldLeases returns the leases the client holds.
+func (c *Client) heldLeases() []*Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Lease, 0, len(c.held))
+	for _, l := range c.held {
+		out = append(out, l)
+	}
+	return out
 }
 
 // Open connects to the database named by dsn (a URL or key=value string;

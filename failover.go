@@ -289,6 +289,77 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 	}
 }
 
+// watch is a wait's watcher of a session-bound holder's session.
+type watch struct {
+	holder int32     // the holder's session (backend pid)
+	since  time.Time // when this wait first saw it hold the name
+	w      *sessionWatcher
+}
+
+// watchAfter is how long a fast-failover holder holds a name before a
+// waiter watches its session (a connection of its own, blocked on the
+// holder session's lock). Holders that hand a name on sooner are followed
+// by their releases' notifications, without a connection each; a crash
+// fails over within about this much more than the session's end.
+const watchAfter = 200 * time.Millisecond
+
+// heldBy names a name's session-bound holder (its session's backend pid).
+type heldBy struct {
+	name    string
+	session int32
+}
+
+// holders are the session-bound holders one acquisition has seen, by
+// name, and the watchers of their sessions it started (at most
+// maxWatched).
+type holders struct {
+	watched  map[string]watch
+	watchers int
+}
+
+// follow takes note of the session-bound holders of a round and, while
+// the acquisition waits, watches the session of each that has held its
+// name for watchAfter. It returns delay, shortened to look again when a
+// holder is due to be watched.
+func (h *holders) follow(c *Client, inSession []heldBy, wait bool, delay time.Duration) time.Duration {
+	for _, hb := range inSession {
+		cur := h.watched[hb.name]
+		switch {
+		case cur.holder != hb.session:
+			// A new holder: watch its session once it has held the name
+			// for watchAfter (look again then).
+			if cur.w != nil {
+				c.unwatchSession(cur.holder, hb.name, cur.w)
+				h.watchers--
+			}
+			if h.watched == nil {
+				h.watched = map[string]watch{}
+			}
+			h.watched[hb.name] = watch{holder: hb.session, since: time.Now()}
+			delay = min(delay, watchAfter)
+		case cur.w != nil:
+			cur.w.rearm()
+		case !wait || h.watchers >= maxWatched:
+		case time.Since(cur.since) >= watchAfter:
+			cur.w = c.watchSession(hb.session, hb.name)
+			h.watched[hb.name] = cur
+			h.watchers++
+		default:
+			delay = min(delay, watchAfter-time.Since(cur.since))
+		}
+	}
+	return delay
+}
+
+// stop drops the acquisition's interest in the sessions it watches.
+func (h *holders) stop(c *Client) {
+	for name, wt := range h.watched {
+		if wt.w != nil {
+			c.unwatchSession(wt.holder, name, wt.w)
+		}
+	}
+}
+
 // testHookAwait, when set by a test, runs in a session watcher just before
 // it blocks on the holder session's lock, with the holder's backend pid.
 var testHookAwait atomic.Pointer[func(holder int32)]

@@ -189,11 +189,7 @@ func (l *Lease) end(cause error) bool {
 		(*hook)(l)
 	}
 	l.cancel(cause)
-	l.c.mu.Lock()
-	if l.c.held[l.name] == l {
-		delete(l.c.held, l.name)
-	}
-	l.c.mu.Unlock()
+	l.c.forget(l)
 	return true
 }
 

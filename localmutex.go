@@ -54,3 +54,26 @@ func (c *Client) putSlot(name string, s *localSlot, holding bool) {
 		delete(c.locals, name)
 	}
 }
+
+// takeAll takes the local slots of every one of names if no other
+// goroutine of this client holds any of them, and returns them; otherwise
+// it takes none and returns the first name held.
+func (c *Client) takeAll(names []string) ([]*localSlot, string) {
+	slots := make([]*localSlot, 0, len(names))
+	for _, name := range names {
+		s := c.tryTake(name)
+		if s == nil {
+			c.putAll(names, slots)
+			return nil, name
+		}
+		slots = append(slots, s)
+	}
+	return slots, ""
+}
+
+// putAll gives back the local slots taken by takeAll (slots[i] is names[i]'s).
+func (c *Client) putAll(names []string, slots []*localSlot) {
+	for i, s := range slots {
+		c.putSlot(names[i], s, true)
+	}
+}

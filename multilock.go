@@ -3,13 +3,9 @@ package pglease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"time"
-
-	"github.com/pglease/pglease/internal/store"
 )
 
 // maxSetNames bounds the names of one [LeaseSet]: each is a row written,
@@ -31,7 +27,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...Opti
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.acquireAll(ctx, sorted, o, false)
+	s, err := c.acquireSet(ctx, sorted, o, false)
 	return s, c.closedErr(err)
 }
 
@@ -54,7 +50,7 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.acquireAll(ctx, sorted, o, true)
+	s, err := c.acquireSet(ctx, sorted, o, true)
 	if errors.Is(err, ErrNotAcquired) && ctx.Err() != nil {
 		return nil, err // gave up: keep the holder and ctx.Err()
 	}
@@ -246,246 +242,13 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 	return sorted, o, nil
 }
 
-// acquireAll is the acquisition loop of a set (names sorted), once
-// (TryAcquireAll) or until ctx ends (AcquireAll). Each round takes the
-// local slots of every name or none, and holds them only for the round's
-// one attempt on the server; a wait holds nothing, locally or on the
-// server, so two goroutines of this client asking for overlapping sets (or
-// a set and a single name) never wait for each other in a cycle.
-func (c *Client) acquireAll(ctx context.Context, names []string, o leaseOptions, wait bool) (*LeaseSet, error) {
-	var wakeups <-chan struct{}
-	if wait {
-		if _, err := c.session(); err != nil { // starts the listener
-			return nil, err
-		}
-		// Taken before the first attempt: a release between an attempt and
-		// the pause still wakes the pause.
-		sub, unsubscribe := c.hub.subscribe(names...)
-		defer unsubscribe()
-		wakeups = sub.ch
-	}
-	failing := newBackoff(50*time.Millisecond, 2*time.Second)
-	// A name whose local slot another goroutine holds, without holding its
-	// lease, is free again after that goroutine's attempt or wait; no
-	// notification says when, so look again with backoff.
-	local := newBackoff(5*time.Millisecond, 500*time.Millisecond)
-	var last error
-	retries := 0
-	for {
-		var delay time.Duration
-		slots, busy := c.takeAll(names)
-		if slots == nil {
-			last = c.localHolder(busy)
-			if !wait {
-				return nil, last
-			}
-			delay = local.next()
-			c.mu.Lock()
-			l := c.held[busy]
-			c.mu.Unlock()
-			if l != nil {
-				// Held by a lease of this client: its release notifies.
-				delay = c.expiryWait(time.Until(l.Deadline()))
-			}
-		} else {
-			local.reset()
-			s, r, err := c.attemptAll(ctx, names, o, slots)
-			if s != nil {
-				return s, nil
-			}
-			c.putAll(names, slots)
-			switch {
-			case err == nil:
-				failing.reset()
-				last = r.held
-				if !wait {
-					return nil, last
-				}
-				delay = c.expiryWait(r.wait)
-			case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-				return nil, gaveUp(ctx, last)
-			case c.bg.Err() != nil:
-				return nil, ErrClosed
-			case !IsRetryable(err), !wait && (retries >= 2 || !redo(err)):
-				return nil, err
-			case redo(err):
-				retries++
-			default:
-				retries++
-				delay = failing.next()
-				if held := (*HeldError)(nil); !errors.As(last, &held) {
-					last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
-				}
-				c.cfg.Logger.WarnContext(ctx, "pglease: acquire of a set failed; retrying", "names", names, "err", err, "in", delay)
-			}
-		}
-		if _, err := c.pause(ctx, wakeups, delay, last); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// takeAll takes the local slots of every one of names if no other
-// goroutine of this client holds any of them, and returns them; otherwise
-// it takes none and returns the first name held.
-func (c *Client) takeAll(names []string) ([]*localSlot, string) {
-	slots := make([]*localSlot, 0, len(names))
-	for _, name := range names {
-		s := c.tryTake(name)
-		if s == nil {
-			c.putAll(names, slots)
-			return nil, name
-		}
-		slots = append(slots, s)
-	}
-	return slots, ""
-}
-
-// putAll gives back the local slots taken by takeAll (slots[i] is names[i]'s).
-func (c *Client) putAll(names []string, slots []*localSlot) {
-	for i, s := range slots {
-		c.putSlot(names[i], s, true)
-	}
-}
-
-// setRefusal is why a set was not acquired, when every statement ran.
-type setRefusal struct {
-	held error // a *HeldError naming the first name not free
-	// wait is the longest remaining time of the holders (negative when a
-	// holder could not be seen): the set cannot be taken by expiry alone
-	// before then, and a release of any name notifies sooner.
-	wait time.Duration
-}
-
-// attemptAll runs one all-or-nothing acquisition of names, whose local
-// slots the caller holds (they go to the leases when the set is acquired,
-// and otherwise stay the caller's). Like attempt, it runs on a detached
-// context: when ctx ends first it returns at once with ctx.Err(), and a
-// set the transaction still commits is released by token.
-func (c *Client) attemptAll(ctx context.Context, names []string, o leaseOptions, slots []*localSlot) (*LeaseSet, setRefusal, error) {
-	type result struct {
-		res  store.AcquireAllResult
-		sent time.Time
-		err  error
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, setRefusal{}, err // see attempt
-	}
-	args := store.AcquireAllArgs{Names: names, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Metadata: o.metadata,
-		Client: c.id, FairAfter: fairAfter}
-	// As in attempt: a transaction whose commit's reply was lost left rows
-	// of this client's, which the retry takes over.
-	r, err := detached(c, ctx, func(sctx context.Context) (r result) {
-		r.sent = time.Now()
-		r.res, r.err = c.st.AcquireAll(sctx, c.db, args)
-		return r
-	}, func(r result) error { return r.err }, func(r result) {
-		if r.err == nil && r.res.Acquired {
-			rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			defer cancel()
-			for _, n := range r.res.Names {
-				_, _ = c.st.Release(rctx, c.db, n.Name, n.Token)
-			}
-		}
-	})
+// acquireSet runs the acquisition engine for a set (names sorted), once
+// (TryAcquireAll) or until ctx ends (AcquireAll).
+func (c *Client) acquireSet(ctx context.Context, names []string, o leaseOptions, wait bool) (*LeaseSet, error) {
+	a := &acquisition{c: c, names: names, set: true, o: o, wait: wait}
+	leases, err := a.run(ctx)
 	if err != nil {
-		return nil, setRefusal{}, err
+		return nil, err
 	}
-	if r.err != nil {
-		return nil, setRefusal{}, opError(fmt.Sprintf("acquire the set %q", names), r.err)
-	}
-	if !r.res.Acquired {
-		for _, n := range r.res.Names {
-			if n.Clash != 0 {
-				// Not retryable: the acquisition loop returns it at once.
-				return nil, setRefusal{}, &SlotsError{Name: n.Name, Want: 1, Have: n.Clash}
-			}
-		}
-		return nil, c.refused(ctx, r.res), nil
-	}
-	leases := make([]*Lease, len(r.res.Names))
-	for i, n := range r.res.Names {
-		leases[i] = c.newLease(n.Name, n.Token, o, r.sent, 0, false, slots[i])
-	}
-	if !time.Now().Before(leases[0].Deadline()) {
-		// See attempt: the reply came too late to be trusted.
-		c.giveUpAll(leases, &lostError{why: "the acquisition's reply arrived after its safety deadline"})
-		return nil, setRefusal{}, errorf("acquire the set %q: %w", names, errLate)
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		c.giveUpAll(leases, ErrClosed)
-		return nil, setRefusal{}, ErrClosed
-	}
-	for _, l := range leases {
-		c.held[l.name] = l
-		l.arm()
-		c.startRenewer(l)
-	}
-	c.mu.Unlock()
-	for i, l := range leases {
-		previous := ""
-		if n := r.res.Names[i]; n.OtherToken != 0 && n.OtherClient != c.id {
-			previous = n.OtherOwner
-		}
-		l.announce(ctx, o.called, previous)
-	}
-	return c.newSet(leases), setRefusal{}, nil
-}
-
-// giveUpAll gives up the leases of a set that cannot be handed out (see
-// giveUp); the caller frees the local slots.
-func (c *Client) giveUpAll(leases []*Lease, cause error) {
-	for _, l := range leases {
-		c.giveUp(l, cause)
-	}
-}
-
-// refused reports a set that was not acquired: the names not free, as
-// *HeldErrors (the first one returned, the others named in its message),
-// and how long to wait.
-func (c *Client) refused(ctx context.Context, res store.AcquireAllResult) setRefusal {
-	var first error
-	var others []string
-	var r setRefusal
-	for _, n := range res.Names {
-		if n.Free && n.Ahead == 0 {
-			continue
-		}
-		e := &HeldError{Holder: Info{Name: n.Name}, Queued: int(n.Ahead)}
-		remaining := n.OtherRemaining
-		switch {
-		case !n.Free:
-			e.Holder = Info{Name: n.Name, Owner: n.OtherOwner, Token: n.OtherToken, Remaining: n.OtherRemaining}
-			c.events.send(Event{Kind: EventContended, Name: n.Name, Owner: c.cfg.Owner, Previous: n.OtherOwner, Token: n.OtherToken, Context: ctx})
-			if c.cfg.AlertAfter > 0 && n.OtherHeartbeatAge > c.cfg.AlertAfter && n.OtherRemaining > 0 {
-				c.cfg.Logger.WarnContext(ctx, "pglease: holder's heartbeat is old", "name", n.Name, "holder", n.OtherOwner, "age", n.OtherHeartbeatAge)
-				c.events.send(Event{Kind: EventAlert, Name: n.Name, Owner: n.OtherOwner, Token: n.OtherToken, Age: n.OtherHeartbeatAge, Context: ctx})
-			}
-			if n.Ahead > 0 {
-				remaining = max(remaining, c.cfg.PollInterval)
-			}
-		default:
-			// Free but promised to the waiters ahead: the one woken takes
-			// it, and its release notifies.
-			remaining = c.cfg.PollInterval
-		}
-		if first == nil {
-			first, r.wait = e, remaining
-		} else {
-			others = append(others, n.Name)
-		}
-		if r.wait >= 0 && (remaining < 0 || remaining > r.wait) {
-			r.wait = remaining
-		}
-	}
-	if first == nil { // not reached: a refused set has a name not free
-		first = ErrNotAcquired
-	}
-	r.held = first
-	if len(others) > 0 {
-		r.held = errorf("%w (also not free: %q)", first, others)
-	}
-	return r
+	return c.newSet(leases), nil
 }

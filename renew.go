@@ -87,16 +87,6 @@ func (c *Client) renewLoop() {
 	}
 }
 
-func (c *Client) heldLeases() []*Lease {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]*Lease, 0, len(c.held))
-	for _, l := range c.held {
-		out = append(out, l)
-	}
-	return out
-}
-
 // renew renews leases in one statement on the dedicated connection and
 // returns those found lost (taken over or force-released), which it ends.
 // The statement never runs past the last local deadline of the batch, and

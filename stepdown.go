@@ -71,10 +71,7 @@ func (c *Client) stepDownNotified(payload string) {
 	if !ok || err != nil {
 		return
 	}
-	c.mu.Lock()
-	l := c.held[name]
-	c.mu.Unlock()
-	if l != nil && l.token == token {
+	if l := c.heldLease(name); l != nil && l.token == token {
 		l.requestStepDown()
 	}
 }

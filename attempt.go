@@ -1,0 +1,300 @@
+package pglease
+
+// One attempt of the acquisition engine (engine.go): one statement for one
+// unit of an acquisition (a name, a slot, or every name of a set), run on
+// a detached context, and what follows from its reply: a lost reply
+// recognised, the events of a refusal, or the leases it granted checked,
+// registered with the client and announced — or undone.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// reply is what an attempt's statement answered.
+type reply struct {
+	rows    []nameReply // one per name asked for, in order
+	granted bool        // every name was acquired (or, if false, none)
+	sent    time.Time   // when the statement was sent
+	epoch   uint64      // the dedicated session it ran on (session-bound)
+	queued  bool        // the attempt was a queued one (see waiting)
+	err     error
+}
+
+// nameReply is one name's part of a reply.
+type nameReply struct {
+	name string
+	acquireResult
+	// free: a name of a set that could have been taken (no row, an
+	// expired one, or this client's own); a set is refused for the others.
+	free bool
+}
+
+// acquireResult is one name's outcome of a single name's statement as the
+// client sees it.
+type acquireResult struct {
+	store.AcquireResult
+	// busy: a session-bound attempt gave up waiting for a lock on the row
+	// (a guarded transaction, a contender's acquisition); the holder is
+	// unknown.
+	busy bool
+}
+
+// attempt runs one acquisition statement for unit, whose local slots the
+// caller holds (they go to the leases granted, and otherwise stay the
+// caller's), and returns the leases granted, registered and announced, in
+// the order of unit. When nothing was granted, the error says why, or is
+// nil when the names are held (the reply says by whom; the contended and
+// alert events are sent). The statement runs on a detached context: when
+// ctx ends first, attempt returns at once with ctx.Err(), and whatever the
+// statement still grants is released by token, so nothing of a cancelled
+// attempt is left behind.
+func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*localSlot) ([]*Lease, reply, error) {
+	c := a.c
+	if err := ctx.Err(); err != nil {
+		// Checked before the statement starts, not only while it runs: a
+		// statement that completed before this goroutine reached the
+		// select of detached would otherwise be delivered, and a caller
+		// whose context had already ended would get a lease.
+		return nil, reply{}, err
+	}
+	// Even if a statement that failed with its connection committed, the
+	// retry cannot acquire twice: it finds the rows as this client's own,
+	// and frees them (errOrphan) or, for a set, takes them over.
+	r, err := detached(c, ctx, a.statement(unit), func(r reply) error { return r.err }, func(r reply) {
+		if r.err == nil && r.granted {
+			c.giveUp(a.leases(r, nil), ErrReleased)
+		}
+	})
+	if err != nil {
+		return nil, reply{}, err
+	}
+	what := strconv.Quote(unit[0])
+	if a.set {
+		what = fmt.Sprintf("the set %q", unit)
+	}
+	if r.err != nil {
+		if errors.Is(r.err, ErrSessionUnavailable) {
+			return nil, r, r.err
+		}
+		return nil, r, opError("acquire "+what, r.err)
+	}
+	if !r.granted {
+		return nil, r, a.refusal(ctx, r)
+	}
+	if hook := testHookAcquired.Load(); hook != nil {
+		for _, n := range r.rows {
+			(*hook)(n.name, r.epoch)
+		}
+	}
+	leases := a.leases(r, slots)
+	if !time.Now().Before(leases[0].Deadline()) {
+		// The reply came so late (a partition that healed, a pause) that
+		// the leases' safety deadline has passed: they cannot be trusted.
+		c.giveUp(leases, &lostError{why: "the acquisition's reply arrived after its safety deadline"})
+		return nil, r, errorf("acquire %s: %w", what, errLate)
+	}
+	switch err := c.register(leases); {
+	case errors.Is(err, ErrClosed):
+		c.giveUp(leases, ErrClosed)
+		return nil, r, ErrClosed
+	case err != nil:
+		// The session ended between the commit and now, and sessionLost
+		// ran without these leases: a waiter may hold the name.
+		c.giveUp(leases, sessionEnded("its database session ended right after the acquisition"))
+		return nil, r, errorf("acquire %s: %w", what, err)
+	}
+	for i, l := range leases {
+		previous := ""
+		// A set takes over this client's own rows (of an acquisition whose
+		// reply was lost) rather than report them as orphans.
+		if n := r.rows[i]; n.OtherToken != 0 && !(a.set && n.OtherClient == c.id) {
+			previous = n.OtherOwner
+		}
+		l.announce(ctx, a.o.called, previous)
+	}
+	return leases, r, nil
+}
+
+// statement returns the statement of an attempt on unit: Acquire (on the
+// dedicated session for a fast-failover lease, queued when the wait
+// queues) for a single name, AcquireAll for a set.
+func (a *acquisition) statement(unit []string) func(context.Context) reply {
+	c, o := a.c, a.o
+	if a.set {
+		args := store.AcquireAllArgs{Names: unit, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Metadata: o.metadata,
+			Client: c.id, FairAfter: fairAfter}
+		return func(sctx context.Context) (r reply) {
+			r.sent = time.Now()
+			var res store.AcquireAllResult
+			res, r.err = c.st.AcquireAll(sctx, c.db, args)
+			r.granted = res.Acquired
+			r.rows = make([]nameReply, len(res.Names))
+			for i, n := range res.Names {
+				r.rows[i] = nameReply{name: n.Name, free: n.Free, acquireResult: acquireResult{AcquireResult: store.AcquireResult{
+					Acquired: res.Acquired, Token: n.Token, OtherOwner: n.OtherOwner, OtherToken: n.OtherToken,
+					OtherRemaining: n.OtherRemaining, OtherClient: n.OtherClient, OtherHeartbeatAge: n.OtherHeartbeatAge,
+					Ahead: n.Ahead, SlotsMismatch: n.Clash}}}
+			}
+			return r
+		}
+	}
+	name := unit[0]
+	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id,
+		FairAfter: fairAfter, Semaphore: o.semaphore, Slots: o.slots}
+	c.queueArgs(a.w, &args)
+	if hook := testHookAttempt.Load(); hook != nil {
+		(*hook)(c.id, name)
+	}
+	return func(sctx context.Context) (r reply) {
+		r.sent, r.queued = time.Now(), args.Queued
+		var res acquireResult
+		if o.session {
+			res, r.epoch, r.err = c.acquireInSession(args)
+		} else {
+			res.AcquireResult, r.err = c.st.Acquire(sctx, c.db, args)
+		}
+		r.granted = res.Acquired
+		r.rows = []nameReply{{name: name, acquireResult: res}}
+		return r
+	}
+}
+
+// refusal handles a reply that granted nothing. A single name's row of
+// this client's is an orphan, freed (errOrphan: the caller tries again); a
+// name of another kind (a semaphore and a plain lease) refuses at once (a
+// *SlotsError). Otherwise the names are held: refusal reports each holder
+// (EventContended, and EventAlert when its heartbeat is old) and returns
+// nil.
+func (a *acquisition) refusal(ctx context.Context, r reply) error {
+	c := a.c
+	if n := r.rows[0]; !a.set && c.orphan(n.AcquireResult) {
+		// A row of this client that no lease of it holds (the caller holds
+		// the name's local slot): an earlier acquisition of ours committed
+		// but its reply was lost. Free it by token; the caller retries.
+		c.cfg.Logger.WarnContext(ctx, "pglease: releasing a lease row whose acquisition reply was lost", "name", n.name, "token", n.OtherToken)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StatementTimeout)
+		_, err := c.st.Release(rctx, c.db, n.name, n.OtherToken)
+		cancel()
+		if err != nil {
+			return opError(fmt.Sprintf("release an orphaned row of %q", n.name), err)
+		}
+		return errorf("acquire %q: %w", n.name, errOrphan)
+	}
+	for _, n := range r.rows {
+		if n.SlotsMismatch != 0 {
+			// Not retryable: the acquisition loop returns it at once.
+			return &SlotsError{Name: cmp.Or(a.o.semaphore, n.name), Want: max(a.o.slots, 1), Have: n.SlotsMismatch}
+		}
+	}
+	for _, n := range r.rows {
+		if n.busy || n.free {
+			continue // no holder seen
+		}
+		c.events.send(Event{Kind: EventContended, Name: n.name, Owner: c.cfg.Owner, Previous: n.OtherOwner, Token: n.OtherToken, Context: ctx})
+		if c.cfg.AlertAfter > 0 && n.OtherHeartbeatAge > c.cfg.AlertAfter && n.OtherRemaining > 0 {
+			c.cfg.Logger.WarnContext(ctx, "pglease: holder's heartbeat is old", "name", n.name, "holder", n.OtherOwner, "age", n.OtherHeartbeatAge)
+			c.events.send(Event{Kind: EventAlert, Name: n.name, Owner: n.OtherOwner, Token: n.OtherToken, Age: n.OtherHeartbeatAge, Context: ctx})
+		}
+	}
+	return nil
+}
+
+// leases builds the leases a reply granted, with the local slots of their
+// names (nil: none, for leases only built to be given up).
+func (a *acquisition) leases(r reply, slots []*localSlot) []*Lease {
+	leases := make([]*Lease, len(r.rows))
+	for i, n := range r.rows {
+		var slot *localSlot
+		if slots != nil {
+			slot = slots[i]
+		}
+		leases[i] = a.c.newLease(n.name, n.Token, a.o, r.sent, r.epoch, n.SessionBound, slot)
+	}
+	return leases
+}
+
+// giveUp ends leases that were granted but cannot be handed out (an
+// abandoned, late or refused registration), after freeing their rows by
+// token on a detached, bounded context; the caller frees the local slots.
+func (c *Client) giveUp(leases []*Lease, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	for _, l := range leases {
+		l.slot = nil
+		_ = c.releaseRow(ctx, l)
+		l.end(cause)
+	}
+}
+
+// orphan reports whether a failed attempt found a row written by this
+// client. The caller holds the name's local slot, so no lease of this
+// client holds the name: the row is left from an acquisition whose reply
+// was lost (the connection failed after the commit).
+func (c *Client) orphan(r store.AcquireResult) bool {
+	return !r.Acquired && r.OtherClient == c.id && r.OtherToken != 0 && r.OtherRemaining > 0
+}
+
+// testHookAttempt, when set by a test, runs before each single name's
+// acquisition statement of any client, with the client's id.
+var testHookAttempt atomic.Pointer[func(client, name string)]
+
+// testHookAcquired, when set by a test, runs in attempt between an
+// acquisition's reply and the leases' registration, once per name.
+var testHookAcquired atomic.Pointer[func(name string, epoch uint64)]
+
+// detached runs a statement (run) for a caller on a goroutine of the
+// client's, bounded by the statement timeout rather than by ctx: a
+// statement cancelled midway would leave its outcome unknown. When the
+// statement's error (failed) says its connection failed (a pooled one that
+// died while idle, a server restart), it is retried on another, three
+// tries in all. It returns the statement's result with a nil error; or,
+// when ctx ends first, ctx's error at once (ErrClosed when the client is
+// closed), and undo later gets the result nobody waited for, to give back
+// whatever the statement took. The caller checks ctx before calling: a
+// statement that completed before the wait began would otherwise be
+// delivered to a caller whose context had already ended.
+func detached[R any](c *Client, ctx context.Context, run func(context.Context) R, failed func(R) error, undo func(R)) (r R, err error) {
+	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
+	ch := make(chan R, 1)
+	started := c.goBackground(func() {
+		var r R
+		sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+		b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
+		for try := 0; ; try++ {
+			r = run(sctx)
+			if err := failed(r); err == nil || try == 2 || !store.ConnectionFailed(err) || sctx.Err() != nil {
+				break
+			}
+			select {
+			case <-time.After(b.next()):
+			case <-sctx.Done():
+			}
+		}
+		cancel()
+		if state.CompareAndSwap(0, 1) {
+			ch <- r
+			return
+		}
+		undo(r) // the caller gave up
+	})
+	if !started {
+		return r, ErrClosed
+	}
+	select {
+	case r = <-ch:
+		return r, nil
+	case <-ctx.Done():
+		if state.CompareAndSwap(0, 2) {
+			return r, ctx.Err()
+		}
+		return <-ch, nil
+	}
+}

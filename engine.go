@@ -1,0 +1,433 @@
+package pglease
+
+// The acquisition engine. Every acquisition — a name, the slots of a
+// semaphore, a set of names — is one acquisition value run by one loop
+// (run), once or until its context ends. Each round of the loop makes one
+// attempt (attempt.go) per unit of what is asked for: one name each for a
+// name or a semaphore, all the names at once for a set. The loop owns the
+// retries, the pauses between rounds, the local slots and the watchers of
+// fast-failover holders (failover.go); the attempt owns the statement, a
+// lost reply, the events of a refusal, and the registration of the leases
+// it grants, or their undo. The modes differ only where their statements
+// do: a set is taken whole or not at all, by one statement, so its local
+// slots are taken together and its holders are read together
+// (refusedAll); a single name queues, locally for its local slot and on
+// the server (queue.go), and holds both for the whole acquisition.
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// acquisition is one call's acquisition: what it asks for, and its state
+// between attempts.
+type acquisition struct {
+	c *Client
+	// name is the name the caller asked for (a semaphore's name for its
+	// slots); empty for a set.
+	name string
+	// names are the rows contended for: name itself, its slot names, or
+	// the names of a set, sorted.
+	names []string
+	// set: all of names at once, by one statement, or nothing; otherwise
+	// any one of them.
+	set  bool
+	o    leaseOptions
+	wait bool // until ctx ends (Acquire), or one attempt (TryAcquire)
+
+	w    *waiting   // a blocked wait's state; nil for a single attempt
+	mine *localSlot // a single name's local slot, held for the whole acquisition
+	// local paces a set while another goroutine of this client holds a
+	// local slot of one of its names (see localWait).
+	local *backoff
+}
+
+// run acquires what a asks for and returns the leases granted: one for a
+// name or a semaphore (a slot), one per name, in order, for a set.
+//
+// A single name is queued on locally for the whole wait (FIFO between the
+// goroutines of this client) and, while the client's dedicated session is
+// live, on the server (FIFO between clients: see "Waiting" in the package
+// documentation). The slots of a semaphore are each tried only while no
+// other goroutine of this client holds them; a set takes the local slots
+// of all its names, or none, and holds them only for the round's one
+// attempt, so two goroutines of this client asking for overlapping sets (or
+// a set and a single name) never wait for each other in a cycle.
+func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
+	c := a.c
+	if a.wait {
+		if _, err := c.session(); err != nil { // starts the listener
+			return nil, err
+		}
+		// One subscription for the whole wait, taken before the first
+		// attempt: a release between an attempt and the pause still wakes
+		// the pause.
+		sub, unsubscribe := c.hub.subscribe(a.names...)
+		defer unsubscribe()
+		a.w = &waiting{sub: sub, queue: !a.set && len(a.names) == 1}
+	}
+	if a.set {
+		a.local = newBackoff(5*time.Millisecond, 500*time.Millisecond)
+	} else if len(a.names) == 1 {
+		if err := a.takeMine(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var h holders
+	defer h.stop(c)
+	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	var last error
+	retries := 0
+	woken := false        // the last pause ended with a wake-up
+	var wokenAt time.Time // the first wake-up of this wait
+	for {
+		r := a.round(ctx)
+		if r.leases != nil {
+			if !r.dequeued {
+				c.leaveQueue(a.w, a.name, func() {})
+			}
+			return r.leases, nil
+		}
+		var delay time.Duration
+		switch err := r.err; {
+		case err == nil:
+			b.reset()
+			last = r.held
+			delay = a.expiryWait(r.soonest)
+			if w := a.w; w != nil {
+				if w.recheck {
+					delay = min(delay, store.WakeEvery)
+				}
+				if woken && wokenAt.IsZero() {
+					wokenAt = time.Now()
+				}
+				if w.queued && !wokenAt.IsZero() && !r.behind {
+					if left := time.Until(wokenAt.Add(fairAfter + store.WakeEvery)); left > 0 {
+						// Woken in vain: the releasing client took the
+						// name again first. The lease is promised to this
+						// waiter fairAfter into its turn; look again then.
+						delay = min(delay, left)
+					}
+				}
+			}
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			err = gaveUp(ctx, last)
+			fallthrough
+		case c.bg.Err() != nil, !IsRetryable(err), !a.wait && (retries >= 2 || !redo(err)):
+			if c.bg.Err() != nil && ctx.Err() == nil {
+				err = ErrClosed
+			}
+			return a.fail(err)
+		case redo(err):
+			retries++
+		default:
+			retries++
+			delay = b.next()
+			if held := (*HeldError)(nil); !errors.As(last, &held) {
+				last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
+			}
+			if a.set {
+				c.cfg.Logger.WarnContext(ctx, "pglease: acquire of a set failed; retrying", "names", a.names, "err", err, "in", delay)
+			} else {
+				c.cfg.Logger.WarnContext(ctx, "pglease: acquire failed; retrying", "name", a.name, "err", err, "in", delay)
+			}
+		}
+		if !a.wait && r.err == nil {
+			return a.fail(r.held)
+		}
+		delay = h.follow(c, r.inSession, a.wait, delay)
+		var err error
+		if woken, err = a.pause(ctx, delay, last); err != nil {
+			return a.fail(err)
+		}
+	}
+}
+
+// takeMine takes the local slot of a single name for the whole wait:
+// when another goroutine of this client holds it, a wait queues for it
+// (FIFO), and a single attempt fails at once.
+func (a *acquisition) takeMine(ctx context.Context) error {
+	c := a.c
+	if a.mine = c.tryTake(a.name); a.mine != nil {
+		return nil
+	}
+	if !a.wait {
+		return c.localHolder(a.name)
+	}
+	mine := c.getSlot(a.name)
+	select {
+	case <-mine.tok:
+		a.mine = mine
+		return nil
+	case <-ctx.Done():
+		c.putSlot(a.name, mine, false)
+		return gaveUp(ctx, c.localHolder(a.name))
+	case <-c.bg.Done():
+		c.putSlot(a.name, mine, false)
+		return ErrClosed
+	}
+}
+
+// fail ends an acquisition without a lease: it leaves the server's queue
+// and then frees the local slot of a single name (so that the next local
+// waiter's registration is not undone by this one's).
+func (a *acquisition) fail(err error) ([]*Lease, error) {
+	a.c.leaveQueue(a.w, a.name, func() {
+		if a.mine != nil {
+			a.c.putSlot(a.name, a.mine, true)
+		}
+	})
+	return nil, err
+}
+
+// roundResult is the outcome of one attempt on each unit of an
+// acquisition.
+type roundResult struct {
+	leases []*Lease
+	// dequeued: the lease came from a queued attempt, whose statement left
+	// the queue.
+	dequeued bool
+	err      error // an attempt failed (not: the names are held)
+	// When nothing was acquired: the holder that expires first, its
+	// remaining time, and the session-bound holders of this server
+	// incarnation whose sessions to watch.
+	held      error
+	soonest   time.Duration
+	inSession []heldBy
+	// behind: a name was promised to waiters queued ahead of this wait.
+	behind bool
+}
+
+// note records a holder; the one that expires first is reported.
+func (r *roundResult) note(held error, remaining time.Duration) {
+	if r.held == nil || (remaining >= 0 && (r.soonest < 0 || remaining < r.soonest)) {
+		r.held, r.soonest = held, remaining
+	}
+}
+
+// round makes one attempt on each unit of the acquisition and returns the
+// first leases acquired.
+func (a *acquisition) round(ctx context.Context) roundResult {
+	c := a.c
+	r := roundResult{soonest: -1}
+	for _, unit := range a.units() {
+		slots, busy := a.take(unit)
+		if slots == nil {
+			r.note(c.localHolder(busy), a.localWait(busy))
+			continue
+		}
+		leases, rep, err := a.attempt(ctx, unit, slots)
+		if errors.Is(err, errOrphan) {
+			leases, rep, err = a.attempt(ctx, unit, slots)
+		}
+		if leases != nil {
+			r.leases, r.dequeued = leases, rep.queued
+			return r
+		}
+		a.give(unit, slots)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		if a.set {
+			a.refusedAll(rep, &r)
+		} else {
+			a.refusedOne(rep, &r)
+		}
+	}
+	return r
+}
+
+// units returns what the attempts of a round ask for: all the names at
+// once for a set; otherwise one name each, in random order so that the
+// contenders for a semaphore spread out.
+func (a *acquisition) units() [][]string {
+	if a.set {
+		return [][]string{a.names}
+	}
+	units := make([][]string, len(a.names))
+	for i, j := range rand.Perm(len(a.names)) {
+		units[i] = a.names[j : j+1]
+	}
+	return units
+}
+
+// take returns the local slots of unit for an attempt: the wait's own
+// for a single name; otherwise all of them if no other goroutine of this
+// client holds any, else none and the first name held.
+func (a *acquisition) take(unit []string) ([]*localSlot, string) {
+	if a.mine != nil {
+		return []*localSlot{a.mine}, ""
+	}
+	slots, busy := a.c.takeAll(unit)
+	if slots != nil && a.local != nil {
+		a.local.reset()
+	}
+	return slots, busy
+}
+
+// give gives back the local slots of an attempt that acquired nothing
+// (a single name keeps its own for the whole wait).
+func (a *acquisition) give(unit []string, slots []*localSlot) {
+	if a.mine == nil {
+		a.c.putAll(unit, slots)
+	}
+}
+
+// localWait is how long a round may wait for name, whose local slot
+// another goroutine of this client holds. A lease of this client's
+// notifies when released, and a semaphore's slot handed back notifies
+// (putSlot); but a set's name may be held by another goroutine's attempt
+// or wait, which notifies nothing when it ends, so a set looks again with
+// backoff.
+func (a *acquisition) localWait(name string) time.Duration {
+	c := a.c
+	if !a.set {
+		return c.cfg.PollInterval
+	}
+	d := a.local.next()
+	if l := c.heldLease(name); l != nil {
+		return time.Until(l.Deadline())
+	}
+	return d
+}
+
+// refusedOne reads the refusal of a single name (a lease, or a slot of a
+// semaphore): its holder, or its place in the queue.
+func (a *acquisition) refusedOne(rep reply, r *roundResult) {
+	res := rep.rows[0]
+	if w := a.w; w != nil {
+		w.sub.queued.Store(rep.queued)
+		// A release running alongside this wait's first registration
+		// may not have seen it, and woken nobody: look once more.
+		w.recheck = rep.queued && !w.registered
+		w.registered = rep.queued
+	}
+	if res.Ahead > 0 {
+		// Promised to the waiters ahead: this wait's turn comes with a
+		// targeted notification (or, should they vanish, the poll).
+		r.note(queuedError(res), a.c.cfg.PollInterval)
+		r.behind = true
+		return
+	}
+	r.note(heldError(res), res.OtherRemaining)
+	if res.HolderInSession && res.HolderWatchable {
+		// Any contender takes a session-bound row over once the holder's
+		// session ends: watch it.
+		r.inSession = append(r.inSession, heldBy{res.name, res.HolderSession})
+	}
+}
+
+// refusedAll reads the refusal of a set: the names not free, as
+// *HeldErrors (the first one is reported, the others named in its
+// message), and how long to wait: the longest remaining time of the
+// holders (unknown, negative, when a holder could not be seen), as the set
+// cannot be taken by expiry alone before then; a release of any name
+// notifies sooner.
+func (a *acquisition) refusedAll(rep reply, r *roundResult) {
+	var first error
+	var others []string
+	var wait time.Duration
+	for _, n := range rep.rows {
+		if n.free && n.Ahead == 0 {
+			continue
+		}
+		e := &HeldError{Holder: Info{Name: n.name}, Queued: int(n.Ahead)}
+		remaining := n.OtherRemaining
+		switch {
+		case !n.free:
+			e.Holder = Info{Name: n.name, Owner: n.OtherOwner, Token: n.OtherToken, Remaining: n.OtherRemaining}
+			if n.Ahead > 0 {
+				remaining = max(remaining, a.c.cfg.PollInterval)
+			}
+		default:
+			// Free but promised to the waiters ahead: the one woken takes
+			// it, and its release notifies.
+			remaining = a.c.cfg.PollInterval
+		}
+		if first == nil {
+			first, wait = e, remaining
+		} else {
+			others = append(others, n.name)
+		}
+		if wait >= 0 && (remaining < 0 || remaining > wait) {
+			wait = remaining
+		}
+	}
+	if first == nil { // not reached: a refused set has a name not free
+		first = ErrNotAcquired
+	}
+	held := first
+	if len(others) > 0 {
+		held = errorf("%w (also not free: %q)", first, others)
+	}
+	r.note(held, wait)
+}
+
+// localHolder describes name, held by another goroutine of this client
+// (by a lease, or by an attempt or a wait).
+func (c *Client) localHolder(name string) error {
+	l := c.heldLease(name)
+	info := Info{Name: name, Owner: c.cfg.Owner}
+	if l != nil {
+		info.Token, info.TTL = l.token, l.ttl
+		info.Remaining = time.Until(l.Deadline())
+	}
+	return &HeldError{Holder: info}
+}
+
+// heldError describes the holder of a name that was refused.
+func heldError(r nameReply) error {
+	return &HeldError{Holder: Info{Name: r.name, Owner: r.OtherOwner, Token: r.OtherToken,
+		Remaining: r.OtherRemaining, SessionBound: r.HolderInSession}}
+}
+
+// queuedError describes a name whose lease waiters of other clients are
+// queued for ahead of this one (it may be free, promised to the first).
+func queuedError(r nameReply) error {
+	e := heldError(r).(*HeldError)
+	if r.OtherToken == 0 {
+		e.Holder = Info{Name: r.name}
+	}
+	e.Queued = int(r.Ahead)
+	return e
+}
+
+// pause waits for a wake-up of the wait, the delay, the caller's context or the
+// client's Close; it says whether a wake-up ended it, or which of the last
+// two did.
+func (a *acquisition) pause(ctx context.Context, delay time.Duration, last error) (woken bool, err error) {
+	c := a.c
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-a.w.channel():
+		woken = true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-c.bg.Done():
+	}
+	switch {
+	case ctx.Err() != nil:
+		return false, gaveUp(ctx, last)
+	case c.bg.Err() != nil:
+		return false, ErrClosed
+	}
+	return woken, nil
+}
+
+// expiryWait is how long to sleep before the next attempt when the holder's
+// lease has remaining time left: until it would expire, plus a little
+// jitter so that contenders of several processes do not collide, at most
+// the fallback poll interval.
+func (a *acquisition) expiryWait(remaining time.Duration) time.Duration {
+	if remaining < 0 { // the holder's row appeared concurrently, or is busy
+		return 5*time.Millisecond + rand.N(20*time.Millisecond)
+	}
+	d := remaining + time.Millisecond + rand.N(remaining/50+5*time.Millisecond)
+	return min(d, a.c.cfg.PollInterval)
+}

@@ -1,0 +1,77 @@
+package pglease
+
+// The server's queue of waiters, as a blocked acquisition of a single name
+// uses it (see "Waiting" in the package documentation): an attempt of a
+// wait registers it, a release wakes the first waiter with a targeted
+// notification, and a wait that gives up leaves.
+
+import (
+	"context"
+	"time"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// waiting is a blocked acquisition's state between its attempts.
+type waiting struct {
+	sub *subscription
+	// queue: the wait may queue on the server (a single name); queued:
+	// an attempt registered it there, so it must leave when it gives up.
+	queue, queued bool
+	// registered: the last attempt left a registration in the queue;
+	// recheck: it was the first.
+	registered, recheck bool
+}
+
+func (w *waiting) channel() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.sub.ch
+}
+
+// queueArgs makes an attempt of this wait a queued one when the client's
+// dedicated session is live: without it no targeted notification could
+// reach the wait, and it attempts unqueued, on every release.
+func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
+	if w == nil || !w.queue {
+		return
+	}
+	s, err := c.session()
+	if err != nil || !s.isLive() {
+		w.sub.queued.Store(false)
+		return
+	}
+	args.Queued, args.QueueTTL, w.queued = true, c.queueTTL(), true
+}
+
+// fairAfter is how long the first queued waiter may be overtaken once its
+// turn began (see "Waiting" in the package documentation).
+const fairAfter = store.FairAfter
+
+// queueTTL is how long a registration in the queue stays fresh: a waiter
+// attempts at least every PollInterval, and each attempt refreshes it, so
+// only a waiter that stopped attempting (a crash its session survives, a
+// partition) goes stale, and is passed over.
+func (c *Client) queueTTL() time.Duration { return 3*c.cfg.PollInterval + time.Second }
+
+// leaveQueue removes the wait's registration for name from the server's
+// queue, if an attempt made one, and then runs then; in the background,
+// bounded by the statement timeout. (Only single names queue.)
+func (c *Client) leaveQueue(w *waiting, name string, then func()) {
+	if w == nil || !w.queued {
+		then()
+		return
+	}
+	w.queued = false
+	if !c.goBackground(func() {
+		defer then()
+		ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+		defer cancel()
+		if err := c.st.Unqueue(ctx, c.db, c.id, name); err != nil && c.bg.Err() == nil {
+			c.cfg.Logger.WarnContext(ctx, "pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", name, "err", err)
+		}
+	}) {
+		then()
+	}
+}
