@@ -116,6 +116,7 @@ CREATE OR REPLACE FUNCTION {{acquire_fn}}(
 LANGUAGE plpgsql VOLATILE AS $pglease$
 DECLARE
     v_ok boolean;
+    v_setting text;
 BEGIN
     IF $9 > 0 THEN
         v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
@@ -142,19 +143,11 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
                             WHERE w."name" = $1 AND w."client" <> $8)
         ON CONFLICT ("name") DO NOTHING
-        RETURNING l."token", l."session_pid" IS NOT NULL INTO o_token, o_session_bound;
+        RETURNING true, l."token", l."session_pid" IS NOT NULL, '', 0::bigint, 0::bigint, 0::bigint,
+                  '', false, 0::bigint, 0, 0, {{durable}}
+             INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
+                  o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid, v_setting;
         IF FOUND THEN
-            o_acquired := true;
-            o_owner := '';
-            o_other_token := 0;
-            o_remaining_ms := 0;
-            o_heartbeat_ms := 0;
-            o_client := '';
-            o_watchable := false;
-            o_ahead := 0;
-            o_clash := 0;
-            o_pid := 0;
-            v_ok := {{durable}} IS NULL;
             RETURN;
         END IF;
     END IF;
@@ -319,20 +312,24 @@ CREATE OR REPLACE FUNCTION {{release_fn}}(
     OUT o_released bigint, OUT o_notified bigint, OUT o_nowait bigint)
 LANGUAGE plpgsql VOLATILE AS $pglease$
 DECLARE
-    v_ok boolean;
+    v_setting text;
     v_acquired_at timestamptz;
     v_waiters boolean;
 BEGIN
-    v_ok := set_config('synchronous_commit', 'off', true) IS NULL;
     o_released := 0;
     o_notified := 0;
     o_nowait := 1;
     DELETE FROM {{table}} AS l
      WHERE l."name" = $1 AND l."token" = $2 AND l."hold_until" <= now()
     RETURNING l."acquired_at",
-              EXISTS (SELECT 1 FROM {{waiters}} AS w WHERE w."name" = $1)
-         INTO v_acquired_at, v_waiters;
+              -- Whether a registration exists; when none does, the
+              -- table's channel is notified here.
+              (SELECT CASE WHEN x.queue THEN true WHEN pg_notify($3, $1) IS NULL THEN false ELSE false END
+                 FROM (SELECT EXISTS (SELECT 1 FROM {{waiters}} AS w WHERE w."name" = $1) AS queue) AS x),
+              set_config('synchronous_commit', 'off', true)
+         INTO v_acquired_at, v_waiters, v_setting;
     IF NOT FOUND THEN
+        v_setting := set_config('synchronous_commit', 'off', true);
         -- Kept: the row no longer belongs to a client's live lease; drop
         -- the client id so that the client does not take it for a lost
         -- reply's row.
@@ -345,7 +342,6 @@ BEGIN
     END IF;
     o_released := 1;
     IF NOT v_waiters THEN
-        v_ok := pg_notify($3, $1) IS NULL;
         o_notified := 1;
         RETURN;
     END IF;
