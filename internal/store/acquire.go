@@ -27,7 +27,7 @@ type AcquireArgs struct {
 	// Semaphore and Slots: Name is a slot of the semaphore Semaphore of
 	// Slots slots, both recorded in the row. The attempt is refused
 	// (AcquireResult.SlotsMismatch) while a live row of another kind holds
-	// the name (see Acquire in queries.sql). Empty for a plain lease.
+	// the name (see CreateAcquire in functions.sql). Empty for a plain lease.
 	Semaphore string
 	Slots     int
 	// inBatch: the statement shares its transaction (AcquireBatch).

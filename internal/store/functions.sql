@@ -19,7 +19,10 @@
 -- registered.
 --
 -- Comment lines are kept out of the function bodies (see parse); they are
--- the documentation, here.
+-- the documentation, here. The migration replaces the functions with
+-- CREATE OR REPLACE, which cannot change a function's arguments or result
+-- columns: a later version that does must drop the old one first (and
+-- look it up, TableExists, by its new argument types).
 
 -- name: CreateAcquire
 -- $1 name, $2 owner, $3 ttl ms, $4 min-hold ms, $5 session-bound?,

@@ -58,7 +58,7 @@ CREATE INDEX IF NOT EXISTS {{semaphore_index}} ON {{table}} ("semaphore") WHERE 
 -- The queue of blocked Acquire calls: one row per waiting client and name
 -- (the goroutines of one client queue locally), ordered by "since", so that
 -- a release wakes the first live waiter alone and a free lease is promised
--- to it (see Acquire and Release). Unlogged: nothing in it must survive a
+-- to it (see CreateAcquire and CreateRelease). Unlogged: nothing in it must survive a
 -- crash, since waiting clients register again with every attempt, and its
 -- writes cost no WAL.
 CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
@@ -391,7 +391,7 @@ DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 -- Taken once by each client's dedicated session, first, and held as long as
 -- it lives: the session lock (seed 3, keyed by the backend's pid) binds the
 -- session's session-bound leases to it (a row records the pid, and is taken
--- over once the lock is free: see Acquire), and lets waiters watch the very
+-- over once the lock is free: see CreateAcquire), and lets waiters watch the very
 -- session that holds such a lease (AwaitSession), so that a client whose
 -- session ended and that opened another is not mistaken for the holder. No
 -- other live session has the pid, so it never waits. It must be held before
@@ -473,10 +473,10 @@ SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text
 -- row of this client's own whose acquisition reply was lost: the caller
 -- holds every name's local slot, so no lease of the client holds it), and
 -- no name may be promised to a waiter of another client (the queue, see
--- Acquire: a live waiter queued for at least $8 ms); only then is every
+-- CreateAcquire: a live waiter queued for at least $8 ms); only then is every
 -- row written, each with its own token drawn from the sequence after the
 -- locks were taken. Otherwise nothing is written, the promised waiters of
--- free names are woken (as Acquire's nudge), and the commit does not wait
+-- free names are woken (as CreateAcquire's nudge), and the commit does not wait
 -- for its WAL flush. A set never registers in the queue itself.
 --
 -- A row can still change under this statement without the advisory lock
@@ -486,7 +486,7 @@ SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text
 -- whether it was written, its token, and the holder as seen (remaining -1
 -- when no row was seen), whether the name was free, the number of
 -- promised waiters of other clients, and the slot count of a live
--- semaphore of the name (0 when none: see Acquire's clash).
+-- semaphore of the name (0 when none: see CreateAcquire's clash).
 WITH names AS MATERIALIZED (
     SELECT u.n AS "name", u.i AS i
       FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
@@ -501,12 +501,12 @@ WITH names AS MATERIALIZED (
            coalesce(k."slots", 0) AS "clash"
       FROM names AS n LEFT JOIN {{table}} AS l ON l."name" = n."name"
       -- A name is one kind of lease: a live slot of a semaphore of the
-      -- name refuses the set (as Acquire's clash).
+      -- name refuses the set (as CreateAcquire's clash).
       LEFT JOIN LATERAL (SELECT s."slots" FROM {{table}} AS s
                           WHERE s."semaphore" = n."name" AND s."expires_at" > now()
                           LIMIT 1) AS k ON true
 ), ahead AS MATERIALIZED (
-    -- As Acquire's (a set is never queued itself).
+    -- As CreateAcquire's (a set is never queued itself).
     SELECT n."name", CASE WHEN f.due THEN f.n ELSE 0 END AS n, CASE WHEN f.due THEN f."client" END AS first
       FROM names AS n
      CROSS JOIN (SELECT $7::text AS "client", $6::text AS "ns", 'infinity'::timestamptz AS "since",
