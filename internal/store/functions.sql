@@ -18,6 +18,15 @@
 -- function lets it run the queue's statement only when a waiter has
 -- registered.
 --
+-- The bodies name the tables and the sequence schema-qualified, by the
+-- schema the server resolved when the migration created them (see
+-- EnsureSchema): a client may spell the table another way (qualified, or
+-- through another search_path), and the body must find the same table
+-- whoever calls it. The exported DDL of an unqualified table cannot know
+-- that schema: its functions are created with SET search_path FROM
+-- CURRENT ({{fn_options}}), which resolves them as CREATE TABLE resolved
+-- the table.
+--
 -- Comment lines are kept out of the function bodies (see parse); they are
 -- the documentation, here. The migration replaces the functions with
 -- CREATE OR REPLACE, which cannot change a function's arguments or result
@@ -116,7 +125,7 @@ CREATE OR REPLACE FUNCTION {{acquire_fn}}(
     OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
     OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,
     OUT o_ahead bigint, OUT o_clash integer, OUT o_pid integer)
-LANGUAGE plpgsql VOLATILE AS $pglease$
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_ok boolean;
     v_setting text;
@@ -313,7 +322,7 @@ $pglease$
 CREATE OR REPLACE FUNCTION {{release_fn}}(
     p_name text, p_token bigint, p_channel text, p_ns text, p_fair_ms bigint,
     OUT o_released bigint, OUT o_notified bigint, OUT o_nowait bigint)
-LANGUAGE plpgsql VOLATILE AS $pglease$
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_setting text;
     v_acquired_at timestamptz;

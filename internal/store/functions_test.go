@@ -192,3 +192,50 @@ func TestVersion5TableIsMigrated(t *testing.T) {
 		}
 	}
 }
+
+// The functions find the table whoever calls them, however the caller
+// spells the table: created for an unqualified table behind a search_path
+// (by EnsureSchema, and by the exported DDL), they serve a client that
+// names the table with its schema and has another search_path. (Their
+// bodies once named the objects as the creating client spelled them, and
+// such a caller got "relation does not exist".)
+func TestFunctionsServeEverySpellingOfTheTable(t *testing.T) {
+	ctx := testCtx(t)
+	for _, how := range []string{"EnsureSchema", "DDL"} {
+		schema := pgtest.Schema(t)
+		conn := pgtest.Conn(t)
+		if _, err := conn.Exec(ctx, `SET search_path TO `+schema); err != nil {
+			t.Fatal(err)
+		}
+		bare := newStore(t, "leases")
+		switch how {
+		case "EnsureSchema":
+			if err := bare.EnsureSchema(ctx, Pgx(conn)); err != nil {
+				t.Fatal(err)
+			}
+		case "DDL":
+			if err := Pgx(conn).Exec(ctx, bare.DDL()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		qualified := newStore(t, schema+".leases")
+		db := Pgx(pgtest.Pool(t)) // the default search_path
+		if err := qualified.CheckShape(ctx, db); err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		r, err := qualified.Acquire(ctx, db, plain("x", "c1"))
+		if err != nil || !r.Acquired {
+			t.Fatalf("%s: acquire through the schema-qualified spelling: %+v, %v", how, r, err)
+		}
+		if ok, err := qualified.Release(ctx, db, "x", r.Token); err != nil || !ok {
+			t.Fatalf("%s: release through the schema-qualified spelling: %v, %v", how, ok, err)
+		}
+		// And the unqualified spelling, behind its search_path.
+		if err := bare.CheckShape(ctx, Pgx(conn)); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := bare.Acquire(ctx, Pgx(conn), plain("y", "c1")); err != nil || !r.Acquired {
+			t.Fatalf("%s: acquire through the unqualified spelling: %+v, %v", how, r, err)
+		}
+	}
+}

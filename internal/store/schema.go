@@ -79,7 +79,8 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		}
 	}
 	err = db.InTx(ctx, func(q Querier) error {
-		if err := s.LockSchema(ctx, q); err != nil {
+		nsp, err := s.lockSchema(ctx, q)
+		if err != nil {
 			return err
 		}
 		ex, err := s.exists(ctx, q)
@@ -118,7 +119,7 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		}
 		if !ex.funcs || upgrade {
 			// Replaced on an upgrade: an older version's would not do.
-			stmts = append(stmts, s.Q.CreateAcquire, s.Q.CreateRelease)
+			stmts = append(stmts, s.functionsIn(nsp)...)
 		}
 		if !ex.table || upgrade {
 			stmts = append(stmts, s.Q.CommentTable)
@@ -157,16 +158,32 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 // names no existing schema is reported as a *SchemaError, with nothing
 // locked or created.
 func (s *Store) LockSchema(ctx context.Context, q Querier) error {
+	_, err := s.lockSchema(ctx, q)
+	return err
+}
+
+// lockSchema is LockSchema, returning the schema it locked.
+func (s *Store) lockSchema(ctx context.Context, q Querier) (string, error) {
 	var nsp *string
 	var path string
 	err := q.Query(ctx, s.Q.SchemaLock, []any{s.Names.Schema}, func(r Row) error { return r.Scan(&nsp, &path) })
 	if err != nil {
-		return err
+		return "", err
 	}
 	if nsp == nil {
-		return &SchemaError{Msg: fmt.Sprintf("table %s names no schema, and none of the search_path's schemas (%s) exists to create it in: create one, set search_path to an existing schema, or name the schema in the table (SCHEMA.TABLE)", s.Names.QualifiedTable(), path)}
+		return "", &SchemaError{Msg: fmt.Sprintf("table %s names no schema, and none of the search_path's schemas (%s) exists to create it in: create one, set search_path to an existing schema, or name the schema in the table (SCHEMA.TABLE)", s.Names.QualifiedTable(), path)}
 	}
-	return nil
+	return *nsp, nil
+}
+
+// functionsIn are the statements that create the functions of the table
+// in schema, the one the server resolved for it, whose name their bodies
+// then give every object (see functions.sql).
+func (s *Store) functionsIn(schema string) []string {
+	n := s.Names
+	n.Schema = schema
+	q := Build(n)
+	return []string{q.CreateAcquire, q.CreateRelease}
 }
 
 // tokensBehind reports whether the token sequence is behind the largest

@@ -203,6 +203,7 @@ func render(n Names) func(name string) string {
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", serverIncarnation,
+		"{{fn_options}}", functionOptions(n),
 	)
 	return func(name string) string {
 		s, ok := stmts[name]
@@ -211,6 +212,17 @@ func render(n Names) func(name string) string {
 		}
 		return r.Replace(splice.Replace(s))
 	}
+}
+
+// functionOptions are the options of the functions (functions.sql) of a
+// table: an unqualified table's search_path as of their creation (the
+// exported DDL's case; EnsureSchema creates them for the schema it
+// resolved, see functionsIn).
+func functionOptions(n Names) string {
+	if n.Schema == "" {
+		return "SET search_path FROM CURRENT "
+	}
+	return ""
 }
 
 // Build renders the statements for the given names.
