@@ -136,9 +136,9 @@
 // a semaphore of that name refuse each other the same way, both ways
 // round. The check and the insert are atomic: every acquisition of a name
 // (of a semaphore's slots: of the semaphore's name) serializes on a
-// transaction-scoped advisory lock of the name, taken in a statement of
-// its own just before the acquisition (in one round trip with pgx), so
-// that the acquisition reads the table only once that lock is held. Once
+// transaction-scoped advisory lock of the name, taken first by the
+// table's acquisition function (one statement), so that the acquisition
+// reads the table only once that lock is held. Once
 // every lease of the name has been released or has expired, a client may
 // use another kind. [Client.NewElector] refuses WithSlots.
 //

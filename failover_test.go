@@ -164,7 +164,9 @@ func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 	}
 	defer a.Release(ctx)
 	holder := testClient(t, Config{Table: c.cfg.Table})
-	b, err := holder.TryAcquire(ctx, "b", WithTTL(time.Minute))
+	// Fast failover: an attempt locks such a row (to see whether its
+	// session ended), where it only reads a plain live row.
+	b, err := holder.TryAcquire(ctx, "b", WithTTL(time.Minute), WithFastFailover())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,9 @@ func TestConcurrentFastFailoverAcquisitionsAreBatched(t *testing.T) {
 }
 
 // When one statement of a batch fails (a lock timeout on a row that a
-// guarded transaction has locked), the batch is rolled back, the session
+// guarded transaction has locked: a fast-failover holder's, which an
+// attempt must lock to see whether its session ended; a plain live row
+// it only reads), the batch is rolled back, the session
 // locks its statements took are given back, and its acquisitions run one
 // by one: each gets the result it would have had alone, and no session
 // lock is left over.
@@ -204,7 +206,7 @@ func TestFailedBatchRunsItsAcquisitionsAlone(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
 	holder := testClient(t, Config{Table: c.cfg.Table, Owner: "holder"})
-	b, err := holder.TryAcquire(ctx, "busy", WithTTL(time.Minute))
+	b, err := holder.TryAcquire(ctx, "busy", WithTTL(time.Minute), WithFastFailover())
 	if err != nil {
 		t.Fatal(err)
 	}

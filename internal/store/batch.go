@@ -14,17 +14,7 @@ type Batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// batcher returns the pgx handle behind q that can send a batch, if any.
-func batcher(q Querier) (Batcher, bool) {
-	d, ok := q.(pgxDB)
-	if !ok {
-		return nil, false
-	}
-	b, ok := d.q.(Batcher)
-	return b, ok
-}
-
-// AcquireBatch runs the acquisitions as in one round trip: the statements
+// AcquireBatch runs the acquisitions in one round trip: the statements
 // Acquire runs (acquireStmt), sent together and ended by one Sync, so that
 // they form one implicit transaction with one commit (one WAL flush). When
 // perStatement is positive, each acquisition statement is bounded by it on
@@ -35,20 +25,13 @@ func batcher(q Querier) (Batcher, bool) {
 // of the batch committed: the first statement that failed (a lock timeout,
 // a cancellation) aborted the transaction, and results read before it
 // describe rows that were rolled back.
-//
-// Each acquisition is preceded by its NameLock statement, as in Acquire.
 func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, err error) {
 	inBatch := make([]AcquireArgs, len(as))
 	for i, a := range as {
 		a.inBatch = true
 		inBatch[i] = a
 	}
-	return s.sendAcquire(ctx, conn, inBatch, perStatement)
-}
-
-// sendAcquire is AcquireBatch for acquisitions whose inBatch is already
-// set as it must be (Acquire sends one acquisition's two statements alone).
-func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs, perStatement time.Duration) (rs []AcquireResult, err error) {
+	as = inBatch
 	type stmt struct {
 		scan   func(Row) error
 		result func() AcquireResult
@@ -63,8 +46,6 @@ func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs,
 		if err != nil {
 			return nil, err // nothing sent
 		}
-		lock, largs := s.nameLock(a)
-		b.Queue(lock, largs...)
 		b.Queue(sql, args...)
 		stmts[i] = stmt{scan, result}
 	}
@@ -82,9 +63,6 @@ func (s *Store) sendAcquire(ctx context.Context, conn Batcher, as []AcquireArgs,
 	}
 	rs = make([]AcquireResult, len(as))
 	for i := 0; err == nil && i < len(as); i++ {
-		if err = read(func(Row) error { return nil }); err != nil { // NameLock
-			break
-		}
 		if err = read(stmts[i].scan); err != nil {
 			break
 		}

@@ -86,15 +86,23 @@ func TestAcquireBatchIsOneTransaction(t *testing.T) {
 	}
 }
 
-// A statement that fails (a lock timeout on a locked row) aborts the whole
-// batch: nothing committed, nothing left behind, and the connection is
-// usable.
+// expiredRow writes the row of name, expired at once: an attempt takes it
+// over, and so must lock it (a live row it only reads).
+func expiredRow(t *testing.T, s *Store, db DB, name string) {
+	t.Helper()
+	if r, err := s.Acquire(testCtx(t), db, AcquireArgs{Name: name, Owner: "x", TTL: time.Millisecond, Client: "c2"}); err != nil || !r.Acquired {
+		t.Fatalf("plain acquisition: %+v, %v", r, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+}
+
+// A statement that fails (a lock timeout on a locked row it would take
+// over) aborts the whole batch: nothing committed, nothing left behind,
+// and the connection is usable.
 func TestFailedAcquireBatchLeavesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	s, db := migrated(t)
-	if r, err := s.Acquire(ctx, db, AcquireArgs{Name: "busy", Owner: "x", TTL: time.Minute, Client: "c2"}); err != nil || !r.Acquired {
-		t.Fatalf("plain acquisition: %+v, %v", r, err)
-	}
+	expiredRow(t, s, db, "busy")
 	pgtest.LeaseTable(t, pgtest.DSN(t), s.Names.Schema+"."+s.Names.Table).LockRow("busy")
 	conn := batchConn(t, s)
 	names := []string{"a", "b", "busy", "c"}
@@ -179,9 +187,7 @@ func TestASessionBoundRowIsTakenOverOnceItsSessionEnds(t *testing.T) {
 func TestAcquireBatchStatementBound(t *testing.T) {
 	ctx := testCtx(t)
 	s, db := migrated(t)
-	if _, err := s.Acquire(ctx, db, AcquireArgs{Name: "busy", Owner: "x", TTL: time.Minute, Client: "c2"}); err != nil {
-		t.Fatal(err)
-	}
+	expiredRow(t, s, db, "busy")
 	pgtest.LeaseTable(t, pgtest.DSN(t), s.Names.Schema+"."+s.Names.Table).LockRow("busy")
 	conn := batchConn(t, s)
 	if _, err := conn.Exec(ctx, "SET statement_timeout = '60s'"); err != nil {

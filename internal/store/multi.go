@@ -18,7 +18,7 @@ type AcquireAllArgs struct {
 	Metadata     []byte // JSON object
 	Client       string // the client's random id, added to the metadata
 	// FairAfter: how long a queued waiter may be overtaken before a free
-	// lease is promised to it (see Acquire); a promised name is not free.
+	// lease is promised to it (see CreateAcquire); a promised name is not free.
 	FairAfter time.Duration
 }
 

@@ -58,7 +58,7 @@ CREATE INDEX IF NOT EXISTS {{semaphore_index}} ON {{table}} ("semaphore") WHERE 
 -- The queue of blocked Acquire calls: one row per waiting client and name
 -- (the goroutines of one client queue locally), ordered by "since", so that
 -- a release wakes the first live waiter alone and a free lease is promised
--- to it (see Acquire and Release). Unlogged: nothing in it must survive a
+-- to it (see CreateAcquire and CreateRelease). Unlogged: nothing in it must survive a
 -- crash, since waiting clients register again with every attempt, and its
 -- writes cost no WAL.
 CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
@@ -71,7 +71,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
 )
 
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 5'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 6'
 
 -- name: SchemaLock
 -- Serializes the creation and upgrade of the pglease objects of one schema
@@ -95,7 +95,9 @@ SELECT l.nsp, current_setting('search_path') FROM l
 
 -- name: TableExists
 -- $3 the schema ('' for the search_path's first): does it exist already?
--- $4 the waiters table. Run just after SchemaLock, in its transaction.
+-- $4 the waiters table; $5 and $6 the acquisition and release functions
+-- (CreateAcquire, CreateRelease), with their argument types, as
+-- to_regprocedure reads them. Run just after SchemaLock, in its transaction.
 -- Waiting for that lock (an advisory lock) does not make the backend take
 -- in the catalog changes other sessions committed meanwhile, and
 -- to_regclass reads the backend's catalog caches: they could still say
@@ -109,7 +111,8 @@ SELECT l.nsp, current_setting('search_path') FROM l
 -- those changes in before the statement runs.
 SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
        $3::text = '' OR to_regnamespace($3::text) IS NOT NULL,
-       to_regclass($4::text) IS NOT NULL
+       to_regclass($4::text) IS NOT NULL,
+       to_regprocedure($5::text) IS NOT NULL AND to_regprocedure($6::text) IS NOT NULL
   FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns
@@ -136,7 +139,9 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 -- no column: a session-bound row is bound by its session's lock (see
 -- Acquire), where earlier versions took a lock per name and would take
 -- such a row over from a live session; the version keeps them away (they
--- refuse a newer table).
+-- refuse a newer table). Version 6 changes no column either: it adds the
+-- acquisition and release functions (CreateAcquire and CreateRelease
+-- follow), which this version calls instead of statements of its own.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
                       ADD COLUMN IF NOT EXISTS "semaphore" text,
                       ADD COLUMN IF NOT EXISTS "slots" integer,
@@ -159,197 +164,12 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
  WHERE m > coalesce(pg_sequence_last_value('{{seq}}'::regclass), 0)
 
 -- name: Acquire
--- $1 name, $2 owner, $3 ttl ms, $4 min-hold ms, $5 session-bound?,
--- $6 metadata json, $7 advisory-lock namespace, $8 the client's random id,
--- recorded in the metadata so that the client can recognise a row of its own
--- whose reply it never got, $9 lock_timeout ms for this statement (0 keeps
--- the session's): a session-bound acquire runs on the connection that also
--- renews, and must not sit behind a row lock (a guarded transaction).
--- $10 queued?: the attempt belongs to a blocked Acquire that waits in the
--- queue (the waiters table), $11 how long its registration stays fresh (ms),
--- $12 how long a waiter may be overtaken (ms), $13 whether
--- the statement shares its transaction with others (a batch, whose commit
--- must wait for its WAL flush if any of them acquired). $14 the semaphore
--- whose slot $1 is and $15 its slot count (see WithSlots), both recorded in
--- the row; NULL for a plain lease.
---
--- A session-bound acquire ($5) records its session in the row: the
--- backend's pid, which holds that session's session lock (SessionLock, the
--- bigint key of seed 3 below) for as long as the session lives, and the
--- server incarnation. Any attempt, session-bound or not, may then take such
--- a row over at once when that lock is free: the holder's session ended
--- (the client died, or its connection failed, and a client whose
--- connection fails ends its session-bound leases at once). A row granted by
--- another incarnation (a restart, a promoted standby) is trusted no further
--- than a plain row: it is taken over when it expires. (Should the pid be
--- reused meanwhile by another client's session, the row is taken for
--- alive, and taken over when it expires.)
---
--- Tokens: acquisitions of one name first serialize on a transaction-scoped
--- advisory lock (the two-int4 key space, which never meets the bigint keys
--- of session locks), and only then draw from the sequence. Drawn earlier,
--- a slow contender could be granted a token older than one granted
--- meanwhile to a faster contender that has since released.
---
--- The queue: blocked waiters register (a queued attempt, $10), and a
--- release wakes the first live one alone (see Release). A free lease goes to
--- whichever attempt comes first, so that a client may take a name again at
--- once (a burst), except that once a live waiter has been queued for $12
--- ms, it is promised to it: every attempt of another client that is not
--- queued before it is refused (and a queued one keeps or takes its place).
--- A waiter is live while its registration is fresh and its client's
--- dedicated session holds the client lock (the bigint key of seed 1 below,
--- taken by ClientLock): a crashed waiter is passed over at once. An
--- attempt that acquires nothing commits without waiting for its WAL flush:
--- losing it in a crash loses nothing.
---
--- A name is one kind of lease: a slot is refused, and nothing written,
--- while a live slot row of its semaphore records another slot count or a
--- live plain lease holds the semaphore's name; a plain lease is refused
--- while a live slot of a semaphore of its name exists. The check reads the
--- table as of the statement's start, so the caller runs NameLock first, in
--- the same transaction: the name's lock (the semaphore's, for a slot) is
--- then held before this statement starts, every row committed before is
--- seen, and none can commit between the check and the insert. (A lock
--- taken within this statement would not do: a row committed while it
--- waited would be missed.)
-WITH xl AS MATERIALIZED (
-    SELECT CASE WHEN $9::int > 0 THEN set_config('lock_timeout', $9::int::text, true) END,
-           pg_advisory_xact_lock(hashtext($7::text || $1::text), hashtext($1::text || $7::text))
-), clash AS MATERIALIZED (
-    -- A live row of another kind on the name, by its slot count (1 for a
-    -- plain lease): for a plain lease, a slot of a semaphore of its name;
-    -- for a slot, a slot of its semaphore recording another count, or a
-    -- plain lease on the semaphore's name. (Through the semaphore index
-    -- and the primary key: the cost does not grow with the table.)
-    SELECT l."slots" FROM {{table}} AS l
-     WHERE l."semaphore" = coalesce($14::text, $1::text) AND l."expires_at" > now()
-       AND ($14::text IS NULL OR l."slots" <> $15::int)
-    UNION ALL
-    SELECT 1 FROM {{table}} AS l
-     WHERE $14::text IS NOT NULL AND l."name" = $14::text AND l."semaphore" IS NULL
-       AND l."expires_at" > now()
-     LIMIT 1
-), srv AS MATERIALIZED (
-    SELECT {{server}} AS id
-), me AS MATERIALIZED (
-    -- This wait's place in the queue: its first registration, or now.
-    SELECT coalesce(r.since, now()) AS since, r.since IS NOT NULL AS registered
-      FROM xl LEFT JOIN {{waiters}} AS r
-        ON $10::bool AND r."name" = $1::text AND r."client" = $8::text
-), ahead AS MATERIALIZED (
-    -- n: the live waiters queued before this wait, when one of them keeps
-    -- it from the lease: the first, once the lease is promised to it
-    -- (first names it then), or any, for a wait already in the queue
-    -- (queued waiters take their turns in order; only a new attempt may
-    -- overtake, as a client taking the name again at once does). Else 0.
-    SELECT coalesce(max(f.n) FILTER (WHERE f.due OR q.registered), 0) AS n,
-           max(f."client") FILTER (WHERE f.due) AS first
-      FROM (SELECT $1::text AS "name") AS n
-     CROSS JOIN (SELECT $8::text AS "client", $7::text AS "ns", me.since AS "since", me.registered,
-                        $12::bigint * interval '1 millisecond' AS "fair" FROM me) AS q
-      LEFT JOIN LATERAL ({{first}}) AS f ON true
-), old AS (
-    SELECT l."owner", l."token",
-           l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
-           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
-           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
-           l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid"
-      FROM {{table}} AS l WHERE l."name" = $1::text
-), ins AS (
-    INSERT INTO {{table}} AS l
-        ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-         "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
-    SELECT $1::text, $2::text, nextval('{{seq}}'), now(), now(),
-           now() + $3::bigint * interval '1 millisecond',
-           now() + $4::bigint * interval '1 millisecond',
-           $3::bigint * interval '1 millisecond',
-           CASE WHEN $5::bool THEN pg_backend_pid() END,
-           CASE WHEN $5::bool THEN (SELECT id FROM srv) END,
-           $6::jsonb || jsonb_build_object('client', $8::text),
-           $14::text, $15::int
-    FROM ahead
-    WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash)
-    ON CONFLICT ("name") DO UPDATE
-       SET "owner" = excluded."owner", "token" = excluded."token",
-           "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
-           "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
-           "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
-           "session_server" = excluded."session_server", "metadata" = excluded."metadata",
-           "semaphore" = excluded."semaphore", "slots" = excluded."slots",
-           "stepdown_at" = NULL
-     WHERE l."expires_at" <= now()
-        -- A session-bound row whose session ended (see above): the row as
-        -- it is now, not as of the statement's snapshot.
-        OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-            AND l."session_server" = (SELECT id FROM srv)
-            AND pg_try_advisory_xact_lock_shared(hashtextextended($7::text || l."session_pid"::text, 3)))
-    RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
-), queued AS (
-    INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at")
-    SELECT $1::text, $8::text, me.since, now() + $11::bigint * interval '1 millisecond'
-      FROM me WHERE $10::bool AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
-    ON CONFLICT ("name", "client") DO UPDATE SET "expires_at" = excluded."expires_at"
-    RETURNING 1
-), dequeued AS (
-    DELETE FROM {{waiters}} AS w
-     WHERE $10::bool AND EXISTS (SELECT 1 FROM ins)
-       AND w."client" = $8::text AND w."name" = $1::text
-    RETURNING 1
-), handed AS (
-    -- A fast-failover lease handed to a queued waiter (by a release, or
-    -- taken over from a dead or expired holder): wake the next live waiter
-    -- once, so that it looks again and watches the new holder's session.
-    -- It was queued behind this one and did not watch the previous holder,
-    -- and nothing else would tell it of the new one before its fallback
-    -- poll: a crash of the new holder would wait for that poll.
-    SELECT pg_notify('pglease_' || w."client", $1::text) AS ok
-      FROM (SELECT w."client" FROM {{waiters}} AS w
-             WHERE $5::bool AND $10::bool AND EXISTS (SELECT 1 FROM ins)
-               AND w."name" = $1::text AND w."client" <> $8::text
-               AND CASE WHEN w."expires_at" > now()
-                        THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || w."client", 1))
-                        ELSE false END
-             ORDER BY w."since", w."client"
-             LIMIT 1) AS w
-), durable AS (
-    SELECT {{durable}} AS ok FROM ins LIMIT 1
-), nudge AS (
-    -- Refused a free lease promised to a waiter (or one whose holder's
-    -- session ended): wake that waiter now rather than at its next look
-    -- (see Release).
-    SELECT pg_notify('pglease_' || ahead.first, $1::text) AS ok
-      FROM ahead
-     WHERE ahead.first IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM old
-                        WHERE old."remaining_ms" > 0
-                          AND NOT (old."session_bound" AND old."pid" <> pg_backend_pid()
-                                   AND pg_try_advisory_xact_lock_shared(hashtextextended($7::text || old."pid"::text, 3))))
-), nowait AS (
-    SELECT set_config('synchronous_commit', 'off', true) AS ok
-     WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $13::bool
-)
--- Acquired: the new token, and the row taken over if any (as it was before).
--- Not acquired: the holder as this statement saw it (remaining -1 when no
--- holder was seen: the row appeared concurrently, or the lease is free and
--- promised to the waiters ahead), whether a session-bound holder's session
--- still holds its session lock (a waiter can watch it: AwaitSession), the
--- number of live waiters ahead, and the slot count of a live row of another
--- kind on the name (see clash: 1 for a plain lease; 0 when none).
-SELECT true, ins."token", ins."session_bound",
-       coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
-       false, 0::bigint, 0, 0
-  FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true LEFT JOIN durable ON true
-UNION ALL
-SELECT false, 0::bigint, coalesce(old."session_bound", false),
-       coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
-       coalesce(old."heartbeat_ms", 0), coalesce(old."client", ''),
-       CASE WHEN old."session_bound"
-            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7::text || old."pid"::text, 3))
-            ELSE false END,
-       (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
-  FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
- WHERE NOT EXISTS (SELECT 1 FROM ins)
+-- One acquisition attempt: a call of the table's acquisition function (see
+-- CreateAcquire in functions.sql for the parameters, the rules and the
+-- result), one statement in a transaction of its own or in a batch's.
+SELECT * FROM {{acquire_fn}}($1::text, $2::text, $3::bigint, $4::bigint, $5::boolean, $6::jsonb,
+                             $7::text, $8::text, $9::integer, $10::boolean, $11::bigint, $12::bigint,
+                             $13::boolean, $14::text, $15::integer)
 
 -- name: Renew
 -- $1 a JSON object {name: token, …}, $2 the client's random id. Renews every
@@ -401,62 +221,10 @@ SELECT "name", false, false FROM (SELECT "name" FROM held EXCEPT SELECT "name" F
 
 -- name: Release
 -- $1 name, $2 token, $3 notification channel, $4 advisory-lock namespace,
--- $5 how often a waiter may be woken (ms).
--- Before the minimum hold time the row is kept
--- (and stays held) until then; afterwards it is deleted, the first live
--- waiter of the queue is woken alone on its client's own channel (one
--- statement per hand-off, however many clients wait: queued waiters do not
--- act on the table's channel), and the table's channel is notified for
--- what does not queue (TryAcquire loops, observers of a leader).
--- Registrations that went stale are dropped on the way.
-WITH keep AS (
-    -- The kept row no longer belongs to a client's live lease: drop the
-    -- client id so that the client does not take it for a lost reply's row.
-    UPDATE {{table}} SET "expires_at" = "hold_until", "session_pid" = NULL, "session_server" = NULL,
-                         "metadata" = "metadata" - 'client'
-     WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" > now()
-    RETURNING "name"
-), del AS (
-    DELETE FROM {{table}}
-     WHERE "name" = $1::text AND "token" = $2::bigint AND "hold_until" <= now()
-    RETURNING "name", "acquired_at"
-), lockns AS (
-    SELECT $4::text AS v
-), head AS MATERIALIZED (
-    {{head}}
-), wake AS MATERIALIZED (
-    -- The first waiter is woken the first time, and again once the lease
-    -- is promised to it ($5 ms after its turn began: see marked); not in
-    -- between, while the releasing client may take the name again at once
-    -- (a burst) and a waiter woken in vain looks again by itself.
-    SELECT h."client", h."since" FROM head AS h
-     WHERE h."notified_at" IS NULL OR h."notified_at" <= now() - $5::bigint * interval '1 millisecond'
-), marked AS (
-    -- Its turn began when it queued or when the lease now released was
-    -- acquired, whichever is later: a waiter queued through a long hold is
-    -- promised the lease at once, one queued behind a burst $5 ms later.
-    UPDATE {{waiters}} AS w SET "notified_at" = greatest(wake."since", del."acquired_at")
-      FROM wake, del
-     WHERE w."name" = $1::text AND w."client" = wake."client" AND w."notified_at" IS NULL
-), stale AS (
-    DELETE FROM {{waiters}} AS w
-     WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text AND w."expires_at" <= now()
-), note AS (
-    -- The table's channel when no live waiter was seen (waits that do not
-    -- queue, or whose registration this statement could not see yet) or
-    -- the first one is woken (observers: a hand-off is under way).
-    SELECT pg_notify($3::text, "name") FROM del
-     WHERE NOT EXISTS (SELECT 1 FROM head) OR EXISTS (SELECT 1 FROM wake)
-    UNION ALL
-    SELECT pg_notify('pglease_' || wake."client", del."name") FROM del, wake
-), nowait AS (
-    -- A release need not wait for its WAL flush: lost in a crash, it only
-    -- delays the next holder until the row expires. (Acquire and renew do
-    -- wait: losing them could let two holders overlap.)
-    SELECT set_config('synchronous_commit', 'off', true)
-)
-SELECT (SELECT count(*) FROM keep) + (SELECT count(*) FROM del),
-       (SELECT count(*) FROM note), (SELECT count(*) FROM nowait)
+-- $5 how often a waiter may be woken (ms): a call of the table's release
+-- function (CreateRelease in functions.sql), which deletes the row held
+-- with the token (or keeps it until its minimum hold) and wakes waiters.
+SELECT * FROM {{release_fn}}($1::text, $2::bigint, $3::text, $4::text, $5::bigint)
 
 -- name: Guard
 -- Inside the caller's transaction: succeeds only while the lease is held
@@ -624,7 +392,7 @@ DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 -- Taken once by each client's dedicated session, first, and held as long as
 -- it lives: the session lock (seed 3, keyed by the backend's pid) binds the
 -- session's session-bound leases to it (a row records the pid, and is taken
--- over once the lock is free: see Acquire), and lets waiters watch the very
+-- over once the lock is free: see CreateAcquire), and lets waiters watch the very
 -- session that holds such a lease (AwaitSession), so that a client whose
 -- session ended and that opened another is not mistaken for the holder. No
 -- other live session has the pid, so it never waits. It must be held before
@@ -706,10 +474,10 @@ SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text
 -- row of this client's own whose acquisition reply was lost: the caller
 -- holds every name's local slot, so no lease of the client holds it), and
 -- no name may be promised to a waiter of another client (the queue, see
--- Acquire: a live waiter queued for at least $8 ms); only then is every
+-- CreateAcquire: a live waiter queued for at least $8 ms); only then is every
 -- row written, each with its own token drawn from the sequence after the
 -- locks were taken. Otherwise nothing is written, the promised waiters of
--- free names are woken (as Acquire's nudge), and the commit does not wait
+-- free names are woken (as CreateAcquire's nudge), and the commit does not wait
 -- for its WAL flush. A set never registers in the queue itself.
 --
 -- A row can still change under this statement without the advisory lock
@@ -719,7 +487,7 @@ SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text
 -- whether it was written, its token, and the holder as seen (remaining -1
 -- when no row was seen), whether the name was free, the number of
 -- promised waiters of other clients, and the slot count of a live
--- semaphore of the name (0 when none: see Acquire's clash).
+-- semaphore of the name (0 when none: see CreateAcquire's clash).
 WITH names AS MATERIALIZED (
     SELECT u.n AS "name", u.i AS i
       FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
@@ -734,12 +502,12 @@ WITH names AS MATERIALIZED (
            coalesce(k."slots", 0) AS "clash"
       FROM names AS n LEFT JOIN {{table}} AS l ON l."name" = n."name"
       -- A name is one kind of lease: a live slot of a semaphore of the
-      -- name refuses the set (as Acquire's clash).
+      -- name refuses the set (as CreateAcquire's clash).
       LEFT JOIN LATERAL (SELECT s."slots" FROM {{table}} AS s
                           WHERE s."semaphore" = n."name" AND s."expires_at" > now()
                           LIMIT 1) AS k ON true
 ), ahead AS MATERIALIZED (
-    -- As Acquire's (a set is never queued itself).
+    -- As CreateAcquire's (a set is never queued itself).
     SELECT n."name", CASE WHEN f.due THEN f.n ELSE 0 END AS n, CASE WHEN f.due THEN f."client" END AS first
       FROM names AS n
      CROSS JOIN (SELECT $7::text AS "client", $6::text AS "ns", 'infinity'::timestamptz AS "since",
@@ -791,16 +559,3 @@ SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
  CROSS JOIN (SELECT count(*) FROM durable) AS dw
  ORDER BY n.i
 
--- name: NameLock
--- Serializes the acquisitions of one name, for Acquire's check of the
--- name's kind: run just before Acquire, in the same transaction, so that
--- Acquire reads the table once the lock is granted and sees every row of
--- the name committed before. $1 the name (a slot's semaphore for a slot: a
--- semaphore and a plain lease of one name take the same lock), $2
--- advisory-lock namespace, $3 lock_timeout ms for the rest of the
--- transaction (0 keeps the session's). The key is the name's transaction
--- lock (two int4 keys), which Acquire also takes within its statement and
--- AcquireAllLocks for a set: bigint keys are the client locks (seed 1)
--- and the session locks (seed 3). It holds until the transaction ends.
-SELECT CASE WHEN $3::int > 0 THEN set_config('lock_timeout', $3::int::text, true) END,
-       pg_advisory_xact_lock(hashtext($2::text || $1::text), hashtext($1::text || $2::text))

@@ -13,10 +13,14 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
+//go:embed functions.sql
+var functionsSQL string
+
 // SchemaVersion is the version of the table layout this package writes and
 // expects. It is recorded in the table's comment. (Version 5 changed what
-// binds a session-bound row, not the layout: see UpgradeTable.)
-const SchemaVersion = 5
+// binds a session-bound row, not the layout; version 6 added the
+// acquisition and release functions: see UpgradeTable.)
+const SchemaVersion = 6
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -39,6 +43,8 @@ type Names struct {
 	Waiters        string // queue of blocked waiters, in the same schema
 	SemaphoreIndex string // index of the slot rows by semaphore
 	Channel        string // LISTEN/NOTIFY channel
+	AcquireFunc    string // the acquisition function (functions.sql), in the table's schema
+	ReleaseFunc    string // the release function
 }
 
 // ParseTable splits "[schema.]table" and derives the sequence and channel
@@ -67,6 +73,8 @@ func ParseTable(spec string) (Names, error) {
 	n.Seq = derived(n.Table, "_token_seq")
 	n.Waiters = derived(n.Table, "_waiters")
 	n.SemaphoreIndex = derived(n.Table, "_semaphore_idx")
+	n.AcquireFunc = derived(n.Table, "_acquire")
+	n.ReleaseFunc = derived(n.Table, "_release")
 	n.Channel = n.Table
 	return n, nil
 }
@@ -112,6 +120,19 @@ func (n Names) QualifiedSeq() string { return n.qualified(n.Seq) }
 // QualifiedWaiters is the waiters table's name as to_regclass reads it.
 func (n Names) QualifiedWaiters() string { return n.qualified(n.Waiters) }
 
+// The argument types of the functions (see functions.sql), by which the
+// catalog tells them from other functions of the same name.
+const (
+	acquireFuncArgs = "(text, text, bigint, bigint, boolean, jsonb, text, text, integer, boolean, bigint, bigint, boolean, text, integer)"
+	releaseFuncArgs = "(text, bigint, text, text, bigint)"
+)
+
+// AcquireProcedure is the acquisition function as to_regprocedure reads it.
+func (n Names) AcquireProcedure() string { return n.qualified(n.AcquireFunc) + acquireFuncArgs }
+
+// ReleaseProcedure is the release function as to_regprocedure reads it.
+func (n Names) ReleaseProcedure() string { return n.qualified(n.ReleaseFunc) + releaseFuncArgs }
+
 // ListenSQL is the LISTEN statement for channel.
 func ListenSQL(channel string) string { return "LISTEN " + quote(channel) }
 
@@ -131,13 +152,12 @@ type Queries struct {
 	CreateSemaphoreIndex, RequestStepDown, StepDownsRequested string
 	SchemaLock, TableExists, Columns, SchemaVersion           string
 	LockNamespace, UpgradeTable, TokenState, LockTable        string
-	RepairSequence                                            string
+	RepairSequence, CreateAcquire, CreateRelease              string
 	Acquire, Renew, Release, Guard                            string
 	Get, List, ForceRelease, Cleanup, Listen                  string
 	SessionKeepalive, AwaitSession                            string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
-	NameLock                                                  string
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -152,7 +172,7 @@ var fragments = map[string]string{"Record": "{{record}}", "Head": "{{head}}", "F
 // render returns a function that renders one statement of queries.sql for
 // the given names.
 func render(n Names) func(name string) string {
-	stmts := parse(queriesSQL)
+	stmts := statements()
 	var pairs []string
 	for name, placeholder := range fragments {
 		pairs = append(pairs, placeholder, stmts[name])
@@ -165,9 +185,12 @@ func render(n Names) func(name string) string {
 		"{{seq}}", n.QualifiedSeq(),
 		"{{waiters}}", n.QualifiedWaiters(),
 		"{{semaphore_index}}", quote(n.SemaphoreIndex),
+		"{{acquire_fn}}", n.qualified(n.AcquireFunc),
+		"{{release_fn}}", n.qualified(n.ReleaseFunc),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", serverIncarnation,
+		"{{fn_options}}", functionOptions(n),
 	)
 	return func(name string) string {
 		s, ok := stmts[name]
@@ -176,6 +199,17 @@ func render(n Names) func(name string) string {
 		}
 		return r.Replace(splice.Replace(s))
 	}
+}
+
+// functionOptions are the options of the functions (functions.sql) of a
+// table: an unqualified table's search_path as of their creation (the
+// exported DDL's case; EnsureSchema creates them for the schema it
+// resolved, see functionsIn).
+func functionOptions(n Names) string {
+	if n.Schema == "" {
+		return "SET search_path FROM CURRENT "
+	}
+	return ""
 }
 
 // Build renders the statements for the given names.
@@ -189,6 +223,7 @@ func Build(n Names) Queries {
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),
 		TokenState: get("TokenState"), LockTable: get("LockTable"), RepairSequence: get("RepairSequence"),
+		CreateAcquire: get("CreateAcquire"), CreateRelease: get("CreateRelease"),
 		Acquire: get("Acquire"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
@@ -196,11 +231,22 @@ func Build(n Names) Queries {
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
-		NameLock: get("NameLock"),
 	}
 }
 
-// parse splits the embedded file on "-- name: X" lines. Comment lines are
+// statements are the statements of the embedded files, by name.
+func statements() map[string]string {
+	stmts := parse(queriesSQL)
+	for name, text := range parse(functionsSQL) {
+		if _, dup := stmts[name]; dup {
+			panic("store: statement " + name + " is defined twice") // a build defect, caught by tests
+		}
+		stmts[name] = text
+	}
+	return stmts
+}
+
+// parse splits an embedded file on "-- name: X" lines. Comment lines are
 // kept out of the statements.
 func parse(src string) map[string]string {
 	out := map[string]string{}

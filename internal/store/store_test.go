@@ -12,11 +12,14 @@ import (
 // can be missed; each is built non-empty, without a placeholder left or a
 // comment line kept.
 func TestEveryStatementIsDefined(t *testing.T) {
-	stmts := parse(queriesSQL)
+	stmts := statements()
 	if len(stmts) == 0 {
 		t.Fatal("queries.sql has no statements")
 	}
-	n := Names{Schema: "s", Table: "t", Seq: "t_token_seq", Channel: "t"}
+	n, err := ParseTable("s.t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	q := Build(n)
 	fields := map[string]bool{}
 	checkStatements(t, stmts, reflect.ValueOf(q), fields)
@@ -25,8 +28,11 @@ func TestEveryStatementIsDefined(t *testing.T) {
 			t.Errorf("queries.sql has statement %s, which Queries lacks", name)
 		}
 	}
-	if !strings.Contains(q.Acquire, `nextval('"s"."t_token_seq"')`) {
-		t.Errorf("sequence not quoted in Acquire:\n%s", q.Acquire)
+	if !strings.Contains(q.CreateAcquire, `nextval('"s"."t_token_seq"')`) {
+		t.Errorf("sequence not quoted in CreateAcquire:\n%s", q.CreateAcquire)
+	}
+	if !strings.Contains(q.Acquire, `"s"."t_acquire"(`) || !strings.Contains(q.CreateAcquire, `FUNCTION "s"."t_acquire"(`) {
+		t.Errorf("function not named after the table:\n%s", q.Acquire)
 	}
 }
 

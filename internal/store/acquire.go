@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// AcquireArgs are the inputs of one acquisition attempt.
+type AcquireArgs struct {
+	Name, Owner  string
+	TTL, MinHold time.Duration
+	Session      bool   // bind the lease to this database session
+	Metadata     []byte // JSON object
+	Client       string // the client's random id, added to the metadata
+	// LockTimeout bounds this statement's waits for locks (0: the
+	// session's setting).
+	LockTimeout time.Duration
+	// Queued: the attempt belongs to a blocked wait that queues for the
+	// name (see the waiters table), and leaves the queue when it acquires;
+	// its registration stays fresh for QueueTTL.
+	Queued   bool
+	QueueTTL time.Duration
+	// FairAfter: how long a queued waiter may be overtaken by attempts
+	// queued after it before the lease is promised to it.
+	FairAfter time.Duration
+	// Semaphore and Slots: Name is a slot of the semaphore Semaphore of
+	// Slots slots, both recorded in the row. The attempt is refused
+	// (AcquireResult.SlotsMismatch) while a live row of another kind holds
+	// the name (see CreateAcquire in functions.sql). Empty for a plain lease.
+	Semaphore string
+	Slots     int
+	// inBatch: the statement shares its transaction (AcquireBatch).
+	inBatch bool
+}
+
+// AcquireResult is the outcome of one attempt.
+type AcquireResult struct {
+	Acquired     bool
+	Token        int64
+	SessionBound bool
+	// When acquired, Other* describe the row that was taken over, if any.
+	// When not acquired, they describe the holder, with its remaining time
+	// and whether it is session-bound; OtherRemaining is negative when the
+	// holder could not be seen (its row appeared concurrently).
+	OtherOwner     string
+	OtherToken     int64
+	OtherRemaining time.Duration
+	// OtherClient is the holder's client id (from its metadata).
+	OtherClient string
+	// OtherHeartbeatAge is the holder's time since its last renewal.
+	OtherHeartbeatAge time.Duration
+	HolderInSession   bool
+	// HolderWatchable: the session-bound holder's session still holds its
+	// session lock, so it can be watched (AwaitSession of HolderSession).
+	HolderWatchable bool
+	// HolderSession is the backend pid of a session-bound holder's
+	// session (0 when none).
+	HolderSession int32
+	// Ahead is the number of live waiters of other clients queued before a
+	// queued attempt; while there are any, a free lease is theirs.
+	Ahead int64
+	// SlotsMismatch is the slot count of a live row of another kind on the
+	// name (1 for a plain lease; for a slot, a slot of its semaphore with
+	// another count, or a plain lease on the semaphore's name; for a plain
+	// lease, a slot of a semaphore of that name), 0 when none; the attempt
+	// then acquired and wrote nothing.
+	SlotsMismatch int
+}
+
+// Acquire inserts or takes over the lease row: one call of the table's
+// acquisition function (CreateAcquire in functions.sql), which takes the
+// name's lock and then reads and writes, in one statement and one round
+// trip on every kind of handle (a pool, a connection, database/sql, or a
+// caller's transaction).
+func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireResult, error) {
+	sql, args, scan, result, err := s.acquireStmt(a)
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	rows := 0
+	err = q.Query(ctx, sql, args, func(r Row) error { rows++; return scan(r) })
+	if err == nil && rows != 1 {
+		err = fmt.Errorf("store: the acquisition of %q returned %d rows (a pglease bug)", a.Name, rows)
+	}
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	return result(), nil
+}
+
+// acquireStmt is the one definition of an acquisition statement, shared by
+// Acquire and AcquireBatch: its SQL and arguments, the scan of its row, and
+// the result once scanned.
+func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Row) error, result func() AcquireResult, err error) {
+	var r AcquireResult
+	var remMS, hbMS int64
+	var sess bool
+	meta := a.Metadata
+	if len(meta) == 0 {
+		meta = []byte("{}")
+	}
+	ns, err := s.lockNS()
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	var sem, slots any // NULL for a plain lease
+	if a.Semaphore != "" {
+		sem, slots = a.Semaphore, a.Slots
+	}
+	args = []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
+		a.Queued, a.QueueTTL.Milliseconds(), a.FairAfter.Milliseconds(), a.inBatch, sem, slots}
+	scan = func(row Row) error {
+		return row.Scan(&r.Acquired, &r.Token, &sess, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
+			&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch, &r.HolderSession)
+	}
+	result = func() AcquireResult {
+		r.OtherRemaining = time.Duration(remMS) * time.Millisecond
+		r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond
+		if r.Acquired {
+			r.SessionBound = sess
+		} else {
+			r.HolderInSession = sess
+		}
+		return r
+	}
+	return s.Q.Acquire, args, scan, result, nil
+}
+
+// FairAfter is how long the first queued waiter may be overtaken once its
+// turn began (see the First fragment of queries.sql): until then a free
+// lease goes to whoever attempts first, the releasing client taking it
+// again at once, say; afterwards it is promised to that waiter.
+const FairAfter = 100 * time.Millisecond
+
+// WakeEvery is the margin by which a waiter woken in vain (the releasing
+// client took the lease again first) looks again after FairAfter, once the
+// lease is promised to it: a release wakes the first waiter the first time
+// and once the promise holds, not at every release of a burst.
+const WakeEvery = 10 * time.Millisecond
+
+// Release deletes (or, before the minimum hold time, keeps until then) the
+// row held with token and notifies waiters: one call of the table's
+// release function (CreateRelease in functions.sql). It reports whether
+// the row was still ours.
+func (s *Store) Release(ctx context.Context, q Querier, name string, token int64) (bool, error) {
+	var n, notified, nowait int64
+	ns, err := s.lockNS()
+	if err != nil {
+		return false, err
+	}
+	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()},
+		func(r Row) error { return r.Scan(&n, &notified, &nowait) })
+	return n > 0, err
+}

@@ -1,0 +1,394 @@
+-- The server-side functions of pglease: an acquisition and a release, each
+-- one call in one statement (schema version 6). Same conventions as
+-- queries.sql, whose Acquire and Release call them; {{acquire_fn}} and
+-- {{release_fn}} are their names, derived from the table's and quoted, in
+-- the table's schema. They are PL/pgSQL, VOLATILE and SECURITY INVOKER (the
+-- caller's privileges on the tables apply); every value is a parameter.
+--
+-- Why functions: an acquisition must read the table only once it holds the
+-- name's advisory lock (see CreateAcquire), and a statement reads with the
+-- snapshot it started with, so it used to take two statements in one
+-- transaction (a lock, then the acquisition: BEGIN and COMMIT around them
+-- for database/sql). In a VOLATILE function in READ COMMITTED every
+-- statement takes a new snapshot, so the lock and the reads after it fit
+-- in one call; and the function runs, for each kind of lease, only the
+-- statements that kind needs: a plain lease that nobody contends runs one
+-- INSERT (with two index probes), nothing of the queue's, the semaphores'
+-- or the session binding's machinery. A release needs no lock, but a
+-- function lets it run the queue's statement only when a waiter has
+-- registered.
+--
+-- The bodies name the tables and the sequence schema-qualified, by the
+-- schema the server resolved when the migration created them (see
+-- EnsureSchema): a client may spell the table another way (qualified, or
+-- through another search_path), and the body must find the same table
+-- whoever calls it. The exported DDL of an unqualified table cannot know
+-- that schema: its functions are created with SET search_path FROM
+-- CURRENT ({{fn_options}}), which resolves them as CREATE TABLE resolved
+-- the table.
+--
+-- Comment lines are kept out of the function bodies (see parse); they are
+-- the documentation, here. The migration replaces the functions with
+-- CREATE OR REPLACE, which cannot change a function's arguments or result
+-- columns: a later version that does must drop the old one first (and
+-- look it up, TableExists, by its new argument types).
+
+-- name: CreateAcquire
+-- $1 name, $2 owner, $3 ttl ms, $4 min-hold ms, $5 session-bound?,
+-- $6 metadata json, $7 advisory-lock namespace, $8 the client's random id,
+-- recorded in the metadata so that the client can recognise a row of its own
+-- whose reply it never got, $9 lock_timeout ms for the rest of the
+-- transaction (0 keeps the session's): a session-bound acquire runs on the
+-- connection that also renews, and must not sit behind a row lock (a
+-- guarded transaction) or a contender's acquisition.
+-- $10 queued?: the attempt belongs to a blocked Acquire that waits in the
+-- queue (the waiters table), $11 how long its registration stays fresh (ms),
+-- $12 how long a waiter may be overtaken (ms), $13 whether
+-- the call shares its transaction with others (a batch, whose commit
+-- must wait for its WAL flush if any of them acquired). $14 the semaphore
+-- whose slot $1 is and $15 its slot count (see WithSlots), both recorded in
+-- the row; NULL for a plain lease.
+--
+-- Returns one row: acquired?, the new token, and whether the new row is
+-- session-bound; acquired, the row taken over if any (its owner and token,
+-- as it was before); not acquired, the holder as the attempt saw it
+-- (remaining -1 when no holder was seen: the row appeared concurrently, or
+-- the lease is free and promised to the waiters ahead), whether a
+-- session-bound holder is bound to its session, whether that session
+-- still holds its session lock (a waiter can watch it: AwaitSession), the
+-- number of live waiters ahead, the slot count of a live row of another
+-- kind on the name (see clash: 1 for a plain lease; 0 when none), and the
+-- session-bound holder's backend pid.
+--
+-- Tokens: acquisitions of one name first serialize on a transaction-scoped
+-- advisory lock (the two-int4 key space, which never meets the bigint keys
+-- of session locks), and only then draw from the sequence. Drawn earlier,
+-- a slow contender could be granted a token older than one granted
+-- meanwhile to a faster contender that has since released. The lock is
+-- the name's, and for a slot first its semaphore's (a semaphore and a
+-- plain lease of one name take the same lock) and then the slot's own (a
+-- set, AcquireAllLocks, takes the names' locks). Every statement after the
+-- lock reads with a snapshot taken once the lock was granted, and so sees
+-- every row of the name committed before; none can commit between a check
+-- and the insert.
+--
+-- A session-bound acquire ($5) records its session in the row: the
+-- backend's pid, which holds that session's session lock (SessionLock, the
+-- bigint key of seed 3 below) for as long as the session lives, and the
+-- server incarnation. Any attempt, session-bound or not, may then take such
+-- a row over at once when that lock is free: the holder's session ended
+-- (the client died, or its connection failed, and a client whose
+-- connection fails ends its session-bound leases at once). A row granted by
+-- another incarnation (a restart, a promoted standby) is trusted no further
+-- than a plain row: it is taken over when it expires. (Should the pid be
+-- reused meanwhile by another client's session, the row is taken for
+-- alive, and taken over when it expires.)
+--
+-- The queue: blocked waiters register (a queued attempt, $10), and a
+-- release wakes the first live one alone (see Release). A free lease goes to
+-- whichever attempt comes first, so that a client may take a name again at
+-- once (a burst), except that once a live waiter has been queued for $12
+-- ms, it is promised to it: every attempt of another client that is not
+-- queued before it is refused (and a queued one keeps or takes its place).
+-- A waiter is live while its registration is fresh and its client's
+-- dedicated session holds the client lock (the bigint key of seed 1 below,
+-- taken by ClientLock): a crashed waiter is passed over at once. An
+-- attempt that acquires nothing commits without waiting for its WAL flush
+-- (unless it shares a batch's transaction): losing it in a crash loses
+-- nothing. An attempt that acquires waits for its flush whatever the
+-- settings (see the Durable fragment).
+--
+-- A name is one kind of lease: a slot is refused, and nothing written,
+-- while a live slot row of its semaphore records another slot count or a
+-- live plain lease holds the semaphore's name; a plain lease is refused
+-- while a live slot of a semaphore of its name exists.
+--
+-- The function has two paths. The first serves an unqueued attempt on a
+-- plain lease (session-bound or not) of a name that has no row at all and
+-- for which no other client has a registration in the queue: one INSERT
+-- that probes the semaphore index for a live slot of a semaphore of the
+-- name and the waiters' primary key for a registration of another client
+-- (no promise can exist without one), and writes the row unless one
+-- exists (ON CONFLICT DO NOTHING: an existing row is not even locked).
+-- When it writes nothing the second path decides, from scratch: the whole
+-- rule of every kind, queue and binding, in one statement (it takes over
+-- an expired row, or one whose session ended, and reports the holder). A
+-- live row that its snapshot shows (and that is not session-bound, whose
+-- session may have ended) is not written to at all there: no row lock, no
+-- token drawn; the attempt only reads.
+CREATE OR REPLACE FUNCTION {{acquire_fn}}(
+    p_name text, p_owner text, p_ttl_ms bigint, p_hold_ms bigint, p_session boolean,
+    p_metadata jsonb, p_ns text, p_client text, p_lock_timeout_ms integer,
+    p_queued boolean, p_queue_ttl_ms bigint, p_fair_ms bigint, p_in_batch boolean,
+    p_semaphore text, p_slots integer,
+    OUT o_acquired boolean, OUT o_token bigint, OUT o_session_bound boolean,
+    OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
+    OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,
+    OUT o_ahead bigint, OUT o_clash integer, OUT o_pid integer)
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+DECLARE
+    v_ok boolean;
+    v_setting text;
+BEGIN
+    IF $9 > 0 THEN
+        v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
+    END IF;
+    IF $14 IS NOT NULL THEN
+        v_ok := pg_advisory_xact_lock(hashtext($7 || $14), hashtext($14 || $7)) IS NULL;
+    END IF;
+    v_ok := pg_advisory_xact_lock(hashtext($7 || $1), hashtext($1 || $7)) IS NULL;
+
+    IF NOT $10 AND $14 IS NULL THEN
+        -- The first path (see above).
+        INSERT INTO {{table}} AS l
+            ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+             "hold_until", "ttl", "session_pid", "session_server", "metadata")
+        SELECT $1, $2, nextval('{{seq}}'), now(), now(),
+               now() + $3 * interval '1 millisecond',
+               now() + $4 * interval '1 millisecond',
+               $3 * interval '1 millisecond',
+               CASE WHEN $5 THEN pg_backend_pid() END,
+               CASE WHEN $5 THEN {{server}} END,
+               $6 || jsonb_build_object('client', $8)
+         WHERE NOT EXISTS (SELECT 1 FROM {{table}} AS s
+                            WHERE s."semaphore" = $1 AND s."expires_at" > now())
+           AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
+                            WHERE w."name" = $1 AND w."client" <> $8)
+        ON CONFLICT ("name") DO NOTHING
+        RETURNING true, l."token", l."session_pid" IS NOT NULL, '', 0::bigint, 0::bigint, 0::bigint,
+                  '', false, 0::bigint, 0, 0, {{durable}}
+             INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
+                  o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid, v_setting;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    -- The second path: every rule, as one statement.
+    WITH clash AS MATERIALIZED (
+        -- A live row of another kind on the name, by its slot count (1 for a
+        -- plain lease): for a plain lease, a slot of a semaphore of its name;
+        -- for a slot, a slot of its semaphore recording another count, or a
+        -- plain lease on the semaphore's name. (Through the semaphore index
+        -- and the primary key: the cost does not grow with the table.)
+        SELECT l."slots" FROM {{table}} AS l
+         WHERE l."semaphore" = coalesce($14, $1) AND l."expires_at" > now()
+           AND ($14 IS NULL OR l."slots" <> $15)
+        UNION ALL
+        SELECT 1 FROM {{table}} AS l
+         WHERE $14 IS NOT NULL AND l."name" = $14 AND l."semaphore" IS NULL
+           AND l."expires_at" > now()
+         LIMIT 1
+    ), srv AS MATERIALIZED (
+        SELECT {{server}} AS id
+    ), me AS MATERIALIZED (
+        -- This wait's place in the queue: its first registration, or now.
+        SELECT coalesce(r.since, now()) AS since, r.since IS NOT NULL AS registered
+          FROM (SELECT) AS one LEFT JOIN {{waiters}} AS r
+            ON $10 AND r."name" = $1 AND r."client" = $8
+    ), ahead AS MATERIALIZED (
+        -- n: the live waiters queued before this wait, when one of them keeps
+        -- it from the lease: the first, once the lease is promised to it
+        -- (first names it then), or any, for a wait already in the queue
+        -- (queued waiters take their turns in order; only a new attempt may
+        -- overtake, as a client taking the name again at once does). Else 0.
+        SELECT coalesce(max(f.n) FILTER (WHERE f.due OR q.registered), 0) AS n,
+               max(f."client") FILTER (WHERE f.due) AS first
+          FROM (SELECT $1 AS "name") AS n
+         CROSS JOIN (SELECT $8 AS "client", $7 AS "ns", me.since AS "since", me.registered,
+                            $12 * interval '1 millisecond' AS "fair" FROM me) AS q
+          LEFT JOIN LATERAL ({{first}}) AS f ON true
+    ), old AS MATERIALIZED (
+        SELECT l."owner", l."token", l."expires_at" > now() AS "live",
+               l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
+               (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+               (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+               l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid"
+          FROM {{table}} AS l WHERE l."name" = $1
+    ), ins AS (
+        -- Not for a live row that is not session-bound: it would refuse
+        -- (ON CONFLICT) after locking it, and the attempt would write.
+        INSERT INTO {{table}} AS l
+            ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+             "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
+        SELECT $1, $2, nextval('{{seq}}'), now(), now(),
+               now() + $3 * interval '1 millisecond',
+               now() + $4 * interval '1 millisecond',
+               $3 * interval '1 millisecond',
+               CASE WHEN $5 THEN pg_backend_pid() END,
+               CASE WHEN $5 THEN (SELECT id FROM srv) END,
+               $6 || jsonb_build_object('client', $8),
+               $14, $15
+        FROM ahead
+        WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash)
+          AND NOT EXISTS (SELECT 1 FROM old WHERE old."live" AND NOT old."session_bound")
+        ON CONFLICT ("name") DO UPDATE
+           SET "owner" = excluded."owner", "token" = excluded."token",
+               "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
+               "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
+               "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
+               "session_server" = excluded."session_server", "metadata" = excluded."metadata",
+               "semaphore" = excluded."semaphore", "slots" = excluded."slots",
+               "stepdown_at" = NULL
+         WHERE l."expires_at" <= now()
+            -- A session-bound row whose session ended (see above): the row as
+            -- it is now, not as of the statement's snapshot.
+            OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
+                AND l."session_server" = (SELECT id FROM srv)
+                AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || l."session_pid"::text, 3)))
+        RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
+    ), queued AS (
+        INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at")
+        SELECT $1, $8, me.since, now() + $11 * interval '1 millisecond'
+          FROM me WHERE $10 AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
+        ON CONFLICT ("name", "client") DO UPDATE SET "expires_at" = excluded."expires_at"
+        RETURNING 1
+    ), dequeued AS (
+        DELETE FROM {{waiters}} AS w
+         WHERE $10 AND EXISTS (SELECT 1 FROM ins)
+           AND w."client" = $8 AND w."name" = $1
+        RETURNING 1
+    ), handed AS (
+        -- A fast-failover lease handed to a queued waiter (by a release, or
+        -- taken over from a dead or expired holder): wake the next live waiter
+        -- once, so that it looks again and watches the new holder's session.
+        -- It was queued behind this one and did not watch the previous holder,
+        -- and nothing else would tell it of the new one before its fallback
+        -- poll: a crash of the new holder would wait for that poll.
+        SELECT pg_notify('pglease_' || w."client", $1) AS ok
+          FROM (SELECT w."client" FROM {{waiters}} AS w
+                 WHERE $5 AND $10 AND EXISTS (SELECT 1 FROM ins)
+                   AND w."name" = $1 AND w."client" <> $8
+                   AND CASE WHEN w."expires_at" > now()
+                            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
+                            ELSE false END
+                 ORDER BY w."since", w."client"
+                 LIMIT 1) AS w
+    ), durable AS (
+        SELECT {{durable}} AS ok FROM ins LIMIT 1
+    ), nudge AS (
+        -- Refused a free lease promised to a waiter (or one whose holder's
+        -- session ended): wake that waiter now rather than at its next look
+        -- (see Release).
+        SELECT pg_notify('pglease_' || ahead.first, $1) AS ok
+          FROM ahead
+         WHERE ahead.first IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM old
+                            WHERE old."remaining_ms" > 0
+                              AND NOT (old."session_bound" AND old."pid" <> pg_backend_pid()
+                                       AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || old."pid"::text, 3))))
+    ), nowait AS (
+        SELECT set_config('synchronous_commit', 'off', true) AS ok
+         WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $13
+    )
+    SELECT true, ins."token", ins."session_bound",
+           coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
+           false, 0::bigint, 0, 0
+      FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true LEFT JOIN durable ON true
+    UNION ALL
+    SELECT false, 0::bigint, coalesce(old."session_bound", false),
+           coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
+           coalesce(old."heartbeat_ms", 0), coalesce(old."client", ''),
+           CASE WHEN old."session_bound"
+                THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || old."pid"::text, 3))
+                ELSE false END,
+           (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
+      FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
+     WHERE NOT EXISTS (SELECT 1 FROM ins)
+      INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
+           o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid;
+END
+$pglease$
+
+-- name: CreateRelease
+-- $1 name, $2 token, $3 notification channel, $4 advisory-lock namespace,
+-- $5 how often a waiter may be woken (ms). Returns the rows released or
+-- kept (0 or 1), the notifications sent, and 1 (the old statement's
+-- count of its nowait part).
+--
+-- Before the minimum hold time the row is kept (and stays held) until
+-- then; afterwards it is deleted, the first live waiter of the queue is
+-- woken alone on its client's own channel (one statement per hand-off,
+-- however many clients wait: queued waiters do not act on the table's
+-- channel), and the table's channel is notified for what does not queue
+-- (TryAcquire loops, observers of a leader). Registrations that went stale
+-- are dropped on the way. A name nobody queues for costs the delete (which
+-- also probes the waiters' primary key) and the table's notification; the
+-- queue's statement runs only when a registration exists.
+--
+-- A release need not wait for its WAL flush: lost in a crash, it only
+-- delays the next holder until the row expires. (Acquire and renew do
+-- wait: losing them could let two holders overlap.)
+CREATE OR REPLACE FUNCTION {{release_fn}}(
+    p_name text, p_token bigint, p_channel text, p_ns text, p_fair_ms bigint,
+    OUT o_released bigint, OUT o_notified bigint, OUT o_nowait bigint)
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+DECLARE
+    v_setting text;
+    v_acquired_at timestamptz;
+    v_waiters boolean;
+BEGIN
+    o_released := 0;
+    o_notified := 0;
+    o_nowait := 1;
+    DELETE FROM {{table}} AS l
+     WHERE l."name" = $1 AND l."token" = $2 AND l."hold_until" <= now()
+    RETURNING l."acquired_at",
+              -- Whether a registration exists; when none does, the
+              -- table's channel is notified here.
+              (SELECT CASE WHEN x.queue THEN true WHEN pg_notify($3, $1) IS NULL THEN false ELSE false END
+                 FROM (SELECT EXISTS (SELECT 1 FROM {{waiters}} AS w WHERE w."name" = $1) AS queue) AS x),
+              set_config('synchronous_commit', 'off', true)
+         INTO v_acquired_at, v_waiters, v_setting;
+    IF NOT FOUND THEN
+        v_setting := set_config('synchronous_commit', 'off', true);
+        -- Kept: the row no longer belongs to a client's live lease; drop
+        -- the client id so that the client does not take it for a lost
+        -- reply's row.
+        UPDATE {{table}} AS l
+           SET "expires_at" = l."hold_until", "session_pid" = NULL, "session_server" = NULL,
+               "metadata" = l."metadata" - 'client'
+         WHERE l."name" = $1 AND l."token" = $2 AND l."hold_until" > now();
+        GET DIAGNOSTICS o_released = ROW_COUNT;
+        RETURN;
+    END IF;
+    o_released := 1;
+    IF NOT v_waiters THEN
+        o_notified := 1;
+        RETURN;
+    END IF;
+    WITH del AS (
+        SELECT $1 AS "name", v_acquired_at AS "acquired_at"
+    ), lockns AS (
+        SELECT $4 AS v
+    ), head AS MATERIALIZED (
+        {{head}}
+    ), wake AS MATERIALIZED (
+        -- The first waiter is woken the first time, and again once the lease
+        -- is promised to it ($5 ms after its turn began: see marked); not in
+        -- between, while the releasing client may take the name again at once
+        -- (a burst) and a waiter woken in vain looks again by itself.
+        SELECT h."client", h."since" FROM head AS h
+         WHERE h."notified_at" IS NULL OR h."notified_at" <= now() - $5 * interval '1 millisecond'
+    ), marked AS (
+        -- Its turn began when it queued or when the lease now released was
+        -- acquired, whichever is later: a waiter queued through a long hold is
+        -- promised the lease at once, one queued behind a burst $5 ms later.
+        UPDATE {{waiters}} AS w SET "notified_at" = greatest(wake."since", del."acquired_at")
+          FROM wake, del
+         WHERE w."name" = $1 AND w."client" = wake."client" AND w."notified_at" IS NULL
+    ), stale AS (
+        DELETE FROM {{waiters}} AS w
+         WHERE w."name" = $1 AND w."expires_at" <= now()
+    ), note AS (
+        -- The table's channel when no live waiter was seen (waits that do not
+        -- queue, or whose registration this statement could not see yet) or
+        -- the first one is woken (observers: a hand-off is under way).
+        SELECT pg_notify($3, del."name") FROM del
+         WHERE NOT EXISTS (SELECT 1 FROM head) OR EXISTS (SELECT 1 FROM wake)
+        UNION ALL
+        SELECT pg_notify('pglease_' || wake."client", del."name") FROM del, wake
+    )
+    SELECT count(*) INTO o_notified FROM note;
+END
+$pglease$
