@@ -103,20 +103,37 @@ func render(w http.ResponseWriter, code int, name string, data any) {
 }
 
 // events streams snapshots to one viewer as server-sent events: the
-// current one at once, then each new one, until the viewer leaves or the
-// console closes.
+// current one once the console has read the table (a viewer who connects
+// before its first read is not shown the empty state it starts from, which
+// would say the table is missing), then each new one, until the viewer
+// leaves or the console closes.
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
-	ch, cur, ok := c.hub.subscribe()
-	if !ok {
+	select {
+	case <-c.hub.done:
 		http.Error(w, "503 the console is shutting down", http.StatusServiceUnavailable)
 		return
+	default:
 	}
-	defer c.hub.unsubscribe(ch)
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
+	select {
+	case <-c.hub.ready:
+	case <-c.hub.done:
+		return
+	case <-r.Context().Done():
+		return
+	}
+	ch, cur, ok := c.hub.subscribe()
+	if !ok {
+		return
+	}
+	defer c.hub.unsubscribe(ch)
 	// send writes a snapshot's JSON, or a keepalive comment for nil.
 	send := func(data []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))

@@ -32,8 +32,17 @@ type fixture struct {
 }
 
 // start opens a console with cfg (DSN, Table and AppName filled in when
-// empty) and serves it; both are closed when the test ends.
+// empty) and serves it once it has read the table; both are closed when the
+// test ends.
 func start(t *testing.T, cfg console.Config) *fixture {
+	t.Helper()
+	f := serve(t, cfg)
+	pgtest.Receive(t, f.c.Ready(), "the console's first read")
+	return f
+}
+
+// serve is start without waiting for the console's first read.
+func serve(t *testing.T, cfg console.Config) *fixture {
 	t.Helper()
 	if cfg.DSN == "" {
 		cfg.DSN = pgtest.DSN(t)
@@ -58,7 +67,6 @@ func start(t *testing.T, cfg console.Config) *fixture {
 		srv.Close()
 		c.Close()
 	})
-	pgtest.Receive(t, c.Ready(), "the console's first read")
 	return &fixture{t: t, c: c, srv: srv, cfg: cfg, table: cfg.Table}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/cmd/pglease/internal/console"
 	"github.com/pglease/pglease/internal/pgtest"
@@ -147,4 +148,52 @@ func TestSelectOnlyRoleFallsBackToPolling(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(t, events, "seen-anyway acquired", func(m msg) bool { return m.state("seen-anyway") == "held" })
+}
+
+// A viewer who connects before the console has read the table is shown
+// that first read, not the empty state the console starts from (which the
+// page shows as "no lease table yet", with no leases). The first read is
+// held up by a lock on the table until the viewer is connected.
+func TestAViewerBeforeTheFirstReadSeesThatRead(t *testing.T) {
+	table := pgtest.Schema(t) + ".leases"
+	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+	defer cancel()
+	c, err := pglease.Open(ctx, pgtest.DSN(t), pglease.Config{Table: table, Owner: "tester"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(ctx, "held-at-start", pglease.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+
+	f := serve(t, console.Config{Table: table})
+	events := f.stream() // connected: the response's headers came
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := await(t, events, "the first snapshot", func(msg) bool { return true })
+	if m.Version == 0 || !m.Status.Exists || m.state("held-at-start") != "held" {
+		t.Fatalf("the first snapshot: version %d, table exists %v, held-at-start %q; want the first read's: version ≥ 1, the table, the lease held",
+			m.Version, m.Status.Exists, m.state("held-at-start"))
+	}
 }
