@@ -82,8 +82,11 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last error
 	retries := 0
-	woken := false        // the last pause ended with a wake-up
-	var wokenAt time.Time // the first wake-up of this wait
+	woken := false // the last pause ended with a wake-up
+	// wokenAt is the latest wake-up of this wait, when a release may have
+	// begun its turn: not the first, which may be the listener's start
+	// (it wakes every wait once), long before any release.
+	var wokenAt time.Time
 	for {
 		r := a.round(ctx)
 		if r.leases != nil {
@@ -102,7 +105,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 				if w.recheck {
 					delay = min(delay, store.WakeEvery)
 				}
-				if woken && wokenAt.IsZero() {
+				if woken {
 					wokenAt = time.Now()
 				}
 				if w.queued && !wokenAt.IsZero() && !r.behind {
