@@ -19,8 +19,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
-
-	"github.com/pglease/pglease/internal/store"
 )
 
 // acquisition is one call's acquisition: what it asks for, and its state
@@ -82,11 +80,6 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last error
 	retries := 0
-	woken := false // the last pause ended with a wake-up
-	// wokenAt is the latest wake-up of this wait, when a release may have
-	// begun its turn: not the first, which may be the listener's start
-	// (it wakes every wait once), long before any release.
-	var wokenAt time.Time
 	for {
 		r := a.round(ctx)
 		if r.leases != nil {
@@ -101,21 +94,8 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 			b.reset()
 			last = r.held
 			delay = a.expiryWait(r.soonest)
-			if w := a.w; w != nil {
-				if w.recheck {
-					delay = min(delay, store.WakeEvery)
-				}
-				if woken {
-					wokenAt = time.Now()
-				}
-				if w.queued && !wokenAt.IsZero() && !r.behind {
-					if left := time.Until(wokenAt.Add(fairAfter + store.WakeEvery)); left > 0 {
-						// Woken in vain: the releasing client took the
-						// name again first. The lease is promised to this
-						// waiter fairAfter into its turn; look again then.
-						delay = min(delay, left)
-					}
-				}
+			if a.w != nil {
+				delay = a.w.lookAgain(delay, time.Now(), r.behind)
 			}
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			err = gaveUp(ctx, last)
@@ -143,8 +123,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 			return a.fail(r.held)
 		}
 		delay = h.follow(c, r.inSession, a.wait, delay)
-		var err error
-		if woken, err = a.pause(ctx, delay, last); err != nil {
+		if err := a.pause(ctx, delay, last); err != nil {
 			return a.fail(err)
 		}
 	}
@@ -400,27 +379,27 @@ func queuedError(r nameReply) error {
 	return e
 }
 
-// pause waits for a wake-up of the wait, the delay, the caller's context or the
-// client's Close; it says whether a wake-up ended it, or which of the last
-// two did.
-func (a *acquisition) pause(ctx context.Context, delay time.Duration, last error) (woken bool, err error) {
+// pause waits for a wake-up of the wait (which it records), the delay,
+// the caller's context or the client's Close; it says which of the last
+// two ended it.
+func (a *acquisition) pause(ctx context.Context, delay time.Duration, last error) error {
 	c := a.c
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-a.w.channel():
-		woken = true
+		a.w.woke(time.Now())
 	case <-t.C:
 	case <-ctx.Done():
 	case <-c.bg.Done():
 	}
 	switch {
 	case ctx.Err() != nil:
-		return false, gaveUp(ctx, last)
+		return gaveUp(ctx, last)
 	case c.bg.Err() != nil:
-		return false, ErrClosed
+		return ErrClosed
 	}
-	return woken, nil
+	return nil
 }
 
 // expiryWait is how long to sleep before the next attempt when the holder's

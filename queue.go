@@ -21,6 +21,32 @@ type waiting struct {
 	// registered: the last attempt left a registration in the queue;
 	// recheck: it was the first.
 	registered, recheck bool
+	// wokenAt is the latest wake-up of the wait, when a release may have
+	// begun its turn: not the first, which may be the listener's start
+	// (it wakes every wait once), long before any release.
+	wokenAt time.Time
+}
+
+// woke records a wake-up of the wait at now.
+func (w *waiting) woke(now time.Time) { w.wokenAt = now }
+
+// lookAgain bounds delay, the pause before the next attempt of a wait
+// just refused at now (behind: the name is promised to waiters queued
+// ahead of it). A first registration looks again shortly (see recheck). A
+// queued wait refused after a wake-up, with nobody ahead of it, was woken
+// in vain: the releasing client took the name again first. The lease is
+// promised to it fairAfter into its turn, which began at its latest
+// wake-up, and a release in between wakes nobody: it looks again then.
+func (w *waiting) lookAgain(delay time.Duration, now time.Time, behind bool) time.Duration {
+	if w.recheck {
+		delay = min(delay, store.WakeEvery)
+	}
+	if w.queued && !w.wokenAt.IsZero() && !behind {
+		if left := w.wokenAt.Add(fairAfter + store.WakeEvery).Sub(now); left > 0 {
+			delay = min(delay, left)
+		}
+	}
+	return delay
 }
 
 func (w *waiting) channel() <-chan struct{} {

@@ -273,6 +273,70 @@ func TestWaiterWokenInVainLooksAgainWhenItsPromiseHolds(t *testing.T) {
 	}
 }
 
+// The look of a waiter woken in vain is timed from its latest wake-up,
+// not its first: the listener's start wakes every wait once, long before
+// any release, and a waiter timed from that wake-up would sleep until its
+// timer (TTL and PollInterval: 10 minutes). Here the first wake-up is the
+// listener's, the second a release's (in vain) well after it.
+func TestWaiterWokenInVainLooksAgainFromItsLatestWakeUp(t *testing.T) {
+	ctx := testCtx(t)
+	holder, waiter := slowPair(t)
+	l, err := holder.TryAcquire(ctx, "vain-twice", WithTTL(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its attempts: 1 registers, 2 is the look after registering, 3 the
+	// one woken by the listener's start (in vain: the lease is held), 4
+	// its look once that wake-up's promise would hold (in vain too), 5
+	// the one woken by a release (in vain), 6 the look once that
+	// promise would hold, held back until the lease is released.
+	attempts, look, proceed := holdAttempt(t, waiter, 6)
+	got := waitingFor(ctx, waiter, "vain-twice")
+	pgtest.WaitFor(t, patience, "the waiter's look after registering", func() bool { return attempts.Load() >= 2 })
+	waiter.hub.notifyAll()
+	pgtest.WaitFor(t, patience, "the look after the listener's wake-up", func() bool { return attempts.Load() >= 4 })
+	pgtest.Exec(t, `UPDATE `+holder.st.Names.QualifiedWaiters()+` SET notified_at = clock_timestamp() + interval '1 hour' WHERE client = $1`, waiter.id)
+	pgtest.Exec(t, `SELECT pg_notify($1, 'vain-twice')`, store.ClientChannel(waiter.id))
+	pgtest.Receive(t, look, "the woken waiter's own look once its promise would hold")
+	err = l.Release(ctx)
+	proceed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, got, "the acquisition by that look"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lookAgain times the look of a queued waiter refused after a wake-up
+// from that latest wake-up; a waiter behind others, or never woken, keeps
+// its delay.
+func TestLookAgainIsTimedFromTheLatestWakeUp(t *testing.T) {
+	t0 := time.Now()
+	long := 10 * time.Minute
+	w := &waiting{queued: true}
+	if got := w.lookAgain(long, t0, false); got != long {
+		t.Errorf("never woken: delay %v, want %v", got, long)
+	}
+	w.woke(t0)
+	w.woke(t0.Add(time.Second))
+	now := t0.Add(time.Second + time.Millisecond)
+	want := fairAfter + store.WakeEvery - time.Millisecond
+	if got := w.lookAgain(long, now, false); got != want {
+		t.Errorf("woken at 0 and 1s, refused at 1.001s: delay %v, want %v", got, want)
+	}
+	if got := w.lookAgain(long, now, true); got != long {
+		t.Errorf("behind others: delay %v, want %v", got, long)
+	}
+	if got := w.lookAgain(long, now.Add(time.Second), false); got != long {
+		t.Errorf("refused after the promise: delay %v, want %v", got, long)
+	}
+	w.recheck = true
+	if got := w.lookAgain(long, now.Add(time.Second), false); got != store.WakeEvery {
+		t.Errorf("after a first registration: delay %v, want %v", got, store.WakeEvery)
+	}
+}
+
 // A wait looks once more shortly after its first registration: a release
 // running alongside that registration may not have seen it and woken
 // nobody. Simulated by deleting the holder's row, with no notification,
