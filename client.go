@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,6 +123,14 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 		return nil, invalid(ErrInvalidArgument, "DSN: %w", err)
 	}
 	pcfg.MaxConns = cfg.MaxConns
+	// An idle client keeps its dedicated session alone: the pool's idle
+	// connections close after poolIdleTime, unless the DSN says otherwise.
+	if !strings.Contains(dsn, "pool_max_conn_idle_time") {
+		pcfg.MaxConnIdleTime = poolIdleTime
+	}
+	if !strings.Contains(dsn, "pool_health_check_period") {
+		pcfg.HealthCheckPeriod = min(pcfg.HealthCheckPeriod, pcfg.MaxConnIdleTime/2)
+	}
 	if cfg.ConnectTimeout > 0 {
 		pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	} else if pcfg.ConnConfig.ConnectTimeout == 0 {
@@ -148,6 +157,11 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	c.connCfg = pcfg.ConnConfig.Copy()
 	return c, nil
 }
+
+// poolIdleTime is how long a connection of a pool that Open created stays
+// open unused: a client that holds nothing and waits for nothing keeps
+// only its dedicated session (the test shortens it).
+var poolIdleTime = 30 * time.Second
 
 // NewFromPool returns a client that uses a pool the caller owns; pglease
 // never closes it. A dedicated connection for renewals and notifications is

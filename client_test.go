@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,5 +168,52 @@ func TestCallsRetriedAfterServerRestart(t *testing.T) {
 		if err := c.TryRun(ctx, "run-"+mode, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
 			t.Fatalf("%s: TryRun: ran %v, %v", mode, ran, err)
 		}
+	}
+}
+
+// A client that holds nothing and waits for nothing keeps one connection,
+// its dedicated session: the pool's connections, opened by acquisitions
+// side by side, close once idle.
+func TestIdleClientKeepsOneConnection(t *testing.T) {
+	defer func(d time.Duration) { poolIdleTime = d }(poolIdleTime)
+	poolIdleTime = time.Second
+	ctx := testCtx(t)
+	owner := "idle-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	c := testClient(t, Config{Owner: owner, MaxConns: 4})
+	conns := func() int {
+		return pgtest.Value[int](t, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName(owner))
+	}
+	var wg sync.WaitGroup
+	var most atomic.Int64
+	for i := range 4 {
+		wg.Go(func() {
+			l, err := c.Acquire(ctx, fmt.Sprintf("idle-%d", i), WithTTL(time.Minute))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if n := int64(conns()); n > most.Load() {
+				most.Store(n)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := most.Load(); n < 2 {
+		t.Fatalf("at most %d connections while acquiring side by side, want the session and the pool's", n)
+	}
+	pgtest.WaitFor(t, patience, "the idle pool's connections to close", func() bool { return conns() == 1 })
+	if _, err := c.session(); err != nil {
+		t.Fatal(err)
+	}
+	// The one left is the dedicated session: the client still acquires.
+	l, err := c.TryAcquire(ctx, "idle-again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
