@@ -141,7 +141,8 @@ func (a *acquisition) statement(unit []string) func(context.Context) reply {
 				r.rows[i] = nameReply{name: n.Name, free: n.Free, acquireResult: acquireResult{AcquireResult: store.AcquireResult{
 					Acquired: res.Acquired, Token: n.Token, OtherOwner: n.OtherOwner, OtherToken: n.OtherToken,
 					OtherRemaining: n.OtherRemaining, OtherClient: n.OtherClient, OtherHeartbeatAge: n.OtherHeartbeatAge,
-					Ahead: n.Ahead, SlotsMismatch: n.Clash}}}
+					Ahead: n.Ahead, SlotsMismatch: n.Clash, HolderInSession: n.HolderInSession,
+					HolderWatchable: n.HolderWatchable, HolderSession: n.HolderSession}}}
 			}
 			return r
 		}

@@ -223,9 +223,9 @@
 // database session: its row records that session (its backend pid), which
 // holds one session advisory lock, keyed by the pid, for as long as it
 // lives. Once that lock is free the holder's session has ended, and any
-// contender for the name or for a slot of its semaphore, fast-failover or
-// plain, takes the lease over at once instead of waiting out the TTL (a
-// set, [Client.AcquireAll], still waits for the row's expiry). A waiting
+// contender for the name, for a slot of its semaphore or for a set that
+// includes it ([Client.AcquireAll]), fast-failover or plain, takes the
+// lease over at once instead of waiting out the TTL. A waiting
 // client learns of it within milliseconds: it watches the holder's session
 // on a connection of its own, blocked on that lock (one such connection per
 // holder session, shared by every wait of the client on names that session

@@ -322,9 +322,14 @@ func (a *acquisition) refusedAll(rep reply, r *roundResult) {
 		remaining := n.OtherRemaining
 		switch {
 		case !n.free:
-			e.Holder = Info{Name: n.name, Owner: n.OtherOwner, Token: n.OtherToken, Remaining: n.OtherRemaining}
+			e.Holder = Info{Name: n.name, Owner: n.OtherOwner, Token: n.OtherToken, Remaining: n.OtherRemaining,
+				SessionBound: n.HolderInSession}
 			if n.Ahead > 0 {
 				remaining = max(remaining, a.c.cfg.PollInterval)
+			}
+			if n.HolderInSession && n.HolderWatchable {
+				// Taken over once the holder's session ends: watch it.
+				r.inSession = append(r.inSession, heldBy{n.name, n.HolderSession})
 			}
 		default:
 			// Free but promised to the waiters ahead: the one woken takes

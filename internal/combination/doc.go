@@ -65,8 +65,8 @@
 //     step-down's release) 100 ms from the release's return to the
 //     waiter's Acquire returning (a waiter may return before the releaser
 //     has: zero); the end of a fast-failover holder's session (SIGKILL,
-//     pg_terminate_backend) 1 s, for every waiter of a single name or a
-//     semaphore, plain or fast-failover (a set waits for the expiry); a
+//     pg_terminate_backend) 1 s, for every waiter of a single name, a
+//     semaphore or a set, plain or fast-failover; a
 //     holder that stopped renewing (killed plain holder, SIGSTOP,
 //     partition, or a restart for fast-failover leases) TTL +
 //     PollInterval from the fault.

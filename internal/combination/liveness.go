@@ -115,11 +115,10 @@ func (c *checker) bound(o opening, slack bool) time.Duration {
 
 // waiters returns the blocking acquisitions of o's resource that were
 // waiting at o.from for the kind of lease o freed, each of whose other
-// names (a set's) was free then; if fast, only those that take a
-// session-bound lease over once its holder's session ends: every single
-// name's and semaphore's, plain or fast-failover (a set waits for the
-// expiry).
-func (c *checker) waiters(o opening, fast bool) []*Op {
+// names (a set's) was free then. Every one of them takes a session-bound
+// lease over once its holder's session ends: a single name's, a
+// semaphore's and a set's, plain or fast-failover.
+func (c *checker) waiters(o opening) []*Op {
 	slots := o.freed[0].Slots
 	var out []*Op
 	for _, w := range c.h.Ops {
@@ -132,11 +131,11 @@ func (c *checker) waiters(o opening, fast bool) []*Op {
 		if k := c.h.proc(w.Proc).Killed; k != 0 && k <= o.from {
 			continue
 		}
-		wslots, wfast := w.Mode.Slots(), true
+		wslots := w.Mode.Slots()
 		if w.Kind == CmdAll {
-			wslots, wfast = 1, false
+			wslots = 1
 		}
-		if wslots != slots || (fast && !wfast) {
+		if wslots != slots {
 			continue
 		}
 		free := true
@@ -205,15 +204,13 @@ func (c *checker) measure(o opening) {
 		for _, l := range o.freed {
 			fast = fast && l.Session
 		}
-		if fast {
-			ws = c.waiters(o, true)
-		}
-		if len(ws) == 0 {
+		ws = c.waiters(o)
+		if !fast || len(ws) == 0 {
 			o.kind = EvExpiry
 		}
 	}
 	if o.kind != EvFast {
-		ws = c.waiters(o, false)
+		ws = c.waiters(o)
 	}
 	if len(ws) == 0 {
 		return // nobody waited: nothing to measure

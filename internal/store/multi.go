@@ -44,6 +44,10 @@ type NameResult struct {
 	// Clash is the slot count of a live semaphore of the name (0 when
 	// none): a name is one kind of lease, so the name is not free.
 	Clash int
+	// HolderInSession, HolderWatchable and HolderSession describe a
+	// session-bound holder as AcquireResult's fields of the same names do.
+	HolderInSession, HolderWatchable bool
+	HolderSession                    int32
 }
 
 // AcquireAllResult is the outcome of one all-or-nothing attempt.
@@ -87,7 +91,8 @@ func (s *Store) AcquireAll(ctx context.Context, db DB, a AcquireAllArgs) (Acquir
 			var n NameResult
 			var ok bool
 			var remMS, hbMS int64
-			if err := r.Scan(&n.Name, &ok, &n.Token, &n.OtherOwner, &n.OtherToken, &remMS, &hbMS, &n.OtherClient, &n.Free, &n.Ahead, &n.Clash); err != nil {
+			if err := r.Scan(&n.Name, &ok, &n.Token, &n.OtherOwner, &n.OtherToken, &remMS, &hbMS, &n.OtherClient, &n.Free, &n.Ahead, &n.Clash,
+				&n.HolderInSession, &n.HolderWatchable, &n.HolderSession); err != nil {
 				return err
 			}
 			n.OtherRemaining = time.Duration(remMS) * time.Millisecond

@@ -470,7 +470,8 @@ SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text
 -- namespace, $7 the client's random id (recorded in the metadata, as
 -- Acquire does), $8 how long a waiter may be overtaken (ms).
 --
--- All or nothing: every name must be free (no row, an expired row, or a
+-- All or nothing: every name must be free (no row, an expired row, a
+-- session-bound row whose session ended, as CreateAcquire takes over, or a
 -- row of this client's own whose acquisition reply was lost: the caller
 -- holds every name's local slot, so no lease of the client holds it), and
 -- no name may be promised to a waiter of another client (the queue, see
@@ -486,26 +487,42 @@ SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text
 -- rolls the transaction back. Returns one row per name, in $1's order:
 -- whether it was written, its token, and the holder as seen (remaining -1
 -- when no row was seen), whether the name was free, the number of
--- promised waiters of other clients, and the slot count of a live
--- semaphore of the name (0 when none: see CreateAcquire's clash).
+-- promised waiters of other clients, the slot count of a live semaphore
+-- of the name (0 when none: see CreateAcquire's clash), and, as
+-- CreateAcquire returns them, whether the holder is session-bound, whether
+-- its session can be watched, and its session's pid.
 WITH names AS MATERIALIZED (
     SELECT u.n AS "name", u.i AS i
       FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
-), old AS MATERIALIZED (
-    SELECT n."name", l."owner", l."token",
-           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
-           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
-           coalesce(l."metadata" ->> 'client', '') AS "client",
-           (l."name" IS NULL OR l."expires_at" <= now()
-               OR coalesce(l."metadata" ->> 'client' = $7::text, false))
-               AND k."slots" IS NULL AS "free",
-           coalesce(k."slots", 0) AS "clash"
+), srv AS MATERIALIZED (
+    SELECT {{server}} AS id
+), seen AS MATERIALIZED (
+    SELECT n."name", l."owner", l."token", l."expires_at", l."renewed_at", l."metadata",
+           l."name" IS NOT NULL AS "row", k."slots",
+           l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
+           l."session_pid" AS "pid"
       FROM names AS n LEFT JOIN {{table}} AS l ON l."name" = n."name"
       -- A name is one kind of lease: a live slot of a semaphore of the
       -- name refuses the set (as CreateAcquire's clash).
       LEFT JOIN LATERAL (SELECT s."slots" FROM {{table}} AS s
                           WHERE s."semaphore" = n."name" AND s."expires_at" > now()
                           LIMIT 1) AS k ON true
+), old AS MATERIALIZED (
+    -- free as the header says; "alive" (NULL unless the holder is a live
+    -- session-bound row of another session): whether that session still
+    -- holds its session lock (SessionLock), so that it can be watched, or
+    -- ended, so that the row is taken over.
+    SELECT a.*, (NOT a."row" OR a."expires_at" <= now() OR a."alive" IS FALSE
+                 OR a."client" = $7::text) AND a."clash" = 0 AS "free"
+      FROM (SELECT s."name", s."owner", s."token", s."row", s."expires_at", s."session_bound", s."pid",
+                   (extract(epoch FROM s."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+                   (extract(epoch FROM now() - s."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+                   coalesce(s."metadata" ->> 'client', '') AS "client",
+                   coalesce(s."slots", 0) AS "clash",
+                   CASE WHEN s."session_bound" AND s."expires_at" > now() AND s."pid" <> pg_backend_pid()
+                        THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($6::text || s."pid"::text, 3))
+                   END AS "alive"
+              FROM seen AS s) AS a
 ), ahead AS MATERIALIZED (
     -- As CreateAcquire's (a set is never queued itself).
     SELECT n."name", CASE WHEN f.due THEN f.n ELSE 0 END AS n, CASE WHEN f.due THEN f."client" END AS first
@@ -536,6 +553,11 @@ WITH names AS MATERIALIZED (
            "metadata" = excluded."metadata", "semaphore" = NULL, "slots" = NULL,
            "stepdown_at" = NULL
      WHERE l."expires_at" <= now() OR l."metadata" ->> 'client' = $7::text
+        -- A session-bound row whose session ended (see old): the row as it
+        -- is now, not as of the statement's snapshot.
+        OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
+            AND l."session_server" = (SELECT id FROM srv)
+            AND pg_try_advisory_xact_lock_shared(hashtextextended($6::text || l."session_pid"::text, 3)))
     RETURNING l."name", l."token"
 ), nudge AS (
     SELECT pg_notify('pglease_' || a.first, a."name") AS ok
@@ -549,7 +571,8 @@ WITH names AS MATERIALIZED (
 )
 SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
        coalesce(o."owner", ''), coalesce(o."token", 0), coalesce(o."remaining_ms", -1),
-       coalesce(o."heartbeat_ms", 0), o."client", o."free", a.n, o."clash"
+       coalesce(o."heartbeat_ms", 0), o."client", o."free", a.n, o."clash",
+       coalesce(o."session_bound", false), coalesce(o."alive", false), coalesce(o."pid", 0)
   FROM names AS n
   JOIN old AS o USING ("name")
   JOIN ahead AS a USING ("name")
