@@ -195,6 +195,9 @@ func (s *sequence) restart(mode string) {
 	if err != nil {
 		s.t.Fatalf("restart: %v", err)
 	}
+	// The admin pool's connections ended with the server: a pool hands
+	// out a connection used less than a second ago unchecked.
+	s.admin.Reset()
 	s.fault(FaultRestart, 0, start)
 	s.awaitTakeovers(held, start)
 }
