@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -134,8 +135,20 @@ func main() {
 		cName     = flag.String("name", "", "internal: child's lease name")
 		cTTL      = flag.Duration("ttl", 0, "internal: child's TTL")
 		cWaiters  = flag.Int("waiters", 0, "internal: child's waiter count")
+		cpuProf   = flag.String("cpuprofile", "", "write the measuring process's CPU profile to this file (go tool pprof)")
 	)
 	flag.Parse()
+	if *cpuProf != "" && *child == "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *child != "" {
@@ -167,6 +180,7 @@ func main() {
 		}
 	}
 	if err := run(ctx, cfg, *out); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
