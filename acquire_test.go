@@ -519,7 +519,7 @@ func TestSemaphoreAdmitsNHoldersAndWakesAWaiter(t *testing.T) {
 		t.Fatalf("waiter got %v, want slot %s", l, freed)
 	}
 	_ = l.Release(ctx)
-	if _, err := a.TryAcquire(ctx, string(make([]byte, 254)), WithSlots(10)); !errors.Is(err, ErrInvalidName) {
+	if _, err := a.TryAcquire(ctx, string(make([]byte, 254)), WithSlots(10)); !isInvalid(err, kindName) {
 		t.Fatalf("name too long with slot suffix: %v", err)
 	}
 }

@@ -119,7 +119,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, invalid(ErrInvalidArgument, "DSN: %w", err)
+		return nil, invalid(kindArgument, "DSN: %w", err)
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	if cfg.ConnectTimeout > 0 {
@@ -132,7 +132,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, invalid(ErrInvalidArgument, "DSN: %w", err)
+		return nil, invalid(kindArgument, "DSN: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, pcfg.ConnConfig.ConnectTimeout*time.Duration(hostCount(pcfg.ConnConfig)))
 	defer cancel()
@@ -154,7 +154,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 // opened with the pool's connection settings.
 func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
-		return nil, invalid(ErrInvalidArgument, "NewFromPool: pool is nil")
+		return nil, invalid(kindArgument, "NewFromPool: pool is nil")
 	}
 	cfg, st, err := cfg.withDefaults()
 	if err != nil {
@@ -172,7 +172,7 @@ func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 // renewals use one connection held from the handle's pool.
 func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 	if db == nil {
-		return nil, invalid(ErrInvalidArgument, "NewFromDB: db is nil")
+		return nil, invalid(kindArgument, "NewFromDB: db is nil")
 	}
 	cfg, st, err := cfg.withDefaults()
 	if err != nil {
@@ -213,7 +213,7 @@ func (c *Client) ID() string { return c.id }
 // DDL returns the SQL that creates the lease table "[schema.]table" (empty
 // means the default, "pglease_leases") and its token sequence, for users'
 // own migration tools; it is idempotent. An invalid name is reported as
-// [ErrInvalidIdentifier].
+// an *[InvalidError] of kind "identifier".
 func DDL(table string) (string, error) {
 	st, err := newStore(table)
 	if err != nil {

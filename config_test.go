@@ -1,7 +1,6 @@
 package pglease
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +11,8 @@ import (
 
 // Configurations that cannot keep a lease safely are refused by every
 // constructor, before anything is sent, with an error that names the
-// problem and matches ErrInvalidTTL when the TTL itself is out of range,
-// else ErrInvalidArgument; the same rule applies to a lease's own TTL.
+// problem and matches an invalid TTL when the TTL itself is out of range,
+// else an invalid argument; the same rule applies to a lease's own TTL.
 func TestUnsafeConfigRefused(t *testing.T) {
 	ctx := testCtx(t)
 	pool := pgtest.Pool(t)
@@ -59,15 +58,15 @@ func TestUnsafeConfigRefused(t *testing.T) {
 				if c != nil {
 					_ = c.Close()
 				}
-				sentinel := ErrInvalidArgument
+				sentinel := kindArgument
 				if strings.HasPrefix(tc.want, "TTL ") {
-					sentinel = ErrInvalidTTL
+					sentinel = kindTTL
 				}
 				switch {
-				case tc.want == "" && (errors.Is(err, ErrInvalidTTL) || errors.Is(err, ErrInvalidArgument)):
+				case tc.want == "" && (isInvalid(err, kindTTL) || isInvalid(err, kindArgument)):
 					t.Errorf("%s refused a safe config: %v", open.name, err)
 				case tc.want == "":
-				case !errors.Is(err, sentinel):
+				case !isInvalid(err, sentinel):
 					t.Errorf("%s: %v, want %v", open.name, err, sentinel)
 				case !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "pglease: "):
 					t.Errorf("%s: %q, want it to say %q", open.name, err, tc.want)
@@ -97,8 +96,8 @@ func TestScheduleReportsTheTimingALeaseGets(t *testing.T) {
 	if d := (Schedule{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second}).Deadline(); d != 8*time.Second {
 		t.Errorf("Deadline = %s", d)
 	}
-	if _, err := (Config{}).Schedule(WithTTL(500 * time.Millisecond)); !errors.Is(err, ErrInvalidTTL) {
-		t.Errorf("Schedule(WithTTL(500ms)): %v, want ErrInvalidTTL", err)
+	if _, err := (Config{}).Schedule(WithTTL(500 * time.Millisecond)); !isInvalid(err, kindTTL) {
+		t.Errorf("Schedule(WithTTL(500ms)): %v, want an invalid TTL", err)
 	}
 	if got, err := (Config{}).Schedule(WithMinHold(4 * time.Second)); err != nil || got.MinHold != 4*time.Second {
 		t.Errorf("Schedule(WithMinHold(4s)) = %+v, %v, want MinHold 4s", got, err)
@@ -121,11 +120,11 @@ func TestNamesSpellsTheRowsAnAcquisitionContendsFor(t *testing.T) {
 			t.Errorf("Names(job, %d options) = %q, %v, want %q", len(tc.opts), got, err, tc.want)
 		}
 	}
-	if _, err := (Config{}).Names("job", WithSlots(0)); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("Names(WithSlots(0)): %v, want ErrInvalidArgument", err)
+	if _, err := (Config{}).Names("job", WithSlots(0)); !isInvalid(err, kindArgument) {
+		t.Errorf("Names(WithSlots(0)): %v, want an invalid argument", err)
 	}
-	if _, err := (Config{}).Names("bad#1"); !errors.Is(err, ErrInvalidName) {
-		t.Errorf("Names(bad#1): %v, want ErrInvalidName", err)
+	if _, err := (Config{}).Names("bad#1"); !isInvalid(err, kindName) {
+		t.Errorf("Names(bad#1): %v, want an invalid lease name", err)
 	}
 }
 
@@ -149,8 +148,8 @@ func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("CheckOwner(%q) = %v", tc.owner, err)
-		case tc.want != "" && (!errors.Is(err, ErrInvalidOwner) || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("CheckOwner(%q) = %v, want ErrInvalidOwner saying %q", tc.owner, err, tc.want)
+		case tc.want != "" && (!isInvalid(err, kindOwner) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("CheckOwner(%q) = %v, want an invalid owner saying %q", tc.owner, err, tc.want)
 		}
 		if tc.owner == "" {
 			continue // Config.Owner "" means the default
@@ -171,28 +170,28 @@ func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
 func TestInvalidInputIsRejectedBeforeAnythingIsSent(t *testing.T) {
 	ctx := testCtx(t)
 	for _, table := range []string{"Leases", `x"; DROP TABLE y; --`, "a.b.c", "ünïcode", "1abc", strings.Repeat("a", 64), "a.", ".a"} {
-		if _, err := Open(ctx, "postgres://nowhere.invalid:1/db", Config{Table: table}); !errors.Is(err, ErrInvalidIdentifier) {
-			t.Errorf("table %q: %v, want ErrInvalidIdentifier", table, err)
+		if _, err := Open(ctx, "postgres://nowhere.invalid:1/db", Config{Table: table}); !isInvalid(err, kindIdentifier) {
+			t.Errorf("table %q: %v, want an invalid identifier", table, err)
 		}
-		if _, err := DDL(table); !errors.Is(err, ErrInvalidIdentifier) {
+		if _, err := DDL(table); !isInvalid(err, kindIdentifier) {
 			t.Errorf("DDL(%q): %v", table, err)
 		}
 	}
 	c := testClient(t, Config{})
 	for _, name := range []string{"", strings.Repeat("n", 256), "bad\xff", "nul\x00byte"} {
-		if _, err := c.TryAcquire(ctx, name); !errors.Is(err, ErrInvalidName) {
-			t.Errorf("name %q: %v, want ErrInvalidName", name, err)
+		if _, err := c.TryAcquire(ctx, name); !isInvalid(err, kindName) {
+			t.Errorf("name %q: %v, want an invalid lease name", name, err)
 		}
 	}
 	for _, ttl := range []time.Duration{0, -time.Second, 500 * time.Millisecond, 200 * 365 * 24 * time.Hour} {
-		if _, err := c.TryAcquire(ctx, "ok", WithTTL(ttl)); !errors.Is(err, ErrInvalidTTL) {
-			t.Errorf("ttl %s: %v, want ErrInvalidTTL", ttl, err)
+		if _, err := c.TryAcquire(ctx, "ok", WithTTL(ttl)); !isInvalid(err, kindTTL) {
+			t.Errorf("ttl %s: %v, want an invalid TTL", ttl, err)
 		}
 	}
-	if _, err := Open(ctx, "postgres://x", Config{TTL: -1}); !errors.Is(err, ErrInvalidTTL) {
+	if _, err := Open(ctx, "postgres://x", Config{TTL: -1}); !isInvalid(err, kindTTL) {
 		t.Errorf("Config.TTL -1: %v", err)
 	}
-	if _, err := c.TryAcquire(ctx, "ok", WithTTL(2*time.Second), WithMinHold(3*time.Second)); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := c.TryAcquire(ctx, "ok", WithTTL(2*time.Second), WithMinHold(3*time.Second)); !isInvalid(err, kindArgument) {
 		t.Errorf("min hold above TTL: %v", err)
 	}
 	// None of it created a row.

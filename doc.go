@@ -106,9 +106,10 @@
 // Every error starts with "pglease: " (once) and matches a sentinel of
 // this package with errors.Is, or the driver's error it wraps. Bad input
 // is refused before anything is sent and changes nothing: a [Config] when
-// the client is created ([ErrInvalidIdentifier], [ErrInvalidOwner],
-// [ErrInvalidTTL], else [ErrInvalidArgument]), a name or an [Option] at
-// the call ([ErrInvalidName] and the same sentinels). A lease held
+// the client is created, a name or an [Option] at the call; the error is
+// an *[InvalidError] matching [ErrInvalid], whose Kind says what was
+// refused (a lease name, an owner, a TTL, a table or schema name, or
+// another argument). A lease held
 // elsewhere is a *[HeldError] matching [ErrNotAcquired]; an acquisition
 // whose context ended also matches ctx.Err(). A name asked for as another
 // kind of lease than its live leases hold (a plain lease, a semaphore of

@@ -40,13 +40,13 @@ type Elector struct {
 // resuming from a pause before the deadline timer ran. When lead returns, the lease is released and
 // the instance campaigns again. Options apply to every term's lease
 // ([WithTTL], [WithFastFailover]…); [WithSlots] is refused with
-// [ErrInvalidArgument], as an election has one leader.
+// [ErrInvalid], as an election has one leader.
 func (c *Client) NewElector(name string, lead func(ctx context.Context) error, opts ...Option) (*Elector, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
 	if lead == nil {
-		return nil, invalid(ErrInvalidArgument, "NewElector: lead function is nil")
+		return nil, invalid(kindArgument, "NewElector: lead function is nil")
 	}
 	if o, err := c.leaseOptions(opts); err != nil {
 		return nil, err

@@ -64,37 +64,28 @@ var (
 	// does not help while those leases are held.
 	ErrSlotsMismatch = errors.New("pglease: name is held as another kind of lease")
 
-	// ErrInvalidName means a lease name is empty, longer than 255 bytes, not
-	// valid UTF-8 or contains NUL, or, for an acquisition, ends in the
-	// suffix reserved for slot names (see [CheckName]).
-	ErrInvalidName = errors.New("pglease: invalid lease name")
-	// ErrInvalidOwner means an owner label is empty, longer than 255 bytes,
-	// not valid UTF-8 or contains control characters.
-	ErrInvalidOwner = errors.New("pglease: invalid owner")
-	// ErrInvalidTTL means a TTL ([Config.TTL], [WithTTL]) is below 1s,
-	// above 100 years or not a whole number of milliseconds.
-	ErrInvalidTTL = errors.New("pglease: invalid TTL")
-	// ErrInvalidIdentifier means a table or schema name does not match
-	// [a-z_][a-z0-9_]{0,62}.
-	ErrInvalidIdentifier = errors.New("pglease: invalid identifier")
-	// ErrInvalidArgument means any other value pglease checks is invalid: a
-	// [Config] field (MaxConns, a duration other than the TTL, a
-	// SafetyMargin or RenewInterval that does not suit the TTL), an
-	// [Option]'s value (slots, metadata, minimum hold), or a nil pool,
-	// handle or function. Nothing was changed.
-	ErrInvalidArgument = errors.New("pglease: invalid argument")
+	// ErrInvalid means pglease refused a value before it sent or changed
+	// anything: a lease name, an owner, a TTL, a table or schema name, a
+	// [Config] field (or a SafetyMargin or RenewInterval that does not
+	// suit the TTL), an [Option]'s value (slots, metadata, minimum hold),
+	// or a nil pool, handle or function. The error is an *[InvalidError]
+	// saying which kind of value and why.
+	ErrInvalid = errors.New("pglease: invalid argument")
 )
 
 // InvalidError is the error of a value pglease refuses before it changes
 // anything: a lease name, an owner, a TTL, a table or schema name, or any
 // other argument ([CheckName], [CheckOwner], [Config.Validate], an
-// [Option], a call's arguments). It matches the sentinel of its kind with
-// errors.Is, and the error that made the value invalid, if any.
+// [Option], a call's arguments). It
+// matches [ErrInvalid] with errors.Is, and the error that made the value
+// invalid, if any.
 type InvalidError struct {
-	// Kind is the sentinel the error matches: ErrInvalidName,
-	// ErrInvalidOwner, ErrInvalidTTL, ErrInvalidIdentifier or
-	// ErrInvalidArgument.
-	Kind error
+	// Kind is what was refused, as the message names it: "lease name"
+	// (see [CheckName] for what a name may be), "owner" (1–255 bytes of
+	// UTF-8 without control characters), "TTL" (1s to 100 years, a whole
+	// number of milliseconds), "identifier" (a table or schema name, which
+	// must match [a-z_][a-z0-9_]{0,62}) or "argument" (any other value).
+	Kind string
 	// Reason says what is wrong and what to do, without the "pglease: "
 	// prefix and the kind ("TTL must be at least 1s, got 0s"), for tools
 	// that name the value in their own words (the pglease command says
@@ -104,21 +95,30 @@ type InvalidError struct {
 	cause error // the error that made the value invalid, or nil
 }
 
-// Error is the kind and the reason.
-func (e *InvalidError) Error() string { return e.Kind.Error() + ": " + e.Reason }
+// The kinds of [InvalidError].
+const (
+	kindName       = "lease name"
+	kindOwner      = "owner"
+	kindTTL        = "TTL"
+	kindIdentifier = "identifier"
+	kindArgument   = "argument"
+)
 
-// Unwrap returns the kind and the error that made the value invalid, if
-// any.
+// Error is the kind and the reason.
+func (e *InvalidError) Error() string { return "pglease: invalid " + e.Kind + ": " + e.Reason }
+
+// Unwrap returns [ErrInvalid] and the error that made the value invalid,
+// if any.
 func (e *InvalidError) Unwrap() []error {
 	if e.cause == nil {
-		return []error{e.Kind}
+		return []error{ErrInvalid}
 	}
-	return []error{e.Kind, e.cause}
+	return []error{ErrInvalid, e.cause}
 }
 
 // invalid returns an *InvalidError of kind whose reason is format and args
 // as fmt.Errorf formats them; what they wrap (%w) is its cause.
-func invalid(kind error, format string, args ...any) error {
+func invalid(kind string, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	e := &InvalidError{Kind: kind, Reason: strings.ReplaceAll(err.Error(), "pglease: ", "")}
 	if strings.Contains(format, "%w") {
@@ -301,12 +301,12 @@ func opError(op string, err error) error {
 	return errorf("%s: %w%s", op, err, hint)
 }
 
-// newStore returns the store of a table spec, or an error matching
-// ErrInvalidIdentifier.
+// newStore returns the store of a table spec, or an *InvalidError of
+// kind "identifier".
 func newStore(table string) (*store.Store, error) {
 	st, err := store.New(table)
 	if err != nil {
-		return nil, invalid(ErrInvalidIdentifier, "%s", err)
+		return nil, invalid(kindIdentifier, "%s", err)
 	}
 	return st, nil
 }

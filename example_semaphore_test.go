@@ -37,7 +37,7 @@ func ExampleSlotsError() {
 	l.Release(ctx)
 
 	// Names of the slot form are reserved for slots.
-	fmt.Println(errors.Is(pglease.CheckName("example-uploads#0"), pglease.ErrInvalidName))
+	fmt.Println(errors.Is(pglease.CheckName("example-uploads#0"), pglease.ErrInvalid))
 	// Output:
 	// true 5 3 true
 	// true

@@ -19,7 +19,7 @@ const maxSetNames = 64
 // [ErrNotAcquired] that names the first such name and its holder (the
 // message lists the others). [WithTTL], [WithMinHold] and [WithMetadata]
 // apply to every lease of the set; [WithSlots] and [WithFastFailover] do
-// not apply and are refused with [ErrInvalidArgument], as are an empty
+// not apply and are refused with [ErrInvalid], as are an empty
 // set, duplicate names and more than 64 names. ctx bounds this call only,
 // never the leases.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...Option) (*LeaseSet, error) {
@@ -213,9 +213,9 @@ func (c *Client) newSet(leases []*Lease) *LeaseSet {
 func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([]string, leaseOptions, error) {
 	switch {
 	case len(names) == 0:
-		return nil, leaseOptions{}, invalid(ErrInvalidArgument, "a set of leases needs at least one name")
+		return nil, leaseOptions{}, invalid(kindArgument, "a set of leases needs at least one name")
 	case len(names) > maxSetNames:
-		return nil, leaseOptions{}, invalid(ErrInvalidArgument, "a set of leases has at most %d names, got %d", maxSetNames, len(names))
+		return nil, leaseOptions{}, invalid(kindArgument, "a set of leases has at most %d names, got %d", maxSetNames, len(names))
 	}
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
@@ -224,7 +224,7 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 			return nil, leaseOptions{}, err
 		}
 		if i > 0 && sorted[i-1] == name {
-			return nil, leaseOptions{}, invalid(ErrInvalidArgument, "name %q appears more than once in the set", name)
+			return nil, leaseOptions{}, invalid(kindArgument, "name %q appears more than once in the set", name)
 		}
 	}
 	o, err := c.leaseOptions(opts)
@@ -232,9 +232,9 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 	case err != nil:
 		return nil, o, err
 	case o.slots > 1:
-		return nil, o, invalid(ErrInvalidArgument, "WithSlots does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)")
+		return nil, o, invalid(kindArgument, "WithSlots does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)")
 	case o.session:
-		return nil, o, invalid(ErrInvalidArgument, "WithFastFailover is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies")
+		return nil, o, invalid(kindArgument, "WithFastFailover is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies")
 	}
 	if err := c.prepare(ctx); err != nil {
 		return nil, o, c.closedErr(err)

@@ -31,7 +31,7 @@ func (c *Client) Run(ctx context.Context, name string, fn func(ctx context.Conte
 func (c *Client) run(ctx context.Context, call string, acquire func(context.Context, string, ...Option) (*Lease, error),
 	name string, fn func(ctx context.Context) error, opts []Option) error {
 	if fn == nil {
-		return invalid(ErrInvalidArgument, "%s: fn is nil", call)
+		return invalid(kindArgument, "%s: fn is nil", call)
 	}
 	l, err := acquire(ctx, name, opts...)
 	if err != nil {

@@ -314,8 +314,8 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 	for call, f := range refused {
 		for _, name := range []string{"job#0", "job#12", "a#1#0", "é#007"} {
 			err := f(name)
-			if !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), "reserved for slot names") {
-				t.Errorf("%s(%q): %v, want ErrInvalidName saying the name is reserved for slot names", call, name, err)
+			if !isInvalid(err, kindName) || !strings.Contains(err.Error(), "reserved for slot names") {
+				t.Errorf("%s(%q): %v, want an invalid lease name saying the name is reserved for slot names", call, name, err)
 			}
 		}
 	}
@@ -348,13 +348,13 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 }
 
 // An election has one leader: NewElector refuses WithSlots (more than one
-// slot) with ErrInvalidArgument; WithSlots(1), a plain lease, is accepted.
+// slot) with an invalid argument; WithSlots(1), a plain lease, is accepted.
 func TestElectorRefusesWithSlots(t *testing.T) {
 	c := testClient(t, Config{})
 	lead := func(context.Context) error { return nil }
 	_, err := c.NewElector("leader", lead, WithSlots(3))
-	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "one leader") {
-		t.Fatalf("NewElector with WithSlots(3): %v, want ErrInvalidArgument saying an election has one leader", err)
+	if !isInvalid(err, kindArgument) || !strings.Contains(err.Error(), "one leader") {
+		t.Fatalf("NewElector with WithSlots(3): %v, want an invalid argument saying an election has one leader", err)
 	}
 	if _, err := c.NewElector("leader", lead, WithSlots(1)); err != nil {
 		t.Fatalf("NewElector with WithSlots(1): %v", err)

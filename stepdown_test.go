@@ -173,8 +173,8 @@ func TestStepDownRequestReachesALeaseHolder(t *testing.T) {
 func TestRequestStepDownRefusesBadNames(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
-	if err := c.RequestStepDown(ctx, ""); !errors.Is(err, ErrInvalidName) {
-		t.Fatalf("RequestStepDown(\"\") = %v, want ErrInvalidName", err)
+	if err := c.RequestStepDown(ctx, ""); !isInvalid(err, kindName) {
+		t.Fatalf("RequestStepDown(\"\") = %v, want an invalid lease name", err)
 	}
 }
 

@@ -113,8 +113,7 @@ var sentinels = []struct {
 	{"SlotsMismatch", pglease.ErrSlotsMismatch},
 	{"SessionUnavailable", pglease.ErrSessionUnavailable},
 	{"Schema", pglease.ErrSchema},
-	{"InvalidArgument", pglease.ErrInvalidArgument},
-	{"InvalidName", pglease.ErrInvalidName},
+	{"Invalid", pglease.ErrInvalid},
 	{"DeadlineExceeded", context.DeadlineExceeded},
 	{"Canceled", context.Canceled},
 }
