@@ -43,12 +43,12 @@ func TestTryAcquireNamesTheHolderAndReleaseHandsTheNameOn(t *testing.T) {
 		t.Fatalf("second Release: %v", err)
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	default:
 		t.Fatal("Done not closed after Release")
 	}
-	if !errors.Is(l.Err(), ErrReleased) {
-		t.Fatalf("Err = %v, want ErrReleased", l.Err())
+	if !errors.Is(causeOf(l.Context()), ErrReleased) {
+		t.Fatalf("Err = %v, want ErrReleased", causeOf(l.Context()))
 	}
 	l2, err := b.TryAcquire(ctx, "job")
 	if err != nil {

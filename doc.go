@@ -33,8 +33,8 @@
 //     TTL, and now() is read after the statement was sent, so the local
 //     deadline passes before the row can expire. A slow but successful round
 //     trip never extends trust. When the deadline passes without a renewal,
-//     [Lease.Done] is closed and [Lease.Err] returns [ErrLeaseLost] before
-//     any other client can acquire the name, as long as the holder process is
+//     the lease's context ([Lease.Context]) ends with the cause
+//     [ErrLeaseLost] before any other client can acquire the name, as long as the holder process is
 //     not paused (GC, SIGSTOP, VM freeze) for longer than the safety margin.
 //   - Fencing. Every acquisition gets a token from a sequence: strictly
 //     greater than every token any earlier holder of the name received, across
@@ -81,8 +81,8 @@
 //     apart.
 //   - When renewals keep failing the lease is lost at its local deadline;
 //     when a renewal finds the row taken over or force-released, the lease is
-//     lost at once. Either way [Lease.Done] is closed and [Lease.Err] wraps
-//     [ErrLeaseLost].
+//     lost at once. Either way the lease's context ends, and its cause
+//     (context.Cause) wraps [ErrLeaseLost].
 //   - A cancelled acquire leaves nothing behind: its statement runs to
 //     completion on a detached, bounded context, and if it acquired, the row
 //     is released by token at once. A reply that arrives after the lease's

@@ -209,7 +209,7 @@ func (e *Elector) stepDownHoldOff() time.Duration {
 func (e *Elector) IsLeader() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.term != nil && e.term.Err() == nil
+	return e.term != nil && e.term.err() == nil
 }
 
 // Leader returns the current leader as the server sees it, or an error

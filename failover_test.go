@@ -73,11 +73,11 @@ func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
 	}
 	pgtest.TerminateBackends(t, "pglease session-victim")
 	// Its deadline is 48s away.
-	pgtest.Receive(t, l.Done(), "the session-bound lease to end with its session")
-	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrSessionLost) {
-		t.Fatalf("Err = %v, want ErrLeaseLost and ErrSessionLost", l.Err())
+	pgtest.Receive(t, l.Context().Done(), "the session-bound lease to end with its session")
+	if !errors.Is(causeOf(l.Context()), ErrLeaseLost) || !errors.Is(causeOf(l.Context()), ErrSessionLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost and ErrSessionLost", causeOf(l.Context()))
 	}
-	if err := plain.Err(); err != nil {
+	if err := causeOf(plain.Context()); err != nil {
 		t.Fatalf("plain lease ended with the session: %v", err)
 	}
 	// The name is free for a fast-failover contender right away.
@@ -144,7 +144,7 @@ func TestSessionEndingBeforeRegistrationEndsTheLease(t *testing.T) {
 		return
 	}
 	defer l.Release(ctx)
-	if l.Err() == nil {
+	if causeOf(l.Context()) == nil {
 		if _, err := other.TryAcquire(ctx, "r", WithFastFailover()); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("lease %d looks held, yet another client's TryAcquire returned %v", l.Token(), err)
 		}
@@ -181,7 +181,7 @@ func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 			t.Fatalf("TryAcquire of a locked, held row: %v, want ErrNotAcquired", err)
 		}
 	}
-	if err := a.Err(); err != nil {
+	if err := causeOf(a.Context()); err != nil {
 		t.Fatalf("session-bound lease lost while an acquisition waited for a row lock: %v", err)
 	}
 	if !a.Deadline().After(d0) {

@@ -88,26 +88,14 @@ func (s *LeaseSet) Lease(name string) *Lease {
 	return s.leases[i]
 }
 
-// Context returns a context cancelled when the set ends; its
-// context.Cause is the same as [LeaseSet.Err]. Run the work the set
-// protects under it.
+// Context returns the set's lifetime as a context: its Done channel is
+// closed the moment the set ends (released, or one of its leases lost or
+// ended), and then context.Cause says why: an error matching
+// [ErrReleased] (after [LeaseSet.Release]) or the cause of the lease that
+// ended first ([ErrLeaseLost], [ErrClosed], [ErrReleased]), naming it.
+// Like a lease's ([Lease.Context]), its Err never returns nil past the
+// leases' local deadline. Run the work the set protects under it.
 func (s *LeaseSet) Context() context.Context { return s.ctx }
-
-// Done returns a channel closed the moment the set ends: released, or one
-// of its leases lost or ended.
-func (s *LeaseSet) Done() <-chan struct{} { return s.ctx.Done() }
-
-// Err returns nil while every lease of the set is held, and afterwards an
-// error matching [ErrReleased] (after [LeaseSet.Release]) or the cause of
-// the lease that ended first ([ErrLeaseLost], [ErrClosed], [ErrReleased]),
-// naming it. Like [Lease.Err], it never returns nil past the leases' local
-// deadline.
-func (s *LeaseSet) Err() error {
-	if s.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(s.ctx)
-}
 
 // Release ends the set, cancelling its context first, and then deletes
 // the row of every lease (scoped by name and token), waking their waiters.
@@ -162,7 +150,7 @@ func (s *LeaseSet) memberEnded(l *Lease) {
 	}
 	s.ending = true
 	s.mu.Unlock()
-	cause := errorf("%w (lease %q of the set)", l.Err(), l.name)
+	cause := errorf("%w (lease %q of the set)", l.err(), l.name)
 	s.cancel(cause)
 	ended := s.endAll(cause)
 	if len(ended) == 0 {
@@ -188,7 +176,7 @@ func (c setContext) Err() error {
 		return err
 	}
 	for _, l := range c.s.leases {
-		if l.Err() != nil {
+		if l.err() != nil {
 			c.s.memberEnded(l)
 			break
 		}

@@ -84,7 +84,7 @@ func manySets(t *testing.T, clients int, d time.Duration) {
 				// Not a wait: the width of the critical section, so that an
 				// overlapping holder would be caught inside.
 				time.Sleep(time.Millisecond)
-				if err := s.Err(); err != nil {
+				if err := causeOf(s.Context()); err != nil {
 					t.Errorf("client %d: the set ended while held: %v", i, err)
 				}
 				for _, k := range pick {
@@ -266,8 +266,8 @@ func TestASetIsLostTogether(t *testing.T) {
 	if err := s.Lease("b").Renew(ctx); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("Renew of the force-released lease: %v, want ErrLeaseLost", err)
 	}
-	pgtest.Receive(t, s.Done(), "the set's end")
-	if err := s.Err(); !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), `"b"`) {
+	pgtest.Receive(t, s.Context().Done(), "the set's end")
+	if err := causeOf(s.Context()); !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), `"b"`) {
 		t.Fatalf("set Err = %v, want ErrLeaseLost naming b", err)
 	}
 	if err := context.Cause(s.Context()); !errors.Is(err, ErrLeaseLost) {
@@ -277,8 +277,8 @@ func TestASetIsLostTogether(t *testing.T) {
 	// (memberEnded): each ends right after the set, not necessarily before
 	// Done was received here.
 	for _, l := range s.Leases() {
-		pgtest.Receive(t, l.Done(), "the end of lease "+l.Name())
-		if err := l.Err(); !errors.Is(err, ErrLeaseLost) {
+		pgtest.Receive(t, l.Context().Done(), "the end of lease "+l.Name())
+		if err := causeOf(l.Context()); !errors.Is(err, ErrLeaseLost) {
 			t.Errorf("%q: Err = %v, want ErrLeaseLost", l.Name(), err)
 		}
 	}
@@ -331,12 +331,12 @@ func TestEachLeaseOfASetHasItsOwnGreaterToken(t *testing.T) {
 		if err := s.Release(ctx); err != nil {
 			t.Fatalf("second Release: %v", err)
 		}
-		if !errors.Is(s.Err(), ErrReleased) {
-			t.Fatalf("Err after Release = %v", s.Err())
+		if !errors.Is(causeOf(s.Context()), ErrReleased) {
+			t.Fatalf("Err after Release = %v", causeOf(s.Context()))
 		}
 		for _, l := range s.Leases() {
-			if !errors.Is(l.Err(), ErrReleased) {
-				t.Errorf("%q after Release: %v", l.Name(), l.Err())
+			if !errors.Is(causeOf(l.Context()), ErrReleased) {
+				t.Errorf("%q after Release: %v", l.Name(), causeOf(l.Context()))
 			}
 		}
 		if n := rows(t, c).Count(); n != 0 {

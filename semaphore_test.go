@@ -122,7 +122,7 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	if n := rows(t, a).Count(); n != before {
 		t.Fatalf("the refused acquisitions left %d rows, want %d", n, before)
 	}
-	if err := first.Err(); err != nil {
+	if err := causeOf(first.Context()); err != nil {
 		t.Fatalf("the first client's slot ended: %v", err)
 	}
 	if r, _ := rows(t, a).Get(first.Name()); !r.Held || r.Token != first.Token() {

@@ -27,7 +27,7 @@ func (l *Lease) SessionFile() (*os.File, error) {
 	if !l.session {
 		return nil, fmt.Errorf("%w: lease %q is not session-bound (acquire it WithFastFailover)", ErrSessionUnavailable, l.name)
 	}
-	if err := l.Err(); err != nil {
+	if err := l.err(); err != nil {
 		return nil, fmt.Errorf("%w: lease %q has ended: %w", ErrSessionUnavailable, l.name, err)
 	}
 	s, err := l.c.session()

@@ -145,8 +145,8 @@ func TestStepDownRequestReachesALeaseHolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			pgtest.Receive(t, requested, "the holder to see the step-down request")
-			if l.Err() != nil {
-				t.Fatalf("the request ended the lease (%v); letting go is up to the holder", l.Err())
+			if causeOf(l.Context()) != nil {
+				t.Fatalf("the request ended the lease (%v); letting go is up to the holder", causeOf(l.Context()))
 			}
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)

@@ -260,7 +260,7 @@ func (a *agent) hold(handle int, h held) []Granted {
 		go func() {
 			defer a.watchers.Done()
 			select {
-			case <-l.Done():
+			case <-l.Context().Done():
 			case <-l.StepDownRequested():
 				once.Do(func() {
 					a.send(Reply{K: ReplyStepDown, Handle: handle, Name: l.Name(), Token: l.Token()})
@@ -268,9 +268,9 @@ func (a *agent) hold(handle int, h held) []Granted {
 					err := h.release(context.Background())
 					a.send(Reply{K: ReplyReleased, Handle: handle, Call: call, Err: describe(err)})
 				})
-				<-l.Done()
+				<-l.Context().Done()
 			}
-			a.send(Reply{K: ReplyDone, Handle: handle, Name: l.Name(), Token: l.Token(), Dl: l.Deadline().UnixNano(), Cause: describe(l.Err())})
+			a.send(Reply{K: ReplyDone, Handle: handle, Name: l.Name(), Token: l.Token(), Dl: l.Deadline().UnixNano(), Cause: describe(context.Cause(l.Context()))})
 		}()
 	}
 	return out

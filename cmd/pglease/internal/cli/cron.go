@@ -350,7 +350,7 @@ func commandOutcome(sup *supervisor) error {
 func (c *cron) report(j cronJob, t pgleasecron.Tick, err error, took time.Duration) {
 	outcome := "succeeded"
 	switch {
-	case t.Lease.Err() != nil:
+	case t.Lease.Context().Err() != nil:
 		outcome = "lease lost: " + fmt.Sprint(err)
 	case err != nil:
 		outcome = "failed: " + err.Error()

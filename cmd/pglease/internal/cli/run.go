@@ -355,12 +355,12 @@ func (e *env) sessionFile(lease *pglease.Lease) *os.File {
 
 // finish runs once the command and everything in its group are gone.
 func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, sup *supervisor, terminating bool) int {
-	if terminating || errors.Is(lease.Err(), pglease.ErrLeaseLost) {
+	if terminating || lease.Context().Err() != nil && errors.Is(context.Cause(lease.Context()), pglease.ErrLeaseLost) {
 		// Exit without waiting for the database: a lost lease has nothing
 		// to release, and one whose renewals were failing expires by
 		// itself. A lease still valid (a late renewal got through) gets one
 		// short release attempt so that a waiter need not wait out the TTL.
-		if lease.Err() == nil {
+		if lease.Context().Err() == nil {
 			done := make(chan struct{})
 			go func() { _ = lease.Release(ctx); close(done) }()
 			select {
