@@ -376,7 +376,7 @@ func infoOf(r store.Record) Info {
 }
 
 // Get returns the lease row of name, held or expired, or [ErrNoLease].
-// name may be a slot's ([SlotName]).
+// name may be a slot's ("name#i", see [WithSlots]).
 // It only reads: it never creates or alters the table, whatever
 // [Config.DisableAutoMigrate] says, and a role with SELECT on the table
 // (and USAGE on its schema) may call it. Without the table it returns
@@ -421,7 +421,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 }
 
 // ForceRelease deletes the lease of name whoever holds it, wakes waiters,
-// and returns what it deleted; name may be a slot's ([SlotName]). It is an
+// and returns what it deleted; name may be a slot's ("name#i"). It is an
 // administrative action: the holder learns of it at its next renewal and
 // its lease ends with [ErrLeaseLost]. It returns [ErrNoLease] when the
 // table has no row for name, and [ErrNoTable] when there is no table: it

@@ -29,7 +29,7 @@ type Config struct {
 	// pg_stat_activity (e.g. a Kubernetes pod name). It is a label only:
 	// two clients with the same Owner still exclude each other. Default
 	// "hostname-pid-random", unique per client. 1–255 bytes of UTF-8
-	// without control characters (see [CheckOwner]).
+	// without control characters.
 	Owner string
 	// TTL is the default time-to-live of a lease; [WithTTL] overrides it
 	// per lease. Default 30s; minimum 1s; a whole number of milliseconds
@@ -101,7 +101,7 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
 	}
-	if err := CheckOwner(cfg.Owner); err != nil {
+	if err := checkOwner(cfg.Owner); err != nil {
 		return cfg, nil, err
 	}
 	if cfg.TTL == 0 {
@@ -204,16 +204,10 @@ func (cfg *Config) checkTiming(ttl time.Duration) error {
 	return nil
 }
 
-// CheckName returns an *[InvalidError] of kind "lease name" unless name may be
-// acquired: 1–255 bytes of valid UTF-8 without NUL, and not ending in '#'
-// and digits after at least one other byte ("job#0" is refused; "job#",
-// "#0" and "job#0x" are not). That form is reserved for the slots of
-// semaphores ("job#0" is slot 0 of "job", see [SlotName]), so that a lease
-// name never meets a slot's. [Client.TryAcquire], [Client.Acquire], [Client.Run],
-// [Client.TryRun] and [Client.NewElector] check their name with it
-// (with [WithSlots], the semaphore's name); [Client.Get] and
-// [Client.ForceRelease] also accept slot names, to reach slot rows.
-func CheckName(name string) error {
+// checkName returns an *InvalidError of kind "lease name" unless name may
+// be acquired (see [Config.Plan]): a row name (checkRowName) not of the
+// form of a slot name.
+func checkName(name string) error {
 	if err := checkRowName(name); err != nil {
 		return err
 	}
@@ -242,7 +236,7 @@ func (o leaseOptions) checkSlotNames(name string) error {
 	if o.slots <= 1 {
 		return nil
 	}
-	if last := SlotName(name, o.slots-1); len(last) > maxNameBytes {
+	if last := slotName(name, o.slots-1); len(last) > maxNameBytes {
 		return invalid(kindName, "name is %d bytes, and with %d slots it gets the suffixes \"#0\" to \"#%d\": its slot names are up to %d bytes, the maximum is %d; shorten the name",
 			len(name), o.slots, o.slots-1, len(last), maxNameBytes)
 	}
@@ -262,10 +256,10 @@ func slotSuffix(name string) (int, bool) {
 	return i - 1, true
 }
 
-// CheckOwner returns an *[InvalidError] of kind "owner" unless owner is
+// checkOwner returns an *InvalidError of kind "owner" unless owner is
 // 1–255 bytes of valid UTF-8 without control characters ([Config.Owner]
 // is shown in the lease table, logs and pg_stat_activity).
-func CheckOwner(owner string) error {
+func checkOwner(owner string) error {
 	return checkLabel(kindOwner, "owner", owner, maxOwnerBytes, func(r rune) string {
 		if unicode.IsControl(r) {
 			return fmt.Sprintf("the control character %U", r)
@@ -322,8 +316,17 @@ func (cfg Config) Validate(opts ...Option) error {
 	return err
 }
 
-// Schedule is the local timing of a lease (see the package documentation).
-type Schedule struct {
+// Plan is what an acquisition of a name with given options contends for,
+// and the local timing of the lease it gets (see the package
+// documentation), as [Config.Plan] computes them without connecting.
+type Plan struct {
+	// Names are the lease rows the acquisition contends for, as the lease
+	// table and [Lease.Name] spell them: the name itself, or with
+	// [WithSlots](n), n > 1, its slot names "name#0" to "name#<n-1>". The
+	// lease it gets is one of them. Tools that read the lease table for a
+	// lease of their own (a scheduler checking whether a run's holder is
+	// alive) find its rows here.
+	Names []string
 	// TTL is the lease's time-to-live on the server.
 	TTL time.Duration
 	// RenewInterval: a renewal is sent this long after the previous
@@ -337,49 +340,35 @@ type Schedule struct {
 	MinHold time.Duration
 }
 
-// Deadline is how long after the send time of the last successful renewal
-// the holder must have stopped: TTL minus SafetyMargin.
-func (s Schedule) Deadline() time.Duration { return s.TTL - s.SafetyMargin }
-
-// Schedule returns the timing cfg gives a lease acquired with opts (its
-// TTL from [WithTTL], else the TTL of cfg or its default), or the error
-// [Config.Validate] would return.
-func (cfg Config) Schedule(opts ...Option) (Schedule, error) {
-	full, _, err := cfg.withDefaults()
-	if err != nil {
-		return Schedule{}, err
-	}
-	o, err := resolveOptions(&full, nil, opts)
-	if err != nil {
-		return Schedule{}, err
-	}
-	return Schedule{TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl), SafetyMargin: marginFor(&full, o.ttl), MinHold: o.minHold}, nil
-}
-
-// Names returns the names of the lease rows that an acquisition of name
-// with opts contends for, as the lease table and [Lease.Name] spell them:
-// name itself, or with [WithSlots](n), n > 1, its slot names [SlotName](name,
-// 0) to SlotName(name, n-1). The lease such an acquisition gets is one of
-// them. It returns the error the acquisition would return without
-// connecting: [CheckName]'s, [Config.Validate]'s, or one matching
-// [ErrInvalid] (kind "lease name") when the slot names would be too long. Tools that read the lease table for a lease of their own (a scheduler
-// checking whether a run's holder is alive) find its rows with it.
-func (cfg Config) Names(name string, opts ...Option) ([]string, error) {
-	if err := CheckName(name); err != nil {
-		return nil, err
+// Plan returns what cfg makes of an acquisition of name with opts: the
+// rows it contends for and its lease's timing (its TTL from [WithTTL],
+// else the TTL of cfg or its default). Without connecting, it returns the
+// error the acquisition would return for its input: [Config.Validate]'s,
+// or an *[InvalidError] of kind "lease name". A lease name is 1–255 bytes
+// of valid UTF-8 without NUL, not ending in '#' and digits after at least
+// one other byte ("job#0" is refused; "job#", "#0" and "job#0x" are not):
+// that form is reserved for the slots of semaphores ("job#0" is slot 0 of
+// "job"), so that a lease name never meets a slot's; with [WithSlots] the
+// slot names must fit in 255 bytes too. Every call that acquires checks
+// its name so; [Client.Get], [Client.ForceRelease] and
+// [Client.RequestStepDown] also accept slot names, to reach slot rows.
+func (cfg Config) Plan(name string, opts ...Option) (Plan, error) {
+	if err := checkName(name); err != nil {
+		return Plan{}, err
 	}
 	full, _, err := cfg.withDefaults()
 	if err != nil {
-		return nil, err
+		return Plan{}, err
 	}
 	o, err := resolveOptions(&full, nil, opts)
 	if err != nil {
-		return nil, err
+		return Plan{}, err
 	}
 	if err := o.checkSlotNames(name); err != nil {
-		return nil, err
+		return Plan{}, err
 	}
-	return o.names(name), nil
+	return Plan{Names: o.names(name), TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl),
+		SafetyMargin: marginFor(&full, o.ttl), MinHold: o.minHold}, nil
 }
 
 // Version is the version of this package, recorded in lease metadata.

@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -52,7 +53,7 @@ func TestUnsafeConfigRefused(t *testing.T) {
 				}},
 				// Tools check their input with Validate: the same verdict.
 				{"Validate", func() (*Client, error) { return nil, tc.cfg.Validate() }},
-				{"Schedule", func() (*Client, error) { _, err := tc.cfg.Schedule(); return nil, err }},
+				{"Plan", func() (*Client, error) { _, err := tc.cfg.Plan("n"); return nil, err }},
 			} {
 				c, err := open.open()
 				if c != nil {
@@ -76,37 +77,35 @@ func TestUnsafeConfigRefused(t *testing.T) {
 	}
 }
 
-// Schedule reports the timing a lease gets: the defaults, and what the
+// Plan reports the timing a lease gets: the defaults, and what the
 // configuration sets.
-func TestScheduleReportsTheTimingALeaseGets(t *testing.T) {
+func TestPlanReportsTheTimingALeaseGets(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
 		opts []Option
-		want Schedule
+		want Plan
 	}{
-		{Config{}, nil, Schedule{TTL: 30 * time.Second, RenewInterval: 10 * time.Second, SafetyMargin: 6 * time.Second}},
-		{Config{}, []Option{WithTTL(10 * time.Second)}, Schedule{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, SafetyMargin: 2 * time.Second}},
-		{Config{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}, nil, Schedule{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}},
+		{Config{}, nil, Plan{TTL: 30 * time.Second, RenewInterval: 10 * time.Second, SafetyMargin: 6 * time.Second}},
+		{Config{}, []Option{WithTTL(10 * time.Second)}, Plan{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, SafetyMargin: 2 * time.Second}},
+		{Config{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}, nil, Plan{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}},
 	} {
-		got, err := tc.cfg.Schedule(tc.opts...)
-		if err != nil || got != tc.want {
-			t.Errorf("%+v.Schedule(%d options) = %+v, %v, want %+v", tc.cfg, len(tc.opts), got, err, tc.want)
+		got, err := tc.cfg.Plan("job", tc.opts...)
+		tc.want.Names = []string{"job"}
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%+v.Plan(job, %d options) = %+v, %v, want %+v", tc.cfg, len(tc.opts), got, err, tc.want)
 		}
 	}
-	if d := (Schedule{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second}).Deadline(); d != 8*time.Second {
-		t.Errorf("Deadline = %s", d)
+	if _, err := (Config{}).Plan("job", WithTTL(500*time.Millisecond)); !isInvalid(err, kindTTL) {
+		t.Errorf("Plan(job, WithTTL(500ms)): %v, want an invalid TTL", err)
 	}
-	if _, err := (Config{}).Schedule(WithTTL(500 * time.Millisecond)); !isInvalid(err, kindTTL) {
-		t.Errorf("Schedule(WithTTL(500ms)): %v, want an invalid TTL", err)
-	}
-	if got, err := (Config{}).Schedule(WithMinHold(4 * time.Second)); err != nil || got.MinHold != 4*time.Second {
-		t.Errorf("Schedule(WithMinHold(4s)) = %+v, %v, want MinHold 4s", got, err)
+	if got, err := (Config{}).Plan("job", WithMinHold(4*time.Second)); err != nil || got.MinHold != 4*time.Second {
+		t.Errorf("Plan(job, WithMinHold(4s)) = %+v, %v, want MinHold 4s", got, err)
 	}
 }
 
-// Names spells the rows an acquisition contends for as the acquisition
+// Plan spells the rows an acquisition contends for as the acquisition
 // does: the name, or the slot names a semaphore's holders get.
-func TestNamesSpellsTheRowsAnAcquisitionContendsFor(t *testing.T) {
+func TestPlanSpellsTheRowsAnAcquisitionContendsFor(t *testing.T) {
 	for _, tc := range []struct {
 		opts []Option
 		want []string
@@ -115,21 +114,21 @@ func TestNamesSpellsTheRowsAnAcquisitionContendsFor(t *testing.T) {
 		{[]Option{WithSlots(1), WithTTL(time.Minute), WithFastFailover()}, []string{"job"}},
 		{[]Option{WithSlots(3)}, []string{"job#0", "job#1", "job#2"}},
 	} {
-		got, err := (Config{}).Names("job", tc.opts...)
-		if err != nil || !slices.Equal(got, tc.want) {
-			t.Errorf("Names(job, %d options) = %q, %v, want %q", len(tc.opts), got, err, tc.want)
+		got, err := (Config{}).Plan("job", tc.opts...)
+		if err != nil || !slices.Equal(got.Names, tc.want) {
+			t.Errorf("Plan(job, %d options).Names = %q, %v, want %q", len(tc.opts), got.Names, err, tc.want)
 		}
 	}
-	if _, err := (Config{}).Names("job", WithSlots(0)); !isInvalid(err, kindArgument) {
-		t.Errorf("Names(WithSlots(0)): %v, want an invalid argument", err)
+	if _, err := (Config{}).Plan("job", WithSlots(0)); !isInvalid(err, kindArgument) {
+		t.Errorf("Plan(job, WithSlots(0)): %v, want an invalid argument", err)
 	}
-	if _, err := (Config{}).Names("bad#1"); !isInvalid(err, kindName) {
-		t.Errorf("Names(bad#1): %v, want an invalid lease name", err)
+	if _, err := (Config{}).Plan("bad#1"); !isInvalid(err, kindName) {
+		t.Errorf("Plan(bad#1): %v, want an invalid lease name", err)
 	}
 }
 
-// One owner rule: CheckOwner, Validate and the constructors agree.
-func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
+// One owner rule: checkOwner, Validate and the constructors agree.
+func TestOwnerRuleOfValidateAndTheConstructorsAgree(t *testing.T) {
 	for _, tc := range []struct {
 		owner string
 		want  string // "" when valid
@@ -144,25 +143,25 @@ func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
 		{"nul\x00", "control character U+0000"},
 		{"del\x7f", "control character U+007F"},
 	} {
-		err := CheckOwner(tc.owner)
+		err := checkOwner(tc.owner)
 		switch {
 		case tc.want == "" && err != nil:
-			t.Errorf("CheckOwner(%q) = %v", tc.owner, err)
+			t.Errorf("checkOwner(%q) = %v", tc.owner, err)
 		case tc.want != "" && (!isInvalid(err, kindOwner) || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("CheckOwner(%q) = %v, want an invalid owner saying %q", tc.owner, err, tc.want)
+			t.Errorf("checkOwner(%q) = %v, want an invalid owner saying %q", tc.owner, err, tc.want)
 		}
 		if tc.owner == "" {
 			continue // Config.Owner "" means the default
 		}
-		if verr := (Config{Owner: tc.owner}).Validate(); (verr == nil) != (err == nil) {
-			t.Errorf("Validate with owner %q = %v, CheckOwner = %v", tc.owner, verr, err)
+		if verr := (Config{Owner: tc.owner}).Validate(); (verr == nil) != (err == nil) || err != nil && verr.Error() != err.Error() {
+			t.Errorf("Validate with owner %q = %v, checkOwner = %v", tc.owner, verr, err)
 		}
 		c, nerr := NewFromPool(pgtest.Pool(t), Config{Owner: tc.owner})
 		if c != nil {
 			_ = c.Close()
 		}
 		if (nerr == nil) != (err == nil) {
-			t.Errorf("NewFromPool with owner %q = %v, CheckOwner = %v", tc.owner, nerr, err)
+			t.Errorf("NewFromPool with owner %q = %v, checkOwner = %v", tc.owner, nerr, err)
 		}
 	}
 }
@@ -198,7 +197,7 @@ func TestInvalidInputIsRejectedBeforeAnythingIsSent(t *testing.T) {
 	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("List = %v, %v; want no rows", infos, err)
 	}
-	if err := CheckName(strings.Repeat("é", 127)); err != nil {
+	if err := nameErr(strings.Repeat("é", 127)); err != nil {
 		t.Errorf("254-byte name rejected: %v", err)
 	}
 }

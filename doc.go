@@ -121,11 +121,11 @@
 // # Semaphores
 //
 // [WithSlots](n) lets up to n holders hold a name at once. Each holder
-// holds one slot, the lease "name#i" ([SlotName]) with a fencing token of
-// its own; a waiter waits for any slot, in the same loop as for a name
-// (fast failover included). Lease names never end like a slot name
-// ([CheckName] refuses "job#0" for every call that acquires; [Client.Get]
-// and [Client.ForceRelease] accept it, to reach the slot row).
+// holds one slot, the lease "name#i" ([Config.Plan] lists them) with a
+// fencing token of its own; a waiter waits for any slot, in the same loop
+// as for a name (fast failover included). Lease names never end like a
+// slot name (every call that acquires refuses "job#0"; [Client.Get] and
+// [Client.ForceRelease] accept it, to reach the slot row).
 //
 // The slot count is recorded in every slot row, beside the semaphore's
 // name, and must be the same for every client of the semaphore: while any

@@ -42,7 +42,7 @@ type Elector struct {
 // ([WithTTL], [WithFastFailover]…); [WithSlots] is refused with
 // [ErrInvalid], as an election has one leader.
 func (c *Client) NewElector(name string, lead func(ctx context.Context) error, opts ...Option) (*Elector, error) {
-	if err := CheckName(name); err != nil {
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	if lead == nil {

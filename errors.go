@@ -75,13 +75,13 @@ var (
 
 // InvalidError is the error of a value pglease refuses before it changes
 // anything: a lease name, an owner, a TTL, a table or schema name, or any
-// other argument ([CheckName], [CheckOwner], [Config.Validate], an
-// [Option], a call's arguments). It
+// other argument ([Config.Validate], [Config.Plan], an [Option], a call's
+// arguments). It
 // matches [ErrInvalid] with errors.Is, and the error that made the value
 // invalid, if any.
 type InvalidError struct {
 	// Kind is what was refused, as the message names it: "lease name"
-	// (see [CheckName] for what a name may be), "owner" (1–255 bytes of
+	// (see [Config.Plan] for what a name may be), "owner" (1–255 bytes of
 	// UTF-8 without control characters), "TTL" (1s to 100 years, a whole
 	// number of milliseconds), "identifier" (a table or schema name, which
 	// must match [a-z_][a-z0-9_]{0,62}) or "argument" (any other value).

@@ -106,19 +106,19 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 		err  error
 		want string // the kind
 	}{
-		{"CheckName", CheckName(""), kindName},
-		{"CheckNameSlotForm", CheckName("job#0"), kindName},
-		{"CheckOwner", CheckOwner("a\nb"), kindOwner},
+		{"Name", nameErr(""), kindName},
+		{"NameOfTheSlotForm", nameErr("job#0"), kindName},
+		{"Owner", (Config{Owner: "a\nb"}).Validate(), kindOwner},
 		{"SlotNamesTooLong", func() error {
-			_, err := (Config{}).Names(strings.Repeat("x", 254), WithSlots(10))
+			_, err := (Config{}).Plan(strings.Repeat("x", 254), WithSlots(10))
 			return err
 		}(), kindName},
 	} {
 		checkPrefixOnce(t, tc.err)
 		checkInvalid(t, tc.err, tc.want)
 	}
-	if names, err := (Config{}).Names(strings.Repeat("x", 253), WithSlots(10)); err != nil || len(names) != 10 {
-		t.Errorf("Names of a semaphore whose slot names just fit: %v, %v", names, err)
+	if p, err := (Config{}).Plan(strings.Repeat("x", 253), WithSlots(10)); err != nil || len(p.Names) != 10 {
+		t.Errorf("Plan of a semaphore whose slot names just fit: %v, %v", p.Names, err)
 	}
 	if err := (Config{}).Validate(WithMetadata(map[string]any{"team": "ops"}), Option{}); err != nil {
 		t.Errorf("valid metadata and a zero Option refused: %v", err)
@@ -142,6 +142,12 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
 		t.Errorf("rows after refused calls: %v, %v", infos, err)
 	}
+}
+
+// nameErr is Config.Plan's verdict on a lease name.
+func nameErr(name string) error {
+	_, err := (Config{}).Plan(name)
+	return err
 }
 
 // isInvalid reports whether err matches ErrInvalid and is an

@@ -37,7 +37,8 @@ func ExampleSlotsError() {
 	l.Release(ctx)
 
 	// Names of the slot form are reserved for slots.
-	fmt.Println(errors.Is(pglease.CheckName("example-uploads#0"), pglease.ErrInvalid))
+	_, err = client.TryAcquire(ctx, "example-uploads#0")
+	fmt.Println(errors.Is(err, pglease.ErrInvalid))
 	// Output:
 	// true 5 3 true
 	// true

@@ -208,7 +208,7 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	for i, name := range sorted {
-		if err := CheckName(name); err != nil {
+		if err := checkName(name); err != nil {
 			return nil, leaseOptions{}, err
 		}
 		if i > 0 && sorted[i-1] == name {

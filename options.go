@@ -98,7 +98,7 @@ func WithFastFailover() Option {
 
 // WithSlots makes the name a counting semaphore: up to n holders at once
 // (Consul's lock -n). Each holder gets one of the slot names "NAME#0" …
-// "NAME#n-1" ([Lease.Name] says which, [SlotName] builds them), each a
+// "NAME#n-1" ([Lease.Name] says which, [Config.Plan] lists them), each a
 // lease of its own with its own fencing token. n is 1 to 1000 (1 is a
 // plain lease on NAME itself, not a semaphore); otherwise the error
 // matches [ErrInvalid].
@@ -129,7 +129,7 @@ func (o leaseOptions) names(name string) []string {
 	}
 	names := make([]string, o.slots)
 	for i := range names {
-		names[i] = SlotName(name, i)
+		names[i] = slotName(name, i)
 	}
 	return names
 }

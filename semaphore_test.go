@@ -303,7 +303,7 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 	}
 	lead := func(context.Context) error { return nil }
 	refused := map[string]func(name string) error{
-		"CheckName":  CheckName,
+		"Plan":       nameErr,
 		"TryAcquire": func(n string) error { _, err := c.TryAcquire(ctx, n); return err },
 		"Acquire":    func(n string) error { _, err := c.Acquire(ctx, n); return err },
 		"TryRun":     func(n string) error { return c.TryRun(ctx, n, lead) },
@@ -319,15 +319,15 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 			}
 		}
 	}
-	if err := CheckName("job#0"); err == nil || !strings.Contains(err.Error(), `"job-0"`) {
-		t.Errorf("CheckName(job#0): %v, want a suggestion of job-0", err)
+	if err := nameErr("job#0"); err == nil || !strings.Contains(err.Error(), `"job-0"`) {
+		t.Errorf("Plan(job#0): %v, want a suggestion of job-0", err)
 	}
 	if n := rows(t, c).Count(); n != 0 {
 		t.Fatalf("refused names left %d rows", n)
 	}
 	for _, name := range []string{"job#", "#0", "job#0x", "job#-1", "a#b"} {
-		if err := CheckName(name); err != nil {
-			t.Errorf("CheckName(%q): %v, want nil: not of the slot form", name, err)
+		if err := nameErr(name); err != nil {
+			t.Errorf("Plan(%q): %v, want nil: not of the slot form", name, err)
 		}
 	}
 

@@ -25,7 +25,7 @@ import (
 // request. RequestStepDown returns once the request is recorded, not once
 // the holder has let go, an error matching [ErrNoLease] when nothing
 // holds name, and [ErrNoTable] when there is no table (it never creates
-// one). name may be a semaphore's slot ([SlotName]).
+// one). name may be a semaphore's slot ("name#i", see [WithSlots]).
 func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 	if err := checkRowName(name); err != nil { // a semaphore's slot too
 		return err

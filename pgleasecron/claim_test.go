@@ -179,7 +179,11 @@ func TestTheOrphanCheckJudgesARunByItsOwnLeaseRow(t *testing.T) {
 	ctx := context.Background()
 	table := tableIn(t)
 	_, j := retryingJob(t, table)
-	j.rows = []string{pglease.SlotName(j.lease, 0), pglease.SlotName(j.lease, 1)}
+	slots, err := (pglease.Config{}).Plan(j.lease, pglease.WithSlots(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.rows = slots.Names
 	leases := pgtest.LeaseTable(t, pgtest.DSN(t), table)
 	leases.Insert("cron:job#0", "other-replica", 101, time.Minute, "") // a run going on
 	leases.Insert("cron:job#1", "caller", 102, time.Minute, "")        // the caller's

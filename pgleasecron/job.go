@@ -18,7 +18,7 @@ type job struct {
 	s     *Scheduler
 	name  string
 	lease string   // the job's lease name
-	rows  []string // the names of its rows in the lease table (pglease.Config.Names)
+	rows  []string // the names of its rows in the lease table (pglease.Config.Plan)
 	sched Schedule
 	fn    func(context.Context) error
 	o     jobOptions

@@ -16,7 +16,7 @@ import (
 
 // The seed corpora below run in every plain `go test`; explore further with
 //
-//	go test -run '^$' -fuzz FuzzCheckName ./internal/chaos/
+//	go test -run '^$' -fuzz FuzzLeaseName ./internal/chaos/
 //
 // (one -fuzz target per run).
 
@@ -41,7 +41,7 @@ func validTable(s string) bool {
 	return true
 }
 
-func FuzzCheckName(f *testing.F) {
+func FuzzLeaseName(f *testing.F) {
 	for _, s := range hostileNames {
 		f.Add(s)
 	}
@@ -50,14 +50,14 @@ func FuzzCheckName(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		err := pglease.CheckName(name)
+		_, err := pglease.Config{}.Plan(name)
 		valid := len(name) >= 1 && len(name) <= 255 && utf8.ValidString(name) && !strings.ContainsRune(name, 0) &&
 			!slotNameRE.MatchString(name)
 		if valid != (err == nil) {
-			t.Fatalf("CheckName(%q) = %v, valid = %v", name, err, valid)
+			t.Fatalf("Plan(%q) = %v, valid = %v", name, err, valid)
 		}
 		if err != nil && !isInvalid(err, "lease name") {
-			t.Fatalf("CheckName(%q) = %v, is not an invalid lease name error", name, err)
+			t.Fatalf("Plan(%q) = %v, is not an invalid lease name error", name, err)
 		}
 	})
 }

@@ -70,8 +70,8 @@ func TestHostileNamesAreRejectedBeforeAnythingIsSent(t *testing.T) {
 	}
 	for what, name := range hostileNames {
 		t.Run(what, func(t *testing.T) {
-			if err := pglease.CheckName(name); !isInvalid(err, "lease name") {
-				t.Errorf("CheckName: %v", err)
+			if _, err := (pglease.Config{}).Plan(name); !isInvalid(err, "lease name") {
+				t.Errorf("Config.Plan: %v", err)
 			}
 			_, err := c.TryAcquire(ctx, name)
 			if !isInvalid(err, "lease name") {

@@ -74,7 +74,8 @@ func (e *env) parseCron(args []string) (o cronOptions, code int, done bool) {
 		return bad(usagef("expected one FILE, got %d arguments: %s", len(words), quoteArg(strings.Join(words, " "))))
 	}
 	o.ttl = fs.duration("ttl", 30*time.Second)
-	sched, err := (pglease.Config{}).Schedule(pglease.WithTTL(o.ttl))
+	// Every job's lease has the same timing, whatever its name.
+	sched, err := (pglease.Config{}).Plan("cron", pglease.WithTTL(o.ttl))
 	if err != nil {
 		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err)))
 	}
