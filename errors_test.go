@@ -130,8 +130,13 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 		t.Errorf("NewFromDB(nil): %v", err)
 	}
 	c := testClient(t, Config{})
-	if _, err := c.NewElector("n", nil); !isInvalid(err, kindArgument) {
+	if _, err := c.NewElector("n", nil, ElectorConfig{}); !isInvalid(err, kindArgument) {
 		t.Errorf("NewElector with a nil function: %v", err)
+	}
+	for _, cfg := range []ElectorConfig{{StepDownHoldOff: -time.Second}, {HealthTolerance: -time.Second}} {
+		if _, err := c.NewElector("n", func(context.Context) error { return nil }, cfg); !isInvalid(err, kindArgument) {
+			t.Errorf("NewElector with %+v: %v, want an invalid argument", cfg, err)
+		}
 	}
 	if err := c.TryRun(ctx, "n", nil); !isInvalid(err, kindArgument) {
 		t.Errorf("TryRun with a nil function: %v", err)

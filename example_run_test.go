@@ -51,7 +51,7 @@ func ExampleElector() {
 		<-ctx.Done()
 		fmt.Println("stepped down")
 		return nil
-	}, pglease.WithTTL(10*time.Second))
+	}, pglease.ElectorConfig{LeaseOptions: []pglease.Option{pglease.WithTTL(10 * time.Second)}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,8 +6,9 @@ import (
 )
 
 // Option changes how one lease is acquired; pass options to
-// [Client.Acquire], [Client.TryAcquire], [Client.Run], [Client.TryRun] and
-// [Client.NewElector]. The zero Option changes nothing.
+// [Client.Acquire], [Client.TryAcquire], [Client.Run], [Client.TryRun],
+// [Client.AcquireAll] and [Client.TryAcquireAll], and to an elector's terms
+// as [ElectorConfig.LeaseOptions]. The zero Option changes nothing.
 type Option struct{ apply func(*leaseOptions) error }
 
 // leaseOptions is what the options of one acquisition resolve to.

@@ -38,7 +38,7 @@ func TestUnsafeLeaseTimingRefused(t *testing.T) {
 			if !isInvalid(err, sentinel) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("TryAcquire: %v, want %v saying %q", err, sentinel, tc.want)
 			}
-			if _, err := c.NewElector("n", func(context.Context) error { return nil }, tc.opts...); !isInvalid(err, sentinel) {
+			if _, err := c.NewElector("n", func(context.Context) error { return nil }, ElectorConfig{LeaseOptions: tc.opts}); !isInvalid(err, sentinel) {
 				t.Errorf("NewElector: %v, want %v", err, sentinel)
 			}
 			if verr := (Config{SafetyMargin: 5 * time.Second}).Validate(tc.opts...); verr == nil || verr.Error() != err.Error() {

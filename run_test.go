@@ -185,7 +185,7 @@ func TestCallbackContextsCheckDeadlineInline(t *testing.T) {
 			passDeadline(t, heldLease(c, "leader"))
 			checkLost(t, lctx)
 			return nil
-		})
+		}, ElectorConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestCallbackContextsEndWithCaller(t *testing.T) {
 		<-lctx.Done()
 		got <- context.Cause(lctx)
 		return nil
-	})
+	}, ElectorConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -308,7 +308,7 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 		"Acquire":    func(n string) error { _, err := c.Acquire(ctx, n); return err },
 		"TryRun":     func(n string) error { return c.TryRun(ctx, n, lead) },
 		"Run":        func(n string) error { return c.Run(ctx, n, lead) },
-		"NewElector": func(n string) error { _, err := c.NewElector(n, lead); return err },
+		"NewElector": func(n string) error { _, err := c.NewElector(n, lead, ElectorConfig{}); return err },
 		"WithSlots":  func(n string) error { _, err := c.TryAcquire(ctx, n, WithSlots(2)); return err },
 	}
 	for call, f := range refused {
@@ -352,11 +352,11 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 func TestElectorRefusesWithSlots(t *testing.T) {
 	c := testClient(t, Config{})
 	lead := func(context.Context) error { return nil }
-	_, err := c.NewElector("leader", lead, WithSlots(3))
+	_, err := c.NewElector("leader", lead, ElectorConfig{LeaseOptions: []Option{WithSlots(3)}})
 	if !isInvalid(err, kindArgument) || !strings.Contains(err.Error(), "one leader") {
 		t.Fatalf("NewElector with WithSlots(3): %v, want an invalid argument saying an election has one leader", err)
 	}
-	if _, err := c.NewElector("leader", lead, WithSlots(1)); err != nil {
+	if _, err := c.NewElector("leader", lead, ElectorConfig{LeaseOptions: []Option{WithSlots(1)}}); err != nil {
 		t.Fatalf("NewElector with WithSlots(1): %v", err)
 	}
 }

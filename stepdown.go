@@ -13,7 +13,7 @@ import (
 // to restart before it stops. An [Elector] leading name ends its term (its
 // lead context is cancelled with the cause [ErrStepDown]), releases the
 // lease and stays out of the election for its hold-off
-// ([Elector.SetStepDownHoldOff]) so that another instance wins. A plain
+// ([ElectorConfig.StepDownHoldOff]) so that another instance wins. A plain
 // lease holder sees the request on [Lease.StepDownRequested] and decides
 // for itself.
 //

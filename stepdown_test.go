@@ -39,11 +39,13 @@ func TestStepDownMovesLeadership(t *testing.T) {
 			causes <- context.Cause(ctx)
 			note("end " + string(rune('0'+i)))
 			return nil
-		}, WithTTL(10*time.Second))
+		}, ElectorConfig{
+			LeaseOptions:    []Option{WithTTL(10 * time.Second)},
+			StepDownHoldOff: time.Minute, // a stepped-down leader must not win again here
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.SetStepDownHoldOff(time.Minute) // a stepped-down leader must not win again here
 		electors[i] = e
 	}
 	rctx, cancel := context.WithCancel(ctx)
@@ -214,11 +216,10 @@ func TestSteppedDownElectorLeadsAgainAfterItsHoldOff(t *testing.T) {
 		<-ctx.Done()
 		ended <- time.Now()
 		return nil
-	}, WithTTL(10*time.Second))
+	}, ElectorConfig{LeaseOptions: []Option{WithTTL(10 * time.Second)}, StepDownHoldOff: holdOff})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetStepDownHoldOff(holdOff)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = e.Run(rctx) }()

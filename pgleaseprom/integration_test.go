@@ -142,7 +142,7 @@ func TestWithClient(t *testing.T) {
 		close(leading)
 		<-ctx.Done()
 		return nil
-	}, pglease.WithTTL(time.Second))
+	}, pglease.ElectorConfig{LeaseOptions: []pglease.Option{pglease.WithTTL(time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}
