@@ -270,7 +270,7 @@ func givingUpLeavesNothingBehind(t *testing.T, opts []Option) {
 		t.Fatalf("another client's TryAcquire after the abandoned attempt: %v", err)
 	}
 	defer l.Release(ctx)
-	if o.session && !l.SessionBound() {
+	if o.session && !l.FastFailover() {
 		t.Fatal("the abandoned attempt kept its session lock: another client's fast-failover lease is not session-bound")
 	}
 }

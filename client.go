@@ -358,7 +358,7 @@ type Info struct {
 	Remaining    time.Duration // until expiry; negative once expired
 	HeartbeatAge time.Duration // since the last heartbeat
 	HeldFor      time.Duration // since acquisition
-	SessionBound bool          // acquired with FastFailover
+	FastFailover bool          // acquired with WithFastFailover: bound to its holder's database session
 	Metadata     string        // JSON object
 }
 
@@ -372,7 +372,7 @@ func (i Info) Stale(threshold time.Duration) bool { return i.Held() && i.Heartbe
 func infoOf(r store.Record) Info {
 	return Info{Name: r.Name, Owner: r.Owner, Token: r.Token, AcquiredAt: r.AcquiredAt,
 		RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt, TTL: r.TTL, Remaining: r.Remaining,
-		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, SessionBound: r.SessionBound, Metadata: r.Metadata}
+		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, FastFailover: r.SessionBound, Metadata: r.Metadata}
 }
 
 // Get returns the lease row of name, held or expired, or [ErrNoLease].

@@ -246,15 +246,15 @@
 //   - The server must not declare a live holder's session dead before the
 //     holder's own local deadline: the session's TCP keepalive and user
 //     timeout are set to at least the TTL, and idle_session_timeout to off.
-//   - A session-bound row is taken over early only by the server
+//   - A fast-failover lease's row is taken over early only by the server
 //     incarnation that granted its lock (recorded with the row). After a
 //     restart, a crash-recovery cycle or a standby promotion the new
 //     incarnation holds no session locks, so such rows fall back to the
 //     plain expiry rule: a partitioned old holder still believes in its
 //     lease until its local deadline, and nobody takes it over before the
 //     row expires.
-//   - The session takes its lock before it acquires anything
-//     session-bound and keeps it until it ends. A lock another session
+//   - The session takes its lock before it acquires any fast-failover
+//     lease and keeps it until it ends. A lock another session
 //     happens to hold errs only towards waiting: should the server reuse a
 //     dead holder's pid for another client's session, the row counts as
 //     live and is taken over when it expires.
@@ -262,13 +262,13 @@
 //     name from the catalog), so every spelling of one table
 //     ("pglease_leases", "public.pglease_leases", another search_path)
 //     shares one key space.
-//   - The client never closes its session under a held session-bound lease
+//   - The client never closes its session under a held fast-failover lease
 //     on its own initiative: statements on it are bounded by the server's
 //     statement_timeout and lock_timeout, which end in an error, not a
 //     closed session; when a statement outlives its client-side bound too
-//     (the server does not answer), every session-bound lease of the
+//     (the server does not answer), every fast-failover lease of the
 //     connection is ended locally before the socket is closed. A holder
-//     whose session connection fails cancels its session-bound leases at
+//     whose session connection fails cancels its fast-failover leases at
 //     once, with [ErrSessionLost] (which also matches [ErrLeaseLost]): a
 //     waiter may hold the lease milliseconds later, so the work it
 //     protected must stop at once, with no grace period (pglease run sends

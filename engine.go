@@ -386,7 +386,7 @@ func (c *Client) localHolder(name string) error {
 // heldError describes the holder of a name that was refused.
 func heldError(r nameReply) error {
 	return &HeldError{Holder: Info{Name: r.name, Owner: r.OtherOwner, Token: r.OtherToken,
-		Remaining: r.OtherRemaining, SessionBound: r.HolderInSession}}
+		Remaining: r.OtherRemaining, FastFailover: r.HolderInSession}}
 }
 
 // queuedError describes a name whose lease waiters of other clients are

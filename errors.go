@@ -20,9 +20,9 @@ var (
 	// ErrLeaseLost is the cause of a lease's end when it expired before a
 	// renewal succeeded, or was taken over or force-released.
 	ErrLeaseLost = errors.New("pglease: lease lost")
-	// ErrSessionLost is the cause of a session-bound lease's end (see
-	// [WithFastFailover]) when its database session ended. It also
-	// matches [ErrLeaseLost]. A waiter may hold the lease within
+	// ErrSessionLost is the cause of a fast-failover lease's end
+	// ([WithFastFailover]) when the database session it is bound to
+	// ended. It also matches [ErrLeaseLost]. A waiter may hold the lease within
 	// milliseconds of the session's end, so whatever the lease protected
 	// must stop at once: there is no safety margin to spend.
 	ErrSessionLost = errors.New("pglease: lease lost with its database session")
@@ -41,8 +41,10 @@ var (
 	// ErrStepDown is the cause of an [Elector] term that ended because
 	// some client asked its leader to step down ([Client.RequestStepDown]).
 	ErrStepDown = errors.New("pglease: asked to step down")
-	// ErrSessionUnavailable means a feature needs a dedicated database
-	// session (fast failover, notifications) that this client cannot open.
+	// ErrSessionUnavailable means fast failover ([WithFastFailover],
+	// [Lease.SessionFile]) needs a database session of the client's own
+	// that it cannot have here: a database/sql driver other than pgx, a
+	// pooling proxy, or a lease without fast failover or already ended.
 	ErrSessionUnavailable = errors.New("pglease: a dedicated database session is not available")
 	// ErrSchema means the lease table exists with a layout this version of
 	// pglease cannot use, or, named without a schema, has no schema to be

@@ -120,8 +120,8 @@ func ExampleWithFastFailover() {
 		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	fmt.Println("session-bound:", lease.SessionBound())
-	// Output: session-bound: true
+	fmt.Println("fast failover:", lease.FastFailover())
+	// Output: fast failover: true
 }
 
 // Operators: who holds what, since when, and is the holder alive?

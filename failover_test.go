@@ -44,8 +44,8 @@ func TestWaiterTakesOverAtOnceWhenAFastFailoverHolderIsKilled(t *testing.T) {
 	if l == nil {
 		t.FailNow()
 	}
-	if l.Token() <= token || !l.SessionBound() {
-		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.SessionBound())
+	if l.Token() <= token || !l.FastFailover() {
+		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.FastFailover())
 	}
 	t.Logf("kill → acquired in %s", time.Since(killed))
 	_ = l.Release(ctx)
@@ -263,8 +263,8 @@ func TestPlainWaiterTakesOverFromADeadSessionHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	if l.Token() <= token || l.SessionBound() {
-		t.Fatalf("token %d after the holder's %d, session-bound %v", l.Token(), token, l.SessionBound())
+	if l.Token() <= token || l.FastFailover() {
+		t.Fatalf("token %d after the holder's %d, session-bound %v", l.Token(), token, l.FastFailover())
 	}
 	if n := attempts.Load(); n > 5 {
 		t.Fatalf("a plain waiter made %d attempts before it took a dead fast-failover holder's lease over", n)
@@ -307,7 +307,7 @@ func TestFastFailoverWinnerOfARaceIsSessionBound(t *testing.T) {
 			switch {
 			case err == nil:
 				won++
-				if !leases[i].SessionBound() {
+				if !leases[i].FastFailover() {
 					t.Errorf("round %d: the winner's lease (%s, token %d) is not session-bound", round, clients[i].Owner(), leases[i].Token())
 				}
 				if err := leases[i].Release(ctx); err != nil {

@@ -255,7 +255,7 @@ func (a *agent) hold(handle int, h held) []Granted {
 	var out []Granted
 	var once sync.Once
 	for _, l := range h.leases {
-		out = append(out, Granted{Row: l.Name(), Token: l.Token(), Session: l.SessionBound(), Dl: l.Deadline().UnixNano()})
+		out = append(out, Granted{Row: l.Name(), Token: l.Token(), Session: l.FastFailover(), Dl: l.Deadline().UnixNano()})
 		a.watchers.Add(1)
 		go func() {
 			defer a.watchers.Done()

@@ -197,7 +197,7 @@ func toJSON(in pglease.Info) leaseJSON {
 		AcquiredAt: in.AcquiredAt, RenewedAt: in.RenewedAt, ExpiresAt: in.ExpiresAt,
 		TTLSeconds: in.TTL.Seconds(), HeldForSeconds: in.HeldFor.Seconds(),
 		ExpiresInSecs: in.Remaining.Seconds(), HeartbeatAge: in.HeartbeatAge.Seconds(),
-		SessionBound: in.SessionBound}
+		SessionBound: in.FastFailover}
 	if json.Valid([]byte(in.Metadata)) {
 		j.Metadata = json.RawMessage(in.Metadata)
 	}

@@ -345,7 +345,7 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 // sessionFile is a copy of the database session a session-bound lease is
 // bound to, for the supervisor to hold (see supervise_unix.go), or nil.
 func (e *env) sessionFile(lease *pglease.Lease) *os.File {
-	if !lease.SessionBound() {
+	if !lease.FastFailover() {
 		return nil
 	}
 	f, err := lease.SessionFile()
