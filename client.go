@@ -346,7 +346,11 @@ func (c *Client) Close() error {
 }
 
 // Info describes a lease row as the server sees it. Durations are computed
-// with the server's clock.
+// with the server's clock, so they are the tests to make: the lease was
+// held when read if Remaining > 0, and it is stale (its holder may be
+// alive but stuck, a zombie) if it is held and HeartbeatAge exceeds a
+// threshold of the reader's (pglease ls says "stale" past TTL/2, as
+// renewals run every third of the TTL).
 type Info struct {
 	Name         string
 	Owner        string
@@ -355,19 +359,12 @@ type Info struct {
 	RenewedAt    time.Time     // server time of the last heartbeat
 	ExpiresAt    time.Time     // server time
 	TTL          time.Duration //
-	Remaining    time.Duration // until expiry; negative once expired
+	Remaining    time.Duration // until expiry; zero or negative once expired
 	HeartbeatAge time.Duration // since the last heartbeat
 	HeldFor      time.Duration // since acquisition
 	FastFailover bool          // acquired with WithFastFailover: bound to its holder's database session
 	Metadata     string        // JSON object
 }
-
-// Held reports whether the lease had not expired when it was read.
-func (i Info) Held() bool { return i.Remaining > 0 }
-
-// Stale reports whether the lease is still held but its heartbeat is older
-// than threshold: its holder may be alive but stuck (a zombie).
-func (i Info) Stale(threshold time.Duration) bool { return i.Held() && i.HeartbeatAge > threshold }
 
 func infoOf(r store.Record) Info {
 	return Info{Name: r.Name, Owner: r.Owner, Token: r.Token, AcquiredAt: r.AcquiredAt,

@@ -233,7 +233,7 @@ func (e *Elector) Leader(ctx context.Context) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	if !info.Held() {
+	if info.Remaining <= 0 {
 		return Info{}, ErrNoLease
 	}
 	return info, nil
