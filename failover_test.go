@@ -250,7 +250,7 @@ func TestPlainWaiterTakesOverFromADeadSessionHolder(t *testing.T) {
 	ctx := testCtx(t)
 	table := pgtest.Schema(t) + ".leases"
 	var attempts atomic.Int64
-	w := testClient(t, Config{Table: table, PollInterval: time.Hour, Observer: ObserverFunc(func(e Event) {
+	w := testClient(t, Config{Table: table, PollInterval: time.Hour, Observer: observerFunc(func(e Event) {
 		if e.Kind == EventContended {
 			attempts.Add(1)
 		}

@@ -263,3 +263,8 @@ func awaitKeptPast(t testing.TB, log *eventLog, l *Lease, at time.Time) {
 		t.Fatalf("%q ended: %v", l.Name(), err)
 	}
 }
+
+// observerFunc adapts a function to Observer.
+type observerFunc func(Event)
+
+func (f observerFunc) Observe(e Event) { f(e) }

@@ -95,12 +95,6 @@ type Observer interface {
 	Observe(Event)
 }
 
-// ObserverFunc adapts a function to [Observer].
-type ObserverFunc func(Event)
-
-// Observe calls f(e).
-func (f ObserverFunc) Observe(e Event) { f(e) }
-
 // eventQueue delivers events to an observer in order, without ever blocking
 // the sender: beyond maxQueued pending events, new ones are dropped and
 // counted, and once the queue has drained an EventDropped reports them with

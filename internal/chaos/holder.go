@@ -90,7 +90,7 @@ func RunHolder(cfgJSON string) int {
 		c, err = pglease.Open(octx, hc.DSN, pglease.Config{
 			Table: hc.Table, Owner: hc.Owner, TTL: hc.TTL, DisableNotify: hc.DisableNotify,
 			MaxConns: hc.MaxConns, StatementTimeout: 5 * time.Second, ConnectTimeout: 3 * time.Second,
-			Observer: pglease.ObserverFunc(func(e pglease.Event) {
+			Observer: observerFunc(func(e pglease.Event) {
 				switch e.Kind {
 				case pglease.EventContended:
 					rec.Record(Event{K: KindWaiting, Name: e.Name, Msg: e.Previous})
@@ -293,3 +293,8 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// observerFunc adapts a function to pglease.Observer.
+type observerFunc func(pglease.Event)
+
+func (f observerFunc) Observe(e pglease.Event) { f(e) }

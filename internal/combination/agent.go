@@ -225,7 +225,7 @@ func (a *agent) open() error {
 	c, err := pglease.Open(ctx, a.cfg.DSN, pglease.Config{
 		Table: a.cfg.Table, Owner: a.cfg.Owner, TTL: a.cfg.TTL, PollInterval: a.cfg.Poll,
 		StatementTimeout: 5 * time.Second, ConnectTimeout: 3 * time.Second, MaxConns: 6,
-		Observer: pglease.ObserverFunc(func(e pglease.Event) {
+		Observer: observerFunc(func(e pglease.Event) {
 			if e.Kind == pglease.EventContended {
 				a.send(Reply{K: ReplyContended, Name: e.Name})
 			}
@@ -318,3 +318,8 @@ func RegisterDDL(schema string) string {
 	return `CREATE TABLE ` + s + `.register (name text PRIMARY KEY, token bigint NOT NULL, value bigint NOT NULL);
 	CREATE TABLE ` + s + `.writes (seq bigserial PRIMARY KEY, cmd int NOT NULL, name text NOT NULL, token bigint NOT NULL, value bigint NOT NULL);`
 }
+
+// observerFunc adapts a function to pglease.Observer.
+type observerFunc func(pglease.Event)
+
+func (f observerFunc) Observe(e pglease.Event) { f(e) }
