@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 )
 
@@ -77,16 +76,6 @@ type LeaseSet struct {
 
 // Leases returns the set's leases, sorted by name.
 func (s *LeaseSet) Leases() []*Lease { return slices.Clone(s.leases) }
-
-// Lease returns the set's lease of name, or nil when name is not in the
-// set.
-func (s *LeaseSet) Lease(name string) *Lease {
-	i, ok := slices.BinarySearchFunc(s.leases, name, func(l *Lease, n string) int { return strings.Compare(l.name, n) })
-	if !ok {
-		return nil
-	}
-	return s.leases[i]
-}
 
 // Context returns the set's lifetime as a context: its Done channel is
 // closed the moment the set ends (released, or one of its leases lost or
