@@ -204,12 +204,6 @@ func appName(owner string) string {
 // Owner returns the owner label of this client's leases.
 func (c *Client) Owner() string { return c.cfg.Owner }
 
-// ID returns the client's random id, unique per Client value: it is
-// recorded in the metadata of the leases it holds ("client") and names the
-// client in its events ([Event].Client), where the owner label, which
-// several clients may share, cannot.
-func (c *Client) ID() string { return c.id }
-
 // DDL returns the SQL that creates the lease table "[schema.]table" (empty
 // means the default, "pglease_leases") and its token sequence, for users'
 // own migration tools; it is idempotent. An invalid name is reported as
