@@ -17,9 +17,9 @@ import (
 // Config configures a [Client]. The zero value is valid: every field has a
 // documented default. [Open], [NewFromPool] and [NewFromDB] check every
 // field before anything connects: an invalid field is reported as an
-// *[InvalidError] matching [ErrInvalid], of kind "identifier" for Table,
-// "owner" for Owner, "TTL" for TTL, and "argument" for any other field
-// (or a SafetyMargin or RenewInterval that does not suit the TTL).
+// *[InvalidError], of kind "identifier" for Table, "owner" for Owner,
+// "TTL" for TTL, and "argument" for any other field (or a SafetyMargin or
+// RenewInterval that does not suit the TTL).
 type Config struct {
 	// Table is the lease table, "table" or "schema.table"; each part must
 	// match [a-z_][a-z0-9_]{0,62}. Default "pglease_leases" in the first

@@ -104,17 +104,16 @@
 // # Errors
 //
 // Every error starts with "pglease: " (once) and matches a sentinel of
-// this package with errors.Is, or the driver's error it wraps. Bad input
-// is refused before anything is sent and changes nothing: a [Config] when
-// the client is created, a name or an [Option] at the call; the error is
-// an *[InvalidError] matching [ErrInvalid], whose Kind says what was
-// refused (a lease name, an owner, a TTL, a table or schema name, or
-// another argument). A lease held
-// elsewhere is a *[HeldError] matching [ErrNotAcquired]; an acquisition
-// whose context ended also matches ctx.Err(). A name asked for as another
-// kind of lease than its live leases hold (a plain lease, a semaphore of
-// another slot count) is a *[SlotsError] matching [ErrSlotsMismatch],
-// returned at once (see Semaphores). Database errors name what pglease was
+// this package with errors.Is, is one of its error types (errors.As), or
+// wraps the driver's error. Bad input is refused before anything is sent
+// and changes nothing: a [Config] when the client is created, a name or
+// an [Option] at the call; the error is an *[InvalidError], whose Kind
+// says what was refused (a lease name, an owner, a TTL, a table or schema
+// name, or another argument). A lease held elsewhere is a *[HeldError]
+// matching [ErrNotAcquired]; an acquisition whose context ended also
+// matches ctx.Err(). A name asked for as another kind of lease than its
+// live leases hold (a plain lease, a semaphore of another slot count) is a
+// *[SlotsError], returned at once (see Semaphores). Database errors name what pglease was
 // doing and, where the server said why (a missing privilege,
 // table or database), what to do about it.
 //

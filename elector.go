@@ -32,11 +32,11 @@ type Elector struct {
 
 // ElectorConfig configures an [Elector]. The zero value is valid: every
 // field has a documented default; a negative duration is refused with
-// [ErrInvalid].
+// an *[InvalidError].
 type ElectorConfig struct {
 	// LeaseOptions apply to every term's lease ([WithTTL],
-	// [WithFastFailover]…). [WithSlots] is refused with [ErrInvalid], as an
-	// election has one leader.
+	// [WithFastFailover]…). [WithSlots] is refused with an
+	// *[InvalidError], as an election has one leader.
 	LeaseOptions []Option
 	// StepDownHoldOff is how long the elector stays out of the election
 	// after it stepped down at a request ([Client.RequestStepDown]): it

@@ -11,8 +11,12 @@ import (
 )
 
 // Every error pglease returns says "pglease: " once, at its start, and
-// matches one of these sentinels (or a driver error it wraps) with
-// errors.Is.
+// matches one of these sentinels with errors.Is, is one of the error types
+// below (*[InvalidError], *[SlotsError]; errors.As finds them), or wraps a
+// driver error. A condition that always carries data is its type alone; a
+// sentinel names a condition, with or without a type beside it
+// (*[HeldError] describes the holder of an [ErrNotAcquired] when it was
+// seen).
 var (
 	// ErrNotAcquired means the lease is held by someone else. The error
 	// returned is a *[HeldError] describing the holder.
@@ -57,30 +61,15 @@ var (
 	// never create the table, so a mistyped table name is reported rather
 	// than created. Nothing was changed.
 	ErrNoTable = errors.New("pglease: no lease table")
-	// ErrSlotsMismatch means a name was asked for as another kind of
-	// lease than the one its live rows hold: a semaphore's slot with
-	// another slot count ([WithSlots]) than its live slots record, a slot
-	// of a semaphore whose name a plain lease holds, or a plain lease (a
-	// set's included) on the name of a semaphore with live slots. The
-	// error returned is a *[SlotsError]; nothing was acquired, and waiting
-	// does not help while those leases are held.
-	ErrSlotsMismatch = errors.New("pglease: name is held as another kind of lease")
-
-	// ErrInvalid means pglease refused a value before it sent or changed
-	// anything: a lease name, an owner, a TTL, a table or schema name, a
-	// [Config] field (or a SafetyMargin or RenewInterval that does not
-	// suit the TTL), an [Option]'s value (slots, metadata, minimum hold),
-	// or a nil pool, handle or function. The error is an *[InvalidError]
-	// saying which kind of value and why.
-	ErrInvalid = errors.New("pglease: invalid argument")
 )
 
-// InvalidError is the error of a value pglease refuses before it changes
-// anything: a lease name, an owner, a TTL, a table or schema name, or any
-// other argument ([Config.Validate], [Config.Plan], an [Option], a call's
-// arguments). It
-// matches [ErrInvalid] with errors.Is, and the error that made the value
-// invalid, if any.
+// InvalidError is the error of a value pglease refuses before it sends or
+// changes anything: a lease name, an owner, a TTL, a table or schema name,
+// a [Config] field (or a SafetyMargin or RenewInterval that does not suit
+// the TTL), an [Option]'s value (slots, metadata, minimum hold), or a nil
+// pool, handle or function ([Config.Validate] and [Config.Plan] check
+// without connecting). Find it with errors.As; it also matches the error
+// that made the value invalid, if any.
 type InvalidError struct {
 	// Kind is what was refused, as the message names it: "lease name"
 	// (see [Config.Plan] for what a name may be), "owner" (1–255 bytes of
@@ -109,14 +98,8 @@ const (
 // Error is the kind and the reason.
 func (e *InvalidError) Error() string { return "pglease: invalid " + e.Kind + ": " + e.Reason }
 
-// Unwrap returns [ErrInvalid] and the error that made the value invalid,
-// if any.
-func (e *InvalidError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{ErrInvalid}
-	}
-	return []error{ErrInvalid, e.cause}
-}
+// Unwrap returns the error that made the value invalid, or nil.
+func (e *InvalidError) Unwrap() error { return e.cause }
 
 // invalid returns an *InvalidError of kind whose reason is format and args
 // as fmt.Errorf formats them; what they wrap (%w) is its cause.
@@ -164,9 +147,13 @@ func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 // SlotsError is returned when a name is asked for as another kind of lease
 // than the one its live rows hold (held, or kept for a minimum hold): a
 // name is one kind of lease, a plain one or a semaphore of one slot count
-// ([WithSlots]), for every client at a time. A plain lease counts as 1
-// slot. It matches [ErrSlotsMismatch] with errors.Is. The kind can change
-// once every lease of the name has been released (or has expired).
+// ([WithSlots]), for every client at a time: a semaphore's slot with
+// another slot count than its live slots record, a slot of a semaphore
+// whose name a plain lease holds, or a plain lease (a set's included) on
+// the name of a semaphore with live slots. A plain lease counts as 1 slot.
+// Nothing was acquired, and waiting does not help while those leases are
+// held; the kind can change once every lease of the name has been
+// released (or has expired).
 type SlotsError struct {
 	// Name is the name asked for (a semaphore's, without a slot suffix).
 	Name string
@@ -186,9 +173,6 @@ func (e *SlotsError) Error() string {
 	return fmt.Sprintf("pglease: %q is held as %s; this client asked for %s: use the same kind (WithSlots) on every client of a name, or wait until its leases are released",
 		e.Name, kind(e.Have), kind(e.Want))
 }
-
-// Is reports whether target is ErrSlotsMismatch.
-func (e *SlotsError) Is(target error) bool { return target == ErrSlotsMismatch }
 
 // IsRetryable reports whether err is transient (connection lost, server
 // restarting or failing over, too many connections) so that the same call

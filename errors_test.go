@@ -155,11 +155,10 @@ func nameErr(name string) error {
 	return err
 }
 
-// isInvalid reports whether err matches ErrInvalid and is an
-// *InvalidError of kind.
+// isInvalid reports whether err is an *InvalidError of kind.
 func isInvalid(err error, kind string) bool {
 	var ie *InvalidError
-	return errors.Is(err, ErrInvalid) && errors.As(err, &ie) && ie.Kind == kind
+	return errors.As(err, &ie) && ie.Kind == kind
 }
 
 // checkInvalid checks that err is an *InvalidError of kind whose Reason

@@ -28,7 +28,7 @@ func ExampleSlotsError() {
 	}
 	_, err = client.TryAcquire(ctx, "example-uploads", pglease.WithSlots(5))
 	var se *pglease.SlotsError
-	fmt.Println(errors.As(err, &se), se.Want, se.Have, errors.Is(err, pglease.ErrSlotsMismatch))
+	fmt.Println(errors.As(err, &se), se.Want, se.Have)
 
 	// Once every slot is released, the next client may use another count.
 	l.Release(ctx)
@@ -38,9 +38,9 @@ func ExampleSlotsError() {
 
 	// Names of the slot form are reserved for slots.
 	_, err = client.TryAcquire(ctx, "example-uploads#0")
-	fmt.Println(errors.Is(err, pglease.ErrInvalid))
+	fmt.Println(errors.As(err, new(*pglease.InvalidError)))
 	// Output:
-	// true 5 3 true
+	// true 5 3
 	// true
 	// true
 }

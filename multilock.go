@@ -18,7 +18,7 @@ const maxSetNames = 64
 // [ErrNotAcquired] that names the first such name and its holder (the
 // message lists the others). [WithTTL], [WithMinHold] and [WithMetadata]
 // apply to every lease of the set; [WithSlots] and [WithFastFailover] do
-// not apply and are refused with [ErrInvalid], as are an empty
+// not apply and are refused with an *[InvalidError], as are an empty
 // set, duplicate names and more than 64 names. ctx bounds this call only,
 // never the leases.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...Option) (*LeaseSet, error) {

@@ -47,7 +47,7 @@ func WithTTL(ttl time.Duration) Option {
 // is released earlier (ShedLock's lockAtLeastFor), so that a job scheduled
 // on several hosts with slightly different clocks runs once. d is a whole
 // number of milliseconds, at most the lease's TTL; otherwise the error
-// matches [ErrInvalid].
+// is an *[InvalidError].
 func WithMinHold(d time.Duration) Option {
 	return Option{func(o *leaseOptions) error {
 		if d < 0 || d > maxTTL {
@@ -64,7 +64,7 @@ func WithMinHold(d time.Duration) Option {
 // WithMetadata stores v, encoded as a JSON object of at most 8192 bytes,
 // with the lease (host, pid and pglease version are always recorded).
 // Several WithMetadata options merge; a value that does not encode as JSON
-// is reported as [ErrInvalid].
+// is reported as an *[InvalidError].
 func WithMetadata(v map[string]any) Option {
 	return Option{func(o *leaseOptions) error {
 		m := map[string]any{}
@@ -102,7 +102,7 @@ func WithFastFailover() Option {
 // "NAME#n-1" ([Lease.Name] says which, [Config.Plan] lists them), each a
 // lease of its own with its own fencing token. n is 1 to 1000 (1 is a
 // plain lease on NAME itself, not a semaphore); otherwise the error
-// matches [ErrInvalid].
+// is an *[InvalidError].
 //
 // n is recorded in every slot row, and every client of a semaphore must
 // use the same n: while any slot is live (held, or kept for its minimum

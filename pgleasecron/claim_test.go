@@ -130,8 +130,8 @@ func TestLeaseOptionsThatBreakTheOneRunnerRuleAreRefused(t *testing.T) {
 			t.Errorf("Add with %s: %#v, want an *InvalidError of job \"job\" whose Reason has no prefix", tc.want, err)
 		}
 	}
-	if err := s.Add("job", "@hourly", nop, LeaseOptions(pglease.WithSlots(0))); !errors.Is(err, pglease.ErrInvalid) {
-		t.Errorf("Add with pglease.WithSlots(0): %v, want it to match pglease.ErrInvalid", err)
+	if err := s.Add("job", "@hourly", nop, LeaseOptions(pglease.WithSlots(0))); !errors.As(err, new(*pglease.InvalidError)) {
+		t.Errorf("Add with pglease.WithSlots(0): %v, want pglease's *InvalidError as its cause", err)
 	}
 	if len(s.jobs) != 0 {
 		t.Fatalf("%d jobs registered by refused calls", len(s.jobs))

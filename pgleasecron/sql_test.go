@@ -73,5 +73,5 @@ func TestTablesAreNamedAfterTheLeaseTable(t *testing.T) {
 // name: an *pglease.InvalidError of kind "identifier".
 func isInvalidIdentifier(err error) bool {
 	var ie *pglease.InvalidError
-	return errors.Is(err, pglease.ErrInvalid) && errors.As(err, &ie) && ie.Kind == "identifier"
+	return errors.As(err, &ie) && ie.Kind == "identifier"
 }
