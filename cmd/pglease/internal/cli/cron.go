@@ -316,7 +316,7 @@ func (c *cron) runCommand(j cronJob, t pgleasecron.Tick) error {
 	}
 	defer c.unsubscribe(sigs)
 	lease := t.Lease
-	vars := []string{"PGLEASE_NAME=" + lease.Name(), "PGLEASE_OWNER=" + lease.Owner(),
+	vars := []string{"PGLEASE_NAME=" + lease.Name(), "PGLEASE_OWNER=" + c.o.owner,
 		"PGLEASE_TOKEN=" + strconv.FormatInt(lease.Token(), 10), "PGLEASE_JOB=" + j.name,
 		"PGLEASE_TICK=" + t.At.UTC().Format(time.RFC3339Nano), "PGLEASE_ATTEMPT=" + strconv.Itoa(t.Attempt)}
 	session := c.e.sessionFile(lease)

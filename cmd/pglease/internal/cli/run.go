@@ -264,6 +264,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 	// the lease was lost, and a lost lease has nothing to release.
 	closeWait := 2 * time.Second
 	defer func() { closeBounded(c, closeWait) }()
+	o.owner = c.Owner() // without --owner, the library's default: PGLEASE_OWNER
 	if err := c.Migrate(waitCtx); err != nil {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
@@ -388,7 +389,7 @@ func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, su
 // lease NAME#SLOT) and PGLEASE_TOKEN is that slot's
 // fencing token.
 func leaseVars(o runOptions, lease *pglease.Lease) []string {
-	vars := []string{"PGLEASE_NAME=" + o.name, "PGLEASE_OWNER=" + lease.Owner(), fmt.Sprintf("PGLEASE_TOKEN=%d", lease.Token())}
+	vars := []string{"PGLEASE_NAME=" + o.name, "PGLEASE_OWNER=" + o.owner, fmt.Sprintf("PGLEASE_TOKEN=%d", lease.Token())}
 	if o.slots > 0 {
 		p, _ := (pglease.Config{}).Plan(o.name, pglease.WithSlots(o.slots)) // checked by parseRun
 		vars = append(vars, "PGLEASE_SLOT="+strconv.Itoa(max(slices.Index(p.Names, lease.Name()), 0)))
