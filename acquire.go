@@ -13,7 +13,7 @@ import (
 // dropped pooled connection) is retried a few times first, as nothing can
 // have been acquired twice: a row of this client's whose reply was lost is
 // recognised and freed. ctx bounds this call only, never the lease.
-// name must pass [CheckName]. A semaphore whose live slots record another
+// name must be a lease name (see [Config.Plan]). A semaphore whose live slots record another
 // slot count fails with a *[SlotsError] (see [WithSlots]).
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	o, err := c.begin(ctx, name, opts)
@@ -46,7 +46,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lea
 
 // begin validates a call and makes sure the table exists.
 func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOptions, error) {
-	if err := CheckName(name); err != nil {
+	if err := checkName(name); err != nil {
 		return leaseOptions{}, err
 	}
 	o, err := c.leaseOptions(opts)
@@ -71,11 +71,11 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 	return o, nil
 }
 
-// SlotName is the lease name of slot i of the semaphore name (see
+// slotName is the lease name of slot i of the semaphore name (see
 // [WithSlots]): "name#i". Each slot is a lease of its own, with its own
 // fencing token, that [Client.Get] reads by this name. No lease name
-// can end like a slot name ([CheckName]), so the two never meet.
-func SlotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
+// can end like a slot name (checkName), so the two never meet.
+func slotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
 
 // acquireName runs the acquisition engine for name, or for any slot of the
 // semaphore name, once (TryAcquire) or until ctx ends (Acquire).

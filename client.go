@@ -120,7 +120,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, invalid(ErrInvalidArgument, "DSN: %w", err)
+		return nil, invalid(kindArgument, "DSN: %w", err)
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	// An idle client keeps its dedicated session alone: the pool's idle
@@ -141,7 +141,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, invalid(ErrInvalidArgument, "DSN: %w", err)
+		return nil, invalid(kindArgument, "DSN: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, pcfg.ConnConfig.ConnectTimeout*time.Duration(hostCount(pcfg.ConnConfig)))
 	defer cancel()
@@ -168,7 +168,7 @@ var poolIdleTime = 30 * time.Second
 // opened with the pool's connection settings.
 func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if pool == nil {
-		return nil, invalid(ErrInvalidArgument, "NewFromPool: pool is nil")
+		return nil, invalid(kindArgument, "NewFromPool: pool is nil")
 	}
 	cfg, st, err := cfg.withDefaults()
 	if err != nil {
@@ -186,7 +186,7 @@ func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 // renewals use one connection held from the handle's pool.
 func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 	if db == nil {
-		return nil, invalid(ErrInvalidArgument, "NewFromDB: db is nil")
+		return nil, invalid(kindArgument, "NewFromDB: db is nil")
 	}
 	cfg, st, err := cfg.withDefaults()
 	if err != nil {
@@ -218,16 +218,10 @@ func appName(owner string) string {
 // Owner returns the owner label of this client's leases.
 func (c *Client) Owner() string { return c.cfg.Owner }
 
-// ID returns the client's random id, unique per Client value: it is
-// recorded in the metadata of the leases it holds ("client") and names the
-// client in its events ([Event].Client), where the owner label, which
-// several clients may share, cannot.
-func (c *Client) ID() string { return c.id }
-
 // DDL returns the SQL that creates the lease table "[schema.]table" (empty
 // means the default, "pglease_leases") and its token sequence, for users'
 // own migration tools; it is idempotent. An invalid name is reported as
-// [ErrInvalidIdentifier].
+// an *[InvalidError] of kind "identifier".
 func DDL(table string) (string, error) {
 	st, err := newStore(table)
 	if err != nil {
@@ -360,7 +354,11 @@ func (c *Client) Close() error {
 }
 
 // Info describes a lease row as the server sees it. Durations are computed
-// with the server's clock.
+// with the server's clock, so they are the tests to make: the lease was
+// held when read if Remaining > 0, and it is stale (its holder may be
+// alive but stuck, a zombie) if it is held and HeartbeatAge exceeds a
+// threshold of the reader's (pglease ls says "stale" past TTL/2, as
+// renewals run every third of the TTL).
 type Info struct {
 	Name         string
 	Owner        string
@@ -369,28 +367,21 @@ type Info struct {
 	RenewedAt    time.Time     // server time of the last heartbeat
 	ExpiresAt    time.Time     // server time
 	TTL          time.Duration //
-	Remaining    time.Duration // until expiry; negative once expired
+	Remaining    time.Duration // until expiry; zero or negative once expired
 	HeartbeatAge time.Duration // since the last heartbeat
 	HeldFor      time.Duration // since acquisition
-	SessionBound bool          // acquired with FastFailover
+	FastFailover bool          // acquired with WithFastFailover: bound to its holder's database session
 	Metadata     string        // JSON object
 }
-
-// Held reports whether the lease had not expired when it was read.
-func (i Info) Held() bool { return i.Remaining > 0 }
-
-// Stale reports whether the lease is still held but its heartbeat is older
-// than threshold: its holder may be alive but stuck (a zombie).
-func (i Info) Stale(threshold time.Duration) bool { return i.Held() && i.HeartbeatAge > threshold }
 
 func infoOf(r store.Record) Info {
 	return Info{Name: r.Name, Owner: r.Owner, Token: r.Token, AcquiredAt: r.AcquiredAt,
 		RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt, TTL: r.TTL, Remaining: r.Remaining,
-		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, SessionBound: r.SessionBound, Metadata: r.Metadata}
+		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, FastFailover: r.SessionBound, Metadata: r.Metadata}
 }
 
 // Get returns the lease row of name, held or expired, or [ErrNoLease].
-// name may be a slot's ([SlotName]).
+// name may be a slot's ("name#i", see [WithSlots]).
 // It only reads: it never creates or alters the table, whatever
 // [Config.DisableAutoMigrate] says, and a role with SELECT on the table
 // (and USAGE on its schema) may call it. Without the table it returns
@@ -435,7 +426,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 }
 
 // ForceRelease deletes the lease of name whoever holds it, wakes waiters,
-// and returns what it deleted; name may be a slot's ([SlotName]). It is an
+// and returns what it deleted; name may be a slot's ("name#i"). It is an
 // administrative action: the holder learns of it at its next renewal and
 // its lease ends with [ErrLeaseLost]. It returns [ErrNoLease] when the
 // table has no row for name, and [ErrNoTable] when there is no table: it

@@ -40,8 +40,8 @@ func TestCloseReleasesLeases(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(l.Err(), ErrClosed) {
-		t.Fatalf("Err = %v, want ErrClosed", l.Err())
+	if !errors.Is(causeOf(l.Context()), ErrClosed) {
+		t.Fatalf("Err = %v, want ErrClosed", causeOf(l.Context()))
 	}
 	if _, err := a.TryAcquire(ctx, "c"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("TryAcquire on closed client: %v", err)

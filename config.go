@@ -16,10 +16,10 @@ import (
 
 // Config configures a [Client]. The zero value is valid: every field has a
 // documented default. [Open], [NewFromPool] and [NewFromDB] check every
-// field before anything connects: an invalid Table is reported as
-// [ErrInvalidIdentifier], Owner as [ErrInvalidOwner], TTL as
-// [ErrInvalidTTL], and any other field (or a SafetyMargin or
-// RenewInterval that does not suit the TTL) as [ErrInvalidArgument].
+// field before anything connects: an invalid field is reported as an
+// *[InvalidError], of kind "identifier" for Table, "owner" for Owner,
+// "TTL" for TTL, and "argument" for any other field (or a SafetyMargin or
+// RenewInterval that does not suit the TTL).
 type Config struct {
 	// Table is the lease table, "table" or "schema.table"; each part must
 	// match [a-z_][a-z0-9_]{0,62}. Default "pglease_leases" in the first
@@ -29,7 +29,7 @@ type Config struct {
 	// pg_stat_activity (e.g. a Kubernetes pod name). It is a label only:
 	// two clients with the same Owner still exclude each other. Default
 	// "hostname-pid-random", unique per client. 1–255 bytes of UTF-8
-	// without control characters (see [CheckOwner]).
+	// without control characters.
 	Owner string
 	// TTL is the default time-to-live of a lease; [WithTTL] overrides it
 	// per lease. Default 30s; minimum 1s; a whole number of milliseconds
@@ -101,7 +101,7 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
 	}
-	if err := CheckOwner(cfg.Owner); err != nil {
+	if err := checkOwner(cfg.Owner); err != nil {
 		return cfg, nil, err
 	}
 	if cfg.TTL == 0 {
@@ -121,7 +121,7 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 		{"AlertAfter", &cfg.AlertAfter, 0},
 	} {
 		if *d.v < 0 {
-			return cfg, nil, invalid(ErrInvalidArgument, "%s must not be negative, got %s", d.name, *d.v)
+			return cfg, nil, invalid(kindArgument, "%s must not be negative, got %s", d.name, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
@@ -132,9 +132,9 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 		v    time.Duration
 	}{{"SafetyMargin", cfg.SafetyMargin}, {"RenewInterval", cfg.RenewInterval}} {
 		if d.v < 0 {
-			return cfg, nil, invalid(ErrInvalidArgument, "%s must not be negative, got %s", d.name, d.v)
+			return cfg, nil, invalid(kindArgument, "%s must not be negative, got %s", d.name, d.v)
 		}
-		if err := wholeMillis(ErrInvalidArgument, d.name, d.v); err != nil {
+		if err := wholeMillis(kindArgument, d.name, d.v); err != nil {
 			return cfg, nil, err
 		}
 	}
@@ -145,7 +145,7 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 		return cfg, nil, err
 	}
 	if cfg.MaxConns < 0 {
-		return cfg, nil, invalid(ErrInvalidArgument, "MaxConns must not be negative, got %d", cfg.MaxConns)
+		return cfg, nil, invalid(kindArgument, "MaxConns must not be negative, got %d", cfg.MaxConns)
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = defaultMaxConns
@@ -158,22 +158,21 @@ func (cfg Config) withDefaults() (Config, *store.Store, error) {
 
 func checkTTL(ttl time.Duration) error {
 	if ttl < minTTL {
-		return invalid(ErrInvalidTTL, "TTL must be at least 1s, got %s", ttl)
+		return invalid(kindTTL, "TTL must be at least 1s, got %s", ttl)
 	}
 	if ttl > maxTTL {
-		return invalid(ErrInvalidTTL, "TTL must be at most 100 years, got %s", ttl)
+		return invalid(kindTTL, "TTL must be at most 100 years, got %s", ttl)
 	}
-	return wholeMillis(ErrInvalidTTL, "TTL", ttl)
+	return wholeMillis(kindTTL, "TTL", ttl)
 }
 
 // wholeMillis refuses a duration finer than a millisecond. The server is
 // sent lease times in whole milliseconds, so a finer value would be
 // rounded there but not in the client's own deadline arithmetic, and the
-// two would disagree about when the lease ends. The error matches
-// sentinel.
-func wholeMillis(sentinel error, what string, d time.Duration) error {
+// two would disagree about when the lease ends. The error is of kind.
+func wholeMillis(kind string, what string, d time.Duration) error {
 	if d%time.Millisecond != 0 {
-		return invalid(sentinel, "%s %s is not a whole number of milliseconds: the server counts lease times in milliseconds and would round it differently from the client; round it to a millisecond (e.g. %s)",
+		return invalid(kind, "%s %s is not a whole number of milliseconds: the server counts lease times in milliseconds and would round it differently from the client; round it to a millisecond (e.g. %s)",
 			what, d, d.Truncate(time.Millisecond))
 	}
 	return nil
@@ -196,40 +195,34 @@ func (cfg *Config) checkTiming(ttl time.Duration) error {
 	ri := what("RenewInterval", cfg.RenewInterval > 0, renew, "TTL/3")
 	// Compared without multiplying first: 2*d could overflow.
 	if margin >= ttl || margin >= ttl-margin {
-		return invalid(ErrInvalidArgument, "%s must be below half the TTL %s: raise the TTL or lower SafetyMargin", ms, ttl)
+		return invalid(kindArgument, "%s must be below half the TTL %s: raise the TTL or lower SafetyMargin", ms, ttl)
 	}
 	if deadline := ttl - margin; renew >= deadline || renew >= deadline-renew {
-		return invalid(ErrInvalidArgument, "%s leaves fewer than two renewal attempts before the local deadline of a %s TTL (TTL minus %s = %s), so one failed renewal would lose the lease: lower RenewInterval or SafetyMargin, or raise the TTL",
+		return invalid(kindArgument, "%s leaves fewer than two renewal attempts before the local deadline of a %s TTL (TTL minus %s = %s), so one failed renewal would lose the lease: lower RenewInterval or SafetyMargin, or raise the TTL",
 			ri, ttl, ms, deadline)
 	}
 	return nil
 }
 
-// CheckName returns an error matching [ErrInvalidName] unless name may be
-// acquired: 1–255 bytes of valid UTF-8 without NUL, and not ending in '#'
-// and digits after at least one other byte ("job#0" is refused; "job#",
-// "#0" and "job#0x" are not). That form is reserved for the slots of
-// semaphores ("job#0" is slot 0 of "job", see [SlotName]), so that a lease
-// name never meets a slot's. [Client.TryAcquire], [Client.Acquire], [Client.Run],
-// [Client.TryRun] and [Client.NewElector] check their name with it
-// (with [WithSlots], the semaphore's name); [Client.Get] and
-// [Client.ForceRelease] also accept slot names, to reach slot rows.
-func CheckName(name string) error {
+// checkName returns an *InvalidError of kind "lease name" unless name may
+// be acquired (see [Config.Plan]): a row name (checkRowName) not of the
+// form of a slot name.
+func checkName(name string) error {
 	if err := checkRowName(name); err != nil {
 		return err
 	}
 	if i, ok := slotSuffix(name); ok {
-		return invalid(ErrInvalidName, "%q ends in %q, which is reserved for slot names (%q is slot %s of the semaphore %q): use another name, such as %q",
+		return invalid(kindName, "%q ends in %q, which is reserved for slot names (%q is slot %s of the semaphore %q): use another name, such as %q",
 			name, name[i:], name, name[i+1:], name[:i], name[:i]+"-"+name[i+1:])
 	}
 	return nil
 }
 
-// checkRowName returns an error matching [ErrInvalidName] unless name may
+// checkRowName returns an *InvalidError of kind "lease name" unless name may
 // name a row of the lease table: 1–255 bytes of valid UTF-8 without NUL
 // (slot names included).
 func checkRowName(name string) error {
-	return checkLabel(ErrInvalidName, "name", name, maxNameBytes, func(r rune) string {
+	return checkLabel(kindName, "name", name, maxNameBytes, func(r rune) string {
 		if r == 0 {
 			return "a NUL byte"
 		}
@@ -243,8 +236,8 @@ func (o leaseOptions) checkSlotNames(name string) error {
 	if o.slots <= 1 {
 		return nil
 	}
-	if last := SlotName(name, o.slots-1); len(last) > maxNameBytes {
-		return invalid(ErrInvalidName, "name is %d bytes, and with %d slots it gets the suffixes \"#0\" to \"#%d\": its slot names are up to %d bytes, the maximum is %d; shorten the name",
+	if last := slotName(name, o.slots-1); len(last) > maxNameBytes {
+		return invalid(kindName, "name is %d bytes, and with %d slots it gets the suffixes \"#0\" to \"#%d\": its slot names are up to %d bytes, the maximum is %d; shorten the name",
 			len(name), o.slots, o.slots-1, len(last), maxNameBytes)
 	}
 	return nil
@@ -263,11 +256,11 @@ func slotSuffix(name string) (int, bool) {
 	return i - 1, true
 }
 
-// CheckOwner returns an error matching [ErrInvalidOwner] unless owner is
+// checkOwner returns an *InvalidError of kind "owner" unless owner is
 // 1–255 bytes of valid UTF-8 without control characters ([Config.Owner]
 // is shown in the lease table, logs and pg_stat_activity).
-func CheckOwner(owner string) error {
-	return checkLabel(ErrInvalidOwner, "owner", owner, maxOwnerBytes, func(r rune) string {
+func checkOwner(owner string) error {
+	return checkLabel(kindOwner, "owner", owner, maxOwnerBytes, func(r rune) string {
 		if unicode.IsControl(r) {
 			return fmt.Sprintf("the control character %U", r)
 		}
@@ -276,19 +269,19 @@ func CheckOwner(owner string) error {
 }
 
 // checkLabel checks that s is 1 to max bytes of valid UTF-8 without a rune
-// that refuse describes; the error matches sentinel and calls s what.
-func checkLabel(sentinel error, what, s string, max int, refuse func(rune) string) error {
+// that refuse describes; the error is of kind and calls s what.
+func checkLabel(kind string, what, s string, max int, refuse func(rune) string) error {
 	switch {
 	case s == "":
-		return invalid(sentinel, "%s is empty", what)
+		return invalid(kind, "%s is empty", what)
 	case len(s) > max:
-		return invalid(sentinel, "%s is %d bytes, the maximum is %d", what, len(s), max)
+		return invalid(kind, "%s is %d bytes, the maximum is %d", what, len(s), max)
 	case !utf8.ValidString(s):
-		return invalid(sentinel, "%s is not valid UTF-8", what)
+		return invalid(kind, "%s is not valid UTF-8", what)
 	}
 	for _, r := range s {
 		if why := refuse(r); why != "" {
-			return invalid(sentinel, "%s contains %s", what, why)
+			return invalid(kind, "%s contains %s", what, why)
 		}
 	}
 	return nil
@@ -323,8 +316,17 @@ func (cfg Config) Validate(opts ...Option) error {
 	return err
 }
 
-// Schedule is the local timing of a lease (see the package documentation).
-type Schedule struct {
+// Plan is what an acquisition of a name with given options contends for,
+// and the local timing of the lease it gets (see the package
+// documentation), as [Config.Plan] computes them without connecting.
+type Plan struct {
+	// Names are the lease rows the acquisition contends for, as the lease
+	// table and [Lease.Name] spell them: the name itself, or with
+	// [WithSlots](n), n > 1, its slot names "name#0" to "name#<n-1>". The
+	// lease it gets is one of them. Tools that read the lease table for a
+	// lease of their own (a scheduler checking whether a run's holder is
+	// alive) find its rows here.
+	Names []string
 	// TTL is the lease's time-to-live on the server.
 	TTL time.Duration
 	// RenewInterval: a renewal is sent this long after the previous
@@ -338,49 +340,35 @@ type Schedule struct {
 	MinHold time.Duration
 }
 
-// Deadline is how long after the send time of the last successful renewal
-// the holder must have stopped: TTL minus SafetyMargin.
-func (s Schedule) Deadline() time.Duration { return s.TTL - s.SafetyMargin }
-
-// Schedule returns the timing cfg gives a lease acquired with opts (its
-// TTL from [WithTTL], else the TTL of cfg or its default), or the error
-// [Config.Validate] would return.
-func (cfg Config) Schedule(opts ...Option) (Schedule, error) {
-	full, _, err := cfg.withDefaults()
-	if err != nil {
-		return Schedule{}, err
-	}
-	o, err := resolveOptions(&full, nil, opts)
-	if err != nil {
-		return Schedule{}, err
-	}
-	return Schedule{TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl), SafetyMargin: marginFor(&full, o.ttl), MinHold: o.minHold}, nil
-}
-
-// Names returns the names of the lease rows that an acquisition of name
-// with opts contends for, as the lease table and [Lease.Name] spell them:
-// name itself, or with [WithSlots](n), n > 1, its slot names [SlotName](name,
-// 0) to SlotName(name, n-1). The lease such an acquisition gets is one of
-// them. It returns the error the acquisition would return without
-// connecting: [CheckName]'s, [Config.Validate]'s, or one matching
-// [ErrInvalidName] when the slot names would be too long. Tools that read the lease table for a lease of their own (a scheduler
-// checking whether a run's holder is alive) find its rows with it.
-func (cfg Config) Names(name string, opts ...Option) ([]string, error) {
-	if err := CheckName(name); err != nil {
-		return nil, err
+// Plan returns what cfg makes of an acquisition of name with opts: the
+// rows it contends for and its lease's timing (its TTL from [WithTTL],
+// else the TTL of cfg or its default). Without connecting, it returns the
+// error the acquisition would return for its input: [Config.Validate]'s,
+// or an *[InvalidError] of kind "lease name". A lease name is 1–255 bytes
+// of valid UTF-8 without NUL, not ending in '#' and digits after at least
+// one other byte ("job#0" is refused; "job#", "#0" and "job#0x" are not):
+// that form is reserved for the slots of semaphores ("job#0" is slot 0 of
+// "job"), so that a lease name never meets a slot's; with [WithSlots] the
+// slot names must fit in 255 bytes too. Every call that acquires checks
+// its name so; [Client.Get], [Client.ForceRelease] and
+// [Client.RequestStepDown] also accept slot names, to reach slot rows.
+func (cfg Config) Plan(name string, opts ...Option) (Plan, error) {
+	if err := checkName(name); err != nil {
+		return Plan{}, err
 	}
 	full, _, err := cfg.withDefaults()
 	if err != nil {
-		return nil, err
+		return Plan{}, err
 	}
 	o, err := resolveOptions(&full, nil, opts)
 	if err != nil {
-		return nil, err
+		return Plan{}, err
 	}
 	if err := o.checkSlotNames(name); err != nil {
-		return nil, err
+		return Plan{}, err
 	}
-	return o.names(name), nil
+	return Plan{Names: o.names(name), TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl),
+		SafetyMargin: marginFor(&full, o.ttl), MinHold: o.minHold}, nil
 }
 
 // Version is the version of this package, recorded in lease metadata.

@@ -1,7 +1,7 @@
 package pglease
 
 import (
-	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +12,8 @@ import (
 
 // Configurations that cannot keep a lease safely are refused by every
 // constructor, before anything is sent, with an error that names the
-// problem and matches ErrInvalidTTL when the TTL itself is out of range,
-// else ErrInvalidArgument; the same rule applies to a lease's own TTL.
+// problem and matches an invalid TTL when the TTL itself is out of range,
+// else an invalid argument; the same rule applies to a lease's own TTL.
 func TestUnsafeConfigRefused(t *testing.T) {
 	ctx := testCtx(t)
 	pool := pgtest.Pool(t)
@@ -53,21 +53,21 @@ func TestUnsafeConfigRefused(t *testing.T) {
 				}},
 				// Tools check their input with Validate: the same verdict.
 				{"Validate", func() (*Client, error) { return nil, tc.cfg.Validate() }},
-				{"Schedule", func() (*Client, error) { _, err := tc.cfg.Schedule(); return nil, err }},
+				{"Plan", func() (*Client, error) { _, err := tc.cfg.Plan("n"); return nil, err }},
 			} {
 				c, err := open.open()
 				if c != nil {
 					_ = c.Close()
 				}
-				sentinel := ErrInvalidArgument
+				sentinel := kindArgument
 				if strings.HasPrefix(tc.want, "TTL ") {
-					sentinel = ErrInvalidTTL
+					sentinel = kindTTL
 				}
 				switch {
-				case tc.want == "" && (errors.Is(err, ErrInvalidTTL) || errors.Is(err, ErrInvalidArgument)):
+				case tc.want == "" && (isInvalid(err, kindTTL) || isInvalid(err, kindArgument)):
 					t.Errorf("%s refused a safe config: %v", open.name, err)
 				case tc.want == "":
-				case !errors.Is(err, sentinel):
+				case !isInvalid(err, sentinel):
 					t.Errorf("%s: %v, want %v", open.name, err, sentinel)
 				case !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "pglease: "):
 					t.Errorf("%s: %q, want it to say %q", open.name, err, tc.want)
@@ -77,37 +77,35 @@ func TestUnsafeConfigRefused(t *testing.T) {
 	}
 }
 
-// Schedule reports the timing a lease gets: the defaults, and what the
+// Plan reports the timing a lease gets: the defaults, and what the
 // configuration sets.
-func TestScheduleReportsTheTimingALeaseGets(t *testing.T) {
+func TestPlanReportsTheTimingALeaseGets(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
 		opts []Option
-		want Schedule
+		want Plan
 	}{
-		{Config{}, nil, Schedule{TTL: 30 * time.Second, RenewInterval: 10 * time.Second, SafetyMargin: 6 * time.Second}},
-		{Config{}, []Option{WithTTL(10 * time.Second)}, Schedule{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, SafetyMargin: 2 * time.Second}},
-		{Config{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}, nil, Schedule{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}},
+		{Config{}, nil, Plan{TTL: 30 * time.Second, RenewInterval: 10 * time.Second, SafetyMargin: 6 * time.Second}},
+		{Config{}, []Option{WithTTL(10 * time.Second)}, Plan{TTL: 10 * time.Second, RenewInterval: 10 * time.Second / 3, SafetyMargin: 2 * time.Second}},
+		{Config{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}, nil, Plan{TTL: time.Minute, RenewInterval: 5 * time.Second, SafetyMargin: 20 * time.Second}},
 	} {
-		got, err := tc.cfg.Schedule(tc.opts...)
-		if err != nil || got != tc.want {
-			t.Errorf("%+v.Schedule(%d options) = %+v, %v, want %+v", tc.cfg, len(tc.opts), got, err, tc.want)
+		got, err := tc.cfg.Plan("job", tc.opts...)
+		tc.want.Names = []string{"job"}
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%+v.Plan(job, %d options) = %+v, %v, want %+v", tc.cfg, len(tc.opts), got, err, tc.want)
 		}
 	}
-	if d := (Schedule{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second}).Deadline(); d != 8*time.Second {
-		t.Errorf("Deadline = %s", d)
+	if _, err := (Config{}).Plan("job", WithTTL(500*time.Millisecond)); !isInvalid(err, kindTTL) {
+		t.Errorf("Plan(job, WithTTL(500ms)): %v, want an invalid TTL", err)
 	}
-	if _, err := (Config{}).Schedule(WithTTL(500 * time.Millisecond)); !errors.Is(err, ErrInvalidTTL) {
-		t.Errorf("Schedule(WithTTL(500ms)): %v, want ErrInvalidTTL", err)
-	}
-	if got, err := (Config{}).Schedule(WithMinHold(4 * time.Second)); err != nil || got.MinHold != 4*time.Second {
-		t.Errorf("Schedule(WithMinHold(4s)) = %+v, %v, want MinHold 4s", got, err)
+	if got, err := (Config{}).Plan("job", WithMinHold(4*time.Second)); err != nil || got.MinHold != 4*time.Second {
+		t.Errorf("Plan(job, WithMinHold(4s)) = %+v, %v, want MinHold 4s", got, err)
 	}
 }
 
-// Names spells the rows an acquisition contends for as the acquisition
+// Plan spells the rows an acquisition contends for as the acquisition
 // does: the name, or the slot names a semaphore's holders get.
-func TestNamesSpellsTheRowsAnAcquisitionContendsFor(t *testing.T) {
+func TestPlanSpellsTheRowsAnAcquisitionContendsFor(t *testing.T) {
 	for _, tc := range []struct {
 		opts []Option
 		want []string
@@ -116,21 +114,21 @@ func TestNamesSpellsTheRowsAnAcquisitionContendsFor(t *testing.T) {
 		{[]Option{WithSlots(1), WithTTL(time.Minute), WithFastFailover()}, []string{"job"}},
 		{[]Option{WithSlots(3)}, []string{"job#0", "job#1", "job#2"}},
 	} {
-		got, err := (Config{}).Names("job", tc.opts...)
-		if err != nil || !slices.Equal(got, tc.want) {
-			t.Errorf("Names(job, %d options) = %q, %v, want %q", len(tc.opts), got, err, tc.want)
+		got, err := (Config{}).Plan("job", tc.opts...)
+		if err != nil || !slices.Equal(got.Names, tc.want) {
+			t.Errorf("Plan(job, %d options).Names = %q, %v, want %q", len(tc.opts), got.Names, err, tc.want)
 		}
 	}
-	if _, err := (Config{}).Names("job", WithSlots(0)); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("Names(WithSlots(0)): %v, want ErrInvalidArgument", err)
+	if _, err := (Config{}).Plan("job", WithSlots(0)); !isInvalid(err, kindArgument) {
+		t.Errorf("Plan(job, WithSlots(0)): %v, want an invalid argument", err)
 	}
-	if _, err := (Config{}).Names("bad#1"); !errors.Is(err, ErrInvalidName) {
-		t.Errorf("Names(bad#1): %v, want ErrInvalidName", err)
+	if _, err := (Config{}).Plan("bad#1"); !isInvalid(err, kindName) {
+		t.Errorf("Plan(bad#1): %v, want an invalid lease name", err)
 	}
 }
 
-// One owner rule: CheckOwner, Validate and the constructors agree.
-func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
+// One owner rule: checkOwner, Validate and the constructors agree.
+func TestOwnerRuleOfValidateAndTheConstructorsAgree(t *testing.T) {
 	for _, tc := range []struct {
 		owner string
 		want  string // "" when valid
@@ -145,25 +143,25 @@ func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
 		{"nul\x00", "control character U+0000"},
 		{"del\x7f", "control character U+007F"},
 	} {
-		err := CheckOwner(tc.owner)
+		err := checkOwner(tc.owner)
 		switch {
 		case tc.want == "" && err != nil:
-			t.Errorf("CheckOwner(%q) = %v", tc.owner, err)
-		case tc.want != "" && (!errors.Is(err, ErrInvalidOwner) || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("CheckOwner(%q) = %v, want ErrInvalidOwner saying %q", tc.owner, err, tc.want)
+			t.Errorf("checkOwner(%q) = %v", tc.owner, err)
+		case tc.want != "" && (!isInvalid(err, kindOwner) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("checkOwner(%q) = %v, want an invalid owner saying %q", tc.owner, err, tc.want)
 		}
 		if tc.owner == "" {
 			continue // Config.Owner "" means the default
 		}
-		if verr := (Config{Owner: tc.owner}).Validate(); (verr == nil) != (err == nil) {
-			t.Errorf("Validate with owner %q = %v, CheckOwner = %v", tc.owner, verr, err)
+		if verr := (Config{Owner: tc.owner}).Validate(); (verr == nil) != (err == nil) || err != nil && verr.Error() != err.Error() {
+			t.Errorf("Validate with owner %q = %v, checkOwner = %v", tc.owner, verr, err)
 		}
 		c, nerr := NewFromPool(pgtest.Pool(t), Config{Owner: tc.owner})
 		if c != nil {
 			_ = c.Close()
 		}
 		if (nerr == nil) != (err == nil) {
-			t.Errorf("NewFromPool with owner %q = %v, CheckOwner = %v", tc.owner, nerr, err)
+			t.Errorf("NewFromPool with owner %q = %v, checkOwner = %v", tc.owner, nerr, err)
 		}
 	}
 }
@@ -171,35 +169,35 @@ func TestCheckOwnerValidateAndTheConstructorsAgree(t *testing.T) {
 func TestInvalidInputIsRejectedBeforeAnythingIsSent(t *testing.T) {
 	ctx := testCtx(t)
 	for _, table := range []string{"Leases", `x"; DROP TABLE y; --`, "a.b.c", "ünïcode", "1abc", strings.Repeat("a", 64), "a.", ".a"} {
-		if _, err := Open(ctx, "postgres://nowhere.invalid:1/db", Config{Table: table}); !errors.Is(err, ErrInvalidIdentifier) {
-			t.Errorf("table %q: %v, want ErrInvalidIdentifier", table, err)
+		if _, err := Open(ctx, "postgres://nowhere.invalid:1/db", Config{Table: table}); !isInvalid(err, kindIdentifier) {
+			t.Errorf("table %q: %v, want an invalid identifier", table, err)
 		}
-		if _, err := DDL(table); !errors.Is(err, ErrInvalidIdentifier) {
+		if _, err := DDL(table); !isInvalid(err, kindIdentifier) {
 			t.Errorf("DDL(%q): %v", table, err)
 		}
 	}
 	c := testClient(t, Config{})
 	for _, name := range []string{"", strings.Repeat("n", 256), "bad\xff", "nul\x00byte"} {
-		if _, err := c.TryAcquire(ctx, name); !errors.Is(err, ErrInvalidName) {
-			t.Errorf("name %q: %v, want ErrInvalidName", name, err)
+		if _, err := c.TryAcquire(ctx, name); !isInvalid(err, kindName) {
+			t.Errorf("name %q: %v, want an invalid lease name", name, err)
 		}
 	}
 	for _, ttl := range []time.Duration{0, -time.Second, 500 * time.Millisecond, 200 * 365 * 24 * time.Hour} {
-		if _, err := c.TryAcquire(ctx, "ok", WithTTL(ttl)); !errors.Is(err, ErrInvalidTTL) {
-			t.Errorf("ttl %s: %v, want ErrInvalidTTL", ttl, err)
+		if _, err := c.TryAcquire(ctx, "ok", WithTTL(ttl)); !isInvalid(err, kindTTL) {
+			t.Errorf("ttl %s: %v, want an invalid TTL", ttl, err)
 		}
 	}
-	if _, err := Open(ctx, "postgres://x", Config{TTL: -1}); !errors.Is(err, ErrInvalidTTL) {
+	if _, err := Open(ctx, "postgres://x", Config{TTL: -1}); !isInvalid(err, kindTTL) {
 		t.Errorf("Config.TTL -1: %v", err)
 	}
-	if _, err := c.TryAcquire(ctx, "ok", WithTTL(2*time.Second), WithMinHold(3*time.Second)); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := c.TryAcquire(ctx, "ok", WithTTL(2*time.Second), WithMinHold(3*time.Second)); !isInvalid(err, kindArgument) {
 		t.Errorf("min hold above TTL: %v", err)
 	}
 	// None of it created a row.
 	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("List = %v, %v; want no rows", infos, err)
 	}
-	if err := CheckName(strings.Repeat("é", 127)); err != nil {
+	if err := nameErr(strings.Repeat("é", 127)); err != nil {
 		t.Errorf("254-byte name rejected: %v", err)
 	}
 }

@@ -33,8 +33,8 @@
 //     TTL, and now() is read after the statement was sent, so the local
 //     deadline passes before the row can expire. A slow but successful round
 //     trip never extends trust. When the deadline passes without a renewal,
-//     [Lease.Done] is closed and [Lease.Err] returns [ErrLeaseLost] before
-//     any other client can acquire the name, as long as the holder process is
+//     the lease's context ([Lease.Context]) ends with the cause
+//     [ErrLeaseLost] before any other client can acquire the name, as long as the holder process is
 //     not paused (GC, SIGSTOP, VM freeze) for longer than the safety margin.
 //   - Fencing. Every acquisition gets a token from a sequence: strictly
 //     greater than every token any earlier holder of the name received, across
@@ -81,8 +81,8 @@
 //     apart.
 //   - When renewals keep failing the lease is lost at its local deadline;
 //     when a renewal finds the row taken over or force-released, the lease is
-//     lost at once. Either way [Lease.Done] is closed and [Lease.Err] wraps
-//     [ErrLeaseLost].
+//     lost at once. Either way the lease's context ends, and its cause
+//     (context.Cause) wraps [ErrLeaseLost].
 //   - A cancelled acquire leaves nothing behind: its statement runs to
 //     completion on a detached, bounded context, and if it acquired, the row
 //     is released by token at once. A reply that arrives after the lease's
@@ -104,27 +104,27 @@
 // # Errors
 //
 // Every error starts with "pglease: " (once) and matches a sentinel of
-// this package with errors.Is, or the driver's error it wraps. Bad input
-// is refused before anything is sent and changes nothing: a [Config] when
-// the client is created ([ErrInvalidIdentifier], [ErrInvalidOwner],
-// [ErrInvalidTTL], else [ErrInvalidArgument]), a name or an [Option] at
-// the call ([ErrInvalidName] and the same sentinels). A lease held
-// elsewhere is a *[HeldError] matching [ErrNotAcquired]; an acquisition
-// whose context ended also matches ctx.Err(). A name asked for as another
-// kind of lease than its live leases hold (a plain lease, a semaphore of
-// another slot count) is a *[SlotsError] matching [ErrSlotsMismatch],
-// returned at once (see Semaphores). Database errors name what pglease was
+// this package with errors.Is, is one of its error types (errors.As), or
+// wraps the driver's error. Bad input is refused before anything is sent
+// and changes nothing: a [Config] when the client is created, a name or
+// an [Option] at the call; the error is an *[InvalidError], whose Kind
+// says what was refused (a lease name, an owner, a TTL, a table or schema
+// name, or another argument). A lease held elsewhere is a *[HeldError]
+// matching [ErrNotAcquired]; an acquisition whose context ended also
+// matches ctx.Err(). A name asked for as another kind of lease than its
+// live leases hold (a plain lease, a semaphore of another slot count) is a
+// *[SlotsError], returned at once (see Semaphores). Database errors name what pglease was
 // doing and, where the server said why (a missing privilege,
 // table or database), what to do about it.
 //
 // # Semaphores
 //
 // [WithSlots](n) lets up to n holders hold a name at once. Each holder
-// holds one slot, the lease "name#i" ([SlotName]) with a fencing token of
-// its own; a waiter waits for any slot, in the same loop as for a name
-// (fast failover included). Lease names never end like a slot name
-// ([CheckName] refuses "job#0" for every call that acquires; [Client.Get]
-// and [Client.ForceRelease] accept it, to reach the slot row).
+// holds one slot, the lease "name#i" ([Config.Plan] lists them) with a
+// fencing token of its own; a waiter waits for any slot, in the same loop
+// as for a name (fast failover included). Lease names never end like a
+// slot name (every call that acquires refuses "job#0"; [Client.Get] and
+// [Client.ForceRelease] accept it, to reach the slot row).
 //
 // The slot count is recorded in every slot row, beside the semaphore's
 // name, and must be the same for every client of the semaphore: while any
@@ -245,15 +245,15 @@
 //   - The server must not declare a live holder's session dead before the
 //     holder's own local deadline: the session's TCP keepalive and user
 //     timeout are set to at least the TTL, and idle_session_timeout to off.
-//   - A session-bound row is taken over early only by the server
+//   - A fast-failover lease's row is taken over early only by the server
 //     incarnation that granted its lock (recorded with the row). After a
 //     restart, a crash-recovery cycle or a standby promotion the new
 //     incarnation holds no session locks, so such rows fall back to the
 //     plain expiry rule: a partitioned old holder still believes in its
 //     lease until its local deadline, and nobody takes it over before the
 //     row expires.
-//   - The session takes its lock before it acquires anything
-//     session-bound and keeps it until it ends. A lock another session
+//   - The session takes its lock before it acquires any fast-failover
+//     lease and keeps it until it ends. A lock another session
 //     happens to hold errs only towards waiting: should the server reuse a
 //     dead holder's pid for another client's session, the row counts as
 //     live and is taken over when it expires.
@@ -261,13 +261,13 @@
 //     name from the catalog), so every spelling of one table
 //     ("pglease_leases", "public.pglease_leases", another search_path)
 //     shares one key space.
-//   - The client never closes its session under a held session-bound lease
+//   - The client never closes its session under a held fast-failover lease
 //     on its own initiative: statements on it are bounded by the server's
 //     statement_timeout and lock_timeout, which end in an error, not a
 //     closed session; when a statement outlives its client-side bound too
-//     (the server does not answer), every session-bound lease of the
+//     (the server does not answer), every fast-failover lease of the
 //     connection is ended locally before the socket is closed. A holder
-//     whose session connection fails cancels its session-bound leases at
+//     whose session connection fails cancels its fast-failover leases at
 //     once, with [ErrSessionLost] (which also matches [ErrLeaseLost]): a
 //     waiter may hold the lease milliseconds later, so the work it
 //     protected must stop at once, with no grace period (pglease run sends

@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -19,15 +20,37 @@ type Elector struct {
 	c    *Client
 	name string
 	lead func(ctx context.Context) error
-	opts []Option
+	cfg  ElectorConfig // defaults filled in
 
 	mu      sync.Mutex
 	running bool
 	term    *Lease
 	resign  context.CancelCauseFunc
-	holdOff time.Duration // after a step-down; 0: the client's PollInterval
 	events  electorEvents // what observers were told (elector_events.go)
-	health  electorHealth // tolerance, and when the term ended (elector_health.go)
+	health  electorHealth // when the term ended (elector_health.go)
+}
+
+// ElectorConfig configures an [Elector]. The zero value is valid: every
+// field has a documented default; a negative duration is refused with
+// an *[InvalidError].
+type ElectorConfig struct {
+	// LeaseOptions apply to every term's lease ([WithTTL],
+	// [WithFastFailover]…). [WithSlots] is refused with an
+	// *[InvalidError], as an election has one leader.
+	LeaseOptions []Option
+	// StepDownHoldOff is how long the elector stays out of the election
+	// after it stepped down at a request ([Client.RequestStepDown]): it
+	// campaigns again as soon as another instance leads, or once the
+	// hold-off has passed if none does. Default: the client's
+	// [Config.PollInterval].
+	StepDownHoldOff time.Duration
+	// HealthTolerance is how long the lead function may run on after its
+	// term ended before [Elector.Check] reports the elector unhealthy.
+	// Default: the renewal interval of the term's lease
+	// ([Config.RenewInterval], by default a third of the TTL). Set it to
+	// what lead needs to stop cleanly, and keep the probe's period times
+	// its failure threshold well above it.
+	HealthTolerance time.Duration
 }
 
 // NewElector returns an elector for name. Each time this instance is
@@ -37,23 +60,34 @@ type Elector struct {
 // Run's context cancelled); lead
 // should return promptly then. Like [Lease.Context], its Err reports a
 // lost lease as soon as the local deadline has passed, even to a goroutine
-// resuming from a pause before the deadline timer ran. When lead returns, the lease is released and
-// the instance campaigns again. Options apply to every term's lease
-// ([WithTTL], [WithFastFailover]…); [WithSlots] is refused with
-// [ErrInvalidArgument], as an election has one leader.
-func (c *Client) NewElector(name string, lead func(ctx context.Context) error, opts ...Option) (*Elector, error) {
-	if err := CheckName(name); err != nil {
+// resuming from a pause before the deadline timer ran. When lead returns,
+// the lease is released and the instance campaigns again. cfg configures
+// the elector and every term's lease; its zero value is the defaults.
+func (c *Client) NewElector(name string, lead func(ctx context.Context) error, cfg ElectorConfig) (*Elector, error) {
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	if lead == nil {
-		return nil, invalid(ErrInvalidArgument, "NewElector: lead function is nil")
+		return nil, invalid(kindArgument, "NewElector: lead function is nil")
 	}
-	if o, err := c.leaseOptions(opts); err != nil {
+	if o, err := c.leaseOptions(cfg.LeaseOptions); err != nil {
 		return nil, err
 	} else if err := o.checkElector(); err != nil {
 		return nil, err
 	}
-	return &Elector{c: c, name: name, lead: lead, opts: opts}, nil
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"StepDownHoldOff", cfg.StepDownHoldOff}, {"HealthTolerance", cfg.HealthTolerance}} {
+		if d.v < 0 {
+			return nil, invalid(kindArgument, "NewElector: ElectorConfig.%s must not be negative, got %s", d.name, d.v)
+		}
+	}
+	if cfg.StepDownHoldOff == 0 {
+		cfg.StepDownHoldOff = c.cfg.PollInterval
+	}
+	cfg.LeaseOptions = slices.Clone(cfg.LeaseOptions)
+	return &Elector{c: c, name: name, lead: lead, cfg: cfg}, nil
 }
 
 // Run campaigns until ctx ends or the client is closed, leading whenever
@@ -72,7 +106,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.mu.Unlock()
 	defer e.watchLeaders(ctx)() // EventLeaderChanged while campaigning
 	for {
-		l, err := e.c.Acquire(ctx, e.name, e.opts...)
+		l, err := e.c.Acquire(ctx, e.name, e.cfg.LeaseOptions...)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -95,7 +129,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		case errResigned:
 			e.yield(ctx, e.c.cfg.PollInterval)
 		case ErrStepDown:
-			e.yield(ctx, e.stepDownHoldOff())
+			e.yield(ctx, e.cfg.StepDownHoldOff)
 		}
 	}
 }
@@ -185,31 +219,11 @@ func (e *Elector) Resign() {
 	}
 }
 
-// SetStepDownHoldOff sets how long this elector stays out of the election
-// after it stepped down at a request ([Client.RequestStepDown]): it
-// campaigns again as soon as another instance leads, or once d has passed
-// if none does. The default (and what d <= 0 restores) is the client's
-// [Config.PollInterval].
-func (e *Elector) SetStepDownHoldOff(d time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.holdOff = d
-}
-
-func (e *Elector) stepDownHoldOff() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.holdOff > 0 {
-		return e.holdOff
-	}
-	return e.c.cfg.PollInterval
-}
-
 // IsLeader reports whether this instance leads now.
 func (e *Elector) IsLeader() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.term != nil && e.term.Err() == nil
+	return e.term != nil && e.term.err() == nil
 }
 
 // Leader returns the current leader as the server sees it, or an error
@@ -219,7 +233,7 @@ func (e *Elector) Leader(ctx context.Context) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	if !info.Held() {
+	if info.Remaining <= 0 {
 		return Info{}, ErrNoLease
 	}
 	return info, nil

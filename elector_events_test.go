@@ -28,7 +28,7 @@ func TestElectorReportsElectedDemotedAndLeaderChangedInOrder(t *testing.T) {
 			elected <- i
 			<-ctx.Done()
 			return nil
-		}, WithTTL(time.Second))
+		}, ElectorConfig{LeaseOptions: []Option{WithTTL(time.Second)}})
 		if err != nil {
 			t.Fatal(err)
 		}

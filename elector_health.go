@@ -31,13 +31,12 @@ import (
 // process whose deadline timer did not run (a wedged runtime) is unhealthy
 // too.
 
-// electorHealth is when the current term ended, and the tolerance; guarded
-// by the elector's mu.
+// electorHealth is when the current term ended; guarded by the elector's
+// mu.
 type electorHealth struct {
-	tolerance time.Duration // 0: the term's renewal interval
-	term      *Lease        // the term whose end is recorded
-	ended     time.Time     // when term's context was cancelled
-	cause     error         // its cause
+	term  *Lease    // the term whose end is recorded
+	ended time.Time // when term's context was cancelled
+	cause error     // its cause
 }
 
 // termEnded records that the context of l's term ended; it runs on a
@@ -52,23 +51,11 @@ func (e *Elector) termEnded(l *Lease, tctx context.Context) {
 	}
 }
 
-// SetHealthTolerance sets how long the lead function may run on after its
-// term ended before [Elector.Check] reports the elector unhealthy. A
-// duration of zero or less restores the default: the renewal interval of
-// the term's lease ([Config.RenewInterval], by default a third of the
-// TTL). Set it to what lead needs to stop cleanly, and keep the probe's
-// period times its failure threshold well above it.
-func (e *Elector) SetHealthTolerance(d time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.health.tolerance = max(d, 0)
-}
-
 // Check reports whether the elector is healthy, for a liveness probe; its
 // signature is that of a Kubernetes healthz checker (client-go's
 // HealthzAdaptor), and the request is not used. It returns nil unless this
 // instance believes it leads (its lead function has not returned) while
-// its term ended longer ago than the tolerance ([Elector.SetHealthTolerance]):
+// its term ended longer ago than the tolerance ([ElectorConfig.HealthTolerance]):
 // its lease's local deadline passed without a successful renewal, or its
 // context was cancelled (lease lost, [Elector.Resign], Run's context), and
 // lead has not returned since. The error then says how long ago the term
@@ -86,7 +73,7 @@ func (e *Elector) check(now time.Time) error {
 	if l == nil {
 		return nil
 	}
-	tolerance := h.tolerance
+	tolerance := e.cfg.HealthTolerance
 	if tolerance == 0 {
 		tolerance = e.c.renewEvery(l.ttl)
 	}

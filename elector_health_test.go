@@ -46,7 +46,7 @@ func TestElectorIsHealthyWhileNotLeading(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
 	other := testClient(t, Config{Table: c.cfg.Table})
-	idle, err := c.NewElector("healthy", func(context.Context) error { return nil })
+	idle, err := c.NewElector("healthy", func(context.Context) error { return nil }, ElectorConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +61,10 @@ func TestElectorIsHealthyWhileNotLeading(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = held.Release(ctx) }()
-	e, err := c.NewElector("healthy", func(ctx context.Context) error { <-ctx.Done(); return nil })
+	e, err := c.NewElector("healthy", func(ctx context.Context) error { <-ctx.Done(); return nil }, ElectorConfig{HealthTolerance: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetHealthTolerance(time.Millisecond)
 	runElector(t, ctx, e)
 	waitSubscribed(t, c, "healthy", 1) // campaigning
 	if err := e.Check(nil); err != nil {
@@ -84,7 +83,7 @@ func TestElectorIsHealthyWhileRenewalsKeepItsLease(t *testing.T) {
 		elected <- struct{}{}
 		<-ctx.Done()
 		return nil
-	}, WithTTL(time.Second))
+	}, ElectorConfig{LeaseOptions: []Option{WithTTL(time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +117,10 @@ func TestElectorIsUnhealthyWhenLeadOutlivesALeaseLostToFailingRenewals(t *testin
 		cancelled <- context.Cause(ctx)
 		<-unblock // a cleanup stuck on something
 		return nil
-	}, WithTTL(time.Second))
+	}, ElectorConfig{LeaseOptions: []Option{WithTTL(time.Second)}, HealthTolerance: tolerance})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetHealthTolerance(tolerance)
 	runElector(t, ctx, e)
 	unblocked := false
 	unblockLead := func() {
@@ -177,11 +175,10 @@ func TestElectorIsUnhealthyWhenLeadIgnoresCancellation(t *testing.T) {
 		elected <- struct{}{}
 		<-unblock
 		return nil
-	})
+	}, ElectorConfig{HealthTolerance: tolerance})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetHealthTolerance(tolerance)
 	runElector(t, ctx, e)
 	unblocked := false
 	unblockLead := func() {

@@ -39,7 +39,7 @@ func TestAtMostOneElectorLeadsAndResignationHandsOver(t *testing.T) {
 			<-ctx.Done()
 			leaders.Add(-1)
 			return nil
-		}, WithTTL(time.Second))
+		}, ElectorConfig{LeaseOptions: []Option{WithTTL(time.Second)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestElectorLogsLeadErrors(t *testing.T) {
 		default:
 		}
 		return boom
-	})
+	}, ElectorConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

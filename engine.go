@@ -323,7 +323,7 @@ func (a *acquisition) refusedAll(rep reply, r *roundResult) {
 		switch {
 		case !n.free:
 			e.Holder = Info{Name: n.name, Owner: n.OtherOwner, Token: n.OtherToken, Remaining: n.OtherRemaining,
-				SessionBound: n.HolderInSession}
+				FastFailover: n.HolderInSession}
 			if n.Ahead > 0 {
 				remaining = max(remaining, a.c.cfg.PollInterval)
 			}
@@ -370,7 +370,7 @@ func (c *Client) localHolder(name string) error {
 // heldError describes the holder of a name that was refused.
 func heldError(r nameReply) error {
 	return &HeldError{Holder: Info{Name: r.name, Owner: r.OtherOwner, Token: r.OtherToken,
-		Remaining: r.OtherRemaining, SessionBound: r.HolderInSession}}
+		Remaining: r.OtherRemaining, FastFailover: r.HolderInSession}}
 }
 
 // queuedError describes a name whose lease waiters of other clients are

@@ -11,8 +11,12 @@ import (
 )
 
 // Every error pglease returns says "pglease: " once, at its start, and
-// matches one of these sentinels (or a driver error it wraps) with
-// errors.Is.
+// matches one of these sentinels with errors.Is, is one of the error types
+// below (*[InvalidError], *[SlotsError]; errors.As finds them), or wraps a
+// driver error. A condition that always carries data is its type alone; a
+// sentinel names a condition, with or without a type beside it
+// (*[HeldError] describes the holder of an [ErrNotAcquired] when it was
+// seen).
 var (
 	// ErrNotAcquired means the lease is held by someone else. The error
 	// returned is a *[HeldError] describing the holder.
@@ -20,9 +24,9 @@ var (
 	// ErrLeaseLost is the cause of a lease's end when it expired before a
 	// renewal succeeded, or was taken over or force-released.
 	ErrLeaseLost = errors.New("pglease: lease lost")
-	// ErrSessionLost is the cause of a session-bound lease's end (see
-	// [WithFastFailover]) when its database session ended. It also
-	// matches [ErrLeaseLost]. A waiter may hold the lease within
+	// ErrSessionLost is the cause of a fast-failover lease's end
+	// ([WithFastFailover]) when the database session it is bound to
+	// ended. It also matches [ErrLeaseLost]. A waiter may hold the lease within
 	// milliseconds of the session's end, so whatever the lease protected
 	// must stop at once: there is no safety margin to spend.
 	ErrSessionLost = errors.New("pglease: lease lost with its database session")
@@ -41,8 +45,10 @@ var (
 	// ErrStepDown is the cause of an [Elector] term that ended because
 	// some client asked its leader to step down ([Client.RequestStepDown]).
 	ErrStepDown = errors.New("pglease: asked to step down")
-	// ErrSessionUnavailable means a feature needs a dedicated database
-	// session (fast failover, notifications) that this client cannot open.
+	// ErrSessionUnavailable means fast failover ([WithFastFailover],
+	// [Lease.SessionFile]) needs a database session of the client's own
+	// that it cannot have here: a database/sql driver other than pgx, a
+	// pooling proxy, or a lease without fast failover or already ended.
 	ErrSessionUnavailable = errors.New("pglease: a dedicated database session is not available")
 	// ErrSchema means the lease table exists with a layout this version of
 	// pglease cannot use, or, named without a schema, has no schema to be
@@ -55,46 +61,22 @@ var (
 	// never create the table, so a mistyped table name is reported rather
 	// than created. Nothing was changed.
 	ErrNoTable = errors.New("pglease: no lease table")
-	// ErrSlotsMismatch means a name was asked for as another kind of
-	// lease than the one its live rows hold: a semaphore's slot with
-	// another slot count ([WithSlots]) than its live slots record, a slot
-	// of a semaphore whose name a plain lease holds, or a plain lease (a
-	// set's included) on the name of a semaphore with live slots. The
-	// error returned is a *[SlotsError]; nothing was acquired, and waiting
-	// does not help while those leases are held.
-	ErrSlotsMismatch = errors.New("pglease: name is held as another kind of lease")
-
-	// ErrInvalidName means a lease name is empty, longer than 255 bytes, not
-	// valid UTF-8 or contains NUL, or, for an acquisition, ends in the
-	// suffix reserved for slot names (see [CheckName]).
-	ErrInvalidName = errors.New("pglease: invalid lease name")
-	// ErrInvalidOwner means an owner label is empty, longer than 255 bytes,
-	// not valid UTF-8 or contains control characters.
-	ErrInvalidOwner = errors.New("pglease: invalid owner")
-	// ErrInvalidTTL means a TTL ([Config.TTL], [WithTTL]) is below 1s,
-	// above 100 years or not a whole number of milliseconds.
-	ErrInvalidTTL = errors.New("pglease: invalid TTL")
-	// ErrInvalidIdentifier means a table or schema name does not match
-	// [a-z_][a-z0-9_]{0,62}.
-	ErrInvalidIdentifier = errors.New("pglease: invalid identifier")
-	// ErrInvalidArgument means any other value pglease checks is invalid: a
-	// [Config] field (MaxConns, a duration other than the TTL, a
-	// SafetyMargin or RenewInterval that does not suit the TTL), an
-	// [Option]'s value (slots, metadata, minimum hold), or a nil pool,
-	// handle or function. Nothing was changed.
-	ErrInvalidArgument = errors.New("pglease: invalid argument")
 )
 
-// InvalidError is the error of a value pglease refuses before it changes
-// anything: a lease name, an owner, a TTL, a table or schema name, or any
-// other argument ([CheckName], [CheckOwner], [Config.Validate], an
-// [Option], a call's arguments). It matches the sentinel of its kind with
-// errors.Is, and the error that made the value invalid, if any.
+// InvalidError is the error of a value pglease refuses before it sends or
+// changes anything: a lease name, an owner, a TTL, a table or schema name,
+// a [Config] field (or a SafetyMargin or RenewInterval that does not suit
+// the TTL), an [Option]'s value (slots, metadata, minimum hold), or a nil
+// pool, handle or function ([Config.Validate] and [Config.Plan] check
+// without connecting). Find it with errors.As; it also matches the error
+// that made the value invalid, if any.
 type InvalidError struct {
-	// Kind is the sentinel the error matches: ErrInvalidName,
-	// ErrInvalidOwner, ErrInvalidTTL, ErrInvalidIdentifier or
-	// ErrInvalidArgument.
-	Kind error
+	// Kind is what was refused, as the message names it: "lease name"
+	// (see [Config.Plan] for what a name may be), "owner" (1–255 bytes of
+	// UTF-8 without control characters), "TTL" (1s to 100 years, a whole
+	// number of milliseconds), "identifier" (a table or schema name, which
+	// must match [a-z_][a-z0-9_]{0,62}) or "argument" (any other value).
+	Kind string
 	// Reason says what is wrong and what to do, without the "pglease: "
 	// prefix and the kind ("TTL must be at least 1s, got 0s"), for tools
 	// that name the value in their own words (the pglease command says
@@ -104,21 +86,24 @@ type InvalidError struct {
 	cause error // the error that made the value invalid, or nil
 }
 
-// Error is the kind and the reason.
-func (e *InvalidError) Error() string { return e.Kind.Error() + ": " + e.Reason }
+// The kinds of [InvalidError].
+const (
+	kindName       = "lease name"
+	kindOwner      = "owner"
+	kindTTL        = "TTL"
+	kindIdentifier = "identifier"
+	kindArgument   = "argument"
+)
 
-// Unwrap returns the kind and the error that made the value invalid, if
-// any.
-func (e *InvalidError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{e.Kind}
-	}
-	return []error{e.Kind, e.cause}
-}
+// Error is the kind and the reason.
+func (e *InvalidError) Error() string { return "pglease: invalid " + e.Kind + ": " + e.Reason }
+
+// Unwrap returns the error that made the value invalid, or nil.
+func (e *InvalidError) Unwrap() error { return e.cause }
 
 // invalid returns an *InvalidError of kind whose reason is format and args
 // as fmt.Errorf formats them; what they wrap (%w) is its cause.
-func invalid(kind error, format string, args ...any) error {
+func invalid(kind string, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	e := &InvalidError{Kind: kind, Reason: strings.ReplaceAll(err.Error(), "pglease: ", "")}
 	if strings.Contains(format, "%w") {
@@ -162,9 +147,13 @@ func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 // SlotsError is returned when a name is asked for as another kind of lease
 // than the one its live rows hold (held, or kept for a minimum hold): a
 // name is one kind of lease, a plain one or a semaphore of one slot count
-// ([WithSlots]), for every client at a time. A plain lease counts as 1
-// slot. It matches [ErrSlotsMismatch] with errors.Is. The kind can change
-// once every lease of the name has been released (or has expired).
+// ([WithSlots]), for every client at a time: a semaphore's slot with
+// another slot count than its live slots record, a slot of a semaphore
+// whose name a plain lease holds, or a plain lease (a set's included) on
+// the name of a semaphore with live slots. A plain lease counts as 1 slot.
+// Nothing was acquired, and waiting does not help while those leases are
+// held; the kind can change once every lease of the name has been
+// released (or has expired).
 type SlotsError struct {
 	// Name is the name asked for (a semaphore's, without a slot suffix).
 	Name string
@@ -184,9 +173,6 @@ func (e *SlotsError) Error() string {
 	return fmt.Sprintf("pglease: %q is held as %s; this client asked for %s: use the same kind (WithSlots) on every client of a name, or wait until its leases are released",
 		e.Name, kind(e.Have), kind(e.Want))
 }
-
-// Is reports whether target is ErrSlotsMismatch.
-func (e *SlotsError) Is(target error) bool { return target == ErrSlotsMismatch }
 
 // IsRetryable reports whether err is transient (connection lost, server
 // restarting or failing over, too many connections) so that the same call
@@ -301,12 +287,12 @@ func opError(op string, err error) error {
 	return errorf("%s: %w%s", op, err, hint)
 }
 
-// newStore returns the store of a table spec, or an error matching
-// ErrInvalidIdentifier.
+// newStore returns the store of a table spec, or an *InvalidError of
+// kind "identifier".
 func newStore(table string) (*store.Store, error) {
 	st, err := store.New(table)
 	if err != nil {
-		return nil, invalid(ErrInvalidIdentifier, "%s", err)
+		return nil, invalid(kindIdentifier, "%s", err)
 	}
 	return st, nil
 }

@@ -47,26 +47,26 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		want error
+		want string // the kind
 	}{
-		{"Table", Config{Table: "Bad-Table"}, ErrInvalidIdentifier},
-		{"Owner", Config{Owner: "tab\tin owner"}, ErrInvalidOwner},
-		{"TTL", Config{TTL: 10 * time.Millisecond}, ErrInvalidTTL},
-		{"MaxConns", Config{MaxConns: -1}, ErrInvalidArgument},
-		{"PollInterval", Config{PollInterval: -time.Second}, ErrInvalidArgument},
-		{"StatementTimeout", Config{StatementTimeout: -time.Second}, ErrInvalidArgument},
-		{"ConnectTimeout", Config{ConnectTimeout: -time.Second}, ErrInvalidArgument},
-		{"AlertAfter", Config{AlertAfter: -time.Second}, ErrInvalidArgument},
-		{"SafetyMargin", Config{SafetyMargin: -time.Second}, ErrInvalidArgument},
-		{"SubMillisecondRenewInterval", Config{RenewInterval: time.Second + 1}, ErrInvalidArgument},
-		{"MarginTooLargeForTTL", Config{TTL: 10 * time.Second, SafetyMargin: 6 * time.Second}, ErrInvalidArgument},
+		{"Table", Config{Table: "Bad-Table"}, kindIdentifier},
+		{"Owner", Config{Owner: "tab\tin owner"}, kindOwner},
+		{"TTL", Config{TTL: 10 * time.Millisecond}, kindTTL},
+		{"MaxConns", Config{MaxConns: -1}, kindArgument},
+		{"PollInterval", Config{PollInterval: -time.Second}, kindArgument},
+		{"StatementTimeout", Config{StatementTimeout: -time.Second}, kindArgument},
+		{"ConnectTimeout", Config{ConnectTimeout: -time.Second}, kindArgument},
+		{"AlertAfter", Config{AlertAfter: -time.Second}, kindArgument},
+		{"SafetyMargin", Config{SafetyMargin: -time.Second}, kindArgument},
+		{"SubMillisecondRenewInterval", Config{RenewInterval: time.Second + 1}, kindArgument},
+		{"MarginTooLargeForTTL", Config{TTL: 10 * time.Second, SafetyMargin: 6 * time.Second}, kindArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Open(ctx, closed, tc.cfg)
 			if c != nil {
 				c.Close()
 			}
-			if !errors.Is(err, tc.want) {
+			if !isInvalid(err, tc.want) {
 				t.Fatalf("Open: %v, want %v (before connecting)", err, tc.want)
 			}
 			checkPrefixOnce(t, err)
@@ -76,8 +76,8 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Open(ctx, "postgres://u@h/db?sslmode=nonsense", Config{}); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("Open with a malformed DSN: %v, want ErrInvalidArgument", err)
+	if _, err := Open(ctx, "postgres://u@h/db?sslmode=nonsense", Config{}); !isInvalid(err, kindArgument) {
+		t.Errorf("Open with a malformed DSN: %v, want an invalid argument", err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -91,11 +91,11 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 		{"MinHoldAboveTTL", WithMinHold(time.Hour)},
 	} {
 		err := (Config{}).Validate(tc.opt)
-		if !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("%s: %v, want ErrInvalidArgument", tc.name, err)
+		if !isInvalid(err, kindArgument) {
+			t.Errorf("%s: %v, want an invalid argument", tc.name, err)
 		}
 		checkPrefixOnce(t, err)
-		checkInvalid(t, err, ErrInvalidArgument)
+		checkInvalid(t, err, kindArgument)
 	}
 	var unsupported *json.UnsupportedTypeError
 	if err := (Config{}).Validate(WithMetadata(map[string]any{"f": func() {}})); !errors.As(err, &unsupported) {
@@ -104,39 +104,44 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		want error
+		want string // the kind
 	}{
-		{"CheckName", CheckName(""), ErrInvalidName},
-		{"CheckNameSlotForm", CheckName("job#0"), ErrInvalidName},
-		{"CheckOwner", CheckOwner("a\nb"), ErrInvalidOwner},
+		{"Name", nameErr(""), kindName},
+		{"NameOfTheSlotForm", nameErr("job#0"), kindName},
+		{"Owner", (Config{Owner: "a\nb"}).Validate(), kindOwner},
 		{"SlotNamesTooLong", func() error {
-			_, err := (Config{}).Names(strings.Repeat("x", 254), WithSlots(10))
+			_, err := (Config{}).Plan(strings.Repeat("x", 254), WithSlots(10))
 			return err
-		}(), ErrInvalidName},
+		}(), kindName},
 	} {
 		checkPrefixOnce(t, tc.err)
 		checkInvalid(t, tc.err, tc.want)
 	}
-	if names, err := (Config{}).Names(strings.Repeat("x", 253), WithSlots(10)); err != nil || len(names) != 10 {
-		t.Errorf("Names of a semaphore whose slot names just fit: %v, %v", names, err)
+	if p, err := (Config{}).Plan(strings.Repeat("x", 253), WithSlots(10)); err != nil || len(p.Names) != 10 {
+		t.Errorf("Plan of a semaphore whose slot names just fit: %v, %v", p.Names, err)
 	}
 	if err := (Config{}).Validate(WithMetadata(map[string]any{"team": "ops"}), Option{}); err != nil {
 		t.Errorf("valid metadata and a zero Option refused: %v", err)
 	}
-	if _, err := NewFromPool(nil, Config{}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := NewFromPool(nil, Config{}); !isInvalid(err, kindArgument) {
 		t.Errorf("NewFromPool(nil): %v", err)
 	}
-	if _, err := NewFromDB(nil, Config{}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := NewFromDB(nil, Config{}); !isInvalid(err, kindArgument) {
 		t.Errorf("NewFromDB(nil): %v", err)
 	}
 	c := testClient(t, Config{})
-	if _, err := c.NewElector("n", nil); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := c.NewElector("n", nil, ElectorConfig{}); !isInvalid(err, kindArgument) {
 		t.Errorf("NewElector with a nil function: %v", err)
 	}
-	if err := c.TryRun(ctx, "n", nil); !errors.Is(err, ErrInvalidArgument) {
+	for _, cfg := range []ElectorConfig{{StepDownHoldOff: -time.Second}, {HealthTolerance: -time.Second}} {
+		if _, err := c.NewElector("n", func(context.Context) error { return nil }, cfg); !isInvalid(err, kindArgument) {
+			t.Errorf("NewElector with %+v: %v, want an invalid argument", cfg, err)
+		}
+	}
+	if err := c.TryRun(ctx, "n", nil); !isInvalid(err, kindArgument) {
 		t.Errorf("TryRun with a nil function: %v", err)
 	}
-	if err := c.Run(ctx, "n", nil); !errors.Is(err, ErrInvalidArgument) {
+	if err := c.Run(ctx, "n", nil); !isInvalid(err, kindArgument) {
 		t.Errorf("Run with a nil function: %v", err)
 	}
 	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
@@ -144,16 +149,28 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 	}
 }
 
+// nameErr is Config.Plan's verdict on a lease name.
+func nameErr(name string) error {
+	_, err := (Config{}).Plan(name)
+	return err
+}
+
+// isInvalid reports whether err is an *InvalidError of kind.
+func isInvalid(err error, kind string) bool {
+	var ie *InvalidError
+	return errors.As(err, &ie) && ie.Kind == kind
+}
+
 // checkInvalid checks that err is an *InvalidError of kind whose Reason
 // is its message without the prefix and the kind.
-func checkInvalid(t *testing.T, err, kind error) {
+func checkInvalid(t *testing.T, err error, kind string) {
 	t.Helper()
 	var ie *InvalidError
-	if !errors.As(err, &ie) || ie.Kind != kind || ie.Reason == "" {
-		t.Errorf("%v: want an *InvalidError of kind %v", err, kind)
+	if !isInvalid(err, kind) || !errors.As(err, &ie) || ie.Reason == "" {
+		t.Errorf("%v: want an *InvalidError of kind %q", err, kind)
 		return
 	}
-	if strings.Contains(ie.Reason, "pglease: ") || err.Error() != kind.Error()+": "+ie.Reason {
+	if strings.Contains(ie.Reason, "pglease: ") || err.Error() != "pglease: invalid "+kind+": "+ie.Reason {
 		t.Errorf("%v: Reason %q is not the message without its prefix and kind", err, ie.Reason)
 	}
 }

@@ -31,11 +31,10 @@ func ExampleElector_ServeHTTP() {
 	elector, err := client.NewElector("example-controller-leader", func(ctx context.Context) error {
 		<-ctx.Done() // lead until leadership ends, then return promptly
 		return nil
-	})
+	}, pglease.ElectorConfig{HealthTolerance: 15 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
-	elector.SetHealthTolerance(15 * time.Second)
 
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", elector)

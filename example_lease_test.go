@@ -120,8 +120,8 @@ func ExampleWithFastFailover() {
 		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	fmt.Println("session-bound:", lease.SessionBound())
-	// Output: session-bound: true
+	fmt.Println("fast failover:", lease.FastFailover())
+	// Output: fast failover: true
 }
 
 // Operators: who holds what, since when, and is the holder alive?
@@ -143,7 +143,9 @@ func ExampleClient_List() {
 	}
 	for _, info := range infos {
 		if info.Name == "example-list" {
-			fmt.Println(info.Name, info.Owner, info.Held(), info.Stale(time.Minute))
+			held := info.Remaining > 0
+			stale := held && info.HeartbeatAge > time.Minute
+			fmt.Println(info.Name, info.Owner, held, stale)
 		}
 	}
 	// Output: example-list reporter-1 true false

@@ -51,7 +51,7 @@ func ExampleElector() {
 		<-ctx.Done()
 		fmt.Println("stepped down")
 		return nil
-	}, pglease.WithTTL(10*time.Second))
+	}, pglease.ElectorConfig{LeaseOptions: []pglease.Option{pglease.WithTTL(10 * time.Second)}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -81,13 +81,19 @@ func ExampleWithSlots() {
 	// Output: true true true true
 }
 
+// eventLog is an [pglease.Observer] that keeps the events it is sent.
+type eventLog chan pglease.Event
+
+func (l eventLog) Observe(e pglease.Event) { l <- e }
+
 // Observe lease events (acquired, renewed with latency, lost, alert…) for
-// logs or metrics; pgleaseprom adapts them to Prometheus.
-func ExampleObserverFunc() {
+// logs or metrics; pgleaseprom and pgleaseotel adapt them to Prometheus and
+// OpenTelemetry.
+func ExampleObserver() {
 	ctx := context.Background()
-	events := make(chan pglease.Event, 16)
+	events := make(eventLog, 16)
 	client, err := pglease.Open(ctx, os.Getenv("DATABASE_URL"), pglease.Config{
-		Observer: pglease.ObserverFunc(func(e pglease.Event) { events <- e }),
+		Observer: events,
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -28,7 +28,7 @@ func ExampleSlotsError() {
 	}
 	_, err = client.TryAcquire(ctx, "example-uploads", pglease.WithSlots(5))
 	var se *pglease.SlotsError
-	fmt.Println(errors.As(err, &se), se.Want, se.Have, errors.Is(err, pglease.ErrSlotsMismatch))
+	fmt.Println(errors.As(err, &se), se.Want, se.Have)
 
 	// Once every slot is released, the next client may use another count.
 	l.Release(ctx)
@@ -37,9 +37,10 @@ func ExampleSlotsError() {
 	l.Release(ctx)
 
 	// Names of the slot form are reserved for slots.
-	fmt.Println(errors.Is(pglease.CheckName("example-uploads#0"), pglease.ErrInvalidName))
+	_, err = client.TryAcquire(ctx, "example-uploads#0")
+	fmt.Println(errors.As(err, new(*pglease.InvalidError)))
 	// Output:
-	// true 5 3 true
+	// true 5 3
 	// true
 	// true
 }

@@ -32,7 +32,7 @@ func ExampleClient_RequestStepDown() {
 		}
 		cancel() // stop the example; a real elector campaigns again after its hold-off
 		return nil
-	})
+	}, pglease.ElectorConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -44,8 +44,8 @@ func TestWaiterTakesOverAtOnceWhenAFastFailoverHolderIsKilled(t *testing.T) {
 	if l == nil {
 		t.FailNow()
 	}
-	if l.Token() <= token || !l.SessionBound() {
-		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.SessionBound())
+	if l.Token() <= token || !l.FastFailover() {
+		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.FastFailover())
 	}
 	t.Logf("kill → acquired in %s", time.Since(killed))
 	_ = l.Release(ctx)
@@ -73,11 +73,11 @@ func TestSessionLossEndsSessionBoundLeaseAtOnce(t *testing.T) {
 	}
 	pgtest.TerminateBackends(t, "pglease session-victim")
 	// Its deadline is 48s away.
-	pgtest.Receive(t, l.Done(), "the session-bound lease to end with its session")
-	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrSessionLost) {
-		t.Fatalf("Err = %v, want ErrLeaseLost and ErrSessionLost", l.Err())
+	pgtest.Receive(t, l.Context().Done(), "the session-bound lease to end with its session")
+	if !errors.Is(causeOf(l.Context()), ErrLeaseLost) || !errors.Is(causeOf(l.Context()), ErrSessionLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost and ErrSessionLost", causeOf(l.Context()))
 	}
-	if err := plain.Err(); err != nil {
+	if err := causeOf(plain.Context()); err != nil {
 		t.Fatalf("plain lease ended with the session: %v", err)
 	}
 	// The name is free for a fast-failover contender right away.
@@ -144,7 +144,7 @@ func TestSessionEndingBeforeRegistrationEndsTheLease(t *testing.T) {
 		return
 	}
 	defer l.Release(ctx)
-	if l.Err() == nil {
+	if causeOf(l.Context()) == nil {
 		if _, err := other.TryAcquire(ctx, "r", WithFastFailover()); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("lease %d looks held, yet another client's TryAcquire returned %v", l.Token(), err)
 		}
@@ -181,7 +181,7 @@ func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 			t.Fatalf("TryAcquire of a locked, held row: %v, want ErrNotAcquired", err)
 		}
 	}
-	if err := a.Err(); err != nil {
+	if err := causeOf(a.Context()); err != nil {
 		t.Fatalf("session-bound lease lost while an acquisition waited for a row lock: %v", err)
 	}
 	if !a.Deadline().After(d0) {
@@ -250,7 +250,7 @@ func TestPlainWaiterTakesOverFromADeadSessionHolder(t *testing.T) {
 	ctx := testCtx(t)
 	table := pgtest.Schema(t) + ".leases"
 	var attempts atomic.Int64
-	w := testClient(t, Config{Table: table, PollInterval: time.Hour, Observer: ObserverFunc(func(e Event) {
+	w := testClient(t, Config{Table: table, PollInterval: time.Hour, Observer: observerFunc(func(e Event) {
 		if e.Kind == EventContended {
 			attempts.Add(1)
 		}
@@ -263,8 +263,8 @@ func TestPlainWaiterTakesOverFromADeadSessionHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	if l.Token() <= token || l.SessionBound() {
-		t.Fatalf("token %d after the holder's %d, session-bound %v", l.Token(), token, l.SessionBound())
+	if l.Token() <= token || l.FastFailover() {
+		t.Fatalf("token %d after the holder's %d, session-bound %v", l.Token(), token, l.FastFailover())
 	}
 	if n := attempts.Load(); n > 5 {
 		t.Fatalf("a plain waiter made %d attempts before it took a dead fast-failover holder's lease over", n)
@@ -307,7 +307,7 @@ func TestFastFailoverWinnerOfARaceIsSessionBound(t *testing.T) {
 			switch {
 			case err == nil:
 				won++
-				if !leases[i].SessionBound() {
+				if !leases[i].FastFailover() {
 					t.Errorf("round %d: the winner's lease (%s, token %d) is not session-bound", round, clients[i].Owner(), leases[i].Token())
 				}
 				if err := leases[i].Release(ctx); err != nil {

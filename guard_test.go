@@ -114,8 +114,8 @@ func TestFailedGuardAbortsTransaction(t *testing.T) {
 						t.Fatal(err)
 					}
 					tc.stale(ctx, t, l, other)
-					if tc.serverSays && l.Err() != nil {
-						t.Fatalf("the lease ended before the guard: %v", l.Err())
+					if tc.serverSays && causeOf(l.Context()) != nil {
+						t.Fatalf("the lease ended before the guard: %v", causeOf(l.Context()))
 					}
 
 					tx := begin(ctx)
@@ -137,12 +137,12 @@ func TestFailedGuardAbortsTransaction(t *testing.T) {
 					}
 					if tc.serverSays {
 						select {
-						case <-l.Done():
+						case <-l.Context().Done():
 						default:
 							t.Fatal("the lease still looks held after the server refused its Guard")
 						}
-						if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(gerr, ErrLeaseLost) {
-							t.Fatalf("lease Err %v, Guard %v: want ErrLeaseLost", l.Err(), gerr)
+						if !errors.Is(causeOf(l.Context()), ErrLeaseLost) || !errors.Is(gerr, ErrLeaseLost) {
+							t.Fatalf("lease Err %v, Guard %v: want ErrLeaseLost", causeOf(l.Context()), gerr)
 						}
 					}
 				})
@@ -198,7 +198,7 @@ func TestTransientGuardFailureKeepsLease(t *testing.T) {
 	if err := l.GuardSQL(ctx, stx); err == nil || errors.Is(err, ErrNotHeld) {
 		t.Errorf("database/sql Guard on a broken connection: %v, want a non-ErrNotHeld error", err)
 	}
-	if err := l.Err(); err != nil {
+	if err := causeOf(l.Context()); err != nil {
 		t.Fatalf("a transient Guard failure ended the lease: %v", err)
 	}
 	// And a Guard that passes still lets the transaction commit.
@@ -290,7 +290,7 @@ func TestAbandonedGuardedTransactionDoesNotBlockTakeover(t *testing.T) {
 	if l2.Token() <= l.Token() {
 		t.Fatalf("token %d after %d", l2.Token(), l.Token())
 	}
-	pgtest.Receive(t, l.Done(), "the old holder's lease to end")
+	pgtest.Receive(t, l.Context().Done(), "the old holder's lease to end")
 	if err := tx.Commit(ctx); err == nil {
 		t.Fatal("the abandoned guarded transaction committed after a takeover")
 	}
@@ -376,8 +376,8 @@ func TestGuardOfALeaseLongerThanTheIdleTimeoutRange(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit after Guard: %v", err)
 	}
-	if l.Err() != nil {
-		t.Fatalf("lease ended: %v", l.Err())
+	if causeOf(l.Context()) != nil {
+		t.Fatalf("lease ended: %v", causeOf(l.Context()))
 	}
 	t.Logf("idle_in_transaction_session_timeout inside the guarded transaction: %s", setting)
 }

@@ -49,8 +49,8 @@ func runHolder() int {
 		return 1
 	}
 	fmt.Println("acquired", l.Token())
-	<-l.Done()
-	fmt.Println("lost", l.Err())
+	<-l.Context().Done()
+	fmt.Println("lost", causeOf(l.Context()))
 	return 3
 }
 
@@ -259,7 +259,12 @@ func awaitKeptPast(t testing.TB, log *eventLog, l *Lease, at time.Time) {
 	for !time.Now().After(at) {
 		log.await(t, fmt.Sprintf("a renewal of %q", l.Name()), is(EventRenewed, l.Name()))
 	}
-	if err := l.Err(); err != nil {
+	if err := causeOf(l.Context()); err != nil {
 		t.Fatalf("%q ended: %v", l.Name(), err)
 	}
 }
+
+// observerFunc adapts a function to Observer.
+type observerFunc func(Event)
+
+func (f observerFunc) Observe(e Event) { f(e) }

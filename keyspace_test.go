@@ -90,7 +90,7 @@ func oneKeySpace(t *testing.T, opts []Option) {
 				t.Errorf("client %q: %s got %q (token %d) while client %q holds it (token %d)",
 					label, map[bool]string{false: "TryAcquire", true: "blocking Acquire"}[blocking], name, l.Token(), spellings[0].label, holder.Token())
 				_ = l.Release(ctx)
-			} else if err := holder.Err(); err != nil {
+			} else if err := causeOf(holder.Context()); err != nil {
 				t.Errorf("the first client's lease of %q ended: %v", name, err)
 			}
 			_ = holder.Release(ctx) // fails after a wrongful takeover; that was reported

@@ -16,7 +16,7 @@ import (
 
 // Lease is a held lease. Its lifetime is its own: it is not bound to the
 // context of the call that acquired it. It ends when released, when lost
-// (see [Lease.Done]) or when its client is closed. Safe for concurrent use.
+// (see [Lease.Context]) or when its client is closed. Safe for concurrent use.
 type Lease struct {
 	c       *Client
 	name    string
@@ -69,9 +69,6 @@ func (l *Lease) arm() {
 // Name returns the lease's name.
 func (l *Lease) Name() string { return l.name }
 
-// Owner returns the owner label of the lease's client.
-func (l *Lease) Owner() string { return l.c.cfg.Owner }
-
 // Token returns the fencing token: strictly greater than the token of every
 // earlier holder of the name. Pass it to the resources the lease protects.
 func (l *Lease) Token() int64 { return l.token }
@@ -79,28 +76,32 @@ func (l *Lease) Token() int64 { return l.token }
 // TTL returns the lease's time-to-live.
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
-// SessionBound reports whether the lease is tied to the client's database
-// session ([WithFastFailover]).
-func (l *Lease) SessionBound() bool { return l.session }
+// FastFailover reports whether the lease was acquired [WithFastFailover],
+// and so is bound to the client's database session: a lease asked for
+// with the option is always bound, or not acquired at all.
+func (l *Lease) FastFailover() bool { return l.session }
 
-// Done returns a channel closed the moment the lease ends: released, lost or
-// its client closed. [Lease.Err] then says why.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
-
-// Context returns a context cancelled when the lease ends; its
-// context.Cause is the same as [Lease.Err]. Run the work the lease protects
-// under it.
+// Context returns the lease's lifetime as a context: its Done channel is
+// closed the moment the lease ends (released, lost or its client closed),
+// and then context.Cause says why, with an error matching [ErrReleased],
+// [ErrLeaseLost] or [ErrClosed]. Its Err never returns nil past the local
+// deadline, even if the process was paused and the deadline timer has not
+// run yet; check Err, not Cause alone, to learn whether the lease is still
+// held. Run the work the lease protects under it.
 func (l *Lease) Context() context.Context { return l.ctx }
 
-// Err returns nil while the lease is held, and afterwards an error matching
-// [ErrReleased], [ErrLeaseLost] or [ErrClosed]. Past the local deadline it
-// never returns nil, even if the process was paused and the deadline timer
-// has not run yet.
-func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
+// err returns nil while the lease is held, and afterwards why it ended:
+// what a caller gets from Context's Err and then context.Cause.
+func (l *Lease) err() error { return causeOf(l.ctx) }
+
+// causeOf returns nil while ctx is live and context.Cause(ctx) once it
+// has ended. Err comes first: a lease's or a set's context ends in its Err
+// when the local deadline has passed.
+func causeOf(ctx context.Context) error {
+	if ctx.Err() == nil {
 		return nil
 	}
-	return context.Cause(l.ctx)
+	return context.Cause(ctx)
 }
 
 // leaseContext is the lease's context. Its Err checks the local deadline
@@ -294,7 +295,7 @@ func (c *Client) releaseRow(ctx context.Context, l *Lease) error {
 // background). It returns an error matching [ErrLeaseLost] when the lease
 // is no longer held.
 func (l *Lease) Renew(ctx context.Context) error {
-	if err := l.Err(); err != nil {
+	if err := l.err(); err != nil {
 		return err
 	}
 	lost, err := l.c.renew(ctx, []*Lease{l})
@@ -302,7 +303,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return opError("renew", err)
 	}
 	if len(lost) > 0 {
-		return l.Err()
+		return l.err()
 	}
 	return nil
 }
@@ -314,9 +315,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 // returns an error matching [ErrNotHeld] and tx is aborted on the server:
 // it cannot commit even if the error is ignored, so a stale holder's write
 // never lands. A lease that the server reports as no longer held is also
-// lost locally ([Lease.Done] is closed, [Lease.Err] matches
-// [ErrLeaseLost]); a transient failure (network error, cancelled ctx)
-// leaves the lease alone and returns the error. Keep guarded transactions
+// lost locally (its context ends with a cause matching [ErrLeaseLost]); a
+// transient failure (network error, cancelled ctx) leaves the lease alone
+// and returns the error. Keep guarded transactions
 // shorter than the TTL: the lock also delays this lease's renewal. For the
 // rest of tx, Guard lowers the server's
 // idle_in_transaction_session_timeout to the time left until the lease's
@@ -335,7 +336,7 @@ func (l *Lease) GuardSQL(ctx context.Context, tx *sql.Tx) error {
 }
 
 func (l *Lease) guard(ctx context.Context, q store.Querier) error {
-	ended := l.Err()
+	ended := l.err()
 	if ended != nil {
 		// Known to have ended: the statement is still sent, told to
 		// fail, so that tx is aborted even if the caller ignores the
@@ -356,7 +357,7 @@ func (l *Lease) guard(ctx context.Context, q store.Querier) error {
 		// The server says the row is gone or has another token: the
 		// lease is lost, whatever the renewals last saw.
 		l.lose(&lostError{why: "a Guard found the lease no longer held with its token"})
-		return errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, l.Err())
+		return errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, l.err())
 	case err != nil:
 		return opError("guard", err)
 	}

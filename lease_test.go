@@ -28,14 +28,14 @@ func TestLeaseEndingElsewhereIsNotHeld(t *testing.T) {
 	released := make(chan error, 1)
 	go func() { released <- l.Release(ctx) }()
 	<-inside
-	if err := l.Err(); !errors.Is(err, ErrReleased) {
+	if err := causeOf(l.Context()); !errors.Is(err, ErrReleased) {
 		t.Errorf("Err while another goroutine ends the lease: %v, want ErrReleased", err)
 	}
 	if err := l.Context().Err(); err == nil {
 		t.Error("Context().Err() is nil while another goroutine ends the lease")
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	default:
 		t.Error("Done not closed once Err reported the end")
 	}

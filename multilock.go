@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 )
 
@@ -19,7 +18,7 @@ const maxSetNames = 64
 // [ErrNotAcquired] that names the first such name and its holder (the
 // message lists the others). [WithTTL], [WithMinHold] and [WithMetadata]
 // apply to every lease of the set; [WithSlots] and [WithFastFailover] do
-// not apply and are refused with [ErrInvalidArgument], as are an empty
+// not apply and are refused with an *[InvalidError], as are an empty
 // set, duplicate names and more than 64 names. ctx bounds this call only,
 // never the leases.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...Option) (*LeaseSet, error) {
@@ -78,36 +77,14 @@ type LeaseSet struct {
 // Leases returns the set's leases, sorted by name.
 func (s *LeaseSet) Leases() []*Lease { return slices.Clone(s.leases) }
 
-// Lease returns the set's lease of name, or nil when name is not in the
-// set.
-func (s *LeaseSet) Lease(name string) *Lease {
-	i, ok := slices.BinarySearchFunc(s.leases, name, func(l *Lease, n string) int { return strings.Compare(l.name, n) })
-	if !ok {
-		return nil
-	}
-	return s.leases[i]
-}
-
-// Context returns a context cancelled when the set ends; its
-// context.Cause is the same as [LeaseSet.Err]. Run the work the set
-// protects under it.
+// Context returns the set's lifetime as a context: its Done channel is
+// closed the moment the set ends (released, or one of its leases lost or
+// ended), and then context.Cause says why: an error matching
+// [ErrReleased] (after [LeaseSet.Release]) or the cause of the lease that
+// ended first ([ErrLeaseLost], [ErrClosed], [ErrReleased]), naming it.
+// Like a lease's ([Lease.Context]), its Err never returns nil past the
+// leases' local deadline. Run the work the set protects under it.
 func (s *LeaseSet) Context() context.Context { return s.ctx }
-
-// Done returns a channel closed the moment the set ends: released, or one
-// of its leases lost or ended.
-func (s *LeaseSet) Done() <-chan struct{} { return s.ctx.Done() }
-
-// Err returns nil while every lease of the set is held, and afterwards an
-// error matching [ErrReleased] (after [LeaseSet.Release]) or the cause of
-// the lease that ended first ([ErrLeaseLost], [ErrClosed], [ErrReleased]),
-// naming it. Like [Lease.Err], it never returns nil past the leases' local
-// deadline.
-func (s *LeaseSet) Err() error {
-	if s.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(s.ctx)
-}
 
 // Release ends the set, cancelling its context first, and then deletes
 // the row of every lease (scoped by name and token), waking their waiters.
@@ -162,7 +139,7 @@ func (s *LeaseSet) memberEnded(l *Lease) {
 	}
 	s.ending = true
 	s.mu.Unlock()
-	cause := errorf("%w (lease %q of the set)", l.Err(), l.name)
+	cause := errorf("%w (lease %q of the set)", l.err(), l.name)
 	s.cancel(cause)
 	ended := s.endAll(cause)
 	if len(ended) == 0 {
@@ -188,7 +165,7 @@ func (c setContext) Err() error {
 		return err
 	}
 	for _, l := range c.s.leases {
-		if l.Err() != nil {
+		if l.err() != nil {
 			c.s.memberEnded(l)
 			break
 		}
@@ -213,18 +190,18 @@ func (c *Client) newSet(leases []*Lease) *LeaseSet {
 func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([]string, leaseOptions, error) {
 	switch {
 	case len(names) == 0:
-		return nil, leaseOptions{}, invalid(ErrInvalidArgument, "a set of leases needs at least one name")
+		return nil, leaseOptions{}, invalid(kindArgument, "a set of leases needs at least one name")
 	case len(names) > maxSetNames:
-		return nil, leaseOptions{}, invalid(ErrInvalidArgument, "a set of leases has at most %d names, got %d", maxSetNames, len(names))
+		return nil, leaseOptions{}, invalid(kindArgument, "a set of leases has at most %d names, got %d", maxSetNames, len(names))
 	}
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	for i, name := range sorted {
-		if err := CheckName(name); err != nil {
+		if err := checkName(name); err != nil {
 			return nil, leaseOptions{}, err
 		}
 		if i > 0 && sorted[i-1] == name {
-			return nil, leaseOptions{}, invalid(ErrInvalidArgument, "name %q appears more than once in the set", name)
+			return nil, leaseOptions{}, invalid(kindArgument, "name %q appears more than once in the set", name)
 		}
 	}
 	o, err := c.leaseOptions(opts)
@@ -232,9 +209,9 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 	case err != nil:
 		return nil, o, err
 	case o.slots > 1:
-		return nil, o, invalid(ErrInvalidArgument, "WithSlots does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)")
+		return nil, o, invalid(kindArgument, "WithSlots does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)")
 	case o.session:
-		return nil, o, invalid(ErrInvalidArgument, "WithFastFailover is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies")
+		return nil, o, invalid(kindArgument, "WithFastFailover is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies")
 	}
 	if err := c.prepare(ctx); err != nil {
 		return nil, o, c.closedErr(err)

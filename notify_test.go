@@ -48,7 +48,7 @@ func TestDroppedListenerIsRecovered(t *testing.T) {
 	contended := make(chan uint64, 100)
 	var b *Client
 	b = testClient(t, Config{Table: a.cfg.Table, PollInterval: time.Hour, Owner: "listener-victim",
-		Observer: ObserverFunc(func(e Event) {
+		Observer: observerFunc(func(e Event) {
 			if e.Kind == EventContended && e.Name == "n" {
 				select {
 				case contended <- b.sess.currentEpoch():

@@ -63,7 +63,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind     EventKind
 	Name     string
-	Client   string        // the reporting client's id ([Client.ID]): several clients may share one observer
+	Client   string        // the reporting client's random id, unique per Client value (and recorded as "client" in its leases' metadata): several clients may share one observer, and several an owner label
 	Owner    string        // the owner of this client (the holder's, for EventAlert; the leader's, for EventLeaderChanged)
 	Token    int64         // the lease's token (the leader's, for EventLeaderChanged)
 	Latency  time.Duration // EventRenewed, EventHeartbeat: round trip of the renewal statement; EventReleased: time taken to delete the row
@@ -94,12 +94,6 @@ type Event struct {
 type Observer interface {
 	Observe(Event)
 }
-
-// ObserverFunc adapts a function to [Observer].
-type ObserverFunc func(Event)
-
-// Observe calls f(e).
-func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // eventQueue delivers events to an observer in order, without ever blocking
 // the sender: beyond maxQueued pending events, new ones are dropped and

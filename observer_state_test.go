@@ -100,8 +100,8 @@ func TestEveryReportedLeaseIsReportedEndedOnce(t *testing.T) {
 	for _, e := range events {
 		if e.Kind == EventAcquired {
 			acquired++
-			if e.Client != c.ID() {
-				t.Errorf("event of client %q, want %q", e.Client, c.ID())
+			if e.Client != c.id {
+				t.Errorf("event of client %q, want %q", e.Client, c.id)
 			}
 		}
 	}

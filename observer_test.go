@@ -12,7 +12,7 @@ import (
 func TestObserverGetsEventsInOrderAndSurvivesItsOwnPanic(t *testing.T) {
 	ctx := testCtx(t)
 	log := newEventLog()
-	c := testClient(t, Config{Observer: ObserverFunc(func(e Event) {
+	c := testClient(t, Config{Observer: observerFunc(func(e Event) {
 		log.Observe(e)
 		if e.Kind == EventRenewed {
 			panic("a broken observer")

@@ -6,8 +6,9 @@ import (
 )
 
 // Option changes how one lease is acquired; pass options to
-// [Client.Acquire], [Client.TryAcquire], [Client.Run], [Client.TryRun] and
-// [Client.NewElector]. The zero Option changes nothing.
+// [Client.Acquire], [Client.TryAcquire], [Client.Run], [Client.TryRun],
+// [Client.AcquireAll] and [Client.TryAcquireAll], and to an elector's terms
+// as [ElectorConfig.LeaseOptions]. The zero Option changes nothing.
 type Option struct{ apply func(*leaseOptions) error }
 
 // leaseOptions is what the options of one acquisition resolve to.
@@ -31,7 +32,7 @@ const (
 // WithTTL sets the lease's time-to-live (at least 1s, a whole number of
 // milliseconds) instead of [Config.TTL]. The client's SafetyMargin and
 // RenewInterval must suit it as they must suit [Config.TTL]. An invalid
-// TTL is reported as [ErrInvalidTTL].
+// TTL is reported as an *[InvalidError] of kind "TTL".
 func WithTTL(ttl time.Duration) Option {
 	return Option{func(o *leaseOptions) error {
 		if err := checkTTL(ttl); err != nil {
@@ -46,13 +47,13 @@ func WithTTL(ttl time.Duration) Option {
 // is released earlier (ShedLock's lockAtLeastFor), so that a job scheduled
 // on several hosts with slightly different clocks runs once. d is a whole
 // number of milliseconds, at most the lease's TTL; otherwise the error
-// matches [ErrInvalidArgument].
+// is an *[InvalidError].
 func WithMinHold(d time.Duration) Option {
 	return Option{func(o *leaseOptions) error {
 		if d < 0 || d > maxTTL {
-			return invalid(ErrInvalidArgument, "minimum hold must be between 0 and 100 years, got %s", d)
+			return invalid(kindArgument, "minimum hold must be between 0 and 100 years, got %s", d)
 		}
-		if err := wholeMillis(ErrInvalidArgument, "minimum hold", d); err != nil {
+		if err := wholeMillis(kindArgument, "minimum hold", d); err != nil {
 			return err
 		}
 		o.minHold = d
@@ -63,13 +64,13 @@ func WithMinHold(d time.Duration) Option {
 // WithMetadata stores v, encoded as a JSON object of at most 8192 bytes,
 // with the lease (host, pid and pglease version are always recorded).
 // Several WithMetadata options merge; a value that does not encode as JSON
-// is reported as [ErrInvalidArgument].
+// is reported as an *[InvalidError].
 func WithMetadata(v map[string]any) Option {
 	return Option{func(o *leaseOptions) error {
 		m := map[string]any{}
 		if len(o.metadata) > 0 {
 			if err := json.Unmarshal(o.metadata, &m); err != nil {
-				return invalid(ErrInvalidArgument, "metadata: %w", err)
+				return invalid(kindArgument, "metadata: %w", err)
 			}
 		}
 		for k, x := range v {
@@ -77,10 +78,10 @@ func WithMetadata(v map[string]any) Option {
 		}
 		b, err := json.Marshal(m)
 		if err != nil {
-			return invalid(ErrInvalidArgument, "metadata must encode as JSON: %w", err)
+			return invalid(kindArgument, "metadata must encode as JSON: %w", err)
 		}
 		if len(b) > maxMetadataBytes {
-			return invalid(ErrInvalidArgument, "metadata is %d bytes encoded, the maximum is %d", len(b), maxMetadataBytes)
+			return invalid(kindArgument, "metadata is %d bytes encoded, the maximum is %d", len(b), maxMetadataBytes)
 		}
 		o.metadata = b
 		return nil
@@ -98,10 +99,10 @@ func WithFastFailover() Option {
 
 // WithSlots makes the name a counting semaphore: up to n holders at once
 // (Consul's lock -n). Each holder gets one of the slot names "NAME#0" …
-// "NAME#n-1" ([Lease.Name] says which, [SlotName] builds them), each a
+// "NAME#n-1" ([Lease.Name] says which, [Config.Plan] lists them), each a
 // lease of its own with its own fencing token. n is 1 to 1000 (1 is a
 // plain lease on NAME itself, not a semaphore); otherwise the error
-// matches [ErrInvalidArgument].
+// is an *[InvalidError].
 //
 // n is recorded in every slot row, and every client of a semaphore must
 // use the same n: while any slot is live (held, or kept for its minimum
@@ -114,7 +115,7 @@ func WithFastFailover() Option {
 func WithSlots(n int) Option {
 	return Option{func(o *leaseOptions) error {
 		if n < 1 || n > maxSlots {
-			return invalid(ErrInvalidArgument, "slots must be between 1 and %d, got %d", maxSlots, n)
+			return invalid(kindArgument, "slots must be between 1 and %d, got %d", maxSlots, n)
 		}
 		o.slots = n
 		return nil
@@ -129,7 +130,7 @@ func (o leaseOptions) names(name string) []string {
 	}
 	names := make([]string, o.slots)
 	for i := range names {
-		names[i] = SlotName(name, i)
+		names[i] = slotName(name, i)
 	}
 	return names
 }
@@ -142,7 +143,7 @@ func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 // (more than one slot), since an election has one leader.
 func (o leaseOptions) checkElector() error {
 	if o.slots > 1 {
-		return invalid(ErrInvalidArgument, "NewElector: WithSlots(%d) does not apply: an election has one leader (use Acquire or Run with WithSlots for up to %d holders at once)",
+		return invalid(kindArgument, "NewElector: WithSlots(%d) does not apply: an election has one leader (use Acquire or Run with WithSlots for up to %d holders at once)",
 			o.slots, o.slots)
 	}
 	return nil
@@ -163,7 +164,7 @@ func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, erro
 	if o.minHold > o.ttl {
 		// A release before the minimum hold keeps the row until then; a
 		// longer hold than TTL would need renewals nobody sends.
-		return o, invalid(ErrInvalidArgument, "minimum hold %s exceeds the TTL %s", o.minHold, o.ttl)
+		return o, invalid(kindArgument, "minimum hold %s exceeds the TTL %s", o.minHold, o.ttl)
 	}
 	if err := cfg.checkTiming(o.ttl); err != nil {
 		return o, err

@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -32,14 +31,14 @@ func TestUnsafeLeaseTimingRefused(t *testing.T) {
 			if err == nil {
 				t.Fatal("TryAcquire accepted it")
 			}
-			sentinel := ErrInvalidArgument
+			sentinel := kindArgument
 			if strings.HasPrefix(tc.want, "TTL ") {
-				sentinel = ErrInvalidTTL
+				sentinel = kindTTL
 			}
-			if !errors.Is(err, sentinel) || !strings.Contains(err.Error(), tc.want) {
+			if !isInvalid(err, sentinel) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("TryAcquire: %v, want %v saying %q", err, sentinel, tc.want)
 			}
-			if _, err := c.NewElector("n", func(context.Context) error { return nil }, tc.opts...); !errors.Is(err, sentinel) {
+			if _, err := c.NewElector("n", func(context.Context) error { return nil }, ElectorConfig{LeaseOptions: tc.opts}); !isInvalid(err, sentinel) {
 				t.Errorf("NewElector: %v, want %v", err, sentinel)
 			}
 			if verr := (Config{SafetyMargin: 5 * time.Second}).Validate(tc.opts...); verr == nil || verr.Error() != err.Error() {

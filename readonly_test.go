@@ -129,7 +129,7 @@ func TestReadsNeedOnlySelect(t *testing.T) {
 		}
 		defer reader.Close()
 		infos, err := reader.List(ctx)
-		if err != nil || len(infos) != 1 || infos[0].Name != "held" || infos[0].Token != l.Token() || !infos[0].Held() {
+		if err != nil || len(infos) != 1 || infos[0].Name != "held" || infos[0].Token != l.Token() || infos[0].Remaining <= 0 {
 			t.Fatalf("DisableAutoMigrate %v: List as a SELECT-only role = %+v, %v", noMigrate, infos, err)
 		}
 		in, err := reader.Get(ctx, "held")

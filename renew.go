@@ -101,7 +101,7 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 	live := make([]*Lease, 0, len(leases))
 	var last time.Time
 	for _, l := range leases {
-		if l.Err() != nil {
+		if l.err() != nil {
 			continue
 		}
 		live = append(live, l)
@@ -155,12 +155,12 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 				if res.StepDown[l.name] {
 					l.requestStepDown() // the notification was lost, or this client does not listen
 				}
-			} else if l.Err() == nil {
+			} else if l.err() == nil {
 				l.expire() // renewed after its deadline: it stays lost
 			}
 		case res.Busy[l.name]:
 			// Still held; a guarded transaction has its row locked.
-		case l.Err() == nil:
+		case l.err() == nil:
 			l.lose(&lostError{why: "its row was taken over, force-released or expired"})
 			lost = append(lost, l)
 		}

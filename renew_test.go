@@ -30,12 +30,12 @@ func TestTakeoverAndForceReleaseDetectedAtNextRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Receive(t, l.Done(), "the holder to learn of the force-release")
-	if !errors.Is(l.Err(), ErrLeaseLost) || errors.Is(l.Err(), ErrSessionLost) {
-		t.Fatalf("Err = %v, want ErrLeaseLost and not ErrSessionLost", l.Err())
+	pgtest.Receive(t, l.Context().Done(), "the holder to learn of the force-release")
+	if !errors.Is(causeOf(l.Context()), ErrLeaseLost) || errors.Is(causeOf(l.Context()), ErrSessionLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost and not ErrSessionLost", causeOf(l.Context()))
 	}
-	if !strings.Contains(l.Err().Error(), "taken over") {
-		t.Fatalf("Err = %v, want the renewal's finding, not the deadline's", l.Err())
+	if !strings.Contains(causeOf(l.Context()).Error(), "taken over") {
+		t.Fatalf("Err = %v, want the renewal's finding, not the deadline's", causeOf(l.Context()))
 	}
 	// A stale holder's release must not touch the new holder's row.
 	_ = l.Release(ctx)
@@ -67,7 +67,7 @@ func partitionedHolderLosesFirst(t *testing.T, opts ...Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o, _ := holder.leaseOptions(opts); o.session && !l.SessionBound() {
+	if o, _ := holder.leaseOptions(opts); o.session && !l.FastFailover() {
 		t.Fatal("lease not session-bound")
 	}
 	acquired := make(chan time.Time, 1)
@@ -86,10 +86,10 @@ func partitionedHolderLosesFirst(t *testing.T, opts ...Option) {
 	proxy.Blackhole(true)
 	defer proxy.Blackhole(false)
 	deadline := l.Deadline()
-	pgtest.Receive(t, l.Done(), "the partitioned holder to lose its lease")
+	pgtest.Receive(t, l.Context().Done(), "the partitioned holder to lose its lease")
 	lostAt := time.Now()
-	if !errors.Is(l.Err(), ErrLeaseLost) {
-		t.Fatalf("Err = %v", l.Err())
+	if !errors.Is(causeOf(l.Context()), ErrLeaseLost) {
+		t.Fatalf("Err = %v", causeOf(l.Context()))
 	}
 	// Generous: the deadline timer fires within milliseconds, but under
 	// -race on two cores a goroutine can wait long to run. The order
@@ -165,7 +165,7 @@ func TestGuardDoesNotStallOtherRenewals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := other.Err(); err != nil { // renewed in time, or ended at its deadline
+	if err := causeOf(other.Context()); err != nil { // renewed in time, or ended at its deadline
 		t.Fatalf("the other lease: %v", err)
 	}
 	_ = guarded.Release(ctx)

@@ -31,7 +31,7 @@ func (c *Client) Run(ctx context.Context, name string, fn func(ctx context.Conte
 func (c *Client) run(ctx context.Context, call string, acquire func(context.Context, string, ...Option) (*Lease, error),
 	name string, fn func(ctx context.Context) error, opts []Option) error {
 	if fn == nil {
-		return invalid(ErrInvalidArgument, "%s: fn is nil", call)
+		return invalid(kindArgument, "%s: fn is nil", call)
 	}
 	l, err := acquire(ctx, name, opts...)
 	if err != nil {
@@ -44,7 +44,7 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 	fctx, end := withLease(ctx, l)
 	defer func() {
 		end(nil)
-		lost := l.Err()
+		lost := l.err()
 		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
@@ -56,12 +56,12 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 }
 
 // withLease returns a context that ends when ctx ends or when l ends (its
-// cause then is [Lease.Err]), and a function that ends it with a cause and
+// cause then is the lease's), and a function that ends it with a cause and
 // frees its resources. Like [Lease.Context], its Err checks the lease's
 // local deadline itself.
 func withLease(ctx context.Context, l *Lease) (context.Context, context.CancelCauseFunc) {
 	inner, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	stop := context.AfterFunc(l.Context(), func() { cancel(l.err()) })
 	return boundContext{inner, l, cancel}, func(cause error) {
 		stop()
 		cancel(cause)
@@ -84,7 +84,7 @@ func (c boundContext) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	if err := c.l.Err(); err != nil {
+	if err := c.l.err(); err != nil {
 		c.cancel(err) // idempotent: the first cause wins
 	}
 	return c.Context.Err()

@@ -67,7 +67,7 @@ func TestTryRunRunsOnExactlyOneInstance(t *testing.T) {
 	if err := c.Run(ctx, "other", func(context.Context) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("Run = %v", err)
 	}
-	if info, err := c.Get(ctx, "other"); err == nil && info.Held() {
+	if info, err := c.Get(ctx, "other"); err == nil && info.Remaining > 0 {
 		t.Fatalf("lease still held after Run: %+v", info)
 	}
 }
@@ -185,7 +185,7 @@ func TestCallbackContextsCheckDeadlineInline(t *testing.T) {
 			passDeadline(t, heldLease(c, "leader"))
 			checkLost(t, lctx)
 			return nil
-		})
+		}, ElectorConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestCallbackContextsEndWithCaller(t *testing.T) {
 		<-lctx.Done()
 		got <- context.Cause(lctx)
 		return nil
-	})
+	}, ElectorConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

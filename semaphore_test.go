@@ -33,8 +33,8 @@ func slotColumns(t *testing.T, c *Client, name string) (semaphore string, slots 
 func wantSlotsError(t *testing.T, what string, err error, name string, want, have int) {
 	t.Helper()
 	var se *SlotsError
-	if !errors.As(err, &se) || !errors.Is(err, ErrSlotsMismatch) {
-		t.Fatalf("%s: %v, want a *SlotsError matching ErrSlotsMismatch", what, err)
+	if !errors.As(err, &se) {
+		t.Fatalf("%s: %v, want a *SlotsError", what, err)
 	}
 	if se.Name != name || se.Want != want || se.Have != have {
 		t.Fatalf("%s: %+v, want {Name:%q Want:%d Have:%d}", what, *se, name, want, have)
@@ -122,7 +122,7 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	if n := rows(t, a).Count(); n != before {
 		t.Fatalf("the refused acquisitions left %d rows, want %d", n, before)
 	}
-	if err := first.Err(); err != nil {
+	if err := causeOf(first.Context()); err != nil {
 		t.Fatalf("the first client's slot ended: %v", err)
 	}
 	if r, _ := rows(t, a).Get(first.Name()); !r.Held || r.Token != first.Token() {
@@ -265,7 +265,7 @@ func TestSemaphoreMismatchedContendersNeverMix(t *testing.T) {
 			case r.err == nil:
 				held[r.slots] = append(held[r.slots], r.l.Name())
 				leases = append(leases, r.l)
-			case errors.Is(r.err, ErrSlotsMismatch):
+			case errors.As(r.err, new(*SlotsError)):
 				mismatches++
 			case errors.Is(r.err, ErrNotAcquired):
 			default:
@@ -303,31 +303,31 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 	}
 	lead := func(context.Context) error { return nil }
 	refused := map[string]func(name string) error{
-		"CheckName":  CheckName,
+		"Plan":       nameErr,
 		"TryAcquire": func(n string) error { _, err := c.TryAcquire(ctx, n); return err },
 		"Acquire":    func(n string) error { _, err := c.Acquire(ctx, n); return err },
 		"TryRun":     func(n string) error { return c.TryRun(ctx, n, lead) },
 		"Run":        func(n string) error { return c.Run(ctx, n, lead) },
-		"NewElector": func(n string) error { _, err := c.NewElector(n, lead); return err },
+		"NewElector": func(n string) error { _, err := c.NewElector(n, lead, ElectorConfig{}); return err },
 		"WithSlots":  func(n string) error { _, err := c.TryAcquire(ctx, n, WithSlots(2)); return err },
 	}
 	for call, f := range refused {
 		for _, name := range []string{"job#0", "job#12", "a#1#0", "é#007"} {
 			err := f(name)
-			if !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), "reserved for slot names") {
-				t.Errorf("%s(%q): %v, want ErrInvalidName saying the name is reserved for slot names", call, name, err)
+			if !isInvalid(err, kindName) || !strings.Contains(err.Error(), "reserved for slot names") {
+				t.Errorf("%s(%q): %v, want an invalid lease name saying the name is reserved for slot names", call, name, err)
 			}
 		}
 	}
-	if err := CheckName("job#0"); err == nil || !strings.Contains(err.Error(), `"job-0"`) {
-		t.Errorf("CheckName(job#0): %v, want a suggestion of job-0", err)
+	if err := nameErr("job#0"); err == nil || !strings.Contains(err.Error(), `"job-0"`) {
+		t.Errorf("Plan(job#0): %v, want a suggestion of job-0", err)
 	}
 	if n := rows(t, c).Count(); n != 0 {
 		t.Fatalf("refused names left %d rows", n)
 	}
 	for _, name := range []string{"job#", "#0", "job#0x", "job#-1", "a#b"} {
-		if err := CheckName(name); err != nil {
-			t.Errorf("CheckName(%q): %v, want nil: not of the slot form", name, err)
+		if err := nameErr(name); err != nil {
+			t.Errorf("Plan(%q): %v, want nil: not of the slot form", name, err)
 		}
 	}
 
@@ -348,15 +348,15 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 }
 
 // An election has one leader: NewElector refuses WithSlots (more than one
-// slot) with ErrInvalidArgument; WithSlots(1), a plain lease, is accepted.
+// slot) with an invalid argument; WithSlots(1), a plain lease, is accepted.
 func TestElectorRefusesWithSlots(t *testing.T) {
 	c := testClient(t, Config{})
 	lead := func(context.Context) error { return nil }
-	_, err := c.NewElector("leader", lead, WithSlots(3))
-	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "one leader") {
-		t.Fatalf("NewElector with WithSlots(3): %v, want ErrInvalidArgument saying an election has one leader", err)
+	_, err := c.NewElector("leader", lead, ElectorConfig{LeaseOptions: []Option{WithSlots(3)}})
+	if !isInvalid(err, kindArgument) || !strings.Contains(err.Error(), "one leader") {
+		t.Fatalf("NewElector with WithSlots(3): %v, want an invalid argument saying an election has one leader", err)
 	}
-	if _, err := c.NewElector("leader", lead, WithSlots(1)); err != nil {
+	if _, err := c.NewElector("leader", lead, ElectorConfig{LeaseOptions: []Option{WithSlots(1)}}); err != nil {
 		t.Fatalf("NewElector with WithSlots(1): %v", err)
 	}
 }

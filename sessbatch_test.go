@@ -154,7 +154,7 @@ func TestConcurrentFastFailoverAcquisitionsAreBatched(t *testing.T) {
 		r := pgtest.Receive(t, ch, "an acquisition's result")
 		if names[i] == "held" {
 			var he *HeldError
-			if !errors.As(r.err, &he) || he.Holder.Token != h.Token() || !he.Holder.SessionBound {
+			if !errors.As(r.err, &he) || he.Holder.Token != h.Token() || !he.Holder.FastFailover {
 				t.Errorf("held: %v, want the session-bound holder %d", r.err, h.Token())
 			}
 			continue
@@ -164,8 +164,8 @@ func TestConcurrentFastFailoverAcquisitionsAreBatched(t *testing.T) {
 		}
 		l := r.l
 		leases = append(leases, l)
-		if l.Err() != nil || !l.SessionBound() || l.epoch != c.sess.currentEpoch() {
-			t.Errorf("%s: err %v, session-bound %v, epoch %d", l.Name(), l.Err(), l.SessionBound(), l.epoch)
+		if causeOf(l.Context()) != nil || !l.FastFailover() || l.epoch != c.sess.currentEpoch() {
+			t.Errorf("%s: err %v, session-bound %v, epoch %d", l.Name(), causeOf(l.Context()), l.FastFailover(), l.epoch)
 		}
 		if prev, dup := tokens[l.Token()]; dup {
 			t.Errorf("%s and %s share token %d", prev, l.Name(), l.Token())
@@ -239,8 +239,8 @@ func TestFailedBatchRunsItsAcquisitionsAlone(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("%s: %v", names[i], r.err)
 		}
-		if !r.l.SessionBound() || r.l.Err() != nil {
-			t.Errorf("%s: session-bound %v, err %v", names[i], r.l.SessionBound(), r.l.Err())
+		if !r.l.FastFailover() || causeOf(r.l.Context()) != nil {
+			t.Errorf("%s: session-bound %v, err %v", names[i], r.l.FastFailover(), causeOf(r.l.Context()))
 		}
 		leases = append(leases, r.l)
 	}

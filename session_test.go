@@ -68,7 +68,7 @@ func TestRenewalsContinueAfterBackendsAreTerminated(t *testing.T) {
 		log.skip()
 		log.await(t, "a renewal on the new connection", is(EventRenewed, "t"))
 	}
-	if err := l.Err(); err != nil {
+	if err := causeOf(l.Context()); err != nil {
 		t.Fatalf("plain lease lost after backend kills: %v", err)
 	}
 	if err := l.Renew(ctx); err != nil {
@@ -92,7 +92,7 @@ func TestOverdueSessionStatementEndsSessionBoundLeasesFirst(t *testing.T) {
 	var stillHeld bool
 	err = c.sess.do(ctx, 200*time.Millisecond, func(ctx context.Context, q store.Querier, _ *sessState) error {
 		err := q.Query(ctx, "SELECT 1", nil, func(store.Row) error { return nil })
-		stillHeld = l.Err() == nil // the socket is closed by now
+		stillHeld = causeOf(l.Context()) == nil // the socket is closed by now
 		return err
 	})
 	if err == nil {
@@ -101,8 +101,8 @@ func TestOverdueSessionStatementEndsSessionBoundLeasesFirst(t *testing.T) {
 	if stillHeld {
 		t.Fatal("the session-bound lease was still held when its connection was closed")
 	}
-	if !errors.Is(l.Err(), ErrLeaseLost) {
-		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
+	if !errors.Is(causeOf(l.Context()), ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", causeOf(l.Context()))
 	}
 }
 
@@ -133,7 +133,7 @@ func TestRetryableErrorsKeepTheSession(t *testing.T) {
 	if e := c.sess.currentEpoch(); e != epoch {
 		t.Fatalf("the session was re-opened (epoch %d → %d)", epoch, e)
 	}
-	if err := l.Err(); err != nil {
+	if err := causeOf(l.Context()); err != nil {
 		t.Fatalf("session-bound lease ended: %v", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // SessionFile returns a duplicate of the file descriptor of the database
-// connection that a session-bound lease ([WithFastFailover]) is bound to.
+// connection that a fast-failover lease ([WithFastFailover]) is bound to.
 //
 // The server ends a session, and a waiter takes its leases over, only
 // once every copy of the connection's descriptor is closed. Give the copy
@@ -19,15 +19,15 @@ import (
 // before.
 //
 // Never read from or write to the returned file; close it when done. It
-// fails with an error matching [ErrSessionUnavailable] when the lease is
-// not session-bound, has ended, or its connection has been replaced, and
+// fails with an error matching [ErrSessionUnavailable] when the lease was
+// not acquired with fast failover ([Lease.FastFailover]), has ended, or its connection has been replaced, and
 // with another error where the connection has no descriptor to share (a
 // database/sql client of another driver, a platform without them).
 func (l *Lease) SessionFile() (*os.File, error) {
 	if !l.session {
-		return nil, fmt.Errorf("%w: lease %q is not session-bound (acquire it WithFastFailover)", ErrSessionUnavailable, l.name)
+		return nil, fmt.Errorf("%w: lease %q was not acquired with fast failover (acquire it WithFastFailover)", ErrSessionUnavailable, l.name)
 	}
-	if err := l.Err(); err != nil {
+	if err := l.err(); err != nil {
 		return nil, fmt.Errorf("%w: lease %q has ended: %w", ErrSessionUnavailable, l.name, err)
 	}
 	s, err := l.c.session()

@@ -67,7 +67,7 @@ func TestSessionFileKeepsTheSessionUntilEveryCopyIsClosed(t *testing.T) {
 	// This process's socket goes without a word to the server, as when
 	// the process is killed: the lease ends here, the session does not.
 	_ = sock.Close()
-	pgtest.Receive(t, l.Done(), "the lease to end with its socket")
+	pgtest.Receive(t, l.Context().Done(), "the lease to end with its socket")
 	if _, err := other.TryAcquire(ctx, "sf", WithFastFailover()); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("a waiter got the lease while a copy of the holder's session lived: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 // to restart before it stops. An [Elector] leading name ends its term (its
 // lead context is cancelled with the cause [ErrStepDown]), releases the
 // lease and stays out of the election for its hold-off
-// ([Elector.SetStepDownHoldOff]) so that another instance wins. A plain
+// ([ElectorConfig.StepDownHoldOff]) so that another instance wins. A plain
 // lease holder sees the request on [Lease.StepDownRequested] and decides
 // for itself.
 //
@@ -25,7 +25,7 @@ import (
 // request. RequestStepDown returns once the request is recorded, not once
 // the holder has let go, an error matching [ErrNoLease] when nothing
 // holds name, and [ErrNoTable] when there is no table (it never creates
-// one). name may be a semaphore's slot ([SlotName]).
+// one). name may be a semaphore's slot ("name#i", see [WithSlots]).
 func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 	if err := checkRowName(name); err != nil { // a semaphore's slot too
 		return err

@@ -39,11 +39,13 @@ func TestStepDownMovesLeadership(t *testing.T) {
 			causes <- context.Cause(ctx)
 			note("end " + string(rune('0'+i)))
 			return nil
-		}, WithTTL(10*time.Second))
+		}, ElectorConfig{
+			LeaseOptions:    []Option{WithTTL(10 * time.Second)},
+			StepDownHoldOff: time.Minute, // a stepped-down leader must not win again here
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.SetStepDownHoldOff(time.Minute) // a stepped-down leader must not win again here
 		electors[i] = e
 	}
 	rctx, cancel := context.WithCancel(ctx)
@@ -145,8 +147,8 @@ func TestStepDownRequestReachesALeaseHolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			pgtest.Receive(t, requested, "the holder to see the step-down request")
-			if l.Err() != nil {
-				t.Fatalf("the request ended the lease (%v); letting go is up to the holder", l.Err())
+			if causeOf(l.Context()) != nil {
+				t.Fatalf("the request ended the lease (%v); letting go is up to the holder", causeOf(l.Context()))
 			}
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -173,8 +175,8 @@ func TestStepDownRequestReachesALeaseHolder(t *testing.T) {
 func TestRequestStepDownRefusesBadNames(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
-	if err := c.RequestStepDown(ctx, ""); !errors.Is(err, ErrInvalidName) {
-		t.Fatalf("RequestStepDown(\"\") = %v, want ErrInvalidName", err)
+	if err := c.RequestStepDown(ctx, ""); !isInvalid(err, kindName) {
+		t.Fatalf("RequestStepDown(\"\") = %v, want an invalid lease name", err)
 	}
 }
 
@@ -214,11 +216,10 @@ func TestSteppedDownElectorLeadsAgainAfterItsHoldOff(t *testing.T) {
 		<-ctx.Done()
 		ended <- time.Now()
 		return nil
-	}, WithTTL(10*time.Second))
+	}, ElectorConfig{LeaseOptions: []Option{WithTTL(10 * time.Second)}, StepDownHoldOff: holdOff})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetStepDownHoldOff(holdOff)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = e.Run(rctx) }()

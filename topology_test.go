@@ -103,8 +103,8 @@ func TestFastFailoverAfterAHandOff(t *testing.T) {
 	lb := receiveLease(t, gotB, "the first waiter to get the name by hand-off")
 	endSession(t, lb)
 	lc := receiveLease(t, gotC, "the second waiter to take over when the new holder's session ended")
-	if lc.Token() <= lb.Token() || !lc.SessionBound() {
-		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.SessionBound())
+	if lc.Token() <= lb.Token() || !lc.FastFailover() {
+		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.FastFailover())
 	}
 	_ = lc.Release(ctx)
 }
@@ -359,8 +359,8 @@ func TestAPlainWaiterTakesOverFromADeadFastFailoverHolder(t *testing.T) {
 	waitQueued(t, a, c, "ff")
 	endSession(t, la)
 	lb := receiveLease(t, gotB, "the plain waiter, first in the queue, to take over when the holder's session ended")
-	if lb.Token() <= la.Token() || lb.SessionBound() {
-		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), la.Token(), lb.SessionBound())
+	if lb.Token() <= la.Token() || lb.FastFailover() {
+		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), la.Token(), lb.FastFailover())
 	}
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -398,15 +398,15 @@ func TestFastFailoverAfterAnExpiryTakeoverFromALiveSession(t *testing.T) {
 	}
 	gotB := waitFor(ctx, b, "ff", ffOpts...)
 	lb := receiveLease(t, gotB, "the waiter to take the expired lease over")
-	if lb.Token() <= r.Token || !lb.SessionBound() {
-		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), r.Token, lb.SessionBound())
+	if lb.Token() <= r.Token || !lb.FastFailover() {
+		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), r.Token, lb.FastFailover())
 	}
 	gotC := waitFor(ctx, c, "ff", ffOpts...)
 	waitQueued(t, b, c, "ff")
 	endSession(t, lb)
 	lc := receiveLease(t, gotC, "the next waiter to take over when the new holder's session ended")
-	if lc.Token() <= lb.Token() || !lc.SessionBound() {
-		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.SessionBound())
+	if lc.Token() <= lb.Token() || !lc.FastFailover() {
+		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.FastFailover())
 	}
 	_ = lc.Release(ctx)
 }

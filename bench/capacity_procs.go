@@ -123,7 +123,7 @@ func capLeases(ctx context.Context, e *env, cc capConfig, n int, ff bool) (r cap
 	}
 	r.d = b.sub(a)
 	for _, l := range held {
-		if l.Err() != nil {
+		if l.Context().Err() != nil {
 			r.lost++
 		}
 	}
@@ -317,7 +317,7 @@ func capChildClients(ctx context.Context, e *env, s capSpec) error {
 	for {
 		held, lost := 0, 0
 		for _, l := range leases {
-			if l.Err() == nil {
+			if l.Context().Err() == nil {
 				held++
 			} else {
 				lost++

@@ -199,7 +199,7 @@ func usOr(v float64, ok bool) string {
 }
 
 func (r *capResult) mdModel(w func(string, ...any), m capModel) {
-	def, _ := pglease.Config{}.Schedule()
+	def, _ := pglease.Config{}.Plan("bench")
 	T := def.TTL.Seconds()
 	w("### Model\n\n")
 	w("Per-unit costs from the tables above. Server CPU is that of all PostgreSQL processes, so it includes the WAL writer, checkpointer and autovacuum work the statements cause. T is the TTL (default %v), C the number of clients (each with a dedicated connection listening for notifications once it has held or waited for a lease), L̄ the leases per client, R the releases per second.\n\n", def.TTL)

@@ -120,7 +120,7 @@ func capWaiters(ctx context.Context, e *env, cc capConfig, w capWaitCase) (r cap
 		return r
 	}
 	defer holder.Close()
-	sched, _ := pglease.Config{}.Schedule()
+	sched, _ := pglease.Config{}.Plan("bench")
 	r.holderTTL = sched.TTL
 	var opts []pglease.Option
 	if w.ff {

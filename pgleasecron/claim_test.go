@@ -130,8 +130,8 @@ func TestLeaseOptionsThatBreakTheOneRunnerRuleAreRefused(t *testing.T) {
 			t.Errorf("Add with %s: %#v, want an *InvalidError of job \"job\" whose Reason has no prefix", tc.want, err)
 		}
 	}
-	if err := s.Add("job", "@hourly", nop, LeaseOptions(pglease.WithSlots(0))); !errors.Is(err, pglease.ErrInvalidArgument) {
-		t.Errorf("Add with pglease.WithSlots(0): %v, want it to match pglease.ErrInvalidArgument", err)
+	if err := s.Add("job", "@hourly", nop, LeaseOptions(pglease.WithSlots(0))); !errors.As(err, new(*pglease.InvalidError)) {
+		t.Errorf("Add with pglease.WithSlots(0): %v, want pglease's *InvalidError as its cause", err)
 	}
 	if len(s.jobs) != 0 {
 		t.Fatalf("%d jobs registered by refused calls", len(s.jobs))
@@ -179,7 +179,11 @@ func TestTheOrphanCheckJudgesARunByItsOwnLeaseRow(t *testing.T) {
 	ctx := context.Background()
 	table := tableIn(t)
 	_, j := retryingJob(t, table)
-	j.rows = []string{pglease.SlotName(j.lease, 0), pglease.SlotName(j.lease, 1)}
+	slots, err := (pglease.Config{}).Plan(j.lease, pglease.WithSlots(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.rows = slots.Names
 	leases := pgtest.LeaseTable(t, pgtest.DSN(t), table)
 	leases.Insert("cron:job#0", "other-replica", 101, time.Minute, "") // a run going on
 	leases.Insert("cron:job#1", "caller", 102, time.Minute, "")        // the caller's

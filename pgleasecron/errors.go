@@ -12,8 +12,8 @@ import (
 // ([CheckJobName], or one registered twice), a job's function or options
 // ([Scheduler.Add]), a [Config] field of its own ([New]) or a history
 // limit. The fields of the embedded pglease.Config are refused by pglease,
-// with a *pglease.InvalidError (a lease table name matches
-// pglease.ErrInvalidIdentifier).
+// with a *pglease.InvalidError (a lease table name's is of kind
+// "identifier").
 type InvalidError struct {
 	// Job is the job whose value it is, or "" (a Config field, or a
 	// schedule or job name checked on its own).

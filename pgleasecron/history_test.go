@@ -75,7 +75,7 @@ func TestJobsReadsNothingIntoBeing(t *testing.T) {
 	if n := pgtest.Value[int](t, `SELECT count(*)::int FROM pg_class WHERE relnamespace = to_regnamespace($1)`, strings.Split(table, ".")[0]); n != 0 {
 		t.Errorf("reading created %d relations", n)
 	}
-	if _, err := ReadJobs(ctx, pool, "Bad-Name"); !errors.Is(err, pglease.ErrInvalidIdentifier) {
+	if _, err := ReadJobs(ctx, pool, "Bad-Name"); !isInvalidIdentifier(err) {
 		t.Errorf("ReadJobs(bad table): %v", err)
 	}
 }
@@ -235,7 +235,7 @@ func TestDDL(t *testing.T) {
 	}
 	startReplica(t, s)
 	pgtest.Receive(t, ran, "a run")
-	if _, err := DDL("No-Such"); !errors.Is(err, pglease.ErrInvalidIdentifier) {
+	if _, err := DDL("No-Such"); !isInvalidIdentifier(err) {
 		t.Errorf("DDL(bad name): %v", err)
 	}
 }

@@ -18,7 +18,7 @@ type job struct {
 	s     *Scheduler
 	name  string
 	lease string   // the job's lease name
-	rows  []string // the names of its rows in the lease table (pglease.Config.Names)
+	rows  []string // the names of its rows in the lease table (pglease.Config.Plan)
 	sched Schedule
 	fn    func(context.Context) error
 	o     jobOptions
@@ -272,7 +272,7 @@ func (j *job) underLease(ctx context.Context, lease *pglease.Lease) (time.Time, 
 			if i == 0 {
 				missed = earlier
 			}
-			if last, err = j.claimAndRun(ctx, lease, t, missed); err != nil || lease.Err() != nil || ctx.Err() != nil {
+			if last, err = j.claimAndRun(ctx, lease, t, missed); err != nil || lease.Context().Err() != nil || ctx.Err() != nil {
 				return last, err
 			}
 		}
@@ -301,9 +301,9 @@ func (j *job) run(ctx context.Context, lease *pglease.Lease, t Tick) {
 	cancel(nil)
 	status := StatusSucceeded
 	switch {
-	case lease.Err() != nil:
+	case lease.Context().Err() != nil:
 		status = StatusLost
-		err = errors.Join(fmt.Errorf("the job's lease ended while the run went on: %w", lease.Err()), err)
+		err = errors.Join(fmt.Errorf("the job's lease ended while the run went on: %w", context.Cause(lease.Context())), err)
 	case err != nil:
 		status = StatusFailed
 	}
@@ -382,7 +382,7 @@ func (j *job) sweep(ctx context.Context, lease *pglease.Lease) error {
 			}
 			j.s.log.Info("pgleasecron: running a tick again: "+why, "job", j.name, "tick", o.tick, "replica", o.replica, "attempt", attempt)
 			j.run(ctx, lease, Tick{Job: j.name, At: o.tick.UTC(), Attempt: attempt, Lease: lease})
-			if lease.Err() != nil || ctx.Err() != nil {
+			if lease.Context().Err() != nil || ctx.Err() != nil {
 				return nil
 			}
 			continue

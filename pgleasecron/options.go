@@ -143,15 +143,12 @@ func (o jobOptions) check() error {
 // checkLease checks the job's lease options against the client's
 // configuration and returns the names of the rows the job's lease is held
 // as, and its timing.
-func checkLease(cfg pglease.Config, lease string, opts []pglease.Option) ([]string, pglease.Schedule, error) {
-	rows, err := cfg.Names(lease, opts...)
-	if err != nil {
-		return nil, pglease.Schedule{}, refused("LeaseOptions", err)
-	}
-	sc, err := cfg.Schedule(opts...)
+func checkLease(cfg pglease.Config, lease string, opts []pglease.Option) ([]string, pglease.Plan, error) {
+	sc, err := cfg.Plan(lease, opts...)
 	if err != nil {
 		return nil, sc, refused("LeaseOptions", err)
 	}
+	rows := sc.Names
 	if len(rows) != 1 {
 		return nil, sc, invalid("LeaseOptions: pglease.WithSlots(%d) would let %d replicas hold the job's lease, and run ticks, at once: "+
 			"a job has one runner at a time; drop WithSlots (OnOverlap says what a tick does while a run goes on)", len(rows), len(rows))

@@ -10,7 +10,7 @@
 --
 -- The lease table is read, never written: its layout (the columns "name",
 -- "token" and "expires_at") is that of pglease.DDL, and a job's lease is held
--- through the pglease API. Its rows are named by pglease.Config.Names.
+-- through the pglease API. Its rows are named by pglease.Config.Plan.
 
 -- name: LockSchema
 -- Serializes the creation of the tables of one schema with every other
@@ -85,7 +85,7 @@ SELECT j."last_tick", clock_timestamp() FROM {{jobs}} AS j WHERE j."job" = $1::t
 -- name: ClaimTick
 -- $1 job, $2 tick, $3 replica, $4 status, $5 the claimer's lease token,
 -- $6 missed ticks it stands for, $7 error text, $8 runs kept per job, $9 the
--- names of the job's lease rows (pglease.Config.Names: one name). A
+-- names of the job's lease rows (pglease.Config.Plan: one name). A
 -- 'running' or 'missed' claim is made under the job's lease: only while a
 -- row of $9 carries the token $5 unexpired by the server's clock (at the
 -- statement's start), so that a holder resuming from a pause past its
@@ -173,7 +173,7 @@ UPDATE {{runs}} SET "status" = $4::text, "ended_at" = now(), "error" = nullif($5
  WHERE "job" = $1::text AND "tick" = $2::timestamptz AND "token" = $3::bigint AND "status" = 'running'
 
 -- name: OrphanedRuns
--- $1 job, $2 the names of the job's lease rows (pglease.Config.Names), $3
+-- $1 job, $2 the names of the job's lease rows (pglease.Config.Plan), $3
 -- how many attempts the abandoned-run policy allows in all. The runs whose
 -- runner no longer holds the job's lease, by the server's clock: rows still
 -- marked running, and rows marked lost (their lease ended while they ran)

@@ -168,7 +168,7 @@ func CheckJobName(name string) error {
 	if name == "" || len(name) > maxJobName {
 		return invalid("invalid job name %q: it must be 1 to %d bytes of UTF-8, such as nightly-report", name, maxJobName)
 	}
-	if err := pglease.CheckName(leasePrefix + name); err != nil {
+	if _, err := (pglease.Config{}).Plan(leasePrefix + name); err != nil {
 		return refused(fmt.Sprintf("invalid job name %q", name), err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package pgleaseotel_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
@@ -61,6 +62,15 @@ func TestTracesAndMetricsOfARealLease(t *testing.T) {
 	}
 	acquired := sig.await(t, pglease.EventAcquired, "work")
 	sig.await(t, pglease.EventRenewed, "work") // the signal of a renewal
+	// The client's id, as its lease's row records it.
+	info, err := c.Get(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct{ Client string }
+	if err := json.Unmarshal([]byte(info.Metadata), &meta); err != nil || meta.Client == "" {
+		t.Fatalf("metadata %s: %v, want the client's id", info.Metadata, err)
+	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +91,8 @@ func TestTracesAndMetricsOfARealLease(t *testing.T) {
 	if v, _ := attr(acquire, "pglease.lease.token"); v.AsInt64() != l.Token() {
 		t.Errorf("acquire span token %d, want %d", v.AsInt64(), l.Token())
 	}
-	if v, _ := attr(acquire, "pglease.client.id"); v.AsString() != c.ID() {
-		t.Errorf("acquire span client %q, want %q", v.AsString(), c.ID())
+	if v, _ := attr(acquire, "pglease.client.id"); v.AsString() != meta.Client || acquired.Client != meta.Client {
+		t.Errorf("acquire span client %q, event's %q, want %q", v.AsString(), acquired.Client, meta.Client)
 	}
 	lease := one(t, "pglease.lease", tm.ended("pglease.lease"))
 	if lease.Parent().SpanID() != acquire.SpanContext().SpanID() || lease.Status().Code != codes.Unset {

@@ -33,7 +33,7 @@ func newEventLog() *eventLog { return &eventLog{signal: make(chan struct{})} }
 
 // tee returns an observer passing each event to o, then recording it.
 func (l *eventLog) tee(o pglease.Observer) pglease.Observer {
-	return pglease.ObserverFunc(func(e pglease.Event) {
+	return observerFunc(func(e pglease.Event) {
 		o.Observe(e)
 		l.mu.Lock()
 		l.events = append(l.events, e)
@@ -142,7 +142,7 @@ func TestWithClient(t *testing.T) {
 		close(leading)
 		<-ctx.Done()
 		return nil
-	}, pglease.WithTTL(time.Second))
+	}, pglease.ElectorConfig{LeaseOptions: []pglease.Option{pglease.WithTTL(time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,3 +213,8 @@ func TestWithClient(t *testing.T) {
 		t.Logf("the scrape after the scenario:\n%s", scrape)
 	}
 }
+
+// observerFunc adapts a function to pglease.Observer.
+type observerFunc func(pglease.Event)
+
+func (f observerFunc) Observe(e pglease.Event) { f(e) }

@@ -16,7 +16,7 @@ import (
 
 // The seed corpora below run in every plain `go test`; explore further with
 //
-//	go test -run '^$' -fuzz FuzzCheckName ./internal/chaos/
+//	go test -run '^$' -fuzz FuzzLeaseName ./internal/chaos/
 //
 // (one -fuzz target per run).
 
@@ -41,7 +41,7 @@ func validTable(s string) bool {
 	return true
 }
 
-func FuzzCheckName(f *testing.F) {
+func FuzzLeaseName(f *testing.F) {
 	for _, s := range hostileNames {
 		f.Add(s)
 	}
@@ -50,16 +50,22 @@ func FuzzCheckName(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		err := pglease.CheckName(name)
+		_, err := pglease.Config{}.Plan(name)
 		valid := len(name) >= 1 && len(name) <= 255 && utf8.ValidString(name) && !strings.ContainsRune(name, 0) &&
 			!slotNameRE.MatchString(name)
 		if valid != (err == nil) {
-			t.Fatalf("CheckName(%q) = %v, valid = %v", name, err, valid)
+			t.Fatalf("Plan(%q) = %v, valid = %v", name, err, valid)
 		}
-		if err != nil && !errors.Is(err, pglease.ErrInvalidName) {
-			t.Fatalf("CheckName(%q) = %v, does not match ErrInvalidName", name, err)
+		if err != nil && !isInvalid(err, "lease name") {
+			t.Fatalf("Plan(%q) = %v, is not an invalid lease name error", name, err)
 		}
 	})
+}
+
+// isInvalid reports whether err is a *pglease.InvalidError of kind.
+func isInvalid(err error, kind string) bool {
+	var ie *pglease.InvalidError
+	return errors.As(err, &ie) && ie.Kind == kind
 }
 
 func FuzzDDL(f *testing.F) {
@@ -75,8 +81,8 @@ func FuzzDDL(f *testing.F) {
 			t.Fatalf("DDL(%q) error %v, valid = %v", table, err, validTable(table))
 		}
 		if err != nil {
-			if !errors.Is(err, pglease.ErrInvalidIdentifier) {
-				t.Fatalf("DDL(%q) = %v, does not match ErrInvalidIdentifier", table, err)
+			if !isInvalid(err, "identifier") {
+				t.Fatalf("DDL(%q) = %v, is not an invalid identifier error", table, err)
 			}
 			return
 		}
@@ -92,7 +98,7 @@ func FuzzDDL(f *testing.F) {
 }
 
 // FuzzOpenConfig: hostile Config values are rejected with the right
-// sentinel before any connection is attempted (the DSN names a closed
+// kind of InvalidError before any connection is attempted (the DSN names a closed
 // port, so a valid config fails with a connection error instead).
 func FuzzOpenConfig(f *testing.F) {
 	f.Add("leases", "owner", int64(30000))
@@ -117,19 +123,18 @@ func FuzzOpenConfig(f *testing.F) {
 		badTable := !validTable(table)
 		badOwner := owner != "" && (len(owner) > 255 || !utf8.ValidString(owner) || strings.ContainsFunc(owner, unicode.IsControl))
 		badTTL := ttl != 0 && (ttl < time.Second || ttl > 100*365*24*time.Hour)
-		sentinels := []error{pglease.ErrInvalidIdentifier, pglease.ErrInvalidOwner, pglease.ErrInvalidTTL}
 		switch {
 		case badTable:
-			if !errors.Is(err, pglease.ErrInvalidIdentifier) {
-				t.Fatalf("table %q: %v, want ErrInvalidIdentifier", table, err)
+			if !isInvalid(err, "identifier") {
+				t.Fatalf("table %q: %v, want an invalid identifier", table, err)
 			}
 		case badOwner || badTTL:
-			if !errors.Is(err, pglease.ErrInvalidOwner) && !errors.Is(err, pglease.ErrInvalidTTL) {
+			if !isInvalid(err, "owner") && !isInvalid(err, "TTL") {
 				t.Fatalf("owner %q ttl %v: %v, want a validation error", owner, ttl, err)
 			}
 		default:
-			for _, s := range sentinels {
-				if errors.Is(err, s) {
+			for _, kind := range []string{"identifier", "owner", "TTL"} {
+				if isInvalid(err, kind) {
 					t.Fatalf("valid config (table %q owner %q ttl %v) rejected: %v", table, owner, ttl, err)
 				}
 			}

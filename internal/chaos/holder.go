@@ -90,7 +90,7 @@ func RunHolder(cfgJSON string) int {
 		c, err = pglease.Open(octx, hc.DSN, pglease.Config{
 			Table: hc.Table, Owner: hc.Owner, TTL: hc.TTL, DisableNotify: hc.DisableNotify,
 			MaxConns: hc.MaxConns, StatementTimeout: 5 * time.Second, ConnectTimeout: 3 * time.Second,
-			Observer: pglease.ObserverFunc(func(e pglease.Event) {
+			Observer: observerFunc(func(e pglease.Event) {
 				switch e.Kind {
 				case pglease.EventContended:
 					rec.Record(Event{K: KindWaiting, Name: e.Name, Msg: e.Previous})
@@ -172,8 +172,8 @@ func (h *holder) watch(l *pglease.Lease) {
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		<-l.Done()
-		h.rec.Record(Event{K: KindDone, Name: h.name, Tok: l.Token(), Dl: l.Deadline().UnixNano(), Msg: fmt.Sprint(l.Err())})
+		<-l.Context().Done()
+		h.rec.Record(Event{K: KindDone, Name: h.name, Tok: l.Token(), Dl: l.Deadline().UnixNano(), Msg: fmt.Sprint(context.Cause(l.Context()))})
 	}()
 }
 
@@ -194,7 +194,7 @@ func (h *holder) section(ctx context.Context, l *pglease.Lease) {
 	prev := time.Now()
 	for ctx.Err() == nil {
 		t := time.Now()
-		held := l.Err() == nil
+		held := l.Context().Err() == nil
 		dl := l.Deadline()
 		if t.After(dl) {
 			if gap := t.Sub(prev); gap > h.hc.PauseGap {
@@ -207,7 +207,7 @@ func (h *holder) section(ctx context.Context, l *pglease.Lease) {
 			}
 		}
 		if !held {
-			h.rec.Record(Event{K: KindLost, Name: h.name, Tok: l.Token(), Msg: fmt.Sprint(l.Err())})
+			h.rec.Record(Event{K: KindLost, Name: h.name, Tok: l.Token(), Msg: fmt.Sprint(context.Cause(l.Context()))})
 			// A careless holder writes anyway: an external resource that
 			// only knows tokens must reject it once a newer token wrote.
 			h.staleWrite(l)
@@ -293,3 +293,8 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// observerFunc adapts a function to pglease.Observer.
+type observerFunc func(pglease.Event)
+
+func (f observerFunc) Observe(e pglease.Event) { f(e) }

@@ -70,12 +70,12 @@ func TestHostileNamesAreRejectedBeforeAnythingIsSent(t *testing.T) {
 	}
 	for what, name := range hostileNames {
 		t.Run(what, func(t *testing.T) {
-			if err := pglease.CheckName(name); !errors.Is(err, pglease.ErrInvalidName) {
-				t.Errorf("CheckName: %v", err)
+			if _, err := (pglease.Config{}).Plan(name); !isInvalid(err, "lease name") {
+				t.Errorf("Config.Plan: %v", err)
 			}
 			_, err := c.TryAcquire(ctx, name)
-			if !errors.Is(err, pglease.ErrInvalidName) {
-				t.Errorf("TryAcquire: %v, want ErrInvalidName", err)
+			if !isInvalid(err, "lease name") {
+				t.Errorf("TryAcquire: %v, want an invalid lease name", err)
 			}
 			if err != nil && strings.ContainsRune(err.Error(), 0) {
 				t.Errorf("error message carries a NUL byte: %q", err)
@@ -83,14 +83,14 @@ func TestHostileNamesAreRejectedBeforeAnythingIsSent(t *testing.T) {
 			actx, cancel := context.WithTimeout(ctx, time.Second)
 			_, err = c.Acquire(actx, name)
 			cancel()
-			if !errors.Is(err, pglease.ErrInvalidName) {
-				t.Errorf("Acquire: %v, want ErrInvalidName", err)
+			if !isInvalid(err, "lease name") {
+				t.Errorf("Acquire: %v, want an invalid lease name", err)
 			}
-			if _, err := c.Get(ctx, name); !errors.Is(err, pglease.ErrInvalidName) {
-				t.Errorf("Get: %v, want ErrInvalidName", err)
+			if _, err := c.Get(ctx, name); !isInvalid(err, "lease name") {
+				t.Errorf("Get: %v, want an invalid lease name", err)
 			}
-			if _, err := c.ForceRelease(ctx, name); !errors.Is(err, pglease.ErrInvalidName) {
-				t.Errorf("ForceRelease: %v, want ErrInvalidName", err)
+			if _, err := c.ForceRelease(ctx, name); !isInvalid(err, "lease name") {
+				t.Errorf("ForceRelease: %v, want an invalid lease name", err)
 			}
 		})
 	}
@@ -124,8 +124,8 @@ func TestHostileTTLs(t *testing.T) {
 			continue // Config.TTL 0 means the default
 		}
 		_, err := pglease.Open(ctx, unreachableDSN, pglease.Config{Table: table, TTL: ttl})
-		if !errors.Is(err, pglease.ErrInvalidTTL) {
-			t.Errorf("Open with Config.TTL %v: %v, want ErrInvalidTTL (before connecting)", ttl, err)
+		if !isInvalid(err, "TTL") {
+			t.Errorf("Open with Config.TTL %v: %v, want an invalid TTL (before connecting)", ttl, err)
 		}
 	}
 	c, err := pglease.Open(ctx, pgtest.DSN(t), pglease.Config{Table: table})
@@ -134,17 +134,17 @@ func TestHostileTTLs(t *testing.T) {
 	}
 	defer c.Close()
 	for _, ttl := range bad {
-		if _, err := c.TryAcquire(ctx, "job", pglease.WithTTL(ttl)); !errors.Is(err, pglease.ErrInvalidTTL) {
-			t.Errorf("WithTTL(%v): %v, want ErrInvalidTTL", ttl, err)
+		if _, err := c.TryAcquire(ctx, "job", pglease.WithTTL(ttl)); !isInvalid(err, "TTL") {
+			t.Errorf("WithTTL(%v): %v, want an invalid TTL", ttl, err)
 		}
 		if ttl >= 0 && ttl <= 100*365*24*time.Hour {
 			continue // a valid minimum hold
 		}
-		if _, err := c.TryAcquire(ctx, "job", pglease.WithMinHold(ttl)); !errors.Is(err, pglease.ErrInvalidArgument) {
-			t.Errorf("WithMinHold(%v): %v, want ErrInvalidArgument", ttl, err)
+		if _, err := c.TryAcquire(ctx, "job", pglease.WithMinHold(ttl)); !isInvalid(err, "argument") {
+			t.Errorf("WithMinHold(%v): %v, want an invalid argument", ttl, err)
 		}
 	}
-	if _, err := pglease.Open(ctx, unreachableDSN, pglease.Config{Table: table, SafetyMargin: -time.Second}); !errors.Is(err, pglease.ErrInvalidArgument) {
+	if _, err := pglease.Open(ctx, unreachableDSN, pglease.Config{Table: table, SafetyMargin: -time.Second}); !isInvalid(err, "argument") {
 		t.Errorf("negative SafetyMargin: %v", err)
 	}
 	// The largest TTL accepted round-trips through the server's interval
@@ -173,18 +173,18 @@ func TestHostileIdentifiersAreRejectedBeforeConnecting(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	dsn, connections := countingServer(t)
 	for _, table := range hostileTables {
-		if _, err := pglease.DDL(table); !errors.Is(err, pglease.ErrInvalidIdentifier) {
-			t.Errorf("DDL(%q): %v, want ErrInvalidIdentifier", table, err)
+		if _, err := pglease.DDL(table); !isInvalid(err, "identifier") {
+			t.Errorf("DDL(%q): %v, want an invalid identifier", table, err)
 		}
 		_, err := pglease.Open(ctx, dsn, pglease.Config{Table: table})
-		if !errors.Is(err, pglease.ErrInvalidIdentifier) {
-			t.Errorf("Open(Table %q): %v, want ErrInvalidIdentifier", table, err)
+		if !isInvalid(err, "identifier") {
+			t.Errorf("Open(Table %q): %v, want an invalid identifier", table, err)
 		}
 		if n := connections(); n > 0 {
 			t.Fatalf("Open(Table %q) connected (%d connections so far) before refusing the table name", table, n)
 		}
-		if _, err := pglease.NewFromPool(pgtest.Pool(t), pglease.Config{Table: table}); !errors.Is(err, pglease.ErrInvalidIdentifier) {
-			t.Errorf("NewFromPool(Table %q): %v, want ErrInvalidIdentifier", table, err)
+		if _, err := pglease.NewFromPool(pgtest.Pool(t), pglease.Config{Table: table}); !isInvalid(err, "identifier") {
+			t.Errorf("NewFromPool(Table %q): %v, want an invalid identifier", table, err)
 		}
 	}
 	// Edge cases that are valid.

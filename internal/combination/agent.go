@@ -225,7 +225,7 @@ func (a *agent) open() error {
 	c, err := pglease.Open(ctx, a.cfg.DSN, pglease.Config{
 		Table: a.cfg.Table, Owner: a.cfg.Owner, TTL: a.cfg.TTL, PollInterval: a.cfg.Poll,
 		StatementTimeout: 5 * time.Second, ConnectTimeout: 3 * time.Second, MaxConns: 6,
-		Observer: pglease.ObserverFunc(func(e pglease.Event) {
+		Observer: observerFunc(func(e pglease.Event) {
 			if e.Kind == pglease.EventContended {
 				a.send(Reply{K: ReplyContended, Name: e.Name})
 			}
@@ -255,12 +255,12 @@ func (a *agent) hold(handle int, h held) []Granted {
 	var out []Granted
 	var once sync.Once
 	for _, l := range h.leases {
-		out = append(out, Granted{Row: l.Name(), Token: l.Token(), Session: l.SessionBound(), Dl: l.Deadline().UnixNano()})
+		out = append(out, Granted{Row: l.Name(), Token: l.Token(), Session: l.FastFailover(), Dl: l.Deadline().UnixNano()})
 		a.watchers.Add(1)
 		go func() {
 			defer a.watchers.Done()
 			select {
-			case <-l.Done():
+			case <-l.Context().Done():
 			case <-l.StepDownRequested():
 				once.Do(func() {
 					a.send(Reply{K: ReplyStepDown, Handle: handle, Name: l.Name(), Token: l.Token()})
@@ -268,9 +268,9 @@ func (a *agent) hold(handle int, h held) []Granted {
 					err := h.release(context.Background())
 					a.send(Reply{K: ReplyReleased, Handle: handle, Call: call, Err: describe(err)})
 				})
-				<-l.Done()
+				<-l.Context().Done()
 			}
-			a.send(Reply{K: ReplyDone, Handle: handle, Name: l.Name(), Token: l.Token(), Dl: l.Deadline().UnixNano(), Cause: describe(l.Err())})
+			a.send(Reply{K: ReplyDone, Handle: handle, Name: l.Name(), Token: l.Token(), Dl: l.Deadline().UnixNano(), Cause: describe(context.Cause(l.Context()))})
 		}()
 	}
 	return out
@@ -318,3 +318,8 @@ func RegisterDDL(schema string) string {
 	return `CREATE TABLE ` + s + `.register (name text PRIMARY KEY, token bigint NOT NULL, value bigint NOT NULL);
 	CREATE TABLE ` + s + `.writes (seq bigserial PRIMARY KEY, cmd int NOT NULL, name text NOT NULL, token bigint NOT NULL, value bigint NOT NULL);`
 }
+
+// observerFunc adapts a function to pglease.Observer.
+type observerFunc func(pglease.Event)
+
+func (f observerFunc) Observe(e pglease.Event) { f(e) }

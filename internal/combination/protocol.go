@@ -110,11 +110,8 @@ var sentinels = []struct {
 	{"Closed", pglease.ErrClosed},
 	{"NoLease", pglease.ErrNoLease},
 	{"NotHeld", pglease.ErrNotHeld},
-	{"SlotsMismatch", pglease.ErrSlotsMismatch},
 	{"SessionUnavailable", pglease.ErrSessionUnavailable},
 	{"Schema", pglease.ErrSchema},
-	{"InvalidArgument", pglease.ErrInvalidArgument},
-	{"InvalidName", pglease.ErrInvalidName},
 	{"DeadlineExceeded", context.DeadlineExceeded},
 	{"Canceled", context.Canceled},
 }
@@ -129,6 +126,13 @@ func describe(err error) *ErrInfo {
 		if errors.Is(err, s.err) {
 			e.Is = append(e.Is, s.name)
 		}
+	}
+	// The error types, by the same names.
+	if errors.As(err, new(*pglease.SlotsError)) {
+		e.Is = append(e.Is, "SlotsMismatch")
+	}
+	if errors.As(err, new(*pglease.InvalidError)) {
+		e.Is = append(e.Is, "Invalid")
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

@@ -145,7 +145,7 @@ func (e *env) printTable(infos []pglease.Info) {
 	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tHEARTBEAT AGE\tSTATE")
 	for _, in := range infos {
 		expires := human.Duration(in.Remaining)
-		if !in.Held() {
+		if in.Remaining <= 0 {
 			expires = "expired " + human.Duration(-in.Remaining) + " ago"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
@@ -168,9 +168,9 @@ func (e *env) printJSON(v any) int {
 // "expired".
 func state(in pglease.Info) string {
 	switch {
-	case !in.Held():
+	case in.Remaining <= 0:
 		return "expired"
-	case in.Stale(in.TTL / 2):
+	case in.HeartbeatAge > in.TTL/2:
 		return "stale"
 	}
 	return "held"
@@ -197,7 +197,7 @@ func toJSON(in pglease.Info) leaseJSON {
 		AcquiredAt: in.AcquiredAt, RenewedAt: in.RenewedAt, ExpiresAt: in.ExpiresAt,
 		TTLSeconds: in.TTL.Seconds(), HeldForSeconds: in.HeldFor.Seconds(),
 		ExpiresInSecs: in.Remaining.Seconds(), HeartbeatAge: in.HeartbeatAge.Seconds(),
-		SessionBound: in.SessionBound}
+		SessionBound: in.FastFailover}
 	if json.Valid([]byte(in.Metadata)) {
 		j.Metadata = json.RawMessage(in.Metadata)
 	}
@@ -226,7 +226,7 @@ func (e *env) status(ctx context.Context, c *pglease.Client, fs *flagSet, name s
 	} else {
 		e.printTable([]pglease.Info{in})
 	}
-	if !in.Held() {
+	if in.Remaining <= 0 {
 		return exitFree
 	}
 	return exitOK
@@ -255,7 +255,7 @@ func (e *env) release(ctx context.Context, c *pglease.Client, fs *flagSet, name 
 		return e.fail(err)
 	}
 	what := "held"
-	if !in.Held() {
+	if in.Remaining <= 0 {
 		what = "expired"
 	}
 	fmt.Fprintf(e.stdout, "released %s: owner %s, token %d, %s for %s\n",

@@ -113,7 +113,7 @@ func checkName(name string) error {
 	if strings.HasPrefix(name, "-") {
 		return usagef("invalid lease name %s: it must not start with '-'", quoteArg(name))
 	}
-	if err := pglease.CheckName(name); err != nil {
+	if _, err := (pglease.Config{}).Plan(name); err != nil {
 		return usagef("invalid lease name %s: %s", quoteArg(name), reason(err))
 	}
 	return nil
@@ -121,7 +121,7 @@ func checkName(name string) error {
 
 // checkRowName validates the NAME of a command that reads or deletes a
 // lease row (status, release, stepdown), without connecting: a lease name,
-// or one of the slot names that pglease.Config.Names gives a semaphore
+// or one of the slot names that pglease.Config.Plan gives a semaphore
 // ("pool#3" is one of those of "pool" with 4 slots or more), which run
 // refuses as a lease name but these commands reach.
 func checkRowName(name string) error {
@@ -131,8 +131,8 @@ func checkRowName(name string) error {
 	}
 	if i := strings.LastIndexByte(name, '#'); i > 0 && !strings.HasPrefix(name, "-") {
 		if slot, serr := strconv.Atoi(name[i+1:]); serr == nil && slot >= 0 {
-			names, nerr := (pglease.Config{}).Names(name[:i], pglease.WithSlots(max(slot+1, 2)))
-			if nerr == nil && slices.Contains(names, name) {
+			p, perr := (pglease.Config{}).Plan(name[:i], pglease.WithSlots(max(slot+1, 2)))
+			if perr == nil && slices.Contains(p.Names, name) {
 				return nil
 			}
 		}

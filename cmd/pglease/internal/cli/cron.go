@@ -74,7 +74,8 @@ func (e *env) parseCron(args []string) (o cronOptions, code int, done bool) {
 		return bad(usagef("expected one FILE, got %d arguments: %s", len(words), quoteArg(strings.Join(words, " "))))
 	}
 	o.ttl = fs.duration("ttl", 30*time.Second)
-	sched, err := (pglease.Config{}).Schedule(pglease.WithTTL(o.ttl))
+	// Every job's lease has the same timing, whatever its name.
+	sched, err := (pglease.Config{}).Plan("cron", pglease.WithTTL(o.ttl))
 	if err != nil {
 		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err)))
 	}
@@ -315,7 +316,7 @@ func (c *cron) runCommand(j cronJob, t pgleasecron.Tick) error {
 	}
 	defer c.unsubscribe(sigs)
 	lease := t.Lease
-	vars := []string{"PGLEASE_NAME=" + lease.Name(), "PGLEASE_OWNER=" + lease.Owner(),
+	vars := []string{"PGLEASE_NAME=" + lease.Name(), "PGLEASE_OWNER=" + c.o.owner,
 		"PGLEASE_TOKEN=" + strconv.FormatInt(lease.Token(), 10), "PGLEASE_JOB=" + j.name,
 		"PGLEASE_TICK=" + t.At.UTC().Format(time.RFC3339Nano), "PGLEASE_ATTEMPT=" + strconv.Itoa(t.Attempt)}
 	session := c.e.sessionFile(lease)
@@ -350,7 +351,7 @@ func commandOutcome(sup *supervisor) error {
 func (c *cron) report(j cronJob, t pgleasecron.Tick, err error, took time.Duration) {
 	outcome := "succeeded"
 	switch {
-	case t.Lease.Err() != nil:
+	case t.Lease.Context().Err() != nil:
 		outcome = "lease lost: " + fmt.Sprint(err)
 	case err != nil:
 		outcome = "failed: " + err.Error()

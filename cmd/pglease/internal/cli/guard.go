@@ -4,6 +4,7 @@ package cli
 // and how the lease's end reaches COMMAND.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -49,7 +50,7 @@ func (e *env) guard(g guard) (terminated bool) {
 		terminating bool      // SIGTERM sent to the group because of the lease
 		killed      bool      // SIGKILL sent
 		killAt      time.Time // when SIGKILL is due; zero: not yet
-		lost        = g.lease.Done()
+		lost        = g.lease.Context().Done()
 		stepDown    = g.lease.StepDownRequested()
 		stop, kill  = g.stop, g.kill
 		name        = quoteArg(g.lease.Name())
@@ -81,7 +82,7 @@ func (e *env) guard(g guard) (terminated bool) {
 		delegated := g.sup.enforcesDeadline()
 		if delegated {
 			g.sup.setDeadline(deadline)
-		} else if !terminating && !now.Before(soft) && g.lease.Err() == nil {
+		} else if !terminating && !now.Before(soft) && g.lease.Context().Err() == nil {
 			terminate(fmt.Sprintf("renewals of lease %s are failing and its deadline is near", name), deadline)
 		}
 		if !killed && !killAt.IsZero() && !now.Before(killAt) {
@@ -127,7 +128,7 @@ func (e *env) guard(g guard) (terminated bool) {
 			lost = nil
 			// The library's error says why it was lost, as is; the lines
 			// after it say what pglease does about it.
-			switch err := g.lease.Err(); {
+			switch err := context.Cause(g.lease.Context()); {
 			case errors.Is(err, pglease.ErrSessionLost):
 				// A fast-failover waiter may hold the lease milliseconds
 				// after the session ended: a grace period would be an

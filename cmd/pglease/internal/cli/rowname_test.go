@@ -6,7 +6,7 @@ import (
 )
 
 // status, release and stepdown reach a semaphore's slot rows by their
-// names (pglease.SlotName), which run refuses; a name no slot can have is
+// names (as pglease.Config.Plan lists them), which run refuses; a name no slot can have is
 // refused by both, before anything connects.
 func TestRowNamesAreLeaseNamesOrSlotNames(t *testing.T) {
 	for _, tc := range []struct {
@@ -18,7 +18,7 @@ func TestRowNamesAreLeaseNamesOrSlotNames(t *testing.T) {
 		{"pool#0", false, true},
 		{"pool#999", false, true},
 		{"pool#1000", false, false}, // a semaphore has at most 1000 slots
-		{"pool#007", false, false},  // not as pglease.SlotName spells slot 7
+		{"pool#007", false, false},  // not as pglease spells slot 7 (pool#7)
 		{"-pool#0", false, false},
 		{"po\x00ol#1", false, false},
 		{strings.Repeat("n", 254) + "#1", false, false},

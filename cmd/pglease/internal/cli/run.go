@@ -92,7 +92,7 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	o.command = fs.rest
 	o.ttl = fs.duration("ttl", 30*time.Second)
 	cfg := pglease.Config{TTL: o.ttl}
-	sched, err := (pglease.Config{}).Schedule(pglease.WithTTL(o.ttl)) // also refuses --ttl 0
+	sched, err := (pglease.Config{}).Plan(o.name, pglease.WithTTL(o.ttl)) // also refuses --ttl 0
 	if err != nil {
 		return bad(usagef("invalid --ttl %s: %s", fs.str("ttl"), reason(err)))
 	}
@@ -125,7 +125,7 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 		if err := cfg.Validate(pglease.WithSlots(o.slots)); err != nil {
 			return bad(usagef("invalid --slots %s: %s", fs.str("slots"), reason(err)))
 		}
-		if _, err := cfg.Names(o.name, pglease.WithSlots(o.slots)); err != nil {
+		if _, err := cfg.Plan(o.name, pglease.WithSlots(o.slots)); err != nil {
 			return bad(usagef("invalid lease NAME %s for --slots %d: %s", quoteArg(o.name), o.slots, reason(err)))
 		}
 	}
@@ -163,7 +163,7 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 
 // graceAndOwner reads the --kill-grace and --owner flags of run and cron
 // (the owner is "" when not given), for a lease with timing s.
-func graceAndOwner(fs *flagSet, s pglease.Schedule) (grace time.Duration, owner string, err error) {
+func graceAndOwner(fs *flagSet, s pglease.Plan) (grace time.Duration, owner string, err error) {
 	grace = defaultGrace(s.TTL)
 	if fs.isSet("kill-grace") {
 		grace = fs.duration("kill-grace", 0)
@@ -173,7 +173,10 @@ func graceAndOwner(fs *flagSet, s pglease.Schedule) (grace time.Duration, owner 
 	}
 	if fs.isSet("owner") {
 		owner = fs.str("owner")
-		if err := pglease.CheckOwner(owner); err != nil {
+		if owner == "" { // to the library, the default owner
+			return 0, "", usagef("invalid --owner %s: owner is empty", quoteArg(owner))
+		}
+		if err := (pglease.Config{Owner: owner}).Validate(); err != nil {
 			return 0, "", usagef("invalid --owner %s: %s", quoteArg(owner), reason(err))
 		}
 	}
@@ -188,15 +191,16 @@ func defaultGrace(ttl time.Duration) time.Duration { return min(ttl/4, 10*time.S
 // first renewal (sent RenewInterval after the acquisition) must have time
 // to succeed before then. The renewal is given half its interval, at most
 // a second, to complete.
-func checkGrace(grace time.Duration, s pglease.Schedule) error {
+func checkGrace(grace time.Duration, s pglease.Plan) error {
 	room := min(s.RenewInterval/2, time.Second)
-	limit := (s.Deadline() - s.RenewInterval - room).Truncate(time.Millisecond)
+	deadline := s.TTL - s.SafetyMargin // after each renewal is sent
+	limit := (deadline - s.RenewInterval - room).Truncate(time.Millisecond)
 	switch {
 	case grace <= 0:
 		return errors.New("it must be positive")
 	case grace > limit:
 		return fmt.Errorf("with a %s TTL, SIGTERM would be due %s after each renewal is sent (the local deadline %s minus the grace), before the next renewal, sent after %s, can be confirmed: a healthy command would be killed; use at most %s, or raise --ttl",
-			s.TTL, max(s.Deadline()-grace, 0), s.Deadline(), s.RenewInterval.Round(time.Millisecond), limit)
+			s.TTL, max(deadline-grace, 0), deadline, s.RenewInterval.Round(time.Millisecond), limit)
 	}
 	return nil
 }
@@ -260,6 +264,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 	// the lease was lost, and a lost lease has nothing to release.
 	closeWait := 2 * time.Second
 	defer func() { closeBounded(c, closeWait) }()
+	o.owner = c.Owner() // without --owner, the library's default: PGLEASE_OWNER
 	if err := c.Migrate(waitCtx); err != nil {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
@@ -341,7 +346,7 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 // sessionFile is a copy of the database session a session-bound lease is
 // bound to, for the supervisor to hold (see supervise_unix.go), or nil.
 func (e *env) sessionFile(lease *pglease.Lease) *os.File {
-	if !lease.SessionBound() {
+	if !lease.FastFailover() {
 		return nil
 	}
 	f, err := lease.SessionFile()
@@ -355,12 +360,12 @@ func (e *env) sessionFile(lease *pglease.Lease) *os.File {
 
 // finish runs once the command and everything in its group are gone.
 func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, sup *supervisor, terminating bool) int {
-	if terminating || errors.Is(lease.Err(), pglease.ErrLeaseLost) {
+	if terminating || lease.Context().Err() != nil && errors.Is(context.Cause(lease.Context()), pglease.ErrLeaseLost) {
 		// Exit without waiting for the database: a lost lease has nothing
 		// to release, and one whose renewals were failing expires by
 		// itself. A lease still valid (a late renewal got through) gets one
 		// short release attempt so that a waiter need not wait out the TTL.
-		if lease.Err() == nil {
+		if lease.Context().Err() == nil {
 			done := make(chan struct{})
 			go func() { _ = lease.Release(ctx); close(done) }()
 			select {
@@ -381,13 +386,13 @@ func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, su
 
 // leaseVars are the variables that tell COMMAND about its lease. With
 // slots, PGLEASE_NAME is still NAME, PGLEASE_SLOT says which slot (the
-// lease pglease.SlotName(NAME, SLOT)) and PGLEASE_TOKEN is that slot's
+// lease NAME#SLOT) and PGLEASE_TOKEN is that slot's
 // fencing token.
 func leaseVars(o runOptions, lease *pglease.Lease) []string {
-	vars := []string{"PGLEASE_NAME=" + o.name, "PGLEASE_OWNER=" + lease.Owner(), fmt.Sprintf("PGLEASE_TOKEN=%d", lease.Token())}
+	vars := []string{"PGLEASE_NAME=" + o.name, "PGLEASE_OWNER=" + o.owner, fmt.Sprintf("PGLEASE_TOKEN=%d", lease.Token())}
 	if o.slots > 0 {
-		names, _ := (pglease.Config{}).Names(o.name, pglease.WithSlots(o.slots)) // checked by parseRun
-		vars = append(vars, "PGLEASE_SLOT="+strconv.Itoa(max(slices.Index(names, lease.Name()), 0)))
+		p, _ := (pglease.Config{}).Plan(o.name, pglease.WithSlots(o.slots)) // checked by parseRun
+		vars = append(vars, "PGLEASE_SLOT="+strconv.Itoa(max(slices.Index(p.Names, lease.Name()), 0)))
 	}
 	return vars
 }

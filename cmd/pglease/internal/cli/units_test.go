@@ -89,8 +89,8 @@ func TestChildEnv(t *testing.T) {
 // The kill grace must leave room for the first renewal; every default
 // grace does.
 func TestCheckGrace(t *testing.T) {
-	sched := func(ttl time.Duration) pglease.Schedule {
-		s, err := (pglease.Config{}).Schedule(pglease.WithTTL(ttl))
+	sched := func(ttl time.Duration) pglease.Plan {
+		s, err := (pglease.Config{}).Plan("job", pglease.WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -172,7 +172,7 @@ func Open(ctx context.Context, cfg Config) (*Console, error) {
 	// DisableAutoMigrate: a force-release on a missing table fails instead
 	// of creating it (and reads never create anything).
 	owner := truncate(app, 255)
-	if pglease.CheckOwner(owner) != nil {
+	if owner == "" || (pglease.Config{Owner: owner}).Validate() != nil {
 		owner = "pglease serve" // an application_name pglease refuses as an owner
 	}
 	c.client, err = pglease.NewFromPool(pool, pglease.Config{Table: cfg.Table, Owner: owner, DisableAutoMigrate: true})

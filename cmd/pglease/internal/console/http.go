@@ -257,7 +257,7 @@ func (c *Console) release(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, pglease.ErrNoLease):
 		fail(http.StatusNotFound, "no lease named "+name)
 		return
-	case errors.Is(err, pglease.ErrInvalidName) || errors.Is(err, pglease.ErrInvalidArgument):
+	case errors.As(err, new(*pglease.InvalidError)):
 		fail(http.StatusBadRequest, c.cfg.Redact(err.Error()))
 		return
 	case err != nil:
