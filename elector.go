@@ -200,7 +200,7 @@ func (e *Elector) callLead(ctx context.Context) (err error) {
 func (e *Elector) yield(ctx context.Context, d time.Duration) {
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	e.watch(wctx, e.Leader, func(info Info) {
+	e.watch(wctx, e.leader, func(info Info) {
 		if info.Owner != "" && info.Owner != e.c.cfg.Owner {
 			cancel()
 		}
@@ -226,9 +226,10 @@ func (e *Elector) IsLeader() bool {
 	return e.term != nil && e.term.err() == nil
 }
 
-// Leader returns the current leader as the server sees it, or an error
-// matching [ErrNoLease] when nobody leads.
-func (e *Elector) Leader(ctx context.Context) (Info, error) {
+// leader returns the current leader as the server sees it, or an error
+// matching [ErrNoLease] when nobody leads. (Callers outside read it with
+// [Client.Get]: a leader is a lease with Remaining > 0.)
+func (e *Elector) leader(ctx context.Context) (Info, error) {
 	info, err := e.c.Get(ctx, e.name)
 	if err != nil {
 		return Info{}, err
@@ -257,7 +258,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 		defer close(out)
 		var last Info
 		first := true
-		e.watch(ctx, e.Leader, func(info Info) {
+		e.watch(ctx, e.leader, func(info Info) {
 			if !first && info.Owner == last.Owner && info.Token == last.Token {
 				return
 			}

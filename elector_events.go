@@ -95,7 +95,7 @@ func (e *Elector) watchLeaders(ctx context.Context) (stop func()) {
 			e.mu.Lock()
 			gen = e.events.gen
 			e.mu.Unlock()
-			return e.Leader(ctx)
+			return e.leader(ctx)
 		}
 		e.watch(wctx, read, func(info Info) { e.sawLeader(gen, info) })
 	})

@@ -60,9 +60,9 @@ func TestAtMostOneElectorLeadsAndResignationHandsOver(t *testing.T) {
 	for info := pgtest.Receive(t, obs, "Observe to report the leader"); info.Owner != clients[cur].Owner(); {
 		info = pgtest.Receive(t, obs, "Observe to report the leader")
 	}
-	info, err := electors[(cur+1)%3].Leader(ctx)
-	if err != nil || info.Owner != clients[cur].Owner() {
-		t.Fatalf("Leader() = %+v, %v; want %s", info, err, clients[cur].Owner())
+	info, err := clients[(cur+1)%3].Get(ctx, "leader")
+	if err != nil || info.Owner != clients[cur].Owner() || info.Remaining <= 0 {
+		t.Fatalf("Get of the election's name = %+v, %v; want a live lease of %s", info, err, clients[cur].Owner())
 	}
 	electors[cur].Resign()
 	if next := pgtest.Receive(t, elected, "another elector to lead after the resignation"); next == cur {

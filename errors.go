@@ -37,7 +37,7 @@ var (
 	ErrClosed = errors.New("pglease: client closed")
 	// ErrNoLease is returned by [Client.Get] and [Client.ForceRelease]
 	// when the table has no row for the name, by [Client.RequestStepDown]
-	// when nothing holds it, and by [Elector.Leader] when nobody leads.
+	// when nothing holds it.
 	ErrNoLease = errors.New("pglease: no such lease")
 	// ErrNotHeld is returned by [Lease.Guard] when the lease is no longer
 	// held with its token.

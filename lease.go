@@ -69,6 +69,9 @@ func (l *Lease) arm() {
 // Name returns the lease's name.
 func (l *Lease) Name() string { return l.name }
 
+// Owner returns the owner label of the lease's client.
+func (l *Lease) Owner() string { return l.c.cfg.Owner }
+
 // Token returns the fencing token: strictly greater than the token of every
 // earlier holder of the name. Pass it to the resources the lease protects.
 func (l *Lease) Token() int64 { return l.token }
