@@ -79,7 +79,8 @@ func (f *queueFixture) heldFor(name string, ago time.Duration) {
 	pgtest.Exec(f.t, `UPDATE `+f.s.Names.QualifiedTable()+` SET acquired_at = now() - $2::bigint * interval '1 millisecond' WHERE name = $1`, name, ago.Milliseconds())
 }
 
-// turnBegan backdates the start of waiter's turn (its first wake).
+// turnBegan backdates the start of waiter's turn (its first wake); a
+// negative ago sets it in the future, a turn that stays young.
 func (f *queueFixture) turnBegan(waiter string, ago time.Duration) {
 	f.t.Helper()
 	pgtest.Exec(f.t, `UPDATE `+f.s.Names.QualifiedWaiters()+` SET notified_at = now() - $2::bigint * interval '1 millisecond' WHERE client = $1`, waiter, ago.Milliseconds())
@@ -126,7 +127,11 @@ func TestBurstUntilTheFirstWaitersTurnIsFairAfterOld(t *testing.T) {
 		t.Fatalf("the waiter's turn began at %d µs, want %d µs: when the lease released was acquired (it queued earlier)", began, acquiredAt)
 	}
 	for range 3 {
-		f.turnBegan(w, 0) // young, however slow this machine is
+		// Young however slow this machine is: a turn that began now would
+		// be promised FairAfter (100 ms) later, and a stall that long
+		// between two statements happens under load; this one begins in an
+		// hour.
+		f.turnBegan(w, -time.Hour)
 		r = f.attempt("n", "holder", false)
 		if !r.Acquired {
 			t.Fatalf("the holder's next attempt within the burst was refused: %+v", r)
@@ -187,7 +192,7 @@ func TestQueuedWaitersDoNotOvertakeTheFirst(t *testing.T) {
 	f := newQueueFixture(t, first, second)
 	f.register("n", first, 2*time.Second)
 	f.register("n", second, time.Second)
-	f.turnBegan(first, 0)
+	f.turnBegan(first, -time.Hour) // young however slow this machine is (see above)
 	if r := f.attempt("n", second, true); r.Acquired || r.Ahead != 1 {
 		t.Fatalf("the second waiter's attempt on the free lease: %+v, want refused behind the first", r)
 	}
