@@ -323,3 +323,58 @@ func TestFastFailoverWinnerOfARaceIsSessionBound(t *testing.T) {
 		}
 	}
 }
+
+// A set takes a name over from a fast-failover holder whose session
+// ended, as an acquisition of the name alone does: at once when the
+// holder is already dead, and as soon as it dies when the set waits (it
+// watches the holder's session), long before the TTL (a minute).
+func TestASetTakesOverFromADeadFastFailoverHolder(t *testing.T) {
+	ctx := testCtx(t)
+	table := pgtest.Schema(t) + ".leases"
+	log := newEventLog()
+	w := testClient(t, Config{Table: table, PollInterval: time.Hour, Observer: log})
+	if err := w.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	dead, token := startHolder(t, table, "set-dead", time.Minute, true)
+	_ = dead.Process.Signal(syscall.SIGKILL)
+	_ = dead.Wait()
+	s, err := w.TryAcquireAll(ctx, []string{"set-dead", "set-free"})
+	if err != nil {
+		t.Fatalf("a set with a name of a dead fast-failover holder: %v", err)
+	}
+	if l := setLease(s, "set-dead"); l.Token() <= token {
+		t.Fatalf("token %d after the dead holder's %d", l.Token(), token)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The listener's start wakes every wait once: let it pass first.
+	pgtest.WaitFor(t, patience, "the waiting client's dedicated session", func() bool {
+		s, err := w.session()
+		return err == nil && s.isLive()
+	})
+	dying, token := startHolder(t, table, "set-dying", time.Minute, true)
+	got := make(chan *LeaseSet, 1)
+	go func() {
+		s, err := w.AcquireAll(ctx, []string{"set-dying", "set-free"})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- s
+	}()
+	log.await(t, "the set to find the name held", is(EventContended, "set-dying"))
+	if err := dying.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s = pgtest.Receive(t, got, "the set to take the name over (the TTL is a minute)")
+	if s == nil {
+		t.FailNow()
+	}
+	if l := setLease(s, "set-dying"); l.Token() <= token {
+		t.Fatalf("token %d after the dead holder's %d", l.Token(), token)
+	}
+	_ = s.Release(ctx)
+}
