@@ -248,56 +248,50 @@ func holdAttempt(t *testing.T, c *Client, n int32) (attempts *atomic.Int32, reac
 // while that look waits to start, and the look takes it, long before the
 // waiter's timer (TTL and PollInterval: 10 minutes).
 func TestWaiterWokenInVainLooksAgainWhenItsPromiseHolds(t *testing.T) {
-	ctx := testCtx(t)
-	holder, waiter := slowPair(t)
-	l, err := holder.TryAcquire(ctx, "vain", WithTTL(10*time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Its attempts: 1 registers, 2 is the look after registering, 3 is
 	// the woken one (in vain: the lease is held), 4 the look once its
-	// promise would hold, held back until the lease is released.
-	attempts, look, proceed := holdAttempt(t, waiter, 4)
-	got := waitingFor(ctx, waiter, "vain")
-	pgtest.WaitFor(t, patience, "the waiter's look after registering", func() bool { return attempts.Load() >= 2 })
-	pgtest.Exec(t, `UPDATE `+holder.st.Names.QualifiedWaiters()+` SET notified_at = clock_timestamp() + interval '1 hour' WHERE client = $1`, waiter.id)
-	pgtest.Exec(t, `SELECT pg_notify($1, 'vain')`, store.ClientChannel(waiter.id))
-	pgtest.Receive(t, look, "the woken waiter's own look once its promise would hold")
-	err = l.Release(ctx)
-	proceed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pgtest.Receive(t, got, "the acquisition by that look"); err != nil {
-		t.Fatal(err)
-	}
+	// promise would hold.
+	wokenInVain(t, "vain", 4, func(*Client, *atomic.Int32) {})
 }
 
 // The look of a waiter woken in vain is timed from its latest wake-up,
 // not its first: the listener's start wakes every wait once, long before
 // any release, and a waiter timed from that wake-up would sleep until its
-// timer (TTL and PollInterval: 10 minutes). Here the first wake-up is the
-// listener's, the second a release's (in vain) well after it.
+// timer. Here the first wake-up is the listener's, the second a release's
+// (in vain) well after it.
 func TestWaiterWokenInVainLooksAgainFromItsLatestWakeUp(t *testing.T) {
-	ctx := testCtx(t)
-	holder, waiter := slowPair(t)
-	l, err := holder.TryAcquire(ctx, "vain-twice", WithTTL(10*time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Its attempts: 1 registers, 2 is the look after registering, 3 the
 	// one woken by the listener's start (in vain: the lease is held), 4
 	// its look once that wake-up's promise would hold (in vain too), 5
 	// the one woken by a release (in vain), 6 the look once that
-	// promise would hold, held back until the lease is released.
-	attempts, look, proceed := holdAttempt(t, waiter, 6)
-	got := waitingFor(ctx, waiter, "vain-twice")
+	// promise would hold.
+	wokenInVain(t, "vain-twice", 6, func(waiter *Client, attempts *atomic.Int32) {
+		waiter.hub.notifyAll()
+		pgtest.WaitFor(t, patience, "the look after the listener's wake-up", func() bool { return attempts.Load() >= 4 })
+	})
+}
+
+// wokenInVain makes a waiter for name, held by another client for 10
+// minutes (TTL and PollInterval), register; runs before; then wakes it in
+// vain as a release would, its turn made to begin in the future so that
+// no release wakes it again; holds back its attempt number look, its own
+// look once its promise would hold, until the lease is released; and
+// checks that this look takes the lease, long before the waiter's timer.
+func wokenInVain(t *testing.T, name string, look int32, before func(waiter *Client, attempts *atomic.Int32)) {
+	t.Helper()
+	ctx := testCtx(t)
+	holder, waiter := slowPair(t)
+	l, err := holder.TryAcquire(ctx, name, WithTTL(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts, looked, proceed := holdAttempt(t, waiter, look)
+	got := waitingFor(ctx, waiter, name)
 	pgtest.WaitFor(t, patience, "the waiter's look after registering", func() bool { return attempts.Load() >= 2 })
-	waiter.hub.notifyAll()
-	pgtest.WaitFor(t, patience, "the look after the listener's wake-up", func() bool { return attempts.Load() >= 4 })
+	before(waiter, attempts)
 	pgtest.Exec(t, `UPDATE `+holder.st.Names.QualifiedWaiters()+` SET notified_at = clock_timestamp() + interval '1 hour' WHERE client = $1`, waiter.id)
-	pgtest.Exec(t, `SELECT pg_notify($1, 'vain-twice')`, store.ClientChannel(waiter.id))
-	pgtest.Receive(t, look, "the woken waiter's own look once its promise would hold")
+	pgtest.Exec(t, `SELECT pg_notify($1, $2)`, store.ClientChannel(waiter.id), name)
+	pgtest.Receive(t, looked, "the woken waiter's own look once its promise would hold")
 	err = l.Release(ctx)
 	proceed()
 	if err != nil {
