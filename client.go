@@ -128,7 +128,9 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 	if !strings.Contains(dsn, "pool_max_conn_idle_time") {
 		pcfg.MaxConnIdleTime = poolIdleTime
 	}
-	if !strings.Contains(dsn, "pool_health_check_period") {
+	if !strings.Contains(dsn, "pool_health_check_period") && pcfg.MaxConnIdleTime > 0 {
+		// (0 keeps idle connections for ever; the period must stay
+		// positive.)
 		pcfg.HealthCheckPeriod = min(pcfg.HealthCheckPeriod, pcfg.MaxConnIdleTime/2)
 	}
 	if cfg.ConnectTimeout > 0 {

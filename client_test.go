@@ -217,3 +217,21 @@ func TestIdleClientKeepsOneConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A DSN that keeps idle connections for ever (pool_max_conn_idle_time=0)
+// opens a client: the pool's health check period stays positive (it
+// panicked in pgxpool when derived from that 0).
+func TestOpenKeepsTheDSNsIdleTime(t *testing.T) {
+	ctx := testCtx(t)
+	c, err := Open(ctx, dsnWithParams(t, map[string]string{"pool_max_conn_idle_time": "0s"}), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.ownPool.Config().MaxConnIdleTime; got != 0 {
+		t.Fatalf("pool's idle time %v, want the DSN's 0", got)
+	}
+	if _, err := c.TryAcquire(ctx, "dsn-idle"); err != nil {
+		t.Fatal(err)
+	}
+}
