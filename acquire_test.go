@@ -213,28 +213,7 @@ func givingUpLeavesNothingBehind(t *testing.T, opts []Option) {
 	// A context that ends while the statement is on its way: every chunk
 	// b sends or receives is delayed, and ctx ends the moment the first
 	// chunk of the attempt leaves b, long before the statement can commit.
-	ended := make(chan *Lease, 1)
-	hook := func(l *Lease) {
-		if l.c == b && strings.HasPrefix(l.name, "fresh") {
-			select {
-			case ended <- l:
-			default:
-			}
-		}
-	}
-	testHookEnding.Store(&hook)
-	defer testHookEnding.Store(nil)
-	proxy.SetDelay(300 * time.Millisecond)
-	sent := proxy.ClientSent()
-	fctx, fcancel := context.WithCancel(ctx)
-	defer fcancel()
-	go func() {
-		select {
-		case <-sent:
-		case <-fctx.Done():
-		}
-		fcancel()
-	}()
+	fctx, ended := endInFlight(t, ctx, b, proxy, 300*time.Millisecond, 1)
 	if _, err := b.TryAcquire(fctx, "fresh", opts...); !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryAcquire whose ctx ended in flight: %v; want ErrNotAcquired and Canceled", err)
 	}
@@ -294,28 +273,7 @@ func TestAcquireAllWhoseContextEndsInFlightLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ended := make(chan *Lease, len(names))
-	hook := func(l *Lease) {
-		if l.c == b && strings.HasPrefix(l.name, "fresh") {
-			select {
-			case ended <- l:
-			default:
-			}
-		}
-	}
-	testHookEnding.Store(&hook)
-	defer testHookEnding.Store(nil)
-	proxy.SetDelay(100 * time.Millisecond)
-	sent := proxy.ClientSent()
-	fctx, fcancel := context.WithCancel(ctx)
-	defer fcancel()
-	go func() {
-		select {
-		case <-sent:
-		case <-fctx.Done():
-		}
-		fcancel()
-	}()
+	fctx, ended := endInFlight(t, ctx, b, proxy, 100*time.Millisecond, len(names))
 	if _, err := b.TryAcquireAll(fctx, names); !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("TryAcquireAll whose ctx ended in flight: %v; want ErrNotAcquired and Canceled", err)
 	}
@@ -577,4 +535,35 @@ func TestWaiterTakesACrashedHoldersLeaseAtItsExpiry(t *testing.T) {
 		t.Fatalf("got %v", l)
 	}
 	_ = l.Release(ctx)
+}
+
+// endInFlight delays every chunk b sends or receives through proxy by
+// delay and returns a context that ends the moment b's next statement
+// leaves, and a channel that receives (up to n of) the leases of b on
+// names "fresh…" as they end, until the test ends.
+func endInFlight(t *testing.T, ctx context.Context, b *Client, proxy *pgtest.Proxy, delay time.Duration, n int) (context.Context, <-chan *Lease) {
+	t.Helper()
+	ended := make(chan *Lease, n)
+	hook := func(l *Lease) {
+		if l.c == b && strings.HasPrefix(l.name, "fresh") {
+			select {
+			case ended <- l:
+			default:
+			}
+		}
+	}
+	testHookEnding.Store(&hook)
+	t.Cleanup(func() { testHookEnding.Store(nil) })
+	proxy.SetDelay(delay)
+	sent := proxy.ClientSent()
+	fctx, fcancel := context.WithCancel(ctx)
+	t.Cleanup(fcancel)
+	go func() {
+		select {
+		case <-sent:
+		case <-fctx.Done():
+		}
+		fcancel()
+	}()
+	return fctx, ended
 }
