@@ -220,6 +220,14 @@ func TestCheckerAllowsWhatTheSpecificationAllows(t *testing.T) {
 			b.fault(FaultTerminate, 3, 215, 216)
 			b.acquire(4, CmdAcquire, Fast, "y", 8, 100, 230)
 		}},
+		{"slots of a terminated session taken over, counted once", func(b *hist) {
+			b.acquire(3, CmdTry, FastSlots3, "y#0", 7, 200, 210)
+			b.acquire(3, CmdTry, FastSlots3, "y#1", 8, 211, 220)
+			b.acquire(4, CmdTry, FastSlots3, "y#2", 9, 221, 230)
+			b.fault(FaultTerminate, 3, 235, 236)
+			b.acquire(5, CmdAcquire, FastSlots3, "y#0", 10, 100, 240)
+			b.acquire(5, CmdAcquire, FastSlots3, "y#1", 11, 100, 245)
+		}},
 		{"a refusal while another kind holds the name", func(b *hist) {
 			b.acquire(3, CmdTry, Slots2, "y#0", 7, 200, 210)
 			b.op(4, CmdTry, Plain, []string{"y"}, 220, 230).Err = &ErrInfo{Msg: "pglease: y is a semaphore"}
