@@ -340,6 +340,12 @@ func TestASetTakesOverFromADeadFastFailoverHolder(t *testing.T) {
 	dead, token := startHolder(t, table, "set-dead", time.Minute, true)
 	_ = dead.Process.Signal(syscall.SIGKILL)
 	_ = dead.Wait()
+	// The server ends the backend once it reads the closed connection
+	// (a clean-clone CI run tried before it had).
+	pgtest.WaitFor(t, patience, "the dead holder's backend to end", func() bool {
+		return pgtest.Value[bool](t, `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a JOIN `+w.st.Names.QualifiedTable()+
+			` AS l ON a.pid = l.session_pid WHERE l.name = 'set-dead')`)
+	})
 	s, err := w.TryAcquireAll(ctx, []string{"set-dead", "set-free"})
 	if err != nil {
 		t.Fatalf("a set with a name of a dead fast-failover holder: %v", err)
