@@ -54,8 +54,13 @@ type Client struct {
 	// watchers: session watchers by holder session (backend pid), shared
 	// by local waiters (failover.go)
 	watchers map[int32]*sessionWatcher
-	renewer  chan struct{} // kicks the renew loop; nil until started (renew.go)
-	nextDue  time.Time     // when the renew loop will next renew
+	// bells: bell watchers by holder client id, shared by local waiters
+	// (doorbell.go)
+	bells map[string]*bellWatcher
+	// listenLinger: see listen.go
+	listenLinger time.Duration
+	renewer      chan struct{} // kicks the renew loop; nil until started (renew.go)
+	nextDue      time.Time     // when the renew loop will next renew
 }
 
 // register hands leases just granted to the client: it holds them, arms
@@ -78,6 +83,14 @@ func (c *Client) register(leases []*Lease) error {
 		c.held[l.name] = l
 		l.arm()
 		c.startRenewer(l)
+	}
+	if c.sess == nil && c.sqlDB == nil && !c.cfg.DisableNotify {
+		// A holder rings a bell when it releases to a waiter, and hears
+		// step-down requests: both need the dedicated session.
+		c.sess = newSession(c)
+	}
+	if c.sess != nil {
+		c.sess.poke() // to listen for step-down requests
 	}
 	return nil
 }
@@ -200,7 +213,7 @@ func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 }
 
 func newClient(cfg Config, st *store.Store, db store.DB) *Client {
-	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[int32]*sessionWatcher{}, meta: defaultMetadata(), id: randomID()}
+	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[int32]*sessionWatcher{}, bells: map[string]*bellWatcher{}, listenLinger: listenLinger, meta: defaultMetadata(), id: randomID()}
 	c.bg, c.stop = context.WithCancel(context.Background())
 	c.events = &eventQueue{obs: cfg.Observer, client: c.id, start: c.goBackground, onPanic: func(r any) {
 		c.cfg.Logger.ErrorContext(c.bg, "pglease: observer panicked", "panic", r)

@@ -144,17 +144,19 @@
 //
 // # Waiting
 //
-// A blocked [Client.Acquire] waits for a notification, for a timer at the
-// moment the holder's lease would expire, and for a slow fallback poll
-// ([Config.PollInterval]). Within one client the goroutines waiting for a
+// A blocked [Client.Acquire] waits for a wake-up (the holder's doorbell, or
+// a notification: see below), for a timer at the moment the holder's lease
+// would expire, and for a slow fallback poll ([Config.PollInterval]). Within one client the goroutines waiting for a
 // name queue locally, first come first served, and only the first of them
 // talks to the server. Between clients they queue on the server: each
 // waiting client registers in the table's queue of waiters (the unlogged
 // table "<table>_waiters", one row per client and name, written by the
-// waiter's own attempts), and a release wakes the first live waiter alone,
-// on a notification channel of its client's own. A hand-off therefore
-// costs the release and one acquisition, however many clients wait; the
-// other waiters sleep until their turn (or their fallback poll).
+// waiter's own attempts), and a release wakes the first live waiter alone:
+// it rings its own doorbell, which the first waiter watches, and notifies
+// a channel of that waiter's client (for a waiter that listens). A
+// hand-off therefore costs the release, the ring and one acquisition,
+// however many clients wait, on this name or others; the other waiters
+// sleep until their turn (or their fallback poll).
 //
 // Waiters in the queue take their turns in order. A new attempt (a client
 // that releases and acquires again at once, a TryAcquire) may take a free
@@ -172,14 +174,32 @@
 // where a waiter woken in vain (the releasing client took the name again
 // first) looks again by itself once its promise holds.
 //
-// The table's channel, which every client with a dedicated session hears
-// (and which every NOTIFY makes the server signal, whatever its channel),
-// is notified only by a release that wakes the first waiter or sees no
-// live waiter at all: for what does not queue (semaphores, sets, clients
-// without a live session), for observers such as [Elector.Observe], and
-// for a wait whose first registration was still being written when the
-// release looked (which also looks once more shortly after registering).
-// The releases of a burst notify nothing.
+// The first waiter does not listen for that notification: the server
+// signals every listening backend of the database at every NOTIFY, whatever
+// its channel, so a release would cost more with every client that waits
+// anywhere. It watches the holder's doorbell instead. Every client's
+// dedicated session holds one of sixteen bell locks (advisory locks keyed
+// by the client id); a release that wakes the first waiter rings the bell:
+// the session takes the next bell and frees the one it held. The waiting
+// client watches the holder's bell on a connection of its own, one per
+// holder client however many of its names it waits for, blocked on a
+// shared lock of the bell held; the server grants it at the ring, and
+// wakes that connection and no other backend. The watcher wakes its waits
+// and blocks on the next bell at once; it stays armed for 30 s after its
+// last wait, so that clients taking turns do not reconnect at every turn.
+// A bell is also freed when the holder's session ends, so the watcher
+// wakes its waits then too (a fast-failover lease is taken over at once).
+//
+// A session listens for notifications only while its client needs them:
+// while it holds a lease (step-down requests), has a wait that does not
+// watch a bell (a semaphore, a set, a wait behind others in the queue, a
+// wait on a holder without a bell) or an observer such as
+// [Elector.Observe]; and for 30 s after. The table's channel is notified
+// only by a release that wakes the first waiter or sees no live waiter at
+// all: for what does not queue (semaphores, sets, clients without a live
+// session), for observers, and for a wait whose first registration was
+// still being written when the release looked (which also looks once more
+// shortly after registering). The releases of a burst notify nothing.
 //
 // What the queue survives:
 //
@@ -190,17 +210,35 @@
 //     crash its session outlives, a partition) holds the others up until
 //     its registration goes stale (3 × PollInterval + 1 s without an
 //     attempt refreshing it), and at most one fallback poll after that.
-//   - A lost notification, or a dedicated session that reconnects, is
-//     covered as before: the reconnect wakes every waiter, and the expiry
-//     timer and fallback poll never stop.
+//   - A lost notification, or a dedicated session that reconnects or
+//     starts to listen, is covered as before: it wakes every waiter, and
+//     the expiry timer and fallback poll never stop.
 //   - A client without a live dedicated session (database/sql with another
 //     driver, [Config.DisableNotify], a transaction-pooling proxy, a
 //     session down) does not register; it attempts at the expiry timer and
 //     fallback poll, and on the table's channel when a release notifies it
 //     (above). A change within a burst reaches observers at the holder's
 //     expiry timer or fallback poll.
+//   - A ring the watcher cannot see: the release came between the waiter's
+//     attempt and the watcher's first look at the bell (it wakes its waits
+//     once it has looked, and they look again), or while the watcher was
+//     not blocked (the bell it blocks on next was freed by that ring, and
+//     is granted at once; only sixteen rings in that gap go unseen), or the
+//     ring itself failed (a lock timeout, a session down): the wait looks
+//     again at its expiry timer and fallback poll.
+//   - A holder without a bell (its session is down, it never opened one, or
+//     it runs a version without bells) is found so by the watcher, and its
+//     waiters listen for notifications instead for 30 s before they look
+//     for its bell again. A holder's session that reconnects takes bell 0
+//     again; its watchers, woken by the old session's end, catch up in at
+//     most sixteen wake-ups.
+//   - What a bell costs: a connection per waiting client and holder
+//     client (at most sixteen per waiting client: its waits on the names
+//     of further holders listen), and a statement per ring; nothing on the
+//     holder's side for a release nobody waits for.
 //   - The queue decides only who may take a free lease; it never changes
-//     who holds one. Mutual exclusion and fencing do not depend on it.
+//     who holds one. Mutual exclusion and fencing do not depend on it, nor
+//     on bells or notifications.
 //
 // # Sets of leases
 //

@@ -286,6 +286,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, error), seen func(Info)) {
 	woken, unsubscribe := e.c.hub.subscribe(e.name)
 	defer unsubscribe()
+	defer e.c.needNotifications()()
 	recheck := time.Duration(0)
 	for {
 		info, err := read(ctx)

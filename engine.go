@@ -67,6 +67,12 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		sub, unsubscribe := c.hub.subscribe(a.names...)
 		defer unsubscribe()
 		a.w = &waiting{sub: sub, queue: !a.set && len(a.names) == 1}
+		defer a.w.stop(c, a.name)
+		if !a.w.queue {
+			// A set or a semaphore listens for notifications (see
+			// doorbell).
+			a.w.listen(c)
+		}
 	}
 	if a.set {
 		a.local = newBackoff(5*time.Millisecond, 500*time.Millisecond)
@@ -81,6 +87,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	var last error
 	retries := 0
 	for {
+		began := time.Now()
 		r := a.round(ctx)
 		if r.leases != nil {
 			if !r.dequeued {
@@ -96,6 +103,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 			delay = a.expiryWait(r.soonest)
 			if a.w != nil {
 				delay = a.w.lookAgain(delay, time.Now(), r.behind)
+				delay = a.doorbell(&r, began, delay)
 			}
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			err = gaveUp(ctx, last)
@@ -182,6 +190,11 @@ type roundResult struct {
 	inSession []heldBy
 	// behind: a name was promised to waiters queued ahead of this wait.
 	behind bool
+	// refused: the server refused a single name, whose holder (another
+	// client, when nobody is queued ahead of this wait) is bellOf; queued:
+	// the attempt was a queued one.
+	refused, queued bool
+	bellOf          string
 }
 
 // note records a holder; the one that expires first is reported.
@@ -289,12 +302,16 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 		w.recheck = rep.queued && !w.registered
 		w.registered = rep.queued
 	}
+	r.refused, r.queued = true, rep.queued
 	if res.Ahead > 0 {
 		// Promised to the waiters ahead: this wait's turn comes with a
 		// targeted notification (or, should they vanish, the poll).
 		r.note(queuedError(res), a.c.cfg.PollInterval)
 		r.behind = true
 		return
+	}
+	if rep.queued && res.OtherClient != "" && res.OtherClient != a.c.id {
+		r.bellOf = res.OtherClient
 	}
 	r.note(heldError(res), res.OtherRemaining)
 	if res.HolderInSession && res.HolderWatchable {
@@ -417,4 +434,40 @@ func (a *acquisition) expiryWait(remaining time.Duration) time.Duration {
 	}
 	d := remaining + time.Millisecond + rand.N(remaining/50+5*time.Millisecond)
 	return min(d, a.c.cfg.PollInterval)
+}
+
+// doorbell decides how a single name's wait learns of the release it waits
+// for, after a round that began at since and was refused by the server: by
+// watching the holder's doorbell when nobody is queued ahead of it, the
+// holder rings one and the client does not listen already (the bell also
+// rings when the holder's session ends, so the wait watches no
+// fast-failover session besides), else by listening for notifications. It returns delay, or 0 when a ring may have
+// come after the attempt read the name.
+func (a *acquisition) doorbell(r *roundResult, since time.Time, delay time.Duration) time.Duration {
+	c, w := a.c, a.w
+	if !w.queue || !r.refused {
+		return delay
+	}
+	if r.bellOf != "" && !c.sess.isListening() {
+		// (A session that listens already, for a lease it holds or for
+		// the 30 s after, hears the release's notification: a bell would
+		// add to the hand-off and save nothing.)
+		again, ok := w.watch(c, r.bellOf, a.name, since)
+		if ok {
+			r.inSession = nil
+			if again {
+				return 0
+			}
+			return delay
+		}
+	} else {
+		w.unwatch(c, a.name)
+		if !r.queued && (c.sess.isLive() || !c.sess.connected()) {
+			// The attempt did not queue as the session was not up yet: it
+			// wakes every wait once it is, and the wait decides then.
+			return delay
+		}
+	}
+	w.listen(c)
+	return delay
 }

@@ -290,7 +290,10 @@ func (l *Lease) deleteRow(ctx context.Context) error {
 // releaseRow deletes the row by token, on the pool (a session-bound
 // lease too: its binding is its session's lock, which the session keeps).
 func (c *Client) releaseRow(ctx context.Context, l *Lease) error {
-	_, err := c.st.Release(ctx, c.db, l.name, l.token)
+	rel, err := c.st.Release(ctx, c.db, l.name, l.token)
+	if err == nil && rel.WokeFirst {
+		c.ringBell() // the first waiter may watch this client's doorbell
+	}
 	return err
 }
 

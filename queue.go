@@ -25,6 +25,57 @@ type waiting struct {
 	// begun its turn: not the first, which may be the listener's start
 	// (it wakes every wait once), long before any release.
 	wokenAt time.Time
+	// bell: the holder client whose doorbell the wait watches (see
+	// doorbell); unlisten, while the wait listens for notifications
+	// instead, ends that.
+	bell     string
+	unlisten func()
+}
+
+// listen makes the wait one that listens for notifications.
+func (w *waiting) listen(c *Client) {
+	if w.unlisten == nil {
+		w.unlisten = c.needNotifications()
+	}
+}
+
+// watch makes the wait on name watch holder's doorbell instead of
+// listening, and reports whether it must look again at once (see
+// watchBell); false when the holder rings no bell (the wait listens).
+func (w *waiting) watch(c *Client, holder, name string, since time.Time) (again, ok bool) {
+	if holder != w.bell {
+		w.unwatch(c, name)
+		if again, ok = c.watchBell(holder, name, since); !ok {
+			return false, false
+		}
+		w.bell = holder
+	} else if again, ok = c.bellRang(holder, since); !ok {
+		w.unwatch(c, name)
+		return false, false
+	}
+	w.quiet()
+	return again, true
+}
+
+func (w *waiting) unwatch(c *Client, name string) {
+	if w.bell != "" {
+		c.unwatchBell(w.bell, name)
+		w.bell = ""
+	}
+}
+
+// quiet ends the wait's need for notifications.
+func (w *waiting) quiet() {
+	if w.unlisten != nil {
+		w.unlisten()
+		w.unlisten = nil
+	}
+}
+
+// stop ends the wait's watch or its need for notifications.
+func (w *waiting) stop(c *Client, name string) {
+	w.unwatch(c, name)
+	w.quiet()
 }
 
 // woke records a wake-up of the wait at now.

@@ -116,9 +116,9 @@ type acquired struct {
 // holds (a lease is bound by the session lock alone).
 func sessionLocks(t *testing.T, pid int32) int {
 	t.Helper()
-	// Less the client and session locks, which the session holds for as
-	// long as it lives.
-	return pgtest.Value[int](t, `SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = $1`, pid) - 2
+	// Less the client and session locks and the bell, which the session
+	// holds for as long as it lives.
+	return pgtest.Value[int](t, `SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = $1`, pid) - 3
 }
 
 // Fast-failover acquisitions queued on a client's session run as one
@@ -183,7 +183,7 @@ func TestConcurrentFastFailoverAcquisitionsAreBatched(t *testing.T) {
 		t.Fatalf("%d acquisition times, %d sessions: want one transaction on one session", stamps, pids)
 	}
 	if got := sessionLocks(t, pid); got != 0 {
-		t.Fatalf("the session holds %d advisory locks besides its own two, want none", got)
+		t.Fatalf("the session holds %d advisory locks besides its own three, want none", got)
 	}
 	for _, l := range leases {
 		if err := l.Renew(ctx); err != nil {
@@ -251,7 +251,7 @@ func TestFailedBatchRunsItsAcquisitionsAlone(t *testing.T) {
 	var pid int32
 	pgtest.QueryRow(t, `SELECT max("session_pid") FROM `+rows(t, c).Name()+` WHERE "name" LIKE 'f-%'`, nil, &pid)
 	if got := sessionLocks(t, pid); got != 0 {
-		t.Fatalf("the session holds %d advisory locks besides its own two, want none (a failed batch leaves nothing)", got)
+		t.Fatalf("the session holds %d advisory locks besides its own three, want none (a failed batch leaves nothing)", got)
 	}
 	if r, _ := rows(t, c).Get("busy"); r.Owner != "holder" || r.Token != b.Token() {
 		t.Fatalf("busy's row: %+v", r)

@@ -48,9 +48,18 @@ type session struct {
 	// shared: the connection's server backend is not its own (a
 	// transaction-pooling proxy); it cannot hold session-bound leases.
 	shared bool
-	// live: the connection holds the client lock and listens on the
-	// client's own channel, so this client's waits queue (queueArgs).
-	live bool
+	// live: the connection holds the client lock, so this client's waits
+	// queue (queueArgs), unless Config.DisableNotify; belled: it holds a
+	// bell, bell (see Ring); ringing: a ring is queued (ringBell).
+	live, belled bool
+	bell         int
+	ringing      bool
+	// listening: the connection listens for notifications, which it does
+	// while the client holds a lease (step-down requests) or listeners > 0
+	// (waits and observers that need them), and for listenLinger after.
+	listening bool
+	listeners int
+	wanted    time.Time // when notifications were last needed
 	// sock is the current connection's socket (nil for database/sql
 	// connections and while disconnected), for Lease.SessionFile.
 	sock    net.Conn
@@ -72,6 +81,8 @@ type sessOp struct {
 // sessState is what an operation may read or change about the connection.
 type sessState struct {
 	epoch     uint64
+	belled    bool // holds a bell, *bell (see Ring)
+	bell      *int
 	keepalive *time.Duration
 	// locked: the connection holds its session lock (see bindable).
 	locked *bool
@@ -146,10 +157,16 @@ func (c *Client) session() (*session, error) {
 		return nil, ErrClosed
 	}
 	if c.sess == nil {
-		c.sess = &session{c: c, kick: make(chan struct{}, 1), done: make(chan struct{})}
-		go c.sess.loop()
+		c.sess = newSession(c)
 	}
 	return c.sess, nil
+}
+
+// newSession starts a session of c (c.mu is held).
+func newSession(c *Client) *session {
+	s := &session{c: c, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go s.loop()
+	return s
 }
 
 // do runs fn on the dedicated connection and waits for it, or for ctx. fn
@@ -239,7 +256,7 @@ func (s *session) loop() {
 			s.epoch = s.conns
 			s.keepalive, s.locked = 0, false
 			s.shared = shared
-			s.live = live
+			s.live, s.belled, s.bell, s.listening = live && !c.cfg.DisableNotify, live, 0, false
 			s.sock = nil
 			if pc, ok := conn.(pgxConn); ok {
 				s.sock = pc.c.PgConn().Conn()
@@ -247,10 +264,8 @@ func (s *session) loop() {
 			s.lastErr = nil
 			s.mu.Unlock()
 			c.hub.notifyAll() // notifications may have been missed while down
-			if !c.cfg.DisableNotify {
-				c.pendingStepDowns(conn.querier()) // and so may step-down requests
-			}
 		}
+		holding := c.holding()
 		s.mu.Lock()
 		var op *sessOp
 		if len(s.ops) > 0 {
@@ -259,19 +274,26 @@ func (s *session) loop() {
 		}
 		if pc, ok := conn.(pgxConn); ok && op != nil && op.acquire != nil && !s.shared {
 			if batch := s.takeBatch(op, c.batchLimit()); len(batch) > 1 {
-				st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked}
+				st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, belled: s.belled, bell: &s.bell}
 				s.mu.Unlock()
 				conn = s.runBatch(pc, st, batch)
 				continue
 			}
 		}
 		var wctx context.Context
+		var change int
 		if op == nil {
 			var cancel context.CancelFunc
-			wctx, cancel = context.WithCancel(c.bg)
+			var linger time.Duration
+			change, linger = s.listenChange(holding)
+			if linger > 0 {
+				wctx, cancel = context.WithTimeout(c.bg, linger)
+			} else {
+				wctx, cancel = context.WithCancel(c.bg)
+			}
 			s.stop = cancel
 		}
-		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, shared: s.shared}
+		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, shared: s.shared, belled: s.belled, bell: &s.bell}
 		s.mu.Unlock()
 
 		if op != nil {
@@ -286,6 +308,24 @@ func (s *session) loop() {
 			}
 			op.res <- err
 			continue
+		}
+		if change != 0 {
+			if err := s.listen(conn, change > 0); err != nil {
+				s.mu.Lock()
+				s.stop()
+				s.stop = nil
+				s.mu.Unlock()
+				if !conn.alive() {
+					conn = s.lost(conn, err)
+				} else {
+					c.cfg.Logger.WarnContext(c.bg, "pglease: could not change what the dedicated connection listens for; trying again", "err", err)
+					select {
+					case <-time.After(backoff.next()):
+					case <-c.bg.Done():
+					}
+				}
+				continue
+			}
 		}
 		channel, payload, err := conn.wait(wctx)
 		s.mu.Lock()
@@ -381,7 +421,7 @@ func (s *session) lost(conn dconn, err error) dconn {
 	s.mu.Lock()
 	epoch := s.epoch
 	s.epoch = 0
-	s.live = false
+	s.live, s.belled, s.listening = false, false, false
 	s.sock = nil
 	s.mu.Unlock()
 	s.c.sessionLost(epoch, err)
@@ -409,11 +449,11 @@ func (s *session) failOps(err error) {
 	}
 }
 
-// connect opens the dedicated connection and subscribes to notifications.
-// shared reports a connection whose server backend other clients share (a
-// transaction-pooling proxy): it cannot hold session-bound leases. live
-// reports one that holds the client lock and listens on the client's own
-// channel too: the client's waits may queue.
+// connect opens the dedicated connection (which listens for notifications
+// only on demand: see listen.go). shared reports a connection whose server
+// backend other clients share (a transaction-pooling proxy): it cannot
+// hold session-bound leases. live reports one that holds the client lock
+// and bell 0: the client's waits may queue, and its releases ring.
 func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 	c := s.c
 	ctx, cancel := context.WithTimeout(c.bg, c.connectBudget())
@@ -455,15 +495,6 @@ func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 		if live, err = s.clientLock(ctx, pc); err != nil {
 			_ = pc.Close(ctx)
 			return nil, false, false, err
-		}
-		live = live && !c.cfg.DisableNotify
-	}
-	if !c.cfg.DisableNotify {
-		for _, listen := range []string{c.st.Q.Listen, store.ListenSQL(store.ClientChannel(c.id)), store.ListenSQL(c.stepDownChannel())} {
-			if _, err := pc.Exec(ctx, listen, pgx.QueryExecModeSimpleProtocol); err != nil {
-				_ = pc.Close(ctx)
-				return nil, false, false, err
-			}
 		}
 	}
 	return pgxConn{pc}, shared, live, nil

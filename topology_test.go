@@ -303,36 +303,37 @@ func TestFastFailoverOfASlotAfterAHandOff(t *testing.T) {
 }
 
 // A holder whose session ended while its client lives opens another
-// session at once; a waiter whose watcher begins to wait only then must
-// not mistake the new session for the holder's (the lease is the old
-// session's): it takes over at once. (The watcher waited on the holder's
-// client lock, which the new session holds, until the fallback poll.)
+// session at once, which rings a bell of its own; a waiter whose watcher
+// begins to watch that client's doorbell only then must not wait for the
+// new session to ring (the lease is the old session's): it looks again
+// once its watcher is armed, and takes over at once. (A watcher of the
+// holder's session once waited on the holder's client lock, which the new
+// session holds, until the fallback poll.)
 func TestWatcherStartingAfterTheHoldersClientReconnectedTakesOver(t *testing.T) {
 	ctx := testCtx(t)
 	cs := ffClients(t, 2)
 	h, w := cs[0], cs[1]
 	l := mustTry(t, h, "ff")
-	armed, proceed := make(chan int32, 1), make(chan struct{})
-	hook := func(holder int32) {
+	armed, proceed := make(chan string, 1), make(chan struct{})
+	hook := func(holder string) {
 		select {
 		case armed <- holder:
 			<-proceed
 		default:
 		}
 	}
-	testHookAwait.Store(&hook)
-	t.Cleanup(func() { testHookAwait.Store(nil) })
+	testHookBell.Store(&hook)
+	t.Cleanup(func() { testHookBell.Store(nil) })
 	got := waitFor(ctx, w, "ff", ffOpts...)
-	holder := pgtest.Receive(t, armed, "the waiter to start watching the holder's session")
+	if holder := pgtest.Receive(t, armed, "the waiter to start watching the holder's doorbell"); holder != h.id {
+		t.Fatalf("watching client %s's doorbell, the holder is %s", holder, h.id)
+	}
 	epoch := h.sess.currentEpoch()
 	endSession(t, l)
 	pgtest.WaitFor(t, patience, "the holder's client to open a new session", func() bool {
 		s, err := h.session()
 		return err == nil && s.isLive() && h.sess.currentEpoch() != epoch
 	})
-	if pid := pgtest.Value[int32](t, `SELECT "session_pid" FROM `+h.st.Names.QualifiedTable()+` WHERE "name" = 'ff'`); pid != holder {
-		t.Fatalf("watching session %d, the row's is %d", holder, pid)
-	}
 	close(proceed)
 	nl := receiveLease(t, got, "the waiter to take over (its poll is an hour, the TTL a minute)")
 	if nl.Token() <= l.Token() {

@@ -143,13 +143,23 @@ const WakeEvery = 10 * time.Millisecond
 // row held with token and notifies waiters: one call of the table's
 // release function (CreateRelease in functions.sql). It reports whether
 // the row was still ours.
-func (s *Store) Release(ctx context.Context, q Querier, name string, token int64) (bool, error) {
+func (s *Store) Release(ctx context.Context, q Querier, name string, token int64) (ReleaseResult, error) {
 	var n, notified, nowait int64
 	ns, err := s.lockNS()
 	if err != nil {
-		return false, err
+		return ReleaseResult{}, err
 	}
 	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()},
 		func(r Row) error { return r.Scan(&n, &notified, &nowait) })
-	return n > 0, err
+	// The release function notifies the first waiter's channel and the
+	// table's together, and only so, when it wakes the first waiter.
+	return ReleaseResult{Released: n > 0, WokeFirst: notified == 2}, err
+}
+
+// ReleaseResult is the outcome of a release.
+type ReleaseResult struct {
+	Released bool // the row was deleted, or kept until its minimum hold
+	// WokeFirst: the release woke the first waiter of the queue, whose
+	// client may watch the releasing client's doorbell: ring it.
+	WokeFirst bool
 }

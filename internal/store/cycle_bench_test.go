@@ -84,8 +84,8 @@ func BenchmarkCycleAgainstUpsert(b *testing.B) {
 		if err != nil || !r.Acquired {
 			b.Fatalf("Acquire: %v (acquired %v)", err, r.Acquired)
 		}
-		if ok, err := s.Release(ctx, q, name, r.Token); err != nil || !ok {
-			b.Fatalf("Release: %v (ours %v)", err, ok)
+		if rel, err := s.Release(ctx, q, name, r.Token); err != nil || !rel.Released {
+			b.Fatalf("Release: %v (ours %v)", err, rel.Released)
 		}
 		t3 := time.Now()
 

@@ -135,8 +135,8 @@ func TestAcquireIsOneStatementOnDatabaseSQL(t *testing.T) {
 	if r2, err := s.Acquire(ctx, db, plain("sql", "c2")); err != nil || r2.Acquired || r2.OtherToken != r.Token {
 		t.Fatalf("second acquire through database/sql: %+v, %v", r2, err)
 	}
-	if ok, err := s.Release(ctx, db, "sql", r.Token); err != nil || !ok {
-		t.Fatalf("release through database/sql: %v, %v", ok, err)
+	if rel, err := s.Release(ctx, db, "sql", r.Token); err != nil || !rel.Released {
+		t.Fatalf("release through database/sql: %v, %v", rel.Released, err)
 	}
 }
 
@@ -187,8 +187,8 @@ func TestVersion5TableIsMigrated(t *testing.T) {
 		if err != nil || !r.Acquired || r.Token <= held.Token {
 			t.Fatalf("%s: acquire after the migration: %+v, %v", tc.name, r, err)
 		}
-		if ok, err := fresh.Release(ctx, db, "new", r.Token); err != nil || !ok {
-			t.Fatalf("%s: release after the migration: %v, %v", tc.name, ok, err)
+		if rel, err := fresh.Release(ctx, db, "new", r.Token); err != nil || !rel.Released {
+			t.Fatalf("%s: release after the migration: %v, %v", tc.name, rel.Released, err)
 		}
 	}
 }
@@ -227,8 +227,8 @@ func TestFunctionsServeEverySpellingOfTheTable(t *testing.T) {
 		if err != nil || !r.Acquired {
 			t.Fatalf("%s: acquire through the schema-qualified spelling: %+v, %v", how, r, err)
 		}
-		if ok, err := qualified.Release(ctx, db, "x", r.Token); err != nil || !ok {
-			t.Fatalf("%s: release through the schema-qualified spelling: %v, %v", how, ok, err)
+		if rel, err := qualified.Release(ctx, db, "x", r.Token); err != nil || !rel.Released {
+			t.Fatalf("%s: release through the schema-qualified spelling: %v, %v", how, rel.Released, err)
 		}
 		// And the unqualified spelling, behind its search_path.
 		if err := bare.CheckShape(ctx, Pgx(conn)); err != nil {

@@ -231,3 +231,55 @@ func (s *Store) ClientLock(ctx context.Context, q Querier, client string) error 
 func (s *Store) Unqueue(ctx context.Context, q Querier, client, name string) error {
 	return q.Query(ctx, s.Q.Unqueue, []any{client, name}, func(Row) error { return nil })
 }
+
+// Bells is the number of bell locks a client's session rings through (see
+// Ring in queries.sql).
+const Bells = 16
+
+// Ring rings client's doorbell on its dedicated session, which holds bell
+// held: it takes the next one and frees held. It returns the bell now held.
+func (s *Store) Ring(ctx context.Context, q Querier, client string, held int) (int, error) {
+	ns, err := s.lockNS()
+	if err != nil {
+		return held, err
+	}
+	next := (held + 1) % Bells
+	if err := q.Query(ctx, s.Q.Ring, []any{ns, client, held, next}, func(Row) error { return nil }); err != nil {
+		return held, err
+	}
+	return next, nil
+}
+
+// ProbeBell returns the bell client's session holds now, and false when it
+// holds none (its session is down, or the client rings no bell). While it
+// rings (two adjacent bells held), the one about to be freed is returned.
+func (s *Store) ProbeBell(ctx context.Context, q Querier, client string) (int, bool, error) {
+	ns, err := s.lockNS()
+	if err != nil {
+		return 0, false, err
+	}
+	var held []int
+	err = q.Query(ctx, s.Q.ProbeBell, []any{ns, client}, func(r Row) error {
+		var k int32
+		err := r.Scan(&k)
+		held = append(held, int(k))
+		return err
+	})
+	switch {
+	case err != nil || len(held) == 0:
+		return 0, false, err
+	case len(held) == 2 && held[0] == 0 && held[1] == Bells-1:
+		return Bells - 1, true, nil // ringing from the last bell to the first
+	}
+	return held[0], true, nil
+}
+
+// AwaitBell blocks until bell k of client is free: its session rang it, or
+// ended.
+func (s *Store) AwaitBell(ctx context.Context, q Querier, client string, k int) error {
+	ns, err := s.lockNS()
+	if err != nil {
+		return err
+	}
+	return q.Query(ctx, s.Q.AwaitBell, []any{ns, client, k}, func(Row) error { return nil })
+}

@@ -163,8 +163,8 @@ func TestLateRenewalDoesNotExtendReleasedOrExpiredRow(t *testing.T) {
 	}
 
 	kept := acquire("kept", 5*time.Second)
-	if ok, err := s.Release(ctx, db, "kept", kept); err != nil || !ok {
-		t.Fatalf("Release = %v, %v", ok, err)
+	if rel, err := s.Release(ctx, db, "kept", kept); err != nil || !rel.Released {
+		t.Fatalf("Release = %v, %v", rel.Released, err)
 	}
 	before := rows.ExpiresAt("kept")
 	if renew("kept", kept) || !rows.ExpiresAt("kept").Equal(before) {

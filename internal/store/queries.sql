@@ -402,11 +402,36 @@ SELECT pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
 -- name: ClientLock
 -- Taken once by each client's dedicated session, after SessionLock, and
 -- held as long as it lives: the client lock (seed 1) marks the client's
--- queued waits as live. $1 namespace, $2 client id. Waits up to the
+-- queued waits as live; with it the session takes bell 0 (see Ring). $1 namespace, $2 client id. Waits up to the
 -- session's lock_timeout (an earlier session of the same client that the
 -- server has not yet ended may still hold it: the session then lives on
 -- without it, and still has its session lock).
-SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1))
+SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1)),
+       pg_advisory_lock(hashtextextended($1::text || $2::text, 16))
+
+-- name: Ring
+-- The client's doorbell (see "Waiting" in the package documentation): a
+-- client's dedicated session holds one of sixteen bell locks (seeds 16 to
+-- 31, keyed by the client id), bell 0 from ClientLock on; a release that
+-- wakes the first waiter rings by taking the next bell and freeing the
+-- one held, which grants the shared waits of the waiters' watchers
+-- (AwaitBell) blocked on it, and no other backend. $1 namespace, $2
+-- client id, $3 the bell held, $4 the next.
+SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 16 + $4::int)),
+       pg_advisory_unlock(hashtextextended($1::text || $2::text, 16 + $3::int))
+
+-- name: ProbeBell
+-- The bells client $2 holds now (none: its session is down, or it is of a
+-- version without bells; two, adjacent: it is ringing). Each probe is a
+-- shared lock that its transaction frees at once. $1 namespace.
+SELECT k FROM generate_series(0, 15) AS k
+ WHERE NOT pg_try_advisory_xact_lock_shared(hashtextextended($1::text || $2::text, 16 + k))
+ ORDER BY k
+
+-- name: AwaitBell
+-- Blocks until bell $3 of client $2 is free (its next ring, or the end of
+-- its session), then lets go at once. $1 namespace.
+SELECT pg_advisory_xact_lock_shared(hashtextextended($1::text || $2::text, 16 + $3::int))
 
 -- name: Listen
 LISTEN {{channel}}

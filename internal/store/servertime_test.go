@@ -81,8 +81,8 @@ func TestServerTimePerCycle(t *testing.T) {
 		if err != nil || !r.Acquired {
 			return fmt.Errorf("acquire %s: %v (acquired %v)", name, err, r.Acquired)
 		}
-		if ok, err := s.Release(ctx, db, name, r.Token); err != nil || !ok {
-			return fmt.Errorf("release %s: %v (ours %v)", name, err, ok)
+		if rel, err := s.Release(ctx, db, name, r.Token); err != nil || !rel.Released {
+			return fmt.Errorf("release %s: %v (ours %v)", name, err, rel.Released)
 		}
 		return nil
 	}

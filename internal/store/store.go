@@ -156,6 +156,7 @@ type Queries struct {
 	Acquire, Renew, Release, Guard                            string
 	Get, List, ForceRelease, Cleanup, Listen                  string
 	SessionKeepalive, AwaitSession                            string
+	Ring, ProbeBell, AwaitBell                                string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
 }
@@ -228,6 +229,7 @@ func Build(n Names) Queries {
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"),
+		Ring: get("Ring"), ProbeBell: get("ProbeBell"), AwaitBell: get("AwaitBell"),
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),

@@ -1,0 +1,283 @@
+package pglease
+
+// Doorbells: how a waiter first in the queue learns of a release without
+// listening for notifications (see "Waiting" in the package
+// documentation). Every client's dedicated session holds one of
+// store.Bells bell locks, keyed by the client id; a release that wakes the
+// first waiter rings: the session takes the next bell and frees the one it
+// held (ringBell). A waiting client watches the holder's bell on a
+// connection of its own (a bellWatcher per holder client, shared by all
+// its waits on that holder's names): it blocks on the bell held, and each
+// time the server grants it, it wakes those waits and blocks on the next.
+// The server wakes the watchers of that bell and no other backend, where
+// a notification makes it signal every listening backend of the database.
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// bellLinger is how long a watcher with no wait left keeps watching, so
+// that the next wait on the same holder's names finds it armed (a client
+// that takes turns with another hands the lease back and forth); and how
+// long a holder found without a bell is not probed again.
+const bellLinger = 30 * time.Second
+
+// maxBells bounds the bell watchers of a client, and so the connections
+// its waits hold: the waits on names of further holders listen for
+// notifications.
+const maxBells = 16
+
+// bellWatcher watches one holder client's bell for this client's waits.
+// Its fields are guarded by c.mu.
+type bellWatcher struct {
+	holder string
+	names  map[string]int // the waits per name
+	// armed: the watcher knows the bell the holder holds (it has probed
+	// it); rang: the latest time it learnt of a ring, or armed, after
+	// which a wait's refusal may be stale.
+	armed bool
+	rang  time.Time
+	// dead: the holder holds no bell (its session is down, or it is of a
+	// version without bells): its waiters listen for notifications. Set
+	// until deadUntil, when the holder may be probed again.
+	dead      bool
+	deadUntil time.Time
+	idle      *time.Timer   // stops a watcher left without waits
+	again     chan struct{} // a wait came to a watcher left without any
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// watchBell makes the wait on name watch holder's bell and reports whether
+// the wait must look again at once (a ring, or the watcher's arming, came
+// after its attempt began at since: the refusal may predate the release)
+// and whether the bell can be watched (false: the holder rings none, and
+// the wait listens for notifications instead).
+func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.bells[holder]
+	if w != nil && w.dead {
+		if time.Now().Before(w.deadUntil) {
+			return false, false
+		}
+		delete(c.bells, holder)
+		w = nil
+	}
+	if w == nil {
+		if len(c.bells) >= maxBells {
+			c.pruneBells()
+		}
+		if c.closed || len(c.bells) >= maxBells {
+			return false, false
+		}
+		w = &bellWatcher{holder: holder, names: map[string]int{}, again: make(chan struct{}, 1), done: make(chan struct{})}
+		var ctx context.Context
+		ctx, w.cancel = context.WithCancel(c.bg)
+		c.bells[holder] = w
+		if !c.goBackground(func() { c.runBell(ctx, w) }) {
+			close(w.done)
+		}
+	}
+	if w.idle != nil {
+		w.idle.Stop()
+		w.idle = nil
+	}
+	w.names[name]++
+	wake(w.again)
+	return w.armed && w.rang.After(since), true
+}
+
+// pruneBells forgets the holders found without a bell long enough ago to
+// be probed again. c.mu is held.
+func (c *Client) pruneBells() {
+	now := time.Now()
+	for h, w := range c.bells {
+		if w.dead && now.After(w.deadUntil) {
+			delete(c.bells, h)
+		}
+	}
+}
+
+// unwatchBell drops a wait's interest in holder's bell; a watcher left
+// without waits lingers for bellLinger, then stops.
+func (c *Client) unwatchBell(holder, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.bells[holder]
+	if w == nil {
+		return
+	}
+	if w.names[name]--; w.names[name] <= 0 {
+		delete(w.names, name)
+	}
+	if len(w.names) == 0 && !w.dead && w.idle == nil {
+		w.idle = time.AfterFunc(bellLinger, func() {
+			c.mu.Lock()
+			stop := len(w.names) == 0 && c.bells[holder] == w
+			if stop {
+				delete(c.bells, holder)
+			}
+			c.mu.Unlock()
+			if stop {
+				w.cancel()
+			}
+		})
+	}
+}
+
+// rang records a ring (or the arming) of w's bell and wakes its waits: they
+// look again. It reports whether w has waits left; one without any
+// disarms, so that rings wake it no more (see runBell).
+func (c *Client) rang(w *bellWatcher, armed bool) bool {
+	c.mu.Lock()
+	w.rang = time.Now()
+	w.armed = armed || w.armed
+	if len(w.names) == 0 {
+		w.armed = false
+	}
+	names := make([]string, 0, len(w.names))
+	for n := range w.names {
+		names = append(names, n)
+	}
+	c.mu.Unlock()
+	for _, n := range names {
+		c.hub.notify(n, true)
+	}
+	return len(names) > 0
+}
+
+// bellGone marks w dead (the holder rings no bell, or the watcher failed)
+// and wakes its waits, which then listen for notifications.
+func (c *Client) bellGone(w *bellWatcher) {
+	c.mu.Lock()
+	w.dead, w.deadUntil = true, time.Now().Add(bellLinger)
+	if w.idle != nil {
+		w.idle.Stop()
+		w.idle = nil
+	}
+	c.mu.Unlock()
+	_ = c.rang(w, false)
+}
+
+// runBell is a watcher's loop: it probes which bell the holder holds, wakes
+// the waits once (a release between their attempt and the probe rang
+// unseen), and then blocks on the bell held, waking the waits at each
+// grant and blocking on the next bell at once. A ring while it is not
+// blocked frees the bell it blocks on next, which the server then grants at
+// once; only store.Bells rings in that gap go unseen, and a wait still
+// looks again at its expiry timer and fallback poll. A watcher left
+// without waits, once granted, blocks no more (the holder's rings would
+// wake it for nothing: a statement each) and keeps its connection until
+// a wait comes, when it probes again, or until it stops.
+func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
+	defer close(w.done)
+	conn, err := c.watchConn(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.bellGone(w)
+		}
+		return
+	}
+	defer conn.close()
+	q := conn.querier()
+	if hook := testHookBell.Load(); hook != nil {
+		(*hook)(w.holder)
+	}
+	for {
+		k, ok, err := c.st.ProbeBell(ctx, q, w.holder)
+		if err != nil || !ok {
+			if ctx.Err() == nil {
+				c.bellGone(w)
+			}
+			return
+		}
+		for waits := c.rang(w, true); waits; waits = c.rang(w, false) {
+			if err := c.st.AwaitBell(ctx, q, w.holder, k); err != nil {
+				if ctx.Err() == nil {
+					c.bellGone(w)
+				}
+				return
+			}
+			k = (k + 1) % store.Bells
+		}
+		select {
+		case <-w.again:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchConn opens a connection of its own for a watcher, within the
+// client's connect budget.
+func (c *Client) watchConn(ctx context.Context) (*pgxConn, error) {
+	cfg, err := c.dedicatedConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil { // not reached: a client without sessions rings no bell
+		return nil, ErrSessionUnavailable
+	}
+	pc, err := connectPgx(ctx, cfg, c.connectBudget())
+	if err != nil {
+		return nil, err
+	}
+	return &pc, nil
+}
+
+// ringBell rings this client's bell after a release that woke the first
+// waiter (see Ring in queries.sql): in the background, on the dedicated
+// session, once for all the releases that came before it ran.
+func (c *Client) ringBell() {
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s == nil { // no session, no bell
+		return
+	}
+	s.mu.Lock()
+	if !s.belled || s.ringing {
+		s.mu.Unlock()
+		return
+	}
+	s.ringing = true
+	s.mu.Unlock()
+	c.goBackground(func() {
+		_ = s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+			s.mu.Lock()
+			s.ringing = false
+			s.mu.Unlock()
+			if !st.belled {
+				return nil
+			}
+			k, err := c.st.Ring(ctx, q, c.id, *st.bell)
+			*st.bell = k
+			if err != nil && c.bg.Err() == nil {
+				c.cfg.Logger.WarnContext(ctx, "pglease: could not ring the doorbell; the first waiter looks again at its expiry timer or fallback poll", "err", err)
+			}
+			return err
+		})
+	})
+}
+
+// testHookBell, when set by a test, runs in a bell watcher just before it
+// probes the holder's bell, with the holder's client id.
+var testHookBell atomic.Pointer[func(holder string)]
+
+// bellRang reports, for a wait already watching holder's bell, whether a
+// ring came after since (see watchBell), and false when the holder rings
+// no bell after all.
+func (c *Client) bellRang(holder string, since time.Time) (again, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.bells[holder]
+	if w == nil || w.dead {
+		return false, false
+	}
+	return w.armed && w.rang.After(since), true
+}

@@ -1,0 +1,129 @@
+package pglease
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// bellArmed reports whether c watches holder's doorbell, armed.
+func bellArmed(c *Client, holder string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.bells[holder]
+	return w != nil && w.armed && !w.dead
+}
+
+// listening reports whether c's dedicated session listens for
+// notifications.
+func listening(c *Client) bool {
+	s, err := c.session()
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listening
+}
+
+// A client first in the queue for a name waits on the holder's doorbell,
+// not for notifications: its session does not listen (the server signals
+// every listening backend at every NOTIFY, so a fleet of such waiters
+// would slow every release in the database), and the holder's release
+// rings the bell, which hands the name over at once (the waiter's poll is
+// an hour).
+func TestFirstWaiterWatchesTheDoorbellInsteadOfListening(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 2)
+	h, w := cs[0], cs[1]
+	l, err := h.Acquire(ctx, "bell") // a wait: the holder has a session, and a bell
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitFor(ctx, w, "bell")
+	pgtest.WaitFor(t, patience, "the waiter to watch the holder's doorbell", func() bool { return bellArmed(w, h.id) })
+	if listening(w) {
+		t.Fatal("the waiter's session listens for notifications")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nl := receiveLease(t, got, "the waiter to get the name when the holder's release rang")
+	defer nl.Release(ctx)
+	pgtest.WaitFor(t, patience, "the new holder to listen for step-down requests", func() bool { return listening(w) })
+}
+
+// A release between a waiter's refused attempt and its watcher's first
+// look at the holder's bell rings unseen; the waiter looks again once its
+// watcher is armed, and gets the name at once.
+func TestARingBeforeTheWatcherIsArmedIsNotMissed(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 2)
+	h, w := cs[0], cs[1]
+	l, err := h.Acquire(ctx, "bell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probing, proceed := make(chan string, 1), make(chan struct{})
+	hook := func(holder string) {
+		select {
+		case probing <- holder:
+			<-proceed
+		default:
+		}
+	}
+	testHookBell.Store(&hook)
+	t.Cleanup(func() { testHookBell.Store(nil) })
+	got := waitFor(ctx, w, "bell")
+	pgtest.Receive(t, probing, "the waiter's watcher to start")
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	nl := receiveLease(t, got, "the waiter to get the name released before its watcher was armed")
+	_ = nl.Release(ctx)
+}
+
+// A holder without a bell (a client without a dedicated session:
+// Config.DisableNotify) is waited for by notifications: the waiter's
+// watcher finds no bell, and the waiter listens.
+func TestAWaiterOfAHolderWithoutABellListens(t *testing.T) {
+	ctx := testCtx(t)
+	w := testClient(t, Config{PollInterval: time.Hour})
+	h := testClient(t, Config{Table: w.cfg.Table, DisableNotify: true})
+	l, err := h.TryAcquire(ctx, "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.sess != nil {
+		t.Fatal("a client with DisableNotify opened a session")
+	}
+	got := waitFor(ctx, w, "quiet")
+	pgtest.WaitFor(t, patience, "the waiter to listen", func() bool { return listening(w) })
+	if bellArmed(w, h.id) {
+		t.Fatal("the waiter watches a bell the holder does not have")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nl := receiveLease(t, got, "the waiter to get the name when the release notified it")
+	_ = nl.Release(ctx)
+}
+
+// A client that waited, and then holds and waits for nothing, stops
+// listening after its linger.
+func TestAnIdleClientStopsListening(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	c.listenLinger = 200 * time.Millisecond
+	l, err := c.Acquire(ctx, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the holder to listen for step-down requests", func() bool { return listening(c) })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the idle client to stop listening", func() bool { return !listening(c) })
+}
