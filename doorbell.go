@@ -164,16 +164,21 @@ func (c *Client) bellGone(w *bellWatcher) {
 	_ = c.rang(w, false)
 }
 
-// runBell is a watcher's loop: it probes which bell the holder holds, wakes
-// the waits once (a release between their attempt and the probe rang
-// unseen), and then blocks on the bell held, waking the waits at each
-// grant and blocking on the next bell at once. A ring while it is not
-// blocked frees the bell it blocks on next, which the server then grants at
-// once; only store.Bells rings in that gap go unseen, and a wait still
-// looks again at its expiry timer and fallback poll. A watcher left
-// without waits, once granted, blocks no more (the holder's rings would
-// wake it for nothing: a statement each) and keeps its connection until
-// a wait comes, when it probes again, or until it stops.
+// runBell is a watcher's loop. It probes which bell the holder holds and
+// blocks on it; at each grant it wakes the waits, and probes again. A probe
+// that finds the bell it expects (the next one) blocks on it at once; one
+// that finds another (the first probe, or rings came between the grant and
+// the probe, or the holder's session started anew at bell 0) wakes the
+// waits once more, since their attempts may have read the names before
+// those rings, and blocks on the bell it found. A ring between a probe
+// and the block frees the bell it blocks on, which the server then grants
+// at once; only store.Bells rings in that gap go unseen, and a wait still
+// looks again at its expiry timer and fallback poll. A probe that finds no
+// bell (the holder's session ended, and no other began) ends the watcher:
+// its waits listen for notifications. A watcher left without waits blocks
+// no more (the holder's rings would wake it for nothing: two statements
+// each) and keeps its connection until a wait comes, when it probes again,
+// or until it stops.
 func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 	defer close(w.done)
 	conn, err := c.watchConn(ctx)
@@ -185,10 +190,11 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 	}
 	defer conn.close()
 	q := conn.querier()
-	if hook := testHookBell.Load(); hook != nil {
-		(*hook)(w.holder)
-	}
+	expect := -1
 	for {
+		if hook := testHookBell.Load(); hook != nil {
+			(*hook)(w.holder)
+		}
 		k, ok, err := c.st.ProbeBell(ctx, q, w.holder)
 		if err != nil || !ok {
 			if ctx.Err() == nil {
@@ -196,25 +202,40 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 			}
 			return
 		}
-		for waits := c.rang(w, true); waits; waits = c.rang(w, false) {
+		waits := k != expect && c.rang(w, true) || k == expect && c.hasWaits(w)
+		if waits {
 			if err := c.st.AwaitBell(ctx, q, w.holder, k); err != nil {
 				if ctx.Err() == nil {
 					c.bellGone(w)
 				}
 				return
 			}
-			k = (k + 1) % store.Bells
+			expect = (k + 1) % store.Bells
+			waits = c.rang(w, false)
 		}
-		select {
-		case <-w.again:
-		case <-ctx.Done():
-			return
+		if !waits {
+			expect = -1
+			select {
+			case <-w.again:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }
 
+// hasWaits reports whether w has waits, and disarms it when not.
+func (c *Client) hasWaits(w *bellWatcher) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(w.names) == 0 {
+		w.armed = false
+	}
+	return len(w.names) > 0
+}
+
 // watchConn opens a connection of its own for a watcher, within the
-// client's connect budget.
+// client's connect budget, without statement or lock timeouts.
 func (c *Client) watchConn(ctx context.Context) (*pgxConn, error) {
 	cfg, err := c.dedicatedConfig(ctx)
 	if err != nil {
@@ -225,6 +246,12 @@ func (c *Client) watchConn(ctx context.Context) (*pgxConn, error) {
 	}
 	pc, err := connectPgx(ctx, cfg, c.connectBudget())
 	if err != nil {
+		return nil, err
+	}
+	// A wait on a bell lasts until the holder rings: no timeout of the
+	// DSN's (or the role's) may end it.
+	if err := c.st.SessionSettings(ctx, pc.querier(), 0, 0); err != nil {
+		pc.close()
 		return nil, err
 	}
 	return &pc, nil
@@ -247,11 +274,14 @@ func (c *Client) ringBell() {
 	}
 	s.ringing = true
 	s.mu.Unlock()
+	done := func() {
+		s.mu.Lock()
+		s.ringing = false
+		s.mu.Unlock()
+	}
 	c.goBackground(func() {
-		_ = s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
-			s.mu.Lock()
-			s.ringing = false
-			s.mu.Unlock()
+		err := s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+			done() // a release after this rings again
 			if !st.belled {
 				return nil
 			}
@@ -262,6 +292,9 @@ func (c *Client) ringBell() {
 			}
 			return err
 		})
+		if err != nil {
+			done() // the ring may not have run (the session was down)
+		}
 	})
 }
 
