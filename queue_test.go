@@ -206,8 +206,8 @@ func waitingFor(ctx context.Context, waiter *Client, name string) <-chan error {
 
 // slowPair returns a holder and a waiter on one fresh table whose timers
 // and polls (PollInterval 10 minutes) come far too late for a test, the
-// waiter's dedicated session already up: its start wakes every wait,
-// which would add an attempt.
+// waiter's dedicated session already up and listening: its start wakes
+// every wait, which would add an attempt.
 func slowPair(t *testing.T) (holder, waiter *Client) {
 	t.Helper()
 	cfg := Config{PollInterval: 10 * time.Minute}
@@ -219,6 +219,11 @@ func slowPair(t *testing.T) (holder, waiter *Client) {
 		t.Fatal(err)
 	}
 	pgtest.WaitFor(t, patience, "the waiter's dedicated session", sess.isLive)
+	// The waiter listens for notifications throughout (as a client that
+	// holds leases or observes does), so that its waits do not watch the
+	// holder's doorbell, whose arming would add an attempt.
+	t.Cleanup(waiter.needNotifications())
+	pgtest.WaitFor(t, patience, "the waiter's session to listen", sess.isListening)
 	return holder, waiter
 }
 
