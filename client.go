@@ -85,12 +85,9 @@ func (c *Client) register(leases []*Lease) error {
 		c.startRenewer(l)
 	}
 	if c.sess == nil && c.sqlDB == nil && !c.cfg.DisableNotify {
-		// A holder rings a bell when it releases to a waiter, and hears
-		// step-down requests: both need the dedicated session.
+		// A holder rings a bell when it releases to a waiter: its
+		// dedicated session holds it.
 		c.sess = newSession(c)
-	}
-	if c.sess != nil {
-		c.sess.poke() // to listen for step-down requests
 	}
 	return nil
 }

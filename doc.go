@@ -191,15 +191,16 @@
 // wakes its waits then too (a fast-failover lease is taken over at once).
 //
 // A session listens for notifications only while its client needs them:
-// while it holds a lease (step-down requests), has a wait that does not
-// watch a bell (a semaphore, a set, a wait behind others in the queue, a
-// wait on a holder without a bell) or an observer such as
+// while it holds a lease whose holder asked to hear step-down requests
+// ([Lease.StepDownRequested], which an [Elector] calls), has a wait that
+// does not watch a bell (a semaphore, a set, a wait behind others in the
+// queue, a wait on a holder without a bell) or an observer such as
 // [Elector.Observe]; and for 30 s after. The table's channel is notified
 // only by a release that wakes the first waiter or sees no live waiter at
 // all: for what does not queue (semaphores, sets, clients without a live
-// session), for observers, and for a wait whose first registration was
-// still being written when the release looked (which also looks once more
-// shortly after registering). The releases of a burst notify nothing.
+// session), for observers, and for a wait whose first registration was still
+// being written when the release looked (which also looks once more shortly
+// after registering). The releases of a burst notify nothing.
 //
 // What the queue survives:
 //
@@ -355,7 +356,10 @@
 // notification to the holder's client; the holder's renewals report the
 // stamp too, so a lost notification delays the request by one renewal
 // interval at most, and a client that starts listening after the request
-// looks for it then. A new acquisition clears the stamp. The request never
+// looks for it then. A client listens for requests only while it holds a
+// lease whose holder called [Lease.StepDownRequested] (an [Elector] does);
+// for other leases the renewals deliver the stamp. A new acquisition
+// clears the stamp. The request never
 // ends a lease by itself: an [Elector] that leads ends its term (cause
 // [ErrStepDown]), releases once lead has returned, and stays out of the
 // election until another instance leads or its hold-off has passed; a plain

@@ -51,6 +51,7 @@ func TestFirstWaiterWatchesTheDoorbellInsteadOfListening(t *testing.T) {
 	}
 	nl := receiveLease(t, got, "the waiter to get the name when the holder's release rang")
 	defer nl.Release(ctx)
+	nl.StepDownRequested()
 	pgtest.WaitFor(t, patience, "the new holder to listen for step-down requests", func() bool { return listening(w) })
 }
 
@@ -111,8 +112,9 @@ func TestAWaiterOfAHolderWithoutABellListens(t *testing.T) {
 	_ = nl.Release(ctx)
 }
 
-// A client that waited, and then holds and waits for nothing, stops
-// listening after its linger.
+// A holder listens for step-down requests once it asks to hear them, and
+// a client that then holds and waits for nothing stops listening after its
+// linger.
 func TestAnIdleClientStopsListening(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
@@ -121,6 +123,10 @@ func TestAnIdleClientStopsListening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if listening(c) {
+		t.Fatal("a holder that asked for no step-down requests listens")
+	}
+	l.StepDownRequested()
 	pgtest.WaitFor(t, patience, "the holder to listen for step-down requests", func() bool { return listening(c) })
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

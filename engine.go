@@ -440,9 +440,9 @@ func (a *acquisition) expiryWait(remaining time.Duration) time.Duration {
 // for, after a round that began at since and was refused by the server: by
 // watching the holder's doorbell when nobody is queued ahead of it, the
 // holder rings one and the client does not listen already (the bell also
-// rings when the holder's session ends, so the wait watches no
-// fast-failover session besides), else by listening for notifications. It returns delay, or 0 when a ring may have
-// come after the attempt read the name.
+// rings when the holder's session ends, so the wait watches no fast-failover
+// session besides), else by listening for notifications. It returns delay,
+// or 0 when a ring may have come after the attempt read the name.
 func (a *acquisition) doorbell(r *roundResult, since time.Time, delay time.Duration) time.Duration {
 	c, w := a.c, a.w
 	if !w.queue || !r.refused {

@@ -30,6 +30,9 @@ type Lease struct {
 
 	stepDown     chan struct{} // closed when a step-down is requested of it
 	stepDownOnce sync.Once
+	// hearStepDown: StepDownRequested was called, so the client listens
+	// for step-down requests while it holds the lease (listen.go).
+	hearStepDown atomic.Bool
 
 	mu       sync.Mutex
 	sent     time.Time // send time of the last successful acquire/renew

@@ -4,8 +4,10 @@ package pglease
 // only while the client needs them, since the server signals every
 // listening backend of the database at every NOTIFY, whatever its channel
 // (see "Waiting" in the package documentation). A client needs them while
-// it holds a lease (step-down requests) or has a wait or an observer that
-// does not watch a doorbell; it stops listenLinger after the last need.
+// it holds a lease whose holder listens for step-down requests
+// (Lease.StepDownRequested, which an Elector calls) or has a wait or an
+// observer that does not watch a doorbell; it stops listenLinger after
+// the last need.
 
 import (
 	"context"
@@ -22,11 +24,17 @@ import (
 // UNLISTEN at every turn.
 const listenLinger = 30 * time.Second
 
-// holding reports whether the client holds a lease.
-func (c *Client) holding() bool {
+// hearsStepDowns reports whether the client holds a lease whose holder
+// asked to hear step-down requests (Lease.StepDownRequested).
+func (c *Client) hearsStepDowns() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.held) > 0
+	for _, l := range c.held {
+		if l.hearStepDown.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // needNotifications counts a wait or an observer of the client among
@@ -69,8 +77,8 @@ func (s *session) isListening() bool {
 // connected reports whether the session has a connection.
 func (s *session) connected() bool { return s.currentEpoch() != 0 }
 
-// poke makes an idle session look again whether it should listen (a lease
-// was just registered).
+// poke makes an idle session look again whether it should listen (a
+// holder asked to hear step-down requests).
 func (s *session) poke() {
 	s.mu.Lock()
 	if !s.listening && s.stop != nil {
@@ -82,19 +90,19 @@ func (s *session) poke() {
 // listenChange says whether the session must start (+1) or stop (-1)
 // listening, and how long it may wait for notifications before it looks
 // again (0: as long as it likes). s.mu is held.
-func (s *session) listenChange(holding bool) (int, time.Duration) {
+func (s *session) listenChange(stepDowns bool) (int, time.Duration) {
 	c := s.c
 	if c.cfg.DisableNotify || s.epoch == 0 {
 		return 0, 0
 	}
 	now := time.Now()
-	if holding || s.listeners > 0 {
+	if stepDowns || s.listeners > 0 {
 		s.wanted = now
 		if !s.listening {
 			return +1, 0
 		}
-		if holding && s.listeners == 0 {
-			return 0, c.listenLinger // to look again once nothing is held
+		if stepDowns && s.listeners == 0 {
+			return 0, c.listenLinger // to look again once such leases end
 		}
 		return 0, 0
 	}

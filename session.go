@@ -55,8 +55,9 @@ type session struct {
 	bell         int
 	ringing      bool
 	// listening: the connection listens for notifications, which it does
-	// while the client holds a lease (step-down requests) or listeners > 0
-	// (waits and observers that need them), and for listenLinger after.
+	// while the client holds a lease whose holder listens for step-down
+	// requests, or listeners > 0 (waits and observers that need them), and
+	// for listenLinger after.
 	listening bool
 	listeners int
 	wanted    time.Time // when notifications were last needed
@@ -265,7 +266,7 @@ func (s *session) loop() {
 			s.mu.Unlock()
 			c.hub.notifyAll() // notifications may have been missed while down
 		}
-		holding := c.holding()
+		stepDowns := c.hearsStepDowns()
 		s.mu.Lock()
 		var op *sessOp
 		if len(s.ops) > 0 {
@@ -285,7 +286,7 @@ func (s *session) loop() {
 		if op == nil {
 			var cancel context.CancelFunc
 			var linger time.Duration
-			change, linger = s.listenChange(holding)
+			change, linger = s.listenChange(stepDowns)
 			if linger > 0 {
 				wctx, cancel = context.WithTimeout(c.bg, linger)
 			} else {

@@ -49,12 +49,16 @@ func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 
 // StepDownRequested returns a channel that is closed when some client asks
 // the holder of this lease to let go ([Client.RequestStepDown]). The lease
-// is still held: releasing it is up to the holder. The first call starts
-// the client's listener if it was not running, so that the request arrives
-// at once rather than with the next renewal.
+// is still held: releasing it is up to the holder. The first call makes
+// the client listen for requests while it holds the lease, so that the
+// request arrives at once rather than with the next renewal (a lease whose
+// holder never calls it hears of one with its renewals only).
 func (l *Lease) StepDownRequested() <-chan struct{} {
-	if !l.c.cfg.DisableNotify {
-		_, _ = l.c.session() // fails only once the client is closed
+	if !l.c.cfg.DisableNotify && !l.hearStepDown.Swap(true) {
+		// The session listens for requests while the lease is held.
+		if s, err := l.c.session(); err == nil { // fails only once the client is closed
+			s.poke()
+		}
 	}
 	return l.stepDown
 }
