@@ -258,7 +258,7 @@ func (c *Client) watchConn(ctx context.Context) (*pgxConn, error) {
 }
 
 // ringBell rings this client's bell after a release that woke the first
-// waiter (see Ring in queries.sql): in the background, on the dedicated
+// waiter (see Ring in session.sql): in the background, on the dedicated
 // session, once for all the releases that came before it ran.
 func (c *Client) ringBell() {
 	c.mu.Lock()

@@ -2,7 +2,7 @@ package pglease
 
 // Fast failover: a lease acquired with WithFastFailover is also bound to
 // the holder's dedicated database session: its row records the session's
-// backend pid, whose session lock (SessionLock in queries.sql) the session
+// backend pid, whose session lock (SessionLock in session.sql) the session
 // holds for as long as it lives, and any attempt takes the row over once
 // that lock is free (see "Fast failover" in the package documentation).
 // This file holds what only such leases do: the session-bound acquisition,
@@ -169,7 +169,7 @@ func (c *Client) sessionLost(epoch uint64, err error) {
 
 // sessionWatcher waits, on a connection of its own, for the dedicated
 // session of a session-bound holder to end (on the session lock that
-// session holds: see ClientLock in queries.sql), and then wakes every
+// session holds: see ClientLock in session.sql), and then wakes every
 // local waiter of the names it watches for (through the hub, as a
 // targeted notification would): a crash sends no notification. It watches
 // the very session that holds the lease (by backend pid), not the holder's

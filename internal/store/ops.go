@@ -200,7 +200,7 @@ func (s *Store) AwaitSession(ctx context.Context, q Querier, pid int32) error {
 }
 
 // SessionLock takes the session lock of this session (see SessionLock in
-// queries.sql), for as long as the session lives; taking it again is
+// session.sql), for as long as the session lives; taking it again is
 // harmless. A session must hold it before it acquires anything
 // session-bound: the rows it writes are trusted only as long as it does.
 func (s *Store) SessionLock(ctx context.Context, q Querier) error {
@@ -212,7 +212,7 @@ func (s *Store) SessionLock(ctx context.Context, q Querier) error {
 }
 
 // ClientLock takes the session lock of this session and then the client
-// lock of client, both for as long as the session lives (see queries.sql);
+// lock of client, both for as long as the session lives (see session.sql);
 // it fails when the session's lock_timeout passes before the client lock
 // is had, with the session lock taken all the same.
 func (s *Store) ClientLock(ctx context.Context, q Querier, client string) error {
@@ -233,7 +233,7 @@ func (s *Store) Unqueue(ctx context.Context, q Querier, client, name string) err
 }
 
 // Bells is the number of bell locks a client's session rings through (see
-// Ring in queries.sql).
+// Ring in session.sql).
 const Bells = 16
 
 // Ring rings client's doorbell on its dedicated session, which holds bell

@@ -16,6 +16,9 @@ var queriesSQL string
 //go:embed functions.sql
 var functionsSQL string
 
+//go:embed session.sql
+var sessionSQL string
+
 // SchemaVersion is the version of the table layout this package writes and
 // expects. It is recorded in the table's comment. (Version 5 changed what
 // binds a session-bound row, not the layout; version 6 added the
@@ -170,8 +173,8 @@ const serverIncarnation = `(extract(epoch FROM pg_postmaster_start_time())::text
 // statements and other statements splice in, by placeholder.
 var fragments = map[string]string{"Record": "{{record}}", "Head": "{{head}}", "First": "{{first}}", "Durable": "{{durable}}"}
 
-// render returns a function that renders one statement of queries.sql for
-// the given names.
+// render returns a function that renders one statement of the embedded
+// files (queries.sql, functions.sql, session.sql) for the given names.
 func render(n Names) func(name string) string {
 	stmts := statements()
 	var pairs []string
@@ -196,7 +199,7 @@ func render(n Names) func(name string) string {
 	return func(name string) string {
 		s, ok := stmts[name]
 		if !ok {
-			panic("store: queries.sql lacks statement " + name) // a build defect, caught by tests
+			panic("store: the SQL files lack statement " + name) // a build defect, caught by tests
 		}
 		return r.Replace(splice.Replace(s))
 	}
@@ -239,11 +242,13 @@ func Build(n Names) Queries {
 // statements are the statements of the embedded files, by name.
 func statements() map[string]string {
 	stmts := parse(queriesSQL)
-	for name, text := range parse(functionsSQL) {
-		if _, dup := stmts[name]; dup {
-			panic("store: statement " + name + " is defined twice") // a build defect, caught by tests
+	for _, file := range []string{functionsSQL, sessionSQL} {
+		for name, text := range parse(file) {
+			if _, dup := stmts[name]; dup {
+				panic("store: statement " + name + " is defined twice") // a build defect, caught by tests
+			}
+			stmts[name] = text
 		}
-		stmts[name] = text
 	}
 	return stmts
 }

@@ -273,10 +273,12 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	holdLease(t, env, table, "queue")
 	ran := filepath.Join(t.TempDir(), "ran")
 	p := start(t, env, "run", "queue", "--wait", "--owner", "patient-waiter", "--table", table, "--", "touch", ran)
-	// The waiter's session LISTENs for releases: only a waiting Acquire
-	// opens it.
-	waitFor(t, "the waiter to listen for a release", func() bool {
-		return pgtest.Value[int](t, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease patient-waiter' AND query LIKE 'LISTEN %'") > 0
+	// The waiter watches the holder's doorbell (a connection of its own
+	// blocked on the holder's bell lock), or its session LISTENs for
+	// releases: only a waiting Acquire does either.
+	waitFor(t, "the waiter to wait for a release", func() bool {
+		return pgtest.Value[int](t, `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = 'pglease patient-waiter'
+			AND (query LIKE 'LISTEN %' OR (wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock_shared%'))`) > 0
 	})
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(); code != 128+15 {

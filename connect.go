@@ -1,0 +1,190 @@
+package pglease
+
+// Opening connections of the client's own: the dedicated session's, and a
+// watcher's (doorbell.go, failover.go).
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/pglease/pglease/internal/store"
+)
+
+// connect opens the dedicated connection (which listens for notifications
+// only on demand: see listen.go). shared reports a connection whose server
+// backend other clients share (a transaction-pooling proxy): it cannot
+// hold session-bound leases. live reports one that holds the client lock
+// and bell 0: the client's waits may queue, and its releases ring.
+func (s *session) connect() (_ dconn, shared, live bool, _ error) {
+	c := s.c
+	ctx, cancel := context.WithTimeout(c.bg, c.connectBudget())
+	defer cancel()
+	cfg, err := c.dedicatedConfig(ctx)
+	if err != nil {
+		return nil, false, false, err
+	}
+	if cfg == nil { // database/sql with a driver other than pgx
+		sc, err := c.sqlDB.Conn(ctx)
+		if err != nil {
+			return nil, false, false, err
+		}
+		return &sqlConn{c: sc}, false, false, nil
+	}
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &sessionWatch{conn: pc.Conn(), overdue: s.overdue}
+	}
+	pc, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, false, false, err
+	}
+	// A transaction-pooling proxy (PgBouncer, and others) answers the
+	// startup with a backend key of its own and runs each transaction on
+	// any server backend: the session is not ours, so neither are its
+	// advisory locks, and session settings would leak to other clients.
+	var pid uint32
+	if err := pc.QueryRow(ctx, c.st.Q.BackendPID, pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		_ = pc.Close(ctx)
+		return nil, false, false, err
+	}
+	if pid != pc.PgConn().PID() {
+		shared = true
+	} else if err := c.st.SessionSettings(ctx, store.Pgx(pc), c.cfg.StatementTimeout, sessionLockTimeout); err != nil {
+		_ = pc.Close(ctx)
+		return nil, false, false, err
+	}
+	if !shared {
+		if live, err = s.clientLock(ctx, pc); err != nil {
+			_ = pc.Close(ctx)
+			return nil, false, false, err
+		}
+	}
+	return pgxConn{pc}, shared, live, nil
+}
+
+// clientLock takes the session lock and the client lock on a new dedicated
+// connection (see SessionLock and ClientLock in session.sql). It reports
+// false, without an error, when the client lock cannot be had now (an
+// earlier session of this client that the server has not yet ended holds
+// it) or the table was not checked yet: the client then waits without
+// queueing until the next connection. Its session-bound leases fail over
+// at once all the same: waiters watch the session lock, which a new
+// session always gets.
+func (s *session) clientLock(ctx context.Context, pc *pgx.Conn) (bool, error) {
+	c := s.c
+	if err := c.ensureSchema(ctx); err != nil {
+		return false, nil
+	}
+	err := c.st.ClientLock(ctx, store.Pgx(pc), c.id)
+	if err != nil && store.Classify(err) == store.KindLockTimeout {
+		c.cfg.Logger.WarnContext(ctx, "pglease: an earlier session of this client still holds its client lock; waiting without queueing until the next connection")
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (c *Client) connectTimeout() time.Duration {
+	if c.connCfg != nil && c.connCfg.ConnectTimeout > 0 {
+		return c.connCfg.ConnectTimeout
+	}
+	if c.cfg.ConnectTimeout > 0 {
+		return c.cfg.ConnectTimeout
+	}
+	return defaultConnTimeout
+}
+
+// connectBudget bounds one connection, which may try every host of a
+// multi-host DSN in turn: pgx gives each host the connect timeout of its
+// own, so the whole attempt may take that many timeouts. A bound of one
+// timeout would let a silent host listed first (a partitioned old primary
+// that accepts TCP but never answers) use it all up, and the host that is
+// now the primary would never be tried.
+func (c *Client) connectBudget() time.Duration {
+	c.mu.Lock()
+	cfg := c.connCfg
+	c.mu.Unlock()
+	return c.connectTimeout() * time.Duration(hostCount(cfg))
+}
+
+// hostCount is the number of distinct hosts pgx tries to connect to cfg
+// (1 for nil).
+func hostCount(cfg *pgx.ConnConfig) int {
+	if cfg == nil {
+		return 1
+	}
+	hosts := map[string]bool{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))): true}
+	for _, f := range cfg.Fallbacks {
+		hosts[net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))] = true
+	}
+	return len(hosts)
+}
+
+// dedicatedConfig returns the pgx settings of the dedicated connection, or
+// nil when the client wraps a database/sql handle of another driver.
+func (c *Client) dedicatedConfig(ctx context.Context) (*pgx.ConnConfig, error) {
+	c.mu.Lock()
+	cfg := c.connCfg
+	c.mu.Unlock()
+	if cfg != nil || c.sqlDB == nil {
+		return c.namedConfig(cfg), nil
+	}
+	conn, err := c.sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		if p, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
+			cfg = p.Conn().Config().Copy()
+		}
+		return nil
+	})
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.connCfg = cfg
+	c.mu.Unlock()
+	return c.namedConfig(cfg), nil
+}
+
+// namedConfig returns a copy of cfg whose application_name names pglease and
+// the owner, so operators find the connection in pg_stat_activity.
+func (c *Client) namedConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
+	if cfg == nil {
+		return nil
+	}
+	cfg = cfg.Copy()
+	// A config copied from a live connection still routes notifications to
+	// that connection's buffer; let pgx install this connection's own.
+	cfg.OnNotification = nil
+	cfg.RuntimeParams["application_name"] = appName(c.cfg.Owner)
+	return cfg
+}
+
+// backoff yields jittered, exponentially growing delays.
+type backoff struct{ min, max, cur time.Duration }
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max, cur: min} }
+
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	b.cur = min(b.cur*2, b.max)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.cur = b.min }
+
+// connectPgx opens a plain pgx connection used for one purpose.
+func connectPgx(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration) (pgxConn, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pc, err := pgx.ConnectConfig(cctx, cfg)
+	return pgxConn{pc}, err
+}

@@ -1,0 +1,93 @@
+-- What a client's dedicated session runs besides acquisitions and
+-- renewals, and what the watchers of a waiting client run: the session lock,
+-- the client lock, the doorbell, notifications, session settings. Same
+-- conventions as queries.sql (advisory-lock keys are prefixed by the lock
+-- namespace; seeds 1 and 3 key the client and session locks, 16 to 31 the
+-- bells).
+
+-- name: SessionLock
+-- Taken once by each client's dedicated session, first, and held as long as
+-- it lives: the session lock (seed 3, keyed by the backend's pid) binds the
+-- session's session-bound leases to it (a row records the pid, and is taken
+-- over once the lock is free: see CreateAcquire), and lets waiters watch the very
+-- session that holds such a lease (AwaitSession), so that a client whose
+-- session ended and that opened another is not mistaken for the holder. No
+-- other live session has the pid, so it never waits. It must be held before
+-- the session acquires anything session-bound. $1 namespace.
+SELECT pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
+
+-- name: ClientLock
+-- Taken once by each client's dedicated session, after SessionLock, and
+-- held as long as it lives: the client lock (seed 1) marks the client's
+-- queued waits as live; with it the session takes bell 0 (see Ring). $1 namespace, $2 client id. Waits up to the
+-- session's lock_timeout (an earlier session of the same client that the
+-- server has not yet ended may still hold it: the session then lives on
+-- without it, and still has its session lock).
+SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1)),
+       pg_advisory_lock(hashtextextended($1::text || $2::text, 16))
+
+-- name: Ring
+-- The client's doorbell (see "Waiting" in the package documentation): a
+-- client's dedicated session holds one of sixteen bell locks (seeds 16 to
+-- 31, keyed by the client id), bell 0 from ClientLock on; a release that
+-- wakes the first waiter rings by taking the next bell and freeing the
+-- one held, which grants the shared waits of the waiters' watchers
+-- (AwaitBell) blocked on it, and no other backend. $1 namespace, $2
+-- client id, $3 the bell held, $4 the next.
+SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 16 + $4::int)),
+       pg_advisory_unlock(hashtextextended($1::text || $2::text, 16 + $3::int))
+
+-- name: ProbeBell
+-- The bells client $2 holds now (none: its session is down, or it is of a
+-- version without bells; two, adjacent: it is ringing). Each probe is a
+-- shared lock that its transaction frees at once. $1 namespace.
+SELECT k FROM generate_series(0, 15) AS k
+ WHERE NOT pg_try_advisory_xact_lock_shared(hashtextextended($1::text || $2::text, 16 + k))
+ ORDER BY k
+
+-- name: AwaitBell
+-- Blocks until bell $3 of client $2 is free (its next ring, or the end of
+-- its session), then lets go at once. $1 namespace.
+SELECT pg_advisory_xact_lock_shared(hashtextextended($1::text || $2::text, 16 + $3::int))
+
+-- name: Listen
+LISTEN {{channel}}
+
+-- name: SessionKeepalive
+-- Bounds dead-peer detection of a session holding session-bound leases from
+-- below: the server must not end the session (and so free its advisory
+-- locks) before the holder's own deadline, and must not end it for being
+-- idle between renewals. $1 seconds, $2 milliseconds.
+SELECT set_config('tcp_keepalives_idle', $1::text, false),
+       set_config('tcp_keepalives_interval', $1::text, false),
+       set_config('tcp_keepalives_count', '2', false),
+       set_config('tcp_user_timeout', $2::text, false),
+       set_config('idle_session_timeout', '0', false)
+
+-- name: BatchStatementTimeout
+-- Bounds each later statement of a batch's transaction (and reverts at its
+-- end). $1 ms.
+SELECT set_config('statement_timeout', $1::text, true)
+
+-- name: BackendPID
+-- Compared with the backend key of the connection's startup: a
+-- transaction-pooling proxy answers with a key of its own.
+SELECT pg_backend_pid()
+
+-- name: SessionSettings
+-- The dedicated connection's own bounds: a statement the server cancels
+-- (statement_timeout, lock_timeout) fails without ending the session, and so
+-- without freeing the session advisory locks of its leases. $1, $2 ms.
+SELECT set_config('statement_timeout', $1::text, false),
+       set_config('lock_timeout', $2::text, false)
+
+-- name: AwaitSession
+-- Blocks until the dedicated session of backend pid $1 ends (it holds its
+-- session lock, SessionLock, for as long as it lives), then lets go at once;
+-- returns at once when that session is gone already. (Should the pid be
+-- reused meanwhile by another client's dedicated session, the wait lasts
+-- as long as that one: the waiter's fallback poll and the row's expiry
+-- still apply.)
+SELECT pg_advisory_lock_shared(hashtextextended($2::text || $1::int::text, 3)),
+       pg_advisory_unlock_shared(hashtextextended($2::text || $1::int::text, 3))
+
