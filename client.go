@@ -84,11 +84,6 @@ func (c *Client) register(leases []*Lease) error {
 		l.arm()
 		c.startRenewer(l)
 	}
-	if c.sess == nil && c.sqlDB == nil && !c.cfg.DisableNotify {
-		// A holder rings a bell when it releases to a waiter: its
-		// dedicated session holds it.
-		c.sess = newSession(c)
-	}
 	return nil
 }
 

@@ -20,11 +20,20 @@ import (
 	"github.com/pglease/pglease/internal/store"
 )
 
-// bellLinger is how long a watcher with no wait left keeps watching, so
-// that the next wait on the same holder's names finds it armed (a client
-// that takes turns with another hands the lease back and forth); and how
-// long a holder found without a bell is not probed again.
+// bellLinger is how long a watcher with no wait left keeps its connection,
+// so that the next wait on the same holder's names need not open one (a
+// client that takes turns with another hands the lease back and forth);
+// and how long no watcher starts again for a holder whose watcher failed.
 const bellLinger = 30 * time.Second
+
+// bellProbeMin and bellProbeMax bound the backoff with which a watcher
+// looks again for the bell of a holder that holds none (a client's session
+// starts with its first wait, or its first renewal, a third of the TTL
+// after its first acquisition).
+const (
+	bellProbeMin = time.Second
+	bellProbeMax = 30 * time.Second
+)
 
 // maxBells bounds the bell watchers of a client, and so the connections
 // its waits hold: the waits on names of further holders listen for
@@ -41,28 +50,31 @@ type bellWatcher struct {
 	// which a wait's refusal may be stale.
 	armed bool
 	rang  time.Time
-	// dead: the holder holds no bell (its session is down, or it is of a
-	// version without bells): its waiters listen for notifications. Set
-	// until deadUntil, when the holder may be probed again.
-	dead      bool
-	deadUntil time.Time
-	idle      *time.Timer   // stops a watcher left without waits
-	again     chan struct{} // a wait came to a watcher left without any
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// quiet: the holder holds no bell now (its session is not up yet, or
+	// down, or it is of a version without bells, or has none): its waits
+	// listen for notifications meanwhile, and the watcher probes again,
+	// with backoff, while it has waits. failed: the watcher stopped on an
+	// error; no other starts for the holder until retryAt.
+	quiet, failed bool
+	retryAt       time.Time
+	idle          *time.Timer   // stops a watcher left without waits
+	again         chan struct{} // a wait came to a watcher left without any
+	cancel        context.CancelFunc
+	done          chan struct{}
 }
 
 // watchBell makes the wait on name watch holder's bell and reports whether
 // the wait must look again at once (a ring, or the watcher's arming, came
 // after its attempt began at since: the refusal may predate the release)
-// and whether the bell can be watched (false: the holder rings none, and
-// the wait listens for notifications instead).
+// and whether the bell can be watched (false: the holder rings none now,
+// and the wait listens for notifications meanwhile; or no watcher could
+// start, and the wait is not registered).
 func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.bells[holder]
-	if w != nil && w.dead {
-		if time.Now().Before(w.deadUntil) {
+	if w != nil && w.failed {
+		if time.Now().Before(w.retryAt) {
 			return false, false
 		}
 		delete(c.bells, holder)
@@ -89,7 +101,15 @@ func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool
 	}
 	w.names[name]++
 	wake(w.again)
-	return w.armed && w.rang.After(since), true
+	return w.armed && w.rang.After(since), !w.quiet
+}
+
+// watching reports whether a watcher of holder's bell runs.
+func (c *Client) watching(holder string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.bells[holder]
+	return w != nil && !w.failed
 }
 
 // pruneBells forgets the holders found without a bell long enough ago to
@@ -97,7 +117,7 @@ func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool
 func (c *Client) pruneBells() {
 	now := time.Now()
 	for h, w := range c.bells {
-		if w.dead && now.After(w.deadUntil) {
+		if w.failed && now.After(w.retryAt) {
 			delete(c.bells, h)
 		}
 	}
@@ -115,7 +135,7 @@ func (c *Client) unwatchBell(holder, name string) {
 	if w.names[name]--; w.names[name] <= 0 {
 		delete(w.names, name)
 	}
-	if len(w.names) == 0 && !w.dead && w.idle == nil {
+	if len(w.names) == 0 && !w.failed && w.idle == nil {
 		w.idle = time.AfterFunc(bellLinger, func() {
 			c.mu.Lock()
 			stop := len(w.names) == 0 && c.bells[holder] == w
@@ -137,6 +157,7 @@ func (c *Client) rang(w *bellWatcher, armed bool) bool {
 	c.mu.Lock()
 	w.rang = time.Now()
 	w.armed = armed || w.armed
+	w.quiet = false
 	if len(w.names) == 0 {
 		w.armed = false
 	}
@@ -151,11 +172,11 @@ func (c *Client) rang(w *bellWatcher, armed bool) bool {
 	return len(names) > 0
 }
 
-// bellGone marks w dead (the holder rings no bell, or the watcher failed)
-// and wakes its waits, which then listen for notifications.
+// bellGone marks w failed (its connection or a statement failed) and wakes
+// its waits, which then listen for notifications.
 func (c *Client) bellGone(w *bellWatcher) {
 	c.mu.Lock()
-	w.dead, w.deadUntil = true, time.Now().Add(bellLinger)
+	w.failed, w.retryAt = true, time.Now().Add(bellLinger)
 	if w.idle != nil {
 		w.idle.Stop()
 		w.idle = nil
@@ -191,17 +212,37 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 	defer conn.close()
 	q := conn.querier()
 	expect := -1
+	b := newBackoff(bellProbeMin, bellProbeMax)
 	for {
 		if hook := testHookBell.Load(); hook != nil {
 			(*hook)(w.holder)
 		}
 		k, ok, err := c.st.ProbeBell(ctx, q, w.holder)
-		if err != nil || !ok {
+		if err != nil {
 			if ctx.Err() == nil {
 				c.bellGone(w)
 			}
 			return
 		}
+		if !ok {
+			// No bell now: the waits listen; look again later.
+			expect = -1
+			if !c.noBell(w) {
+				select { // no waits: until one comes
+				case <-w.again:
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
+			select {
+			case <-time.After(b.next()):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		b.reset()
 		waits := k != expect && c.rang(w, true) || k == expect && c.hasWaits(w)
 		if waits {
 			if err := c.st.AwaitBell(ctx, q, w.holder, k); err != nil {
@@ -222,6 +263,28 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 			}
 		}
 	}
+}
+
+// noBell records that w's holder holds no bell now, waking the waits (they
+// listen) when it did, and reports whether w has waits.
+func (c *Client) noBell(w *bellWatcher) bool {
+	c.mu.Lock()
+	was := !w.quiet
+	w.quiet, w.armed = true, false
+	waits := len(w.names) > 0
+	c.mu.Unlock()
+	if was && waits {
+		c.mu.Lock()
+		names := make([]string, 0, len(w.names))
+		for n := range w.names {
+			names = append(names, n)
+		}
+		c.mu.Unlock()
+		for _, n := range names {
+			c.hub.notify(n, true)
+		}
+	}
+	return waits
 }
 
 // hasWaits reports whether w has waits, and disarms it when not.
@@ -304,13 +367,13 @@ var testHookBell atomic.Pointer[func(holder string)]
 
 // bellRang reports, for a wait already watching holder's bell, whether a
 // ring came after since (see watchBell), and false when the holder rings
-// no bell after all.
+// no bell now, or the watcher stopped.
 func (c *Client) bellRang(holder string, since time.Time) (again, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.bells[holder]
-	if w == nil || w.dead {
+	if w == nil || w.failed {
 		return false, false
 	}
-	return w.armed && w.rang.After(since), true
+	return w.armed && w.rang.After(since), !w.quiet
 }

@@ -12,7 +12,7 @@ func bellArmed(c *Client, holder string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.bells[holder]
-	return w != nil && w.armed && !w.dead
+	return w != nil && w.armed && !w.quiet && !w.failed
 }
 
 // listening reports whether c's dedicated session listens for
@@ -132,4 +132,34 @@ func TestAnIdleClientStopsListening(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.WaitFor(t, patience, "the idle client to stop listening", func() bool { return !listening(c) })
+}
+
+// A holder whose dedicated session starts only after its waiter looked for
+// its bell (a client that tried, and opens its session with its first
+// renewal) is waited for by notifications until then; the waiter's
+// watcher looks again, finds the bell, and the waiter watches it.
+func TestAWaiterWatchesABellThatCameLater(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 2)
+	h, w := cs[0], cs[1]
+	l, err := h.TryAcquire(ctx, "late", WithTTL(time.Hour)) // no renewal within the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitFor(ctx, w, "late")
+	pgtest.WaitFor(t, patience, "the waiter to listen while the holder has no bell", func() bool { return listening(w) })
+	if bellArmed(w, h.id) {
+		t.Fatal("the waiter watches a bell the holder does not have yet")
+	}
+	s, err := h.session() // as the holder's first renewal would
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the holder's session", s.isLive)
+	pgtest.WaitFor(t, patience, "the waiter to watch the holder's new bell", func() bool { return bellArmed(w, h.id) })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nl := receiveLease(t, got, "the waiter to get the name")
+	_ = nl.Release(ctx)
 }

@@ -448,9 +448,10 @@ func (a *acquisition) doorbell(r *roundResult, since time.Time, delay time.Durat
 	if !w.queue || !r.refused {
 		return delay
 	}
-	if r.bellOf != "" && !c.sess.isListening() {
-		// (A session that listens already, for a lease it holds or for
-		// the 30 s after, hears the release's notification: a bell would
+	if r.bellOf != "" && (w.bell == r.bellOf || !c.sess.isListening()) {
+		// (A wait does not begin to watch a bell while its session listens
+		// already, for other waits, an observer or a holder, or for 30 s
+		// after: the release's notification reaches it, and a bell would
 		// add to the hand-off and save nothing.)
 		again, ok := w.watch(c, r.bellOf, a.name, since)
 		if ok {

@@ -41,16 +41,20 @@ func (w *waiting) listen(c *Client) {
 
 // watch makes the wait on name watch holder's doorbell instead of
 // listening, and reports whether it must look again at once (see
-// watchBell); false when the holder rings no bell (the wait listens).
+// watchBell); false when the holder rings no bell now (the wait listens,
+// and stays registered with the watcher, which wakes it when the bell
+// comes).
 func (w *waiting) watch(c *Client, holder, name string, since time.Time) (again, ok bool) {
-	if holder != w.bell {
+	if holder == w.bell && c.watching(holder) {
+		again, ok = c.bellRang(holder, since)
+	} else {
 		w.unwatch(c, name)
-		if again, ok = c.watchBell(holder, name, since); !ok {
-			return false, false
+		again, ok = c.watchBell(holder, name, since)
+		if ok || c.watching(holder) {
+			w.bell = holder // registered, if only to hear when the bell comes
 		}
-		w.bell = holder
-	} else if again, ok = c.bellRang(holder, since); !ok {
-		w.unwatch(c, name)
+	}
+	if !ok {
 		return false, false
 	}
 	w.quiet()

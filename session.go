@@ -154,16 +154,10 @@ func (c *Client) session() (*session, error) {
 		return nil, ErrClosed
 	}
 	if c.sess == nil {
-		c.sess = newSession(c)
+		c.sess = &session{c: c, kick: make(chan struct{}, 1), done: make(chan struct{})}
+		go c.sess.loop()
 	}
 	return c.sess, nil
-}
-
-// newSession starts a session of c (c.mu is held).
-func newSession(c *Client) *session {
-	s := &session{c: c, kick: make(chan struct{}, 1), done: make(chan struct{})}
-	go s.loop()
-	return s
 }
 
 // do runs fn on the dedicated connection and waits for it, or for ctx. fn

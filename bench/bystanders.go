@@ -66,7 +66,12 @@ func bystanders(ctx context.Context, e *env, cfg *config, p *peer, n int) (stop 
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("s7-%s-%d", tag, i)
-		u, err := holder.lock(ctx, names[i], false)
+		// A blocking lock of a free name: pglease's holder then has its
+		// dedicated session (and bell) at once, as a client that waited
+		// for a lease once does; one that only tried opens it with its
+		// first renewal, a third of the TTL later, and the waiting clients
+		// listen for notifications until they find its bell.
+		u, err := holder.lock(ctx, names[i], true)
 		if err != nil {
 			return fail(fmt.Errorf("hold %s for the waiting clients: %w", names[i], err))
 		}
