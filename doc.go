@@ -227,12 +227,15 @@
 //     is granted at once; only sixteen rings in that gap go unseen), or the
 //     ring itself failed (a lock timeout, a session down): the wait looks
 //     again at its expiry timer and fallback poll.
-//   - A holder without a bell (its session is down, it never opened one, or
-//     it runs a version without bells) is found so by the watcher, and its
-//     waiters listen for notifications instead for 30 s before they look
-//     for its bell again. A holder's session that reconnects takes bell 0
-//     again; its watchers, woken by the old session's end, catch up in at
-//     most sixteen wake-ups.
+//   - A holder without a bell (its session is not up yet: a client opens
+//     it with its first wait or renewal; or it is down, or the client uses
+//     database/sql or Config.DisableNotify, or runs a version without
+//     bells) is found so by the watcher, and its waiters listen for
+//     notifications meanwhile; the watcher looks for the bell again after
+//     1, 2, 4… up to 30 s while it has waits, and moves them to the bell
+//     when it comes. A holder's session that reconnects takes bell 0
+//     again; its watchers, woken by the old session's end, find it at
+//     their next look and wake their waits once more.
 //   - What a bell costs: a connection per waiting client and holder
 //     client (at most sixteen per waiting client: its waits on the names
 //     of further holders listen), and a statement per ring; nothing on the
