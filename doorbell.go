@@ -156,20 +156,26 @@ func (c *Client) unwatchBell(holder, name string) {
 func (c *Client) rang(w *bellWatcher, armed bool) bool {
 	c.mu.Lock()
 	w.rang = time.Now()
-	w.armed = armed || w.armed
+	w.armed = (armed || w.armed) && len(w.names) > 0
 	w.quiet = false
-	if len(w.names) == 0 {
-		w.armed = false
-	}
-	names := make([]string, 0, len(w.names))
-	for n := range w.names {
-		names = append(names, n)
+	c.mu.Unlock()
+	return c.wakeWaits(w.names)
+}
+
+// wakeWaits wakes the local waits of names (a watcher's, guarded by c.mu,
+// which is not held), as a targeted notification would, and reports
+// whether there were any.
+func (c *Client) wakeWaits(names map[string]int) bool {
+	c.mu.Lock()
+	list := make([]string, 0, len(names))
+	for n := range names {
+		list = append(list, n)
 	}
 	c.mu.Unlock()
-	for _, n := range names {
+	for _, n := range list {
 		c.hub.notify(n, true)
 	}
-	return len(names) > 0
+	return len(list) > 0
 }
 
 // bellGone marks w failed (its connection or a statement failed) and wakes
@@ -274,15 +280,7 @@ func (c *Client) noBell(w *bellWatcher) bool {
 	waits := len(w.names) > 0
 	c.mu.Unlock()
 	if was && waits {
-		c.mu.Lock()
-		names := make([]string, 0, len(w.names))
-		for n := range w.names {
-			names = append(names, n)
-		}
-		c.mu.Unlock()
-		for _, n := range names {
-			c.hub.notify(n, true)
-		}
+		c.wakeWaits(w.names)
 	}
 	return waits
 }

@@ -277,15 +277,7 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 			continue
 		}
 		b.reset()
-		c.mu.Lock()
-		names := make([]string, 0, len(w.names))
-		for n := range w.names {
-			names = append(names, n)
-		}
-		c.mu.Unlock()
-		for _, n := range names {
-			c.hub.notify(n, true)
-		}
+		c.wakeWaits(w.names)
 	}
 }
 
