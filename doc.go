@@ -146,9 +146,9 @@
 //
 // A blocked [Client.Acquire] waits for a wake-up (the holder's doorbell, or
 // a notification: see below), for a timer at the moment the holder's lease
-// would expire, and for a slow fallback poll ([Config.PollInterval]). Within one client the goroutines waiting for a
-// name queue locally, first come first served, and only the first of them
-// talks to the server. Between clients they queue on the server: each
+// would expire, and for a slow fallback poll ([Config.PollInterval]).
+// Within one client the goroutines waiting for a name queue locally, first
+// come first served, and only the first of them talks to the server. Between clients they queue on the server: each
 // waiting client registers in the table's queue of waiters (the unlogged
 // table "<table>_waiters", one row per client and name, written by the
 // waiter's own attempts), and a release wakes the first live waiter alone:
@@ -174,21 +174,23 @@
 // where a waiter woken in vain (the releasing client took the name again
 // first) looks again by itself once its promise holds.
 //
-// The first waiter does not listen for that notification: the server
-// signals every listening backend of the database at every NOTIFY, whatever
-// its channel, so a release would cost more with every client that waits
-// anywhere. It watches the holder's doorbell instead. Every client's
-// dedicated session holds one of sixteen bell locks (advisory locks keyed
-// by the client id); a release that wakes the first waiter rings the bell:
-// the session takes the next bell and frees the one it held. The waiting
-// client watches the holder's bell on a connection of its own, one per
-// holder client however many of its names it waits for, blocked on a
-// shared lock of the bell held; the server grants it at the ring, and
-// wakes that connection and no other backend. The watcher wakes its waits
-// and blocks on the next bell at once; it stays armed for 30 s after its
-// last wait, so that clients taking turns do not reconnect at every turn.
-// A bell is also freed when the holder's session ends, so the watcher
-// wakes its waits then too (a fast-failover lease is taken over at once).
+// The first waiter does not listen for that notification, unless its client
+// listens already for something else: the server signals every listening
+// backend of the database at every NOTIFY, whatever its channel, so a
+// release would cost more with every client that waits anywhere. It watches
+// the holder's doorbell instead. Every client's dedicated session holds one
+// of sixteen bell locks (advisory locks keyed by the client id); a release
+// that wakes the first waiter rings the bell: the session takes the next
+// bell and frees the one it held. The waiting client watches the holder's
+// bell on a connection of its own, one per holder client however many of its
+// names it waits for, blocked on a shared lock of the bell held; the server
+// grants it at the ring, and wakes that connection and no other backend. The
+// watcher wakes its waits, looks which bell the holder holds now and blocks
+// on it; a watcher left without waits blocks no more, and keeps its
+// connection for 30 s, so that clients taking turns do not reconnect at
+// every turn. A bell is also freed when the holder's session ends, so the
+// watcher wakes its waits then too (a fast-failover lease is taken over at
+// once).
 //
 // A session listens for notifications only while its client needs them:
 // while it holds a lease whose holder asked to hear step-down requests
