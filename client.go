@@ -57,8 +57,10 @@ type Client struct {
 	// bells: bell watchers by holder client id, shared by local waiters
 	// (doorbell.go)
 	bells map[string]*bellWatcher
-	// listenLinger: see listen.go
+	// listenLinger: see listen.go; hearing: the held leases whose
+	// holders hear step-down requests (Lease.StepDownRequested)
 	listenLinger time.Duration
+	hearing      int
 	renewer      chan struct{} // kicks the renew loop; nil until started (renew.go)
 	nextDue      time.Time     // when the renew loop will next renew
 }
@@ -93,6 +95,9 @@ func (c *Client) forget(l *Lease) {
 	defer c.mu.Unlock()
 	if c.held[l.name] == l {
 		delete(c.held, l.name)
+		if l.hearStepDown {
+			c.hearing--
+		}
 	}
 }
 

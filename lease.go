@@ -30,9 +30,10 @@ type Lease struct {
 
 	stepDown     chan struct{} // closed when a step-down is requested of it
 	stepDownOnce sync.Once
-	// hearStepDown: StepDownRequested was called, so the client listens
-	// for step-down requests while it holds the lease (listen.go).
-	hearStepDown atomic.Bool
+	// hearStepDown (under c.mu): StepDownRequested was called while the
+	// client held the lease, so it listens for step-down requests until
+	// it ends (listen.go; counted in Client.hearing).
+	hearStepDown bool
 
 	mu       sync.Mutex
 	sent     time.Time // send time of the last successful acquire/renew

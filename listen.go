@@ -29,12 +29,20 @@ const listenLinger = 30 * time.Second
 func (c *Client) hearsStepDowns() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, l := range c.held {
-		if l.hearStepDown.Load() {
-			return true
-		}
+	return c.hearing > 0
+}
+
+// hearStepDowns counts l, if the client holds it, among the leases whose
+// holders hear step-down requests, and reports whether it was not yet.
+func (c *Client) hearStepDowns(l *Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.hearStepDown || c.held[l.name] != l {
+		return false
 	}
-	return false
+	l.hearStepDown = true
+	c.hearing++
+	return true
 }
 
 // needNotifications counts a wait or an observer of the client among

@@ -54,9 +54,9 @@ func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 // request arrives at once rather than with the next renewal (a lease whose
 // holder never calls it hears of one with its renewals only).
 func (l *Lease) StepDownRequested() <-chan struct{} {
-	if !l.c.cfg.DisableNotify && !l.hearStepDown.Swap(true) {
+	if !l.c.cfg.DisableNotify {
 		// The session listens for requests while the lease is held.
-		if s, err := l.c.session(); err == nil { // fails only once the client is closed
+		if s, err := l.c.session(); err == nil && l.c.hearStepDowns(l) { // fails only once the client is closed
 			s.poke()
 		}
 	}
