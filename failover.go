@@ -11,7 +11,6 @@ package pglease
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -264,9 +263,6 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 			}
 			conn = &pc
 		}
-		if hook := testHookAwait.Load(); hook != nil {
-			(*hook)(holder)
-		}
 		if err := c.st.AwaitSession(ctx, conn.querier(), holder); err != nil {
 			conn.close()
 			conn = nil
@@ -351,7 +347,3 @@ func (h *holders) stop(c *Client) {
 		}
 	}
 }
-
-// testHookAwait, when set by a test, runs in a session watcher just before
-// it blocks on the holder session's lock, with the holder's backend pid.
-var testHookAwait atomic.Pointer[func(holder int32)]
