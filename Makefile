@@ -1,9 +1,10 @@
 # The README's commands. Tests need PostgreSQL server binaries (initdb,
 # pg_ctl) and nothing else: they start their own throwaway cluster.
 .PHONY: test demo race soak bench ci ha
-# The library, the CLI (cmd/pglease) and the scheduler (pgleasecron) are
-# modules of their own (go.work ties them together), hence three patterns.
-PKGS = ./... ./cmd/pglease/... ./pgleasecron/...
+# The library, the CLI (cmd/pglease), the scheduler (pgleasecron) and the
+# goose adapter (pgleasegoose) are modules of their own (go.work ties them
+# together), hence four patterns.
+PKGS = ./... ./cmd/pglease/... ./pgleasecron/... ./pgleasegoose/...
 test:
 	go test $(PKGS)
 race:

@@ -1,0 +1,199 @@
+package pgleasegoose
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
+	"github.com/pressly/goose/v3"
+
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(podEnv) != "" {
+		os.Exit(podMain())
+	}
+	pgtest.ExportDatabaseURL = true // for the example
+	pgtest.Main(m)
+}
+
+// testClient opens a pglease client on the table of a fresh schema.
+func testClient(t *testing.T, table, owner string) *pglease.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+	defer cancel()
+	c, err := pglease.Open(ctx, pgtest.DSN(t), pglease.Config{Table: table, Owner: owner, TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// withParams returns dsn with run-time parameters added.
+func withParams(t *testing.T, dsn string, params map[string]string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	for k, v := range params {
+		q.Set(k, v)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Two lockers of one name on two clients take turns; a Lock that cannot
+// get the lease before its context ends says so and holds nothing.
+func TestLockersTakeTurns(t *testing.T) {
+	table := pgtest.Schema(t) + ".leases"
+	a := New(testClient(t, table, "pod-a"), "goose")
+	b := New(testClient(t, table, "pod-b"), "goose")
+	ctx := context.Background()
+	if err := a.SessionLock(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a.Lease() == nil || a.Lease().Token() <= 0 {
+		t.Fatal("no lease while locked")
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err := b.Lock(short, nil)
+	if !errors.Is(err, pglease.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock of a held name: %v; want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if b.Lease() != nil {
+		t.Fatal("a failed Lock left a lease")
+	}
+	locked := make(chan error, 1)
+	go func() { locked <- b.Lock(ctx, nil) }()
+	first := a.Lease().Token()
+	if err := a.SessionUnlock(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-locked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(pgtest.Patience):
+		t.Fatal("the waiting Lock did not get the lease after the Unlock")
+	}
+	if b.Lease().Token() <= first {
+		t.Fatalf("token %d after %d", b.Lease().Token(), first)
+	}
+	if err := b.Unlock(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Unlock(ctx, nil); err == nil {
+		t.Fatal("Unlock without a lock succeeded")
+	}
+}
+
+// A lease lost while goose migrates makes Unlock, and so goose's Up, fail
+// with ErrLeaseLost.
+func TestUnlockReportsALostLease(t *testing.T) {
+	table := pgtest.Schema(t) + ".leases"
+	c := testClient(t, table, "pod-a")
+	l := New(c, "goose")
+	ctx := context.Background()
+	if err := l.Lock(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testClient(t, table, "operator").ForceRelease(ctx, "goose"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Lease().Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("Renew after a forced release: %v", err)
+	}
+	err := l.Unlock(ctx, nil)
+	if !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("Unlock of a lost lease: %v; want ErrLeaseLost", err)
+	}
+	t.Log(err)
+	// The name is free again for this client.
+	if err := l.Lock(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two goose providers on two clients run Up at once: each migration is
+// applied once, and the second provider finds nothing left to do.
+func TestConcurrentUpAppliesEachMigrationOnce(t *testing.T) {
+	schema := pgtest.Schema(t)
+	table := schema + ".leases"
+	dsn := withParams(t, pgtest.DSN(t), map[string]string{"search_path": schema})
+	results := make(chan []*goose.MigrationResult, 2)
+	errs := make(chan error, 2)
+	for _, pod := range []string{"pod-a", "pod-b"} {
+		db, err := sql.Open("pgx", withParams(t, dsn, map[string]string{"application_name": pod}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		p, err := goose.NewProvider(goose.DialectPostgres, db, migrations(0),
+			goose.WithSessionLocker(New(testClient(t, table, pod), "goose")), goose.WithDisableGlobalRegistry(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			r, err := p.Up(context.Background())
+			results <- r
+			errs <- err
+		}()
+	}
+	applied := 0
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		applied += len(<-results)
+	}
+	if applied != migrationCount {
+		t.Fatalf("%d migrations applied by the two providers, want %d", applied, migrationCount)
+	}
+	runs := pgtest.Value[int64](t, fmt.Sprintf(`SELECT count(*) FROM %q.runs`, schema))
+	distinct := pgtest.Value[int64](t, fmt.Sprintf(`SELECT count(DISTINCT version) FROM %q.runs`, schema))
+	if runs != migrationCount || distinct != migrationCount {
+		t.Fatalf("runs table: %d rows, %d versions; want %d of each", runs, distinct, migrationCount)
+	}
+}
+
+// migrationCount is the number of migrations of migrations.
+const migrationCount = 5
+
+// migrations returns goose SQL migrations, each in a transaction of its own,
+// that record each run in the table runs (version, the run's
+// application_name); the even ones sleep for slow first, so that a pod may
+// be killed in the middle of one.
+func migrations(slow time.Duration) fstest.MapFS {
+	fsys := fstest.MapFS{}
+	for v := 1; v <= migrationCount; v++ {
+		up := ""
+		if v == 1 {
+			up = "CREATE TABLE runs (version int NOT NULL, pod text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());\n"
+		}
+		up += fmt.Sprintf("INSERT INTO runs (version, pod) VALUES (%d, current_setting('application_name'));\n", v)
+		if v%2 == 0 && slow > 0 {
+			up += fmt.Sprintf("SELECT pg_sleep(%g);\n", slow.Seconds())
+		}
+		fsys[fmt.Sprintf("%05d_step.sql", v)] = &fstest.MapFile{
+			Data: []byte("-- +goose Up\n" + up + "-- +goose Down\nDELETE FROM runs WHERE version = " + fmt.Sprint(v) + ";\n"),
+		}
+	}
+	return fsys
+}
