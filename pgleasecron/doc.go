@@ -111,4 +111,14 @@
 //     with another schedule for the same name claims the ticks of its own
 //     schedule: ticks are still claimed in increasing order and at most
 //     once, but the job then runs on the union of the schedules.
+//
+// # robfig/cron
+//
+// A service that keeps robfig/cron's scheduler wraps its job with
+// [Scheduler.Wrap] instead of calling Add and Run: each replica's Cron fires
+// the job, and the firing handles the job's due tick exactly as a replica's
+// own loop would, with the guarantees above. Firings are only a prompt: a
+// replica whose Cron fires before the server's clock reaches the tick waits
+// for it (by up to half the schedule's period), and one that fires after
+// another replica claimed the tick skips it.
 package pgleasecron

@@ -23,6 +23,9 @@ type job struct {
 	fn    func(context.Context) error
 	o     jobOptions
 	check time.Duration // how often a waiting replica looks for dead runners
+	// wrapped: a job of Wrap, whose ticks robfig's Cron starts (robfig.go)
+	// rather than loop
+	wrapped bool
 }
 
 // Tick is the tick a job's function runs (see [TickOf]).

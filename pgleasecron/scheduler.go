@@ -54,6 +54,12 @@ type Scheduler struct {
 	jobs    []*job
 	byName  map[string]*job
 	started bool
+	ready   bool // prepared, for the jobs of Wrap (robfig.go)
+
+	// wrapped is the lifetime of the runs of Wrap's jobs, which robfig's
+	// Cron starts: Close ends it.
+	wrapped context.Context
+	stop    context.CancelFunc
 
 	clock serverClock
 
@@ -95,9 +101,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Scheduler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	wrapped, stop := context.WithCancel(context.Background())
 	return &Scheduler{
 		cfg: cfg, pool: pool, client: client, q: build(t),
 		log: log, byName: map[string]*job{}, clock: serverClock{local: cfg.Clock},
+		wrapped: wrapped, stop: stop,
 	}, nil
 }
 
@@ -116,7 +124,8 @@ func (s *Scheduler) Add(name, schedule string, fn func(context.Context) error, o
 	if err != nil {
 		return forJob(name, err)
 	}
-	return s.add(name, sched, fn, o)
+	_, err = s.add(name, sched, fn, o)
+	return err
 }
 
 // AddSchedule is Add with a Schedule of the caller's own (its String is
@@ -129,36 +138,37 @@ func (s *Scheduler) AddSchedule(name string, sched Schedule, fn func(context.Con
 	if sched == nil {
 		return &InvalidError{Job: name, Reason: "nil schedule: pass a Schedule (see Parse and Every)"}
 	}
-	return s.add(name, sched, fn, o)
+	_, err := s.add(name, sched, fn, o)
+	return err
 }
 
-func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) error, o jobOptions) error {
+func (s *Scheduler) add(name string, sched Schedule, fn func(context.Context) error, o jobOptions) (*job, error) {
 	if err := CheckJobName(name); err != nil {
-		return err
+		return nil, err
 	}
 	if fn == nil {
-		return &InvalidError{Job: name, Reason: "nil function: pass the function the job runs"}
+		return nil, &InvalidError{Job: name, Reason: "nil function: pass the function the job runs"}
 	}
 	if err := o.check(); err != nil {
-		return forJob(name, err)
+		return nil, forJob(name, err)
 	}
 	rows, sc, err := checkLease(s.cfg.Config, leasePrefix+name, o.lease)
 	if err != nil {
-		return forJob(name, err)
+		return nil, forJob(name, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
-		return fmt.Errorf("pgleasecron: job %q: Add after Run: register every job before Run", name)
+		return nil, fmt.Errorf("pgleasecron: job %q: Add after Run: register every job before Run", name)
 	}
 	if _, dup := s.byName[name]; dup {
-		return &InvalidError{Job: name, Reason: "registered twice: give each job a name of its own"}
+		return nil, &InvalidError{Job: name, Reason: "registered twice: give each job a name of its own"}
 	}
 	j := &job{s: s, name: name, lease: leasePrefix + name, rows: rows, sched: sched, fn: fn, o: o,
 		check: checkEvery(sc.TTL)}
 	s.jobs = append(s.jobs, j)
 	s.byName[name] = j
-	return nil
+	return j, nil
 }
 
 // CheckJobName reports whether name is a valid job name: 1–200 bytes of
@@ -187,10 +197,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return errors.New("pgleasecron: Run called twice")
 	}
 	s.started = true
-	jobs := append([]*job(nil), s.jobs...)
+	var jobs []*job
+	for _, j := range s.jobs {
+		if !j.wrapped {
+			jobs = append(jobs, j)
+		}
+	}
 	s.mu.Unlock()
 	if len(jobs) == 0 {
-		return errors.New("pgleasecron: no jobs: call Add before Run")
+		return errors.New("pgleasecron: no jobs: call Add before Run (the jobs of Wrap run from robfig's Cron, without Run)")
 	}
 	if err := s.prepare(ctx); err != nil {
 		return err
@@ -207,8 +222,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 func (s *Scheduler) Owner() string { return s.client.Owner() }
 
 // Close closes the scheduler's lease client (not the pool). Call it after
-// Run has returned.
-func (s *Scheduler) Close() error { return s.client.Close() }
+// Run has returned, and after robfig's Cron has stopped for the jobs of
+// Wrap (the runs still going have their contexts cancelled).
+func (s *Scheduler) Close() error {
+	s.stop()
+	return s.client.Close()
+}
 
 // prepare is what Run does first: Migrate, or with
 // Config.DisableAutoMigrate only a check that the tables exist.
