@@ -2,9 +2,9 @@
 # pg_ctl) and nothing else: they start their own throwaway cluster.
 .PHONY: test demo race soak bench ci ha
 # The library, the CLI (cmd/pglease), the scheduler (pgleasecron) and the
-# goose adapter (pgleasegoose) are modules of their own (go.work ties them
-# together), hence four patterns.
-PKGS = ./... ./cmd/pglease/... ./pgleasecron/... ./pgleasegoose/...
+# goose and gocron adapters (pgleasegoose, pgleasegocron) are modules of
+# their own (go.work ties them together), hence a pattern each.
+PKGS = ./... ./cmd/pglease/... ./pgleasecron/... ./pgleasegoose/... ./pgleasegocron/...
 test:
 	go test $(PKGS)
 race:
