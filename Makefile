@@ -2,9 +2,9 @@
 # pg_ctl) and nothing else: they start their own throwaway cluster.
 .PHONY: test demo race soak bench ci ha
 # The library, the CLI (cmd/pglease), the scheduler (pgleasecron) and the
-# goose and gocron adapters (pgleasegoose, pgleasegocron) are modules of
-# their own (go.work ties them together), hence a pattern each.
-PKGS = ./... ./cmd/pglease/... ./pgleasecron/... ./pgleasegoose/... ./pgleasegocron/...
+# adapters (pgleasegoose, pgleasegocron, pgleaseriver) are modules of their
+# own (go.work ties them together), hence a pattern each.
+PKGS = ./... ./cmd/pglease/... ./pgleasecron/... ./pgleasegoose/... ./pgleasegocron/... ./pgleaseriver/...
 test:
 	go test $(PKGS)
 race:

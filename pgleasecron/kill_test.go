@@ -125,20 +125,20 @@ func TestSIGKILLedReplicaLosesNoTick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("30 s of ticks (skipped with -short)")
 	}
-	killReplicaMidRun(t, false)
+	killReplicaMidRun(t, false, 30, 15)
 }
 
 // The same with robfig's Cron firing the job on each replica through
 // Wrap, each firing up to 400 ms late (the splay of gocron's lockers'
-// double runs).
+// double runs), for 16 ticks, the kill after 8.
 func TestSIGKILLedRobfigReplicaLosesNoTick(t *testing.T) {
 	if testing.Short() {
-		t.Skip("30 s of ticks (skipped with -short)")
+		t.Skip("16 s of ticks (skipped with -short)")
 	}
-	killReplicaMidRun(t, true)
+	killReplicaMidRun(t, true, 16, 8)
 }
 
-func killReplicaMidRun(t *testing.T, robfig bool) {
+func killReplicaMidRun(t *testing.T, robfig bool, total, killAt int) {
 	table := tableIn(t)
 	logPath := filepath.Join(t.TempDir(), "runs.log")
 	procs := map[string]*exec.Cmd{}
@@ -179,7 +179,6 @@ func killReplicaMidRun(t *testing.T, robfig bool) {
 		}
 		return lines
 	}
-	const total, killAt = 30, 15
 	var lines []string
 	pgtest.WaitFor(t, 2*pgtest.Patience, fmt.Sprintf("%d runs", killAt), func() bool {
 		lines = readLog()

@@ -120,13 +120,13 @@ func replicaMain() int {
 }
 
 // Three gocron schedulers on one database, their clocks 0, +150 ms and
-// -150 ms off, run a job every second that ends in milliseconds; after 10
+// -150 ms off, run a job every second that ends in milliseconds; after 8
 // runs the replica that ran the latest is SIGKILLed. No second runs twice,
 // and the kill costs at most a few seconds — with the Locker (its lease
 // kept 500 ms past a run) and with the Elector.
 func TestSIGKILLedReplicaRunsNoSecondTwice(t *testing.T) {
 	if testing.Short() {
-		t.Skip("two runs of 25 s of ticks (skipped with -short)")
+		t.Skip("two runs of 18 s of ticks (skipped with -short)")
 	}
 	for _, mode := range []string{"locker", "elector"} {
 		t.Run(mode, func(t *testing.T) { killMidRun(t, mode) })
@@ -178,7 +178,7 @@ func killMidRun(t *testing.T, mode string) {
 		}
 		return runs
 	}
-	const total, killAt = 25, 10
+	const total, killAt = 18, 8
 	var runs []run
 	pgtest.WaitFor(t, 2*pgtest.Patience, fmt.Sprintf("%d runs", killAt), func() bool {
 		runs = readLog()

@@ -1,0 +1,180 @@
+// Package pgleaseriver gives River (github.com/riverqueue/river) jobs
+// fleet-wide limits through pglease leases: a job kind (or each key taken
+// from its jobs' args) runs one job at a time across every River client on
+// the database, or at most N at a time. A job that finds its limit reached
+// is snoozed, not failed, and River hands it out again a little later.
+//
+// Install a [Middleware] in every client's Config.Middleware:
+//
+//	mw, err := pgleaseriver.New(leases,
+//		pgleaseriver.Limit{Kind: "sync_account", Key: pgleaseriver.ArgsKey("account_id")}, // one job per account
+//		pgleaseriver.Limit{Kind: "export", Slots: 3})                                        // three exports at a time
+//	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+//		Middleware: []rivertype.Middleware{mw}, ...})
+//
+// The running job's lease is in its context ([LeaseOf]): its Token is a
+// fencing token for what the job writes, and the context ends if the lease
+// is lost.
+//
+// # Failure model
+//
+//   - A client killed mid-job: its lease frees at its TTL, or at once with
+//     pglease.WithFastFailover, and the next job of the kind (or key) runs.
+//     River's rescuer works the killed job again after the client's
+//     RescueStuckJobsAfter, like any job of a dead client.
+//   - A lease lost while the job runs (its client was cut off from the
+//     database for longer than the TTL): the job's context ends with a
+//     cause wrapping pglease.ErrLeaseLost, and another client may start a
+//     job of the limit meanwhile. Work returns an error wrapping
+//     pglease.ErrLeaseLost even when the job returned nil, so that River
+//     retries it.
+//   - The database refuses the lease (it is unreachable): the job fails with
+//     that error, and River retries it by its retry policy.
+package pgleaseriver
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/pglease/pglease"
+)
+
+// LeasePrefix starts the lease name of a limit: "river:" and the job kind,
+// then ":" and the key for a keyed limit.
+const LeasePrefix = "river:"
+
+// DefaultSnooze is how long a job that finds its limit reached waits
+// before River hands it out again, unless the Limit says otherwise.
+const DefaultSnooze = time.Second
+
+// Limit is a fleet-wide limit on the jobs of one kind.
+type Limit struct {
+	// Kind is the job kind (JobArgs.Kind) the limit applies to.
+	Kind string
+	// Key, when set, takes a key from each job (see ArgsKey): the limit
+	// then applies to the jobs of each key apart. Without it, every job of
+	// the kind shares one limit.
+	Key func(job *rivertype.JobRow) (string, error)
+	// Slots is how many jobs of the limit run at once across the fleet:
+	// 0 or 1 is a mutex, more a semaphore (pglease.WithSlots).
+	Slots int
+	// Snooze is how long a job that finds the limit reached waits before
+	// River hands it out again (DefaultSnooze when 0).
+	Snooze time.Duration
+	// LeaseOptions are the lease's (pglease.WithTTL,
+	// pglease.WithFastFailover).
+	LeaseOptions []pglease.Option
+}
+
+// Middleware is a River worker middleware that runs the jobs of its
+// limits under pglease leases; jobs of other kinds run as they would
+// without it.
+type Middleware struct {
+	river.MiddlewareDefaults
+	c      *pglease.Client
+	limits map[string]Limit
+}
+
+var _ rivertype.WorkerMiddleware = (*Middleware)(nil)
+
+// New returns a Middleware of limits, whose leases live in c's table. A
+// limit without a kind, a kind given twice, a negative Slots or Snooze is
+// refused.
+func New(c *pglease.Client, limits ...Limit) (*Middleware, error) {
+	m := &Middleware{c: c, limits: make(map[string]Limit, len(limits))}
+	for _, l := range limits {
+		switch _, dup := m.limits[l.Kind]; {
+		case l.Kind == "":
+			return nil, errors.New("pgleaseriver: a Limit without a Kind: name the job kind (JobArgs.Kind) it limits")
+		case dup:
+			return nil, fmt.Errorf("pgleaseriver: two limits for the job kind %q: give one Limit per kind", l.Kind)
+		case l.Slots < 0:
+			return nil, fmt.Errorf("pgleaseriver: the limit of %q has Slots %d: give 1 (a mutex, the default) or more", l.Kind, l.Slots)
+		case l.Snooze < 0:
+			return nil, fmt.Errorf("pgleaseriver: the limit of %q has a negative Snooze %v", l.Kind, l.Snooze)
+		}
+		m.limits[l.Kind] = l
+	}
+	return m, nil
+}
+
+type leaseKey struct{}
+
+// LeaseOf returns the lease a job of a limit runs under, from the context
+// River gave the job's worker.
+func LeaseOf(ctx context.Context) (*pglease.Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*pglease.Lease)
+	return l, ok
+}
+
+// Work runs the job under its limit's lease, or snoozes it when the limit
+// is reached (River's WorkerMiddleware).
+func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	l, ok := m.limits[job.Kind]
+	if !ok {
+		return doInner(ctx)
+	}
+	name := LeasePrefix + job.Kind
+	if l.Key != nil {
+		key, err := l.Key(job)
+		if err != nil {
+			return fmt.Errorf("pgleaseriver: the key of job %d (%s): %w", job.ID, job.Kind, err)
+		}
+		name += ":" + key
+	}
+	opts := l.LeaseOptions
+	if l.Slots > 1 {
+		opts = append(opts[:len(opts):len(opts)], pglease.WithSlots(l.Slots))
+	}
+	lease, err := m.c.TryAcquire(ctx, name, opts...)
+	if held := (*pglease.HeldError)(nil); errors.As(err, &held) {
+		return river.JobSnooze(cmp.Or(l.Snooze, DefaultSnooze))
+	}
+	if err != nil {
+		return fmt.Errorf("pgleaseriver: job %d (%s): %w", job.ID, job.Kind, err)
+	}
+	defer func() { _ = lease.Release(context.WithoutCancel(ctx)) }()
+
+	jctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
+	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	err = doInner(jctx)
+	stop()
+	cancel(nil)
+	if lctx := lease.Context(); lctx.Err() != nil && errors.Is(context.Cause(lctx), pglease.ErrLeaseLost) {
+		return errors.Join(err, fmt.Errorf("pgleaseriver: the lease %q was lost while job %d ran; another client may have run a job of its limit meanwhile: %w", name, job.ID, context.Cause(lctx)))
+	}
+	return err
+}
+
+// ArgsKey returns a Limit's Key that reads the top-level field of a job's
+// JSON args (a string or a number): ArgsKey("account_id") limits the jobs
+// of each account apart. A job whose args lack the field fails, with an
+// error naming it.
+func ArgsKey(field string) func(job *rivertype.JobRow) (string, error) {
+	return func(job *rivertype.JobRow) (string, error) {
+		var args map[string]json.RawMessage
+		if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
+			return "", fmt.Errorf("read the args: %w", err)
+		}
+		raw, ok := args[field]
+		if !ok || string(raw) == "null" {
+			return "", fmt.Errorf("the args have no %q field to take the key from", field)
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err == nil {
+			return s, nil
+		}
+		var n json.Number
+		if err := json.Unmarshal(raw, &n); err == nil {
+			return n.String(), nil
+		}
+		return "", fmt.Errorf("the args' %q field is neither a string nor a number: %s", field, raw)
+	}
+}
