@@ -28,8 +28,10 @@
 //
 //   - A replica killed while it holds a job's lease: the lease frees at its
 //     TTL (or, with pglease.WithFastFailover, as soon as its session ends),
-//     and the next firing anywhere runs the job. A run cut short by the
-//     kill is not run again for the same tick.
+//     and the next firing anywhere runs the job. Without fast failover, the
+//     other replicas' firings of the tick the kill cut short find the lease
+//     still held and skip it; with it, a replica that fires that tick after
+//     the kill runs it again.
 //   - A lease lost while the job runs (the replica was cut off for longer
 //     than the TTL): gocron cannot stop the job; another replica may run the
 //     job meanwhile. The Lock's Unlock then reports the loss, and gocron
