@@ -144,28 +144,12 @@ func killReplicaMidRun(t *testing.T, robfig bool, total, killAt int) {
 	procs := map[string]*exec.Cmd{}
 	for i, skew := range []string{"0s", "2s", "-2s"} {
 		owner := fmt.Sprintf("replica-%d", i)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), replicaEnv+"="+owner, skewEnv+"="+skew, tableEnv+"="+table,
-			logEnv+"="+logPath, dsnEnv+"="+pgtest.DSN(t))
+		env := []string{replicaEnv + "=" + owner, skewEnv + "=" + skew, tableEnv + "=" + table,
+			logEnv + "=" + logPath, dsnEnv + "=" + pgtest.DSN(t)}
 		if robfig {
-			cmd.Env = append(cmd.Env, robfigEnv+"=1")
+			env = append(env, robfigEnv+"=1")
 		}
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[owner] = cmd
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(pgtest.Patience):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		})
+		procs[owner] = pgtest.Child(t, env...)
 	}
 	readLog := func() []string {
 		b, err := os.ReadFile(logPath)

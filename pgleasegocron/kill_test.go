@@ -139,25 +139,8 @@ func killMidRun(t *testing.T, mode string) {
 	procs := map[string]*exec.Cmd{}
 	for i, offset := range []string{"0s", "150ms", "-150ms"} {
 		owner := fmt.Sprintf("replica-%d", i)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), replicaEnv+"="+owner, modeEnv+"="+mode, offsetEnv+"="+offset,
+		procs[owner] = pgtest.Child(t, replicaEnv+"="+owner, modeEnv+"="+mode, offsetEnv+"="+offset,
 			tableEnv+"="+table, logEnv+"="+logPath, dsnEnv+"="+pgtest.DSN(t))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[owner] = cmd
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(pgtest.Patience):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		})
 	}
 	type run struct {
 		second int64

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -208,31 +207,10 @@ func TestSIGKILLedWorkerBreaksNoLimit(t *testing.T) {
 	}
 
 	logPath := filepath.Join(t.TempDir(), "jobs.log")
-	u, err := url.Parse(pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	procs := map[string]*exec.Cmd{}
 	for i := range 3 {
 		owner := fmt.Sprintf("worker-%d", i)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), workerEnv+"="+owner, schemaEnv+"="+schema, logEnv+"="+logPath, dsnEnv+"="+u.String())
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[owner] = cmd
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(pgtest.Patience):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		})
+		procs[owner] = pgtest.Child(t, workerEnv+"="+owner, schemaEnv+"="+schema, logEnv+"="+logPath, dsnEnv+"="+pgtest.DSN(t))
 	}
 
 	readLog := func() []interval {
