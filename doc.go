@@ -83,6 +83,15 @@
 //     when a renewal finds the row taken over or force-released, the lease is
 //     lost at once. Either way the lease's context ends, and its cause
 //     (context.Cause) wraps [ErrLeaseLost].
+//   - A holder that is alive but stuck keeps renewing: only a hold limit
+//     ([WithMaxHold]) takes the name from it. At the limit, on the
+//     holder's monotonic clock from when the acquisition was sent, the
+//     lease's context ends with a cause matching [ErrHoldLimit] (and
+//     [ErrLeaseLost]), and only then is its row deleted, by token, so a
+//     waiter may take the name at once. The holder's work must stop when
+//     the context ends, as on any loss; one too stuck to notice is what
+//     fencing tokens are for. A delete that fails leaves the row to expire
+//     within the TTL (nothing renews it any more).
 //   - A cancelled acquire leaves nothing behind: its statement runs to
 //     completion on a detached, bounded context, and if it acquired, the row
 //     is released by token at once. A reply that arrives after the lease's

@@ -39,7 +39,9 @@ type ElectorConfig struct {
 	// *[InvalidError], as an election has one leader.
 	LeaseOptions []Option
 	// StepDownHoldOff is how long the elector stays out of the election
-	// after it stepped down at a request ([Client.RequestStepDown]): it
+	// after it stepped down at a request ([Client.RequestStepDown]), or
+	// after a term reached its maximum hold ([WithMaxHold] in
+	// LeaseOptions, which limits every term): it
 	// campaigns again as soon as another instance leads, or once the
 	// hold-off has passed if none does. Default: the client's
 	// [Config.PollInterval].
@@ -128,14 +130,15 @@ func (e *Elector) Run(ctx context.Context) error {
 		switch why {
 		case errResigned:
 			e.yield(ctx, e.c.cfg.PollInterval)
-		case ErrStepDown:
+		case ErrStepDown, ErrHoldLimit:
 			e.yield(ctx, e.cfg.StepDownHoldOff)
 		}
 	}
 }
 
-// serve runs one term and returns errResigned or ErrStepDown when it
-// ended by Resign or by a step-down request, else nil.
+// serve runs one term and returns errResigned, ErrStepDown or
+// ErrHoldLimit when it ended by Resign, by a step-down request or at the
+// lease's maximum hold ([WithMaxHold]), else nil.
 func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	// Like the lease's own context, tctx checks the deadline on Err.
 	tctx, cancel := withLease(ctx, l)
@@ -162,6 +165,8 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 		ending = errResigned
 	case errors.Is(cause, ErrStepDown):
 		ending = ErrStepDown
+	case errors.Is(cause, ErrHoldLimit):
+		ending = ErrHoldLimit
 	}
 	why := err // why the term ended, for EventDemoted
 	if ended {

@@ -30,6 +30,11 @@ var (
 	// milliseconds of the session's end, so whatever the lease protected
 	// must stop at once: there is no safety margin to spend.
 	ErrSessionLost = errors.New("pglease: lease lost with its database session")
+	// ErrHoldLimit is the cause of a lease's end when it reached the
+	// maximum hold it was acquired with ([WithMaxHold]) while still held.
+	// It also matches [ErrLeaseLost]: the lease ended without its holder
+	// asking, and a waiter may hold the name at once.
+	ErrHoldLimit = errors.New("pglease: hold limit reached")
 	// ErrReleased is the cause of a lease's end after [Lease.Release].
 	ErrReleased = errors.New("pglease: lease released")
 	// ErrClosed is returned by calls on a closed [Client], and is the cause
@@ -182,16 +187,17 @@ func IsRetryable(err error) bool {
 }
 
 // lostError is the cause of a lost lease: it matches ErrLeaseLost (and
-// ErrSessionLost when the database session of a session-bound lease ended)
-// and says why.
+// ErrSessionLost when the database session of a session-bound lease ended,
+// ErrHoldLimit when the lease reached its maximum hold) and says why.
 type lostError struct {
 	why     string
 	session bool
+	hold    bool
 }
 
 func (e *lostError) Error() string { return "pglease: lease lost: " + e.why }
 func (e *lostError) Is(target error) bool {
-	return target == ErrLeaseLost || (e.session && target == ErrSessionLost)
+	return target == ErrLeaseLost || (e.session && target == ErrSessionLost) || (e.hold && target == ErrHoldLimit)
 }
 
 // sessionEnded is the cause of a session-bound lease lost with its session.

@@ -38,9 +38,13 @@ type Lease struct {
 	mu       sync.Mutex
 	sent     time.Time // send time of the last successful acquire/renew
 	deadline time.Time // local safety deadline (monotonic)
-	timer    *time.Timer
-	ended    bool
-	cause    error // why it ended, set with ended
+	// holdEnd is when the lease ends at its maximum hold (WithMaxHold):
+	// deadline never passes it. Zero: no limit.
+	holdEnd time.Time
+	maxHold time.Duration
+	timer   *time.Timer
+	ended   bool
+	cause   error // why it ended, set with ended
 
 	// announced: EventAcquired was sent (before ended was set), so its
 	// end is to be reported; announcedAt is when, for the hold time.
@@ -58,6 +62,10 @@ func (c *Client) newLease(name string, token int64, o leaseOptions, sent time.Ti
 	inner, cancel := context.WithCancelCause(context.Background())
 	l.ctx, l.cancel = leaseContext{inner, l}, cancel
 	l.deadline = sent.Add(o.ttl - c.margin(o.ttl))
+	if o.maxHold > 0 {
+		l.maxHold, l.holdEnd = o.maxHold, sent.Add(o.maxHold)
+		l.deadline = minTime(l.deadline, l.holdEnd)
+	}
 	return l
 }
 
@@ -147,7 +155,8 @@ func (l *Lease) settle() {
 }
 
 // Deadline returns the local safety deadline: the lease is valid until then
-// unless renewed (it is renewed in the background).
+// unless renewed (it is renewed in the background). It never passes the
+// end of a maximum hold ([WithMaxHold]), which no renewal extends.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -162,7 +171,11 @@ func (l *Lease) extend(sent time.Time) bool {
 	if l.ended || !time.Now().Before(l.deadline) {
 		return false // too late: the deadline timer ends it, if it has not yet
 	}
-	if d := sent.Add(l.ttl - l.c.margin(l.ttl)); d.After(l.deadline) {
+	d := sent.Add(l.ttl - l.c.margin(l.ttl))
+	if !l.holdEnd.IsZero() {
+		d = minTime(d, l.holdEnd)
+	}
+	if d.After(l.deadline) {
 		l.sent, l.deadline = sent, d
 		if l.timer != nil {
 			l.timer.Reset(time.Until(d))
@@ -171,13 +184,37 @@ func (l *Lease) extend(sent time.Time) bool {
 	return true
 }
 
-// expire runs when the deadline timer fires.
+// expire runs when the deadline timer fires: the lease ends at its
+// maximum hold, or is lost for want of a renewal.
 func (l *Lease) expire() {
 	l.mu.Lock()
-	early := time.Now().Before(l.deadline) // the timer raced with a renewal
+	now := time.Now()
+	early := now.Before(l.deadline) // the timer raced with a renewal
+	held := !l.holdEnd.IsZero() && !now.Before(l.holdEnd)
 	l.mu.Unlock()
-	if !early {
+	switch {
+	case early:
+	case held:
+		l.endHold()
+	default:
 		l.lose(&lostError{why: "no renewal succeeded before the local safety deadline"})
+	}
+}
+
+// endHold ends a lease that reached its maximum hold: it is lost to its
+// holder (its context ends first) and its row is deleted by token at once
+// on a goroutine of the client's, so that a waiter need not wait out the
+// TTL. A delete that fails leaves the row to expire: no renewal extends
+// it any more.
+func (l *Lease) endHold() {
+	cause := &lostError{why: fmt.Sprintf("it reached its maximum hold of %s", l.maxHold), hold: true}
+	if !l.end(cause) {
+		return
+	}
+	l.c.cfg.Logger.WarnContext(l.ctx, "pglease: lease ended at its maximum hold", "name", l.name, "token", l.token, "max_hold", l.maxHold)
+	l.reportEnd(Event{Kind: EventLost, Err: cause})
+	if !l.c.goBackground(func() { _ = l.freeRow(context.Background()) }) && l.slot != nil {
+		l.c.putSlot(l.name, l.slot, true) // closing: the row expires
 	}
 }
 
@@ -260,9 +297,18 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	return l.deleteRow(ctx)
 }
 
-// deleteRow deletes the row of a lease that has just ended (see release)
-// and then frees its local slot.
+// deleteRow deletes the row of a lease that has just ended (see release),
+// reports the release, and then frees its local slot.
 func (l *Lease) deleteRow(ctx context.Context) error {
+	return l.removeRow(ctx, true)
+}
+
+// freeRow is deleteRow for a lease whose end was reported as a loss.
+func (l *Lease) freeRow(ctx context.Context) error {
+	return l.removeRow(ctx, false)
+}
+
+func (l *Lease) removeRow(ctx context.Context, report bool) error {
 	if l.slot != nil {
 		defer l.c.putSlot(l.name, l.slot, true)
 	}
@@ -275,13 +321,19 @@ func (l *Lease) deleteRow(ctx context.Context) error {
 	for {
 		err := c.releaseRow(ctx, l)
 		if err == nil {
-			l.reportEnd(Event{Kind: EventReleased, Latency: time.Since(start), Context: caller})
+			if report {
+				l.reportEnd(Event{Kind: EventReleased, Latency: time.Since(start), Context: caller})
+			}
 			return nil
 		}
 		if !IsRetryable(err) || ctx.Err() != nil {
 			err = opError(fmt.Sprintf("release %q (it will expire after its TTL)", l.name), err)
 			// The lease has ended all the same.
-			l.reportEnd(Event{Kind: EventReleased, Latency: time.Since(start), Err: err, Context: caller})
+			if report {
+				l.reportEnd(Event{Kind: EventReleased, Latency: time.Since(start), Err: err, Context: caller})
+			} else {
+				c.cfg.Logger.WarnContext(caller, "pglease: could not delete the row of a lease that ended", "name", l.name, "err", err)
+			}
 			return err
 		}
 		select {
@@ -372,4 +424,12 @@ func (l *Lease) guard(ctx context.Context, q store.Querier) error {
 		return opError("guard", err)
 	}
 	return nil
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

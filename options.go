@@ -14,8 +14,9 @@ type Option struct{ apply func(*leaseOptions) error }
 // leaseOptions is what the options of one acquisition resolve to.
 type leaseOptions struct {
 	ttl, minHold time.Duration
-	metadata     []byte // JSON object
-	session      bool   // WithFastFailover
+	maxHold      time.Duration // WithMaxHold; 0: no limit
+	metadata     []byte        // JSON object
+	session      bool          // WithFastFailover
 	slots        int
 	// semaphore: the name whose slots are acquired (slots > 1), set by
 	// the acquisition itself.
@@ -57,6 +58,32 @@ func WithMinHold(d time.Duration) Option {
 			return err
 		}
 		o.minHold = d
+		return nil
+	}}
+}
+
+// WithMaxHold ends the lease d after it was acquired even though its
+// renewals succeed (ShedLock's lockAtMostFor), so that a holder that is
+// alive but stuck cannot keep the name forever. At that moment, measured
+// on the holder's monotonic clock from when the acquisition was sent, the
+// lease's context ends with a cause matching both [ErrHoldLimit] and
+// [ErrLeaseLost], and its row is deleted (by token), so that a waiter takes
+// the name at once; [Lease.Deadline] never lies past it. The holder's work
+// must stop then, as on any loss: a stuck holder that does not is what
+// fencing tokens are for. d is a whole number of milliseconds, at least
+// 1s and at least the minimum hold ([WithMinHold]); otherwise the error is
+// an *[InvalidError]. An [Elector] given it in
+// [ElectorConfig.LeaseOptions] limits every term: a term that reaches it
+// ends and the elector stays out of the election as after a step-down.
+func WithMaxHold(d time.Duration) Option {
+	return Option{func(o *leaseOptions) error {
+		if d < minTTL || d > maxTTL {
+			return invalid(kindArgument, "maximum hold must be between %s and 100 years, got %s", minTTL, d)
+		}
+		if err := wholeMillis(kindArgument, "maximum hold", d); err != nil {
+			return err
+		}
+		o.maxHold = d
 		return nil
 	}}
 }
@@ -165,6 +192,9 @@ func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, erro
 		// A release before the minimum hold keeps the row until then; a
 		// longer hold than TTL would need renewals nobody sends.
 		return o, invalid(kindArgument, "minimum hold %s exceeds the TTL %s", o.minHold, o.ttl)
+	}
+	if o.maxHold > 0 && o.minHold > o.maxHold {
+		return o, invalid(kindArgument, "minimum hold %s exceeds the maximum hold %s", o.minHold, o.maxHold)
 	}
 	if err := cfg.checkTiming(o.ttl); err != nil {
 		return o, err

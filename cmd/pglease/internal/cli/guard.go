@@ -36,6 +36,11 @@ type guard struct {
 	// renewed wakes the guard after a renewal of any lease, so that it
 	// passes the new deadline on at once.
 	renewed <-chan struct{}
+	// holdEnd, when not zero, is when the command must be gone for
+	// --max-hold (maxHold): SIGTERM at holdEnd minus the grace, SIGKILL
+	// at holdEnd, as on a lost lease.
+	holdEnd time.Time
+	maxHold time.Duration
 	// stop, once closed, gives the command the grace to end (pglease cron
 	// is stopping; the signal itself comes on sigs); kill, once closed,
 	// ends it at once. nil for never.
@@ -44,7 +49,8 @@ type guard struct {
 
 // guard keeps the command within its lease and returns once the command
 // and everything in its group are gone. It reports whether the group was
-// terminated for the lease's sake (lost, or its renewals failing).
+// terminated for the lease's sake (lost, its renewals failing, or its
+// --max-hold reached).
 func (e *env) guard(g guard) (terminated bool) {
 	var (
 		terminating bool      // SIGTERM sent to the group because of the lease
@@ -85,6 +91,9 @@ func (e *env) guard(g guard) (terminated bool) {
 		} else if !terminating && !now.Before(soft) && g.lease.Context().Err() == nil {
 			terminate(fmt.Sprintf("renewals of lease %s are failing and its deadline is near", name), deadline)
 		}
+		if !g.holdEnd.IsZero() && !terminating && !now.Before(g.holdEnd.Add(-g.grace)) {
+			terminate(fmt.Sprintf("lease %s reached its --max-hold of %s", name, g.maxHold), g.holdEnd)
+		}
 		if !killed && !killAt.IsZero() && !now.Before(killAt) {
 			killed = true
 			g.sup.kill()
@@ -98,6 +107,9 @@ func (e *env) guard(g guard) (terminated bool) {
 				}
 				if next.IsZero() || soft.Before(next) {
 					next = soft
+				}
+				if hold := g.holdEnd.Add(-g.grace); !g.holdEnd.IsZero() && hold.Before(next) {
+					next = hold
 				}
 			}
 			timer.Reset(max(time.Until(next), 0))

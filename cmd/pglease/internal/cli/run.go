@@ -25,6 +25,7 @@ var runFlags = append([]flagSpec{
 	{name: "fast-failover", kind: boolFlag, usage: "tie the lease to the database session: a waiter takes over within milliseconds when this process dies"},
 	{name: "min-hold", kind: durationFlag, arg: "DURATION", usage: "keep the lease at least this long after acquiring, even if COMMAND ends sooner (at most the TTL)"},
 	{name: "slots", kind: intFlag, arg: "N", usage: "let up to N holders run at once (a semaphore; every run of NAME must use the same N); COMMAND finds its slot, 0 to N-1, in $PGLEASE_SLOT"},
+	{name: "max-hold", kind: durationFlag, arg: "DURATION", usage: "end the command (SIGTERM, SIGKILL after --kill-grace) this long after acquiring, even if renewals succeed, release the lease and exit 76; longer than --kill-grace"},
 	{name: "conflict-exit-code", kind: intFlag, arg: "N", usage: "exit status when the lease is held elsewhere, 0-255 (default 75; 0 suits Kubernetes CronJobs and cron mail)"},
 }, connFlags...)
 
@@ -41,8 +42,9 @@ type runOptions struct {
 	grace    time.Duration
 	fast     bool
 	minHold  time.Duration
-	slots    int // 0: a plain lease
-	conflict int // exit status when the lease is held elsewhere
+	maxHold  time.Duration // 0: no limit
+	slots    int           // 0: a plain lease
+	conflict int           // exit status when the lease is held elsewhere
 }
 
 // leaseOptions are the library options of the run's lease.
@@ -118,6 +120,15 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 				hint = " (raise --ttl, or lower --min-hold)"
 			}
 			return bad(usagef("invalid --min-hold %s: %s%s", fs.str("min-hold"), reason(err), hint))
+		}
+	}
+	if fs.isSet("max-hold") {
+		o.maxHold = fs.duration("max-hold", 0)
+		if err := cfg.Validate(pglease.WithMaxHold(o.maxHold), pglease.WithMinHold(o.minHold)); err != nil {
+			return bad(usagef("invalid --max-hold %s: %s", fs.str("max-hold"), reason(err)))
+		}
+		if o.maxHold <= o.grace {
+			return bad(usagef("invalid --max-hold %s: the command gets SIGTERM --kill-grace (%s) before it, so it must be longer than that", fs.str("max-hold"), o.grace))
 		}
 	}
 	if fs.isSet("slots") {
@@ -326,7 +337,12 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 }
 
 // hold runs the command under a held lease and returns the exit status.
+// A --max-hold counts from here, before the command starts: the command
+// runs at most that long, and pglease releases the lease once its group is
+// gone (the library's WithMaxHold would free the row at the limit itself,
+// while the group might still be dying).
 func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs chan os.Signal) int {
+	held := time.Now()
 	session := e.sessionFile(lease)
 	sup, err := startSupervisor(child{path: o.path, argv: o.command, env: childEnv(os.Environ(), leaseVars(o, lease)),
 		grace: o.grace, stdin: true, deadline: lease.Deadline(), session: session}, e)
@@ -339,8 +355,16 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 	}
 	renewed, unsubscribe := e.renewals.subscribe()
 	defer unsubscribe()
-	terminated := e.guard(guard{lease: lease, sup: sup, grace: o.grace, sigs: sigs, renewed: renewed})
-	return e.finish(ctx, o, lease, sup, terminated)
+	g := guard{lease: lease, sup: sup, grace: o.grace, sigs: sigs, renewed: renewed}
+	if o.maxHold > 0 {
+		g.holdEnd, g.maxHold = held.Add(o.maxHold), o.maxHold
+	}
+	terminated := e.guard(g)
+	var holdTerm time.Time // when --max-hold's SIGTERM was due
+	if o.maxHold > 0 {
+		holdTerm = g.holdEnd.Add(-o.grace)
+	}
+	return e.finish(ctx, lease, sup, terminated, holdTerm)
 }
 
 // sessionFile is a copy of the database session a session-bound lease is
@@ -358,13 +382,21 @@ func (e *env) sessionFile(lease *pglease.Lease) *os.File {
 	return f
 }
 
-// finish runs once the command and everything in its group are gone.
-func (e *env) finish(ctx context.Context, o runOptions, lease *pglease.Lease, sup *supervisor, terminating bool) int {
+// finish runs once the command and everything in its group are gone;
+// holdTerm is when the SIGTERM of the run's --max-hold was due, or zero.
+func (e *env) finish(ctx context.Context, lease *pglease.Lease, sup *supervisor, terminating bool, holdTerm time.Time) int {
 	if terminating || lease.Context().Err() != nil && errors.Is(context.Cause(lease.Context()), pglease.ErrLeaseLost) {
 		// Exit without waiting for the database: a lost lease has nothing
 		// to release, and one whose renewals were failing expires by
 		// itself. A lease still valid (a late renewal got through) gets one
-		// short release attempt so that a waiter need not wait out the TTL.
+		// short release attempt so that a waiter need not wait out the TTL;
+		// one ended at its --max-hold, on a healthy database, a full one.
+		if !holdTerm.IsZero() && lease.Context().Err() == nil && !time.Now().Before(holdTerm) {
+			if err := lease.Release(ctx); err != nil {
+				fmt.Fprintln(e.stderr, e.redact(err.Error()))
+			}
+			return exitLost
+		}
 		if lease.Context().Err() == nil {
 			done := make(chan struct{})
 			go func() { _ = lease.Release(ctx); close(done) }()

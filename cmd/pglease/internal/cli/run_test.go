@@ -4,6 +4,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -448,5 +449,54 @@ func TestStepDownStopsTheCommandGracefully(t *testing.T) {
 	// 1-minute TTL could have expired.
 	if code := waiter.wait(); code != 0 || !strings.Contains(waiter.stdout.String(), "took over") {
 		t.Fatalf("the waiter: exit %d, stdout %q", code, waiter.stdout)
+	}
+}
+
+// A command that would run for 10 s under a run with --max-hold 2s: it gets
+// SIGTERM at 1.5 s (the grace before the limit), which it ignores, SIGKILL
+// at 2 s; pglease then releases the lease at once (its TTL of a minute is
+// still being renewed) and exits 76, and a waiting run takes over. The
+// lease is already free (or the waiter's) when the holder's pglease exits.
+func TestRunMaxHoldEndsTheCommand(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	mark := filepath.Join(t.TempDir(), "held")
+	holder := start(t, env, "run", "job", "--table", table, "--ttl", "1m", "--max-hold", "2s", "--kill-grace", "500ms", "--",
+		"sh", "-c", "trap '' TERM; echo $$ > "+mark+"; sleep 10")
+	cpid := readInt(t, mark)
+	code, out, _ := run(t, env, "status", "job", "--table", table, "--json")
+	if code != 0 {
+		t.Fatalf("status of the held lease: exit %d", code)
+	}
+	var held struct{ Token int64 }
+	if err := json.Unmarshal([]byte(out), &held); err != nil || held.Token == 0 {
+		t.Fatalf("status --json %q: %v", out, err)
+	}
+	waiter := start(t, env, "run", "job", "--wait", "--table", table, "--ttl", "1m", "--", "sh", "-c", "echo took over")
+	if code := holder.wait(); code != 76 {
+		t.Fatalf("the holder exited %d, want 76: %s", code, holder.stderr)
+	}
+	if alive(cpid) {
+		t.Error("the command outlived its --max-hold")
+	}
+	if !strings.Contains(holder.stderr.String(), "lease job reached its --max-hold of 2s") ||
+		!strings.Contains(holder.stderr.String(), "SIGKILL after 500ms") {
+		t.Errorf("stderr does not say why the command was ended: %s", holder.stderr)
+	}
+	if took := holder.elapsed; took < 2*time.Second {
+		t.Errorf("the command was ended after %s, before its --max-hold of 2s", took)
+	}
+	code, out, _ = run(t, env, "status", "job", "--table", table, "--json")
+	var now struct{ Token int64 }
+	if code == 0 {
+		if err := json.Unmarshal([]byte(out), &now); err != nil {
+			t.Fatalf("status --json %q: %v", out, err)
+		}
+	}
+	if now.Token == held.Token {
+		t.Errorf("the lease is still held with the ended run's token %d after it exited: not released", held.Token)
+	}
+	if code := waiter.wait(); code != 0 || !strings.Contains(waiter.stdout.String(), "took over") {
+		t.Fatalf("the waiter: exit %d, stdout %q, stderr %q", code, waiter.stdout, waiter.stderr)
 	}
 }
