@@ -167,6 +167,9 @@
 // however many clients wait, on this name or others; the other waiters
 // sleep until their turn (or their fallback poll).
 //
+// [Client.Waiters] lists the queue of each name: who waits, first in line
+// first, and since when (pglease ls and the console show it too).
+//
 // Waiters in the queue take their turns in order. A new attempt (a client
 // that releases and acquires again at once, a TryAcquire) may take a free
 // lease ahead of them, so that contention runs in bursts, each client's

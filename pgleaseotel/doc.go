@@ -34,6 +34,11 @@
 //     (pglease.lease.name), 1 while an elector of this process is in a
 //     term, else 0 (also while it campaigns without leading).
 //
+// [ObserveQueues] adds two gauges of who waits in a lease table, read from
+// the table at each collection, so that they cover the whole fleet:
+// pglease.waiters ({waiter}) and pglease.wait.oldest (s), with the
+// attribute pglease.table.
+//
 // With [Options].NameAttribute the lease name (pglease.lease.name) is an
 // attribute of the events counter, the held gauge and the wait and hold
 // histograms. Leave it off when names are unbounded (one per job id, say):

@@ -32,6 +32,10 @@
 //	pglease_hold_seconds[{name}]                histogram  how long leases were held, observed when released or lost
 //	pglease_is_leader{name}                     gauge      1 while an elector of name of these clients is in a term, else 0
 //
+// Who waits is the table's, not one client's: a [Queues] collector
+// (NewQueues) reads the table's queue at each scrape and exports
+// pglease_waiters{table} and pglease_oldest_wait_seconds{table}.
+//
 // The gauges are computed when scraped, from the acquisitions and ends the
 // observer has seen; a client that dropped events reports the state it has
 // afterwards (EventDropped's Held and Leading), which replaces what the

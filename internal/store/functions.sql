@@ -1,5 +1,6 @@
 -- The server-side functions of pglease: an acquisition and a release, each
--- one call in one statement (schema version 6). Same conventions as
+-- one call in one statement (schema version 6; 7
+-- records the owner of a waiter). Same conventions as
 -- queries.sql, whose Acquire and Release call them; {{acquire_fn}} and
 -- {{release_fn}} are their names, derived from the table's and quoted, in
 -- the table's schema. They are PL/pgSQL, VOLATILE and SECURITY INVOKER (the
@@ -238,10 +239,10 @@ BEGIN
                 AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || l."session_pid"::text, 3)))
         RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
     ), queued AS (
-        INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at")
-        SELECT $1, $8, me.since, now() + $11 * interval '1 millisecond'
+        INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner")
+        SELECT $1, $8, me.since, now() + $11 * interval '1 millisecond', $2
           FROM me WHERE $10 AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
-        ON CONFLICT ("name", "client") DO UPDATE SET "expires_at" = excluded."expires_at"
+        ON CONFLICT ("name", "client") DO UPDATE SET "expires_at" = excluded."expires_at", "owner" = excluded."owner"
         RETURNING 1
     ), dequeued AS (
         DELETE FROM {{waiters}} AS w

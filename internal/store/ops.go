@@ -153,6 +153,38 @@ func (s *Store) List(ctx context.Context, q Querier) ([]Record, error) {
 	return out, err
 }
 
+// Waiter is one live registration of the queue (see Waiters in
+// queries.sql).
+type Waiter struct {
+	Name, Owner string
+	Since       time.Time
+	Waited      time.Duration
+}
+
+// Waiters reads the live waiters queued for names (every name when
+// empty), in queue order per name.
+func (s *Store) Waiters(ctx context.Context, q Querier, names []string) ([]Waiter, error) {
+	if names == nil {
+		names = []string{}
+	}
+	list, err := json.Marshal(names)
+	if err != nil {
+		return nil, err
+	}
+	var out []Waiter
+	err = q.Query(ctx, s.Q.Waiters, []any{string(list), s.Names.QualifiedTable()}, func(r Row) error {
+		var w Waiter
+		var ms int64
+		if err := r.Scan(&w.Name, &w.Owner, &w.Since, &ms); err != nil {
+			return err
+		}
+		w.Waited = time.Duration(ms) * time.Millisecond
+		out = append(out, w)
+		return nil
+	})
+	return out, err
+}
+
 // ForceRelease deletes the row of name whoever holds it, notifies waiters,
 // and returns what was deleted.
 func (s *Store) ForceRelease(ctx context.Context, q Querier, name string) (rec Record, ok bool, err error) {

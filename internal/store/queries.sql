@@ -63,17 +63,25 @@ CREATE INDEX IF NOT EXISTS {{semaphore_index}} ON {{table}} ("semaphore") WHERE 
 -- to it (see CreateAcquire and CreateRelease). Unlogged: nothing in it must survive a
 -- crash, since waiting clients register again with every attempt, and its
 -- writes cost no WAL.
+-- "owner" is the waiting client's owner label, for the operators who ask
+-- who waits (Waiters).
 CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     "name"       text        NOT NULL,
     "client"     text        NOT NULL,
     "since"       timestamptz NOT NULL,
     "expires_at"  timestamptz NOT NULL,
     "notified_at" timestamptz,
+    "owner"       text,
     PRIMARY KEY ("name", "client")
 )
 
+-- name: UpgradeWaiters
+-- Schema version 7: the owner label of a waiting client (see
+-- CreateWaiters). A registration written by an older version has none.
+ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "owner" text
+
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 6'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 7'
 
 -- name: SchemaLock
 -- Serializes the creation and upgrade of the pglease objects of one schema
@@ -144,6 +152,8 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 -- refuse a newer table). Version 6 changes no column either: it adds the
 -- acquisition and release functions (CreateAcquire and CreateRelease
 -- follow), which this version calls instead of statements of its own.
+-- Version 7 adds the owner of a waiting client to the waiters table
+-- (UpgradeWaiters follows).
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
                       ADD COLUMN IF NOT EXISTS "semaphore" text,
                       ADD COLUMN IF NOT EXISTS "slots" integer,
@@ -385,6 +395,33 @@ WITH del AS (
     DELETE FROM {{waiters}} WHERE "expires_at" <= now()
 )
 SELECT count(*) FROM del
+
+-- name: Waiters
+-- Who waits: the live registrations of the queue (see CreateWaiters), for
+-- the names of $1, a JSON array (every name when it is empty), in queue
+-- order per name. $2 is the table as the client spells it: the
+-- advisory-lock namespace is read from the catalog, as LockNamespace
+-- does, so that a reader that never checked the table's shape can ask. A
+-- registration is live while it is fresh and its client's dedicated
+-- session holds the client's lock, as the acquisition function tells;
+-- trying that lock shared takes nothing that outlives the statement's
+-- transaction, and writes nothing. Returns the name, the owner ('' for a
+-- registration of an older version), when it queued, and how long ago
+-- that was, in milliseconds.
+WITH ns AS MATERIALIZED (
+    SELECT n.nspname::text || '.' || c.relname::text || E'\n' AS v
+      FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE c.oid = to_regclass($2::text)
+)
+SELECT w."name", coalesce(w."owner", ''), w."since",
+       (extract(epoch FROM now() - w."since") * 1000)::bigint
+  FROM {{waiters}} AS w, ns
+ WHERE (jsonb_array_length($1::jsonb) = 0
+        OR w."name" IN (SELECT jsonb_array_elements_text($1::jsonb)))
+   AND CASE WHEN w."expires_at" > now()
+            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(ns.v || w."client", 1))
+            ELSE false END
+ ORDER BY w."name", w."since", w."client"
 
 -- name: Unqueue
 -- A wait that ends without the lease leaves the queue.

@@ -101,6 +101,9 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 			}
 			if upgrade = v < SchemaVersion; upgrade {
 				stmts = append(stmts, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex)
+				if ex.waiters {
+					stmts = append(stmts, s.Q.UpgradeWaiters)
+				}
 			}
 		}
 		if !ex.schema {

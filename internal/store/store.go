@@ -22,8 +22,9 @@ var sessionSQL string
 // SchemaVersion is the version of the table layout this package writes and
 // expects. It is recorded in the table's comment. (Version 5 changed what
 // binds a session-bound row, not the layout; version 6 added the
-// acquisition and release functions: see UpgradeTable.)
-const SchemaVersion = 6
+// acquisition and release functions, version 7 the owner of a waiter: see
+// UpgradeTable.)
+const SchemaVersion = 7
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -152,6 +153,7 @@ func StepDownChannel(client string) string { return "pglease_" + client + "_step
 type Queries struct {
 	CreateSchema, CreateSequence, CreateTable, CommentTable   string
 	CreateWaiters, Unqueue, ClientLock, SessionLock           string
+	UpgradeWaiters, Waiters                                   string
 	CreateSemaphoreIndex, RequestStepDown, StepDownsRequested string
 	SchemaLock, TableExists, Columns, SchemaVersion           string
 	LockNamespace, UpgradeTable, TokenState, LockTable        string
@@ -222,7 +224,7 @@ func Build(n Names) Queries {
 	return Queries{
 		CreateSchema: get("CreateSchema"), CreateSequence: get("CreateSequence"),
 		CreateTable: get("CreateTable"), CommentTable: get("CommentTable"),
-		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), RequestStepDown: get("RequestStepDown"), StepDownsRequested: get("StepDownsRequested"), Unqueue: get("Unqueue"), ClientLock: get("ClientLock"), SessionLock: get("SessionLock"),
+		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), RequestStepDown: get("RequestStepDown"), StepDownsRequested: get("StepDownsRequested"), Unqueue: get("Unqueue"), UpgradeWaiters: get("UpgradeWaiters"), Waiters: get("Waiters"), ClientLock: get("ClientLock"), SessionLock: get("SessionLock"),
 		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),

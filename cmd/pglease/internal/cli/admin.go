@@ -11,8 +11,11 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
+	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 	"github.com/pglease/pglease/pgleasecron"
 )
 
@@ -125,10 +128,14 @@ func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string
 	if err != nil {
 		return e.fail(err)
 	}
+	queues, err := e.queuesOf(ctx, c)
+	if err != nil {
+		return e.fail(err)
+	}
 	if fs.boolean("json") {
 		out := make([]leaseJSON, len(infos))
 		for i, in := range infos {
-			out[i] = toJSON(in)
+			out[i] = toJSON(in, queues)
 		}
 		return e.printJSON(out)
 	}
@@ -136,20 +143,65 @@ func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string
 		fmt.Fprintln(e.stdout, "no leases")
 		return exitOK
 	}
-	e.printTable(infos)
+	e.printTable(infos, queues)
 	return exitOK
 }
 
-func (e *env) printTable(infos []pglease.Info) {
+// queuesOf reads who waits for what: the waiters of each name, in queue
+// order. A role that may read the lease table but not its waiters table
+// gets the leases all the same: the queues are nil then (unknown), and a
+// warning says what to grant.
+func (e *env) queuesOf(ctx context.Context, c *pglease.Client, names ...string) (map[string][]pglease.Waiter, error) {
+	ws, err := c.Waiters(ctx, names...)
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+		fmt.Fprintf(e.stderr, "pglease: warning: cannot tell who waits: %s (grant SELECT on the waiters table to see the queues)\n", e.redact(pe.Message))
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return queue.ByName(ws), nil
+}
+
+// queueOf is the queue of a lease row (see queue.Name).
+func queueOf(row string, queues map[string][]pglease.Waiter) []pglease.Waiter {
+	return queues[queue.Name(row)]
+}
+
+// waiting describes a queue in a table cell: the owners in queue order
+// with how long each has waited, the first three of them.
+func waiting(q []pglease.Waiter, known bool) string {
+	if !known {
+		return "?"
+	}
+	if len(q) == 0 {
+		return "-"
+	}
+	var parts []string
+	for i, w := range q {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("+%d more", len(q)-3))
+			break
+		}
+		owner := w.Owner
+		if owner == "" {
+			owner = "?"
+		}
+		parts = append(parts, display(owner, 40)+" "+human.Duration(w.Waited))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (e *env) printTable(infos []pglease.Info, queues map[string][]pglease.Waiter) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tHEARTBEAT AGE\tSTATE")
+	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tHEARTBEAT AGE\tSTATE\tWAITING")
 	for _, in := range infos {
 		expires := human.Duration(in.Remaining)
 		if in.Remaining <= 0 {
 			expires = "expired " + human.Duration(-in.Remaining) + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
-			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), state(in))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
+			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), state(in), waiting(queueOf(in.Name, queues), queues != nil))
 	}
 	tw.Flush()
 }
@@ -190,14 +242,29 @@ type leaseJSON struct {
 	HeartbeatAge   float64         `json:"heartbeat_age_seconds"`
 	SessionBound   bool            `json:"session_bound"`
 	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	// Waiters: null when the role may not read the queue.
+	Waiters []waiterJSON `json:"waiters"`
 }
 
-func toJSON(in pglease.Info) leaseJSON {
+// waiterJSON is a client queued for a lease, first in line first.
+type waiterJSON struct {
+	Owner         string    `json:"owner"`
+	Since         time.Time `json:"since"`
+	WaitedSeconds float64   `json:"waited_seconds"`
+}
+
+func toJSON(in pglease.Info, queues map[string][]pglease.Waiter) leaseJSON {
 	j := leaseJSON{Name: in.Name, Owner: in.Owner, Token: in.Token, State: state(in),
 		AcquiredAt: in.AcquiredAt, RenewedAt: in.RenewedAt, ExpiresAt: in.ExpiresAt,
 		TTLSeconds: in.TTL.Seconds(), HeldForSeconds: in.HeldFor.Seconds(),
 		ExpiresInSecs: in.Remaining.Seconds(), HeartbeatAge: in.HeartbeatAge.Seconds(),
 		SessionBound: in.FastFailover}
+	if queues != nil {
+		j.Waiters = []waiterJSON{}
+	}
+	for _, w := range queueOf(in.Name, queues) {
+		j.Waiters = append(j.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since, WaitedSeconds: w.Waited.Seconds()})
+	}
 	if json.Valid([]byte(in.Metadata)) {
 		j.Metadata = json.RawMessage(in.Metadata)
 	}
@@ -221,10 +288,14 @@ func (e *env) status(ctx context.Context, c *pglease.Client, fs *flagSet, name s
 	case err != nil:
 		return e.fail(err)
 	}
+	queues, err := e.queuesOf(ctx, c, queue.Name(name))
+	if err != nil {
+		return e.fail(err)
+	}
 	if fs.boolean("json") {
-		e.printJSON(toJSON(in))
+		e.printJSON(toJSON(in, queues))
 	} else {
-		e.printTable([]pglease.Info{in})
+		e.printTable([]pglease.Info{in}, queues)
 	}
 	if in.Remaining <= 0 {
 		return exitFree

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -18,6 +19,11 @@ type lsEntry struct {
 	State        string  `json:"state"`
 	TTL          float64 `json:"ttl_seconds"`
 	SessionBound bool    `json:"session_bound"`
+	Waiters      []struct {
+		Owner  string    `json:"owner"`
+		Since  time.Time `json:"since"`
+		Waited float64   `json:"waited_seconds"`
+	} `json:"waiters"`
 }
 
 func lsJSON(t *testing.T, env []string, table string) map[string]lsEntry {
@@ -172,5 +178,39 @@ func TestAdminReportsAnUnusableTableWithTheMigrateCommand(t *testing.T) {
 	}
 	if n := pgtest.Value[int](t, "SELECT count(*)::int FROM information_schema.columns WHERE table_schema || '.' || table_name = $1", table); n != 1 {
 		t.Fatalf("the foreign table has %d columns, want its 1", n)
+	}
+}
+
+// pglease ls and status show who waits: a run waiting for a held name is
+// listed with its owner, in the table and in --json, until it holds the
+// lease itself.
+func TestListShowsQueuedWaiters(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	holder := holdLease(t, env, table, "report", "--owner", "holder-1")
+	waiter := start(t, env, "run", "report", "--wait", "--owner", "waiter-1", "--table", table, "--", "true")
+	var entry lsEntry
+	waitFor(t, "the waiting run in ls --json", func() bool {
+		entry = lsJSON(t, env, table)["report"]
+		return len(entry.Waiters) == 1
+	})
+	if w := entry.Waiters[0]; w.Owner != "waiter-1" || w.Since.IsZero() || w.Waited < 0 {
+		t.Errorf("ls --json waiters: %+v, want waiter-1", entry.Waiters)
+	}
+	code, stdout, stderr := run(t, env, "ls", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "WAITING") || !strings.Contains(stdout, "waiter-1 ") {
+		t.Fatalf("ls: exit %d\n%s%s", code, stdout, stderr)
+	}
+	t.Logf("pglease ls:\n%s", stdout)
+	code, stdout, _ = run(t, env, "status", "report", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "waiter-1 ") {
+		t.Errorf("status: exit %d\n%s", code, stdout)
+	}
+	holder.signal(syscall.SIGTERM)
+	if code := waiter.wait(); code != 0 {
+		t.Fatalf("the waiter: exit %d: %s", code, waiter.stderr)
+	}
+	if e := lsJSON(t, env, table)["report"]; len(e.Waiters) != 0 {
+		t.Errorf("after the waiter ran: %+v", e)
 	}
 }

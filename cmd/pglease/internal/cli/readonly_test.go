@@ -52,6 +52,11 @@ func TestReadOnlyCommandsNeedOnlySelect(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "nightly") || !strings.Contains(stdout, "host-a") {
 		t.Fatalf("ls as a SELECT-only role: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
+	// Without SELECT on the waiters table, the queues are unknown, and
+	// ls says what to grant.
+	if !strings.Contains(stderr, "cannot tell who waits") || !strings.Contains(stderr, "grant SELECT on the waiters table") {
+		t.Errorf("ls as a role that may not read the queue: stderr %q", stderr)
+	}
 	code, stdout, stderr = run(t, ro, "status", "nightly", "--table", table)
 	if code != 0 || !strings.Contains(stdout, "host-a") {
 		t.Fatalf("status as a SELECT-only role: exit %d, stdout %q, stderr %q", code, stdout, stderr)

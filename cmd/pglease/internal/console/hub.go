@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 )
 
 // hub reads the lease table and publishes snapshots to the subscribers
@@ -127,6 +128,12 @@ func (h *hub) loop(ctx context.Context) {
 				refresh()
 				continue
 			}
+			if h.queuesMoved(ctx) {
+				// A waiter queued or left: no token was drawn and
+				// nothing was notified.
+				refresh()
+				continue
+			}
 			v, err := tokenSequence(ctx, h.pool, h.objs)
 			switch {
 			case privilege(err):
@@ -147,6 +154,31 @@ func (h *hub) loop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// queuesMoved reads who waits while any lease is shown (nobody waits for
+// a name without a row for long) and reports whether that changed since
+// the current snapshot. A failed read reports no change: the full refresh
+// reports the error.
+func (h *hub) queuesMoved(ctx context.Context) bool {
+	h.mu.Lock()
+	cur := h.cur
+	h.mu.Unlock()
+	if len(cur.Leases) == 0 {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	queues, err := readQueues(rctx, h.client)
+	if err != nil {
+		return false
+	}
+	for _, l := range cur.Leases {
+		if !sameQueue(l.Waiters, queues[queue.Name(l.Name)]) {
+			return true
+		}
+	}
+	return false
 }
 
 // noSequence logs, once, that acquisitions are detected by re-reading the
@@ -189,8 +221,9 @@ func (h *hub) refresh(ctx context.Context) *snapshot {
 		h.lastOK = readAt
 		next.Status.DBUp, next.Status.Error = true, ""
 		next.Status.TableExists = read.Exists
+		next.Status.QueuesOK = !read.Exists || read.Queues != nil
 		next.ServerNow, next.ReadAt = read.Now, readAt
-		next.Leases = leasesOf(read.Leases, h.cfg.StaleAfter)
+		next.Leases = leasesOf(read.Leases, read.Queues, h.cfg.StaleAfter)
 		var evs []event
 		if !prev.ReadAt.IsZero() { // the first read changes nothing
 			evs = diff(prev.Leases, next.Leases, prev.Status.TableExists, read.Exists, read.Now, h.releasedHere)

@@ -152,6 +152,7 @@ type msg struct {
 		Class    string `json:"class"`
 		Exists   bool   `json:"exists"`
 		Listener bool   `json:"listener"`
+		Queues   bool   `json:"queues"`
 	} `json:"status"`
 	Leases []struct {
 		Name     string `json:"name"`
@@ -160,6 +161,10 @@ type msg struct {
 		State    string `json:"state"`
 		Expires  int64  `json:"expires"`
 		Metadata string `json:"metadata"`
+		Waiters  []struct {
+			Owner string `json:"owner"`
+			Since int64  `json:"since"`
+		} `json:"waiters"`
 	} `json:"leases"`
 	Feed []struct {
 		Kind string `json:"kind"`
@@ -177,6 +182,19 @@ func (m msg) state(name string) string {
 		}
 	}
 	return ""
+}
+
+// waiters returns the owners waiting for lease name in m, first in line
+// first.
+func (m msg) waiters(name string) (owners []string) {
+	for _, l := range m.Leases {
+		if l.Name == name {
+			for _, w := range l.Waiters {
+				owners = append(owners, w.Owner)
+			}
+		}
+	}
+	return owners
 }
 
 // stream opens an event stream and returns its snapshots as they arrive;

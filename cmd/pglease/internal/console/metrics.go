@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 )
 
 // PerLeaseWarning is what the help of the per-lease metrics and the log
@@ -19,6 +21,10 @@ var (
 		[]string{"state"}, nil)
 	descOldest = prometheus.NewDesc("pglease_table_oldest_heartbeat_age_seconds",
 		"Age of the oldest heartbeat among held (and stale) leases; 0 when none is held.", nil, nil)
+	descWaiters = prometheus.NewDesc("pglease_table_waiters",
+		"Clients queued for a lease of the table (blocked Acquire calls of single names), as of the console's last read; absent when the role may not read the waiters table.", nil, nil)
+	descOldestWait = prometheus.NewDesc("pglease_table_oldest_wait_seconds",
+		"How long the client that has waited longest for a lease of the table has waited; 0 when nobody waits (absent as pglease_table_waiters).", nil, nil)
 	descExists = prometheus.NewDesc("pglease_table_exists",
 		"1 when the lease table exists, else 0.", nil, nil)
 	descRefresh = prometheus.NewDesc("pglease_table_last_refresh_timestamp_seconds",
@@ -47,7 +53,7 @@ type collector struct {
 
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeases, descOldest, descExists, descRefresh, descViewers, descListener} {
+	for _, d := range []*prometheus.Desc{descLeases, descOldest, descWaiters, descOldestWait, descExists, descRefresh, descViewers, descListener} {
 		ch <- d
 	}
 	if c.perLease {
@@ -79,6 +85,24 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(descOldest, oldest.Seconds())
+	if s.Status.QueuesOK {
+		var waiters int
+		var longest time.Duration
+		seen := map[string]bool{} // the slots of a semaphore share a queue
+		for _, l := range s.Leases {
+			q := queue.Name(l.Name)
+			if seen[q] {
+				continue
+			}
+			seen[q] = true
+			waiters += len(l.Waiters)
+			for _, w := range l.Waiters {
+				longest = max(longest, now.Sub(w.Since))
+			}
+		}
+		gauge(descWaiters, float64(waiters))
+		gauge(descOldestWait, longest.Seconds())
+	}
 	gauge(descExists, b2f(s.Status.TableExists))
 	refreshed := 0.0
 	if !lastOK.IsZero() {

@@ -82,6 +82,8 @@ func TestMetrics(t *testing.T) {
 		{"pglease_table_leases", []string{"state", "stale"}, 1},
 		{"pglease_table_leases", []string{"state", "expired"}, 1},
 		{"pglease_table_exists", nil, 1},
+		{"pglease_table_waiters", nil, 0},
+		{"pglease_table_oldest_wait_seconds", nil, 0},
 		{"pglease_console_viewers", nil, 1},
 		{"pglease_console_listener_up", nil, 1},
 		{"pglease_table_lease_token", []string{"name", "held"}, float64(l.Token())},

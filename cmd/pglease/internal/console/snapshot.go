@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
+	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 )
 
 // The states of a lease row, as pglease ls shows them.
@@ -22,7 +25,8 @@ const (
 type lease struct {
 	pglease.Info
 	State      string
-	StaleAfter time.Duration // the threshold this row was judged by
+	StaleAfter time.Duration    // the threshold this row was judged by
+	Waiters    []pglease.Waiter // who waits for it, first in line first (see queue.Name)
 }
 
 // status is what the page shows about the console's own connections.
@@ -31,6 +35,7 @@ type status struct {
 	Error       string // why the last read failed, redacted
 	ListenerUp  bool   // the notification listener is connected
 	SequenceOK  bool   // acquisitions are detected by the token sequence
+	QueuesOK    bool   // who waits was read (the role may read the waiters table)
 	TableExists bool
 }
 
@@ -81,14 +86,44 @@ func judge(r pglease.Info, staleAfter time.Duration) (string, time.Duration) {
 	return stateHeld, threshold
 }
 
-// leasesOf judges every record of a read.
-func leasesOf(recs []pglease.Info, staleAfter time.Duration) []lease {
+// leasesOf judges every record of a read, and gives each its queue.
+func leasesOf(recs []pglease.Info, queues map[string][]pglease.Waiter, staleAfter time.Duration) []lease {
 	out := make([]lease, len(recs))
 	for i, r := range recs {
 		out[i].Info = r
 		out[i].State, out[i].StaleAfter = judge(r, staleAfter)
+		out[i].Waiters = queues[queue.Name(r.Name)]
 	}
 	return out
+}
+
+// waiting describes a queue as the page shows it (console.js's waiting):
+// the owners, first in line first, each with how long it has waited at
+// now, by the server's clock; "?" when the queues could not be read.
+func waiting(q []pglease.Waiter, known bool, now time.Time) string {
+	if !known {
+		return "?"
+	}
+	if len(q) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(q))
+	for i, w := range q {
+		owner := w.Owner
+		if owner == "" {
+			owner = "?"
+		}
+		parts[i] = owner + " " + human.Duration(max(now.Sub(w.Since), 0))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sameQueue reports whether two reads show the same clients waiting, in
+// the same order.
+func sameQueue(a, b []pglease.Waiter) bool {
+	return slices.EqualFunc(a, b, func(x, y pglease.Waiter) bool {
+		return x.Owner == y.Owner && x.Since.Equal(y.Since)
+	})
 }
 
 // diff returns the feed events between two reads of the table, prev and
@@ -156,7 +191,8 @@ func sameLeases(a, b []lease) bool {
 		x, y := a[i], b[i]
 		if x.Name != y.Name || x.Owner != y.Owner || x.Token != y.Token || x.State != y.State ||
 			!x.AcquiredAt.Equal(y.AcquiredAt) || !x.RenewedAt.Equal(y.RenewedAt) ||
-			!x.ExpiresAt.Equal(y.ExpiresAt) || x.TTL != y.TTL || x.Metadata != y.Metadata {
+			!x.ExpiresAt.Equal(y.ExpiresAt) || x.TTL != y.TTL || x.Metadata != y.Metadata ||
+			!sameQueue(x.Waiters, y.Waiters) {
 			return false
 		}
 	}
@@ -193,6 +229,12 @@ type (
 		TTL        int64  `json:"ttl_ms"`
 		StaleAfter int64  `json:"stale_after_ms"`
 		Metadata   string `json:"metadata"`
+		// Waiters: who waits, first in line first.
+		Waiters []waiterJSON `json:"waiters"`
+	}
+	waiterJSON struct {
+		Owner string `json:"owner"`
+		Since int64  `json:"since"`
 	}
 	eventJSON struct {
 		At   int64  `json:"at"`
@@ -205,6 +247,7 @@ type (
 		Class    string `json:"class"`
 		Exists   bool   `json:"exists"`
 		Listener bool   `json:"listener"`
+		Queues   bool   `json:"queues"` // who waits is known
 	}
 	snapshotJSON struct {
 		Version uint64      `json:"version"`
@@ -221,12 +264,16 @@ func (s *snapshot) marshal(table string, poll time.Duration) []byte {
 	now := s.serverNowAt(time.Now())
 	j := snapshotJSON{Version: s.Version, Now: now.UnixMilli(), Leases: []leaseJSON{}, Feed: []eventJSON{}}
 	j.Status.Text, j.Status.Class = s.Status.describe(table, poll)
-	j.Status.Exists, j.Status.Listener = s.Status.TableExists, s.Status.ListenerUp
+	j.Status.Exists, j.Status.Listener, j.Status.Queues = s.Status.TableExists, s.Status.ListenerUp, s.Status.QueuesOK
 	for _, l := range s.Leases {
-		j.Leases = append(j.Leases, leaseJSON{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10),
+		lj := leaseJSON{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10),
 			State: l.State, Acquired: l.AcquiredAt.UnixMilli(), Renewed: l.RenewedAt.UnixMilli(),
 			Expires: l.ExpiresAt.UnixMilli(), TTL: l.TTL.Milliseconds(), StaleAfter: l.StaleAfter.Milliseconds(),
-			Metadata: compactJSON(l.Metadata)})
+			Metadata: compactJSON(l.Metadata), Waiters: []waiterJSON{}}
+		for _, w := range l.Waiters {
+			lj.Waiters = append(lj.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since.UnixMilli()})
+		}
+		j.Leases = append(j.Leases, lj)
 	}
 	for _, e := range s.Feed {
 		j.Feed = append(j.Feed, eventJSON{At: e.At.UnixMilli(), Kind: e.Kind, Name: e.Name, Text: e.Text})

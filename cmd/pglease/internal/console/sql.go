@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 )
 
 // The console's own SQL: what it reads besides the rows, which it reads
@@ -75,24 +76,44 @@ func derived(base, suffix string) string {
 }
 
 // read is one read of the table: the server's clock, whether the table
-// exists and, if it does, its rows.
+// exists and, if it does, its rows and who waits for them.
 type read struct {
 	Now    time.Time
 	Exists bool
 	Leases []pglease.Info
+	// Queues are the waiters of each name (queue.ByName); nil when the
+	// role may not read the waiters table.
+	Queues map[string][]pglease.Waiter
 }
 
 // readTable reads the server's clock and whether the table exists, then
-// its rows. It only reads, and needs SELECT on the table. A table dropped
-// meanwhile reads as empty.
+// its rows and its queues. It only reads, and needs SELECT on the table
+// (and on its waiters table for the queues). A table dropped meanwhile
+// reads as empty.
 func readTable(ctx context.Context, pool *pgxpool.Pool, client *pglease.Client, o objects) (read, error) {
 	var r read
 	if err := pool.QueryRow(ctx, clockSQL, o.table).Scan(&r.Now, &r.Exists); err != nil || !r.Exists {
 		return r, err
 	}
 	var err error
-	r.Leases, err = client.List(ctx)
+	if r.Leases, err = client.List(ctx); err != nil {
+		return r, err
+	}
+	r.Queues, err = readQueues(ctx, client)
 	return r, err
+}
+
+// readQueues reads who waits for what: nil, and no error, when the role
+// may not read the waiters table.
+func readQueues(ctx context.Context, client *pglease.Client) (map[string][]pglease.Waiter, error) {
+	ws, err := client.Waiters(ctx)
+	if privilege(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return queue.ByName(ws), nil
 }
 
 // tokenSequence reads the last value of the token sequence.

@@ -197,3 +197,70 @@ func TestAViewerBeforeTheFirstReadSeesThatRead(t *testing.T) {
 			m.Version, m.Status.Exists, m.state("held-at-start"))
 	}
 }
+
+// Who waits is pushed live: a client queued behind the holder appears in
+// the lease's row (no token is drawn and nothing is notified when it
+// queues: the console sees it at its next poll), then a second one behind
+// it, and both leave the row as the lease is handed on. The page renders
+// the queue too.
+func TestStreamShowsWhoWaits(t *testing.T) {
+	t.Parallel()
+	f := start(t, console.Config{FullRefresh: time.Hour})
+	holder := f.client()
+	events := f.stream()
+	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+	defer cancel()
+	l, err := holder.TryAcquire(ctx, "report", pglease.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	await(t, events, "report held", func(m msg) bool { return m.state("report") == "held" })
+	got := make(chan *pglease.Lease, 2)
+	wait := func(owner string) {
+		c, err := pglease.Open(ctx, pgtest.DSN(t), pglease.Config{Table: f.table, Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		go func() {
+			l, err := c.Acquire(ctx, "report", pglease.WithTTL(30*time.Second))
+			if err != nil {
+				t.Errorf("%s: %v", owner, err)
+			}
+			got <- l
+		}()
+	}
+	wait("first-waiter")
+	m := await(t, events, "the first waiter in the row", func(m msg) bool { return len(m.waiters("report")) == 1 })
+	if !m.Status.Queues || m.waiters("report")[0] != "first-waiter" {
+		t.Fatalf("queue %v (known: %v), want [first-waiter]", m.waiters("report"), m.Status.Queues)
+	}
+	wait("second-waiter")
+	m = await(t, events, "the second waiter in the row", func(m msg) bool { return len(m.waiters("report")) == 2 })
+	if w := m.waiters("report"); w[0] != "first-waiter" || w[1] != "second-waiter" {
+		t.Fatalf("queue %v, want [first-waiter second-waiter]", w)
+	}
+	if _, body := f.get("/"); !strings.Contains(body, "first-waiter ") || !strings.Contains(body, "second-waiter ") {
+		t.Errorf("the page does not show the queue:\n%s", body)
+	}
+	if v, ok := value(f.scrape(), "pglease_table_waiters"); !ok || v != 2 {
+		t.Errorf("pglease_table_waiters = %v (present %v), want 2", v, ok)
+	}
+	if v, _ := value(f.scrape(), "pglease_table_oldest_wait_seconds"); v <= 0 || v > 60 {
+		t.Errorf("pglease_table_oldest_wait_seconds = %v", v)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := pgtest.Receive(t, got, "the first waiter's lease")
+	m = await(t, events, "the first waiter holding, the second waiting", func(m msg) bool {
+		w := m.waiters("report")
+		return m.state("report") == "held" && len(w) == 1 && w[0] == "second-waiter"
+	})
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := pgtest.Receive(t, got, "the second waiter's lease")
+	await(t, events, "nobody waiting", func(m msg) bool { return m.state("report") == "held" && len(m.waiters("report")) == 0 })
+	_ = last.Release(ctx)
+}

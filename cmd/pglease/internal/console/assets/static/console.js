@@ -20,6 +20,7 @@
 
   var offset = 0;        // server clock minus this browser's clock, ms
   var leases = [];       // of the latest snapshot
+  var queuesKnown = true; // the console may read who waits
   var rows = new Map();  // lease name -> {tr, cells}
   var feedKeys = new Set();
 
@@ -30,6 +31,7 @@
     ['expires', 'Expires in', 'num'],
     ['heartbeat', 'Heartbeat age', 'num'],
     ['state', 'State', ''],
+    ['queue', 'Waiting', ''],
     ['meta', 'Metadata', '']
   ];
 
@@ -119,6 +121,16 @@
     return { tr: tr, cells: cellsOf(tr) };
   }
 
+  // waiting describes a row's queue as pglease ls does: the owners, first
+  // in line first, each with how long it has waited by the server's clock.
+  function waiting(list, now) {
+    if (!queuesKnown) { return '?'; }
+    if (!list || list.length === 0) { return '-'; }
+    return list.map(function (w) {
+      return (w.owner || '?') + ' ' + human(Math.max(0, now - w.since));
+    }).join(', ');
+  }
+
   function setState(r, state) {
     if (r.state === state) { return; }
     r.state = state;
@@ -143,6 +155,7 @@
       setText(r.cells.held, human(now - l.acquired));
       setText(r.cells.expires, state === 'expired' ? 'expired ' + human(Math.max(0, -left)) + ' ago' : human(left));
       setText(r.cells.heartbeat, human(now - l.renewed));
+      setText(r.cells.queue, waiting(l.waiters, now));
     });
     setText(document.getElementById('counts'), held + ' held, ' + stale + ' stale, ' + expired + ' expired');
   }
@@ -208,6 +221,7 @@
   function render(s) {
     offset = s.now - Date.now();
     setStatus(s.status.text, s.status.class);
+    queuesKnown = s.status.queues !== false;
     var missing = document.getElementById('missing');
     setText(missing, 'no lease table ' + table + ' yet');
     missing.hidden = s.status.exists || s.status.class === 'down';
