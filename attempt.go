@@ -148,6 +148,9 @@ func (a *acquisition) statement(unit []string) func(context.Context) reply {
 		}
 	}
 	name := unit[0]
+	if o.shared {
+		return a.sharedStatement(name)
+	}
 	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id,
 		FairAfter: fairAfter, Semaphore: o.semaphore, Slots: o.slots}
 	c.queueArgs(a.w, &args)
@@ -164,6 +167,40 @@ func (a *acquisition) statement(unit []string) func(context.Context) reply {
 		}
 		r.granted = res.Acquired
 		r.rows = []nameReply{{name: name, acquireResult: res}}
+		return r
+	}
+}
+
+// sharedStatement is the statement of an attempt at a shared lease of
+// name (AcquireShared, on the dedicated session for a fast-failover one):
+// its reply names the row acquired, or name itself when refused.
+func (a *acquisition) sharedStatement(name string) func(context.Context) reply {
+	c, o := a.c, a.o
+	args := store.SharedArgs{AcquireArgs: store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold,
+		Session: o.session, Metadata: o.metadata, Client: c.id}}
+	for _, l := range c.heldLeases() {
+		if l.sharedOf == name {
+			args.Mine = append(args.Mine, l.name)
+		}
+	}
+	c.queueArgs(a.w, &args.AcquireArgs)
+	if hook := testHookAttempt.Load(); hook != nil {
+		(*hook)(c.id, name)
+	}
+	return func(sctx context.Context) (r reply) {
+		r.sent, r.queued = time.Now(), args.Queued
+		var res acquireResult
+		var row string
+		if o.session {
+			res, row, r.epoch, r.err = c.acquireSharedInSession(args)
+		} else {
+			res.AcquireResult, row, r.err = c.st.AcquireShared(sctx, c.db, args)
+		}
+		r.granted = res.Acquired
+		if !r.granted {
+			row = name
+		}
+		r.rows = []nameReply{{name: row, acquireResult: res}}
 		return r
 	}
 }
@@ -195,7 +232,11 @@ func (a *acquisition) refusal(ctx context.Context, r reply) error {
 	for _, n := range r.rows {
 		if n.SlotsMismatch != 0 {
 			// Not retryable: the acquisition loop returns it at once.
-			return &SlotsError{Name: cmp.Or(a.o.semaphore, n.name), Want: max(a.o.slots, 1), Have: n.SlotsMismatch}
+			want := max(a.o.slots, 1)
+			if a.o.shared {
+				want = 0
+			}
+			return &SlotsError{Name: cmp.Or(a.o.semaphore, n.name), Want: want, Have: max(n.SlotsMismatch, 0)}
 		}
 	}
 	for _, n := range r.rows {
@@ -220,7 +261,13 @@ func (a *acquisition) leases(r reply, slots []*localSlot) []*Lease {
 		if slots != nil {
 			slot = slots[i]
 		}
+		if a.o.shared {
+			slot = nil // see run: the name's local slot is not the lease's
+		}
 		leases[i] = a.c.newLease(n.name, n.Token, a.o, r.sent, r.epoch, n.SessionBound, slot)
+		if a.o.shared {
+			leases[i].sharedOf = a.name
+		}
 	}
 	return leases
 }

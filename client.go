@@ -383,13 +383,14 @@ type Info struct {
 	HeartbeatAge time.Duration // since the last heartbeat
 	HeldFor      time.Duration // since acquisition
 	FastFailover bool          // acquired with WithFastFailover: bound to its holder's database session
+	Shared       bool          // a shared lease's row ([WithShared]): Name is "NAME#i" of the name NAME it shares
 	Metadata     string        // JSON object
 }
 
 func infoOf(r store.Record) Info {
 	return Info{Name: r.Name, Owner: r.Owner, Token: r.Token, AcquiredAt: r.AcquiredAt,
 		RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt, TTL: r.TTL, Remaining: r.Remaining,
-		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, FastFailover: r.SessionBound, Metadata: r.Metadata}
+		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, FastFailover: r.SessionBound, Shared: r.Shared, Metadata: r.Metadata}
 }
 
 // Get returns the lease row of name, held or expired, or [ErrNoLease].

@@ -66,11 +66,11 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		// the pause.
 		sub, unsubscribe := c.hub.subscribe(a.names...)
 		defer unsubscribe()
-		a.w = &waiting{sub: sub, queue: !a.set && len(a.names) == 1}
+		a.w = &waiting{sub: sub, queue: !a.set && len(a.names) == 1 && !a.o.shared, shared: a.o.shared}
 		defer a.w.stop(c, a.name)
 		if !a.w.queue {
-			// A set or a semaphore listens for notifications (see
-			// doorbell).
+			// A set, a semaphore or a shared lease listens for
+			// notifications (see doorbell).
 			a.w.listen(c)
 		}
 	}
@@ -90,8 +90,18 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		began := time.Now()
 		r := a.round(ctx)
 		if r.leases != nil {
-			if !r.dequeued {
-				c.leaveQueue(a.w, a.name, func() {})
+			// A shared lease does not keep the name's local slot: other
+			// goroutines of this client may share the name too. It goes
+			// back once the wait left the queue, so that the next local
+			// waiter's registration is not undone by this one's.
+			then := func() {}
+			if a.o.shared && a.mine != nil {
+				then = func() { c.putSlot(a.name, a.mine, true) }
+			}
+			if r.dequeued {
+				then()
+			} else {
+				c.leaveQueue(a.w, a.name, then)
 			}
 			return r.leases, nil
 		}
@@ -296,7 +306,9 @@ func (a *acquisition) localWait(name string) time.Duration {
 func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 	res := rep.rows[0]
 	if w := a.w; w != nil {
-		w.sub.queued.Store(rep.queued)
+		// A shared wait registers only to be listed (Waiters): it acts on
+		// every notification, as an unqueued wait does.
+		w.sub.queued.Store(rep.queued && w.queue)
 		// A release running alongside this wait's first registration
 		// may not have seen it, and woken nobody: look once more.
 		w.recheck = rep.queued && !w.registered

@@ -163,19 +163,22 @@ type SlotsError struct {
 	// Name is the name asked for (a semaphore's, without a slot suffix).
 	Name string
 	// Want is the slot count asked for, Have the one the live leases of
-	// the name hold (1: a plain lease).
+	// the name hold (1: a plain lease; 0: shared leases, [WithShared]).
 	Want, Have int
 }
 
 // Error says what went wrong and what to do.
 func (e *SlotsError) Error() string {
 	kind := func(n int) string {
-		if n == 1 {
+		switch n {
+		case 0:
+			return "shared leases"
+		case 1:
 			return "a plain lease"
 		}
 		return fmt.Sprintf("a semaphore of %d slots", n)
 	}
-	return fmt.Sprintf("pglease: %q is held as %s; this client asked for %s: use the same kind (WithSlots) on every client of a name, or wait until its leases are released",
+	return fmt.Sprintf("pglease: %q is held as %s; this client asked for %s: use the same kind (WithSlots, WithShared) on every client of a name, or wait until its leases are released",
 		e.Name, kind(e.Have), kind(e.Want))
 }
 

@@ -50,6 +50,41 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64
 	return a.res, a.epoch, nil
 }
 
+// acquireSharedInSession is acquireInSession for a shared lease: the
+// attempt runs by itself (the session's batches are of plain leases), and
+// also returns the row acquired.
+func (c *Client) acquireSharedInSession(args store.SharedArgs) (acquireResult, string, uint64, error) {
+	s, err := c.session()
+	if err != nil {
+		return acquireResult{}, "", 0, err
+	}
+	args.LockTimeout = acquireLockTimeout
+	var res acquireResult
+	var row string
+	var epoch uint64
+	err = s.run(c.bg, &sessOp{timeout: c.cfg.StatementTimeout + time.Second, res: make(chan error, 1),
+		fn: func(ctx context.Context, q store.Querier, st *sessState) error {
+			if st.shared {
+				return errShared
+			}
+			epoch = st.epoch
+			if err := c.bindable(ctx, q, st, args.TTL); err != nil {
+				return err
+			}
+			var err error
+			res.AcquireResult, row, err = c.st.AcquireShared(ctx, q, args)
+			if store.Classify(err) == store.KindLockTimeout { // the name is busy
+				res, err = acquireResult{busy: true}, nil
+				res.OtherRemaining = -1
+			}
+			return err
+		}})
+	if err != nil {
+		return acquireResult{}, "", 0, err
+	}
+	return res, row, epoch, nil
+}
+
 // sessAcquire is a session-bound acquisition queued on the session. The
 // loop writes its outcome before it answers the operation.
 type sessAcquire struct {

@@ -42,6 +42,9 @@ func runHolder() int {
 	if n, _ := strconv.Atoi(os.Getenv("PGLEASE_TEST_SLOTS")); n > 1 {
 		opts = append(opts, WithSlots(n))
 	}
+	if os.Getenv("PGLEASE_TEST_SHARED") == "1" {
+		opts = append(opts, WithShared())
+	}
 	ttl, _ := time.ParseDuration(os.Getenv("PGLEASE_TEST_TTL"))
 	l, err := c.Acquire(ctx, os.Getenv("PGLEASE_TEST_HOLDER"), append(opts, WithTTL(ttl))...)
 	if err != nil {

@@ -22,11 +22,14 @@ type Lease struct {
 	name    string
 	token   int64
 	ttl     time.Duration
-	session bool   // bound to the client's session (FastFailover)
-	epoch   uint64 // the session connection it is bound to
-	slot    *localSlot
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
+	session bool // bound to the client's session (FastFailover)
+	// sharedOf is the name of a shared lease (WithShared), whose row name
+	// is "sharedOf#i"; "" for an exclusive one.
+	sharedOf string
+	epoch    uint64 // the session connection it is bound to
+	slot     *localSlot
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
 
 	stepDown     chan struct{} // closed when a step-down is requested of it
 	stepDownOnce sync.Once
@@ -90,6 +93,10 @@ func (l *Lease) Token() int64 { return l.token }
 
 // TTL returns the lease's time-to-live.
 func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Shared reports whether the lease is a shared one ([WithShared]); its
+// Name is then the row "NAME#i" of the name NAME it shares.
+func (l *Lease) Shared() bool { return l.sharedOf != "" }
 
 // FastFailover reports whether the lease was acquired [WithFastFailover],
 // and so is bound to the client's database session: a lease asked for

@@ -212,6 +212,8 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 		return nil, o, invalid(kindArgument, "WithSlots does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)")
 	case o.session:
 		return nil, o, invalid(kindArgument, "WithFastFailover is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies")
+	case o.shared:
+		return nil, o, invalid(kindArgument, "WithShared does not apply to a set of leases: a set's leases are exclusive (acquire shared leases one by one with Acquire)")
 	}
 	if err := c.prepare(ctx); err != nil {
 		return nil, o, c.closedErr(err)

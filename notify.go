@@ -62,15 +62,26 @@ func wake(ch chan struct{}) {
 }
 
 // notify wakes the subscribers of name; a notification that is not
-// targeted skips the queued ones.
+// targeted skips the queued ones. A release of a row of a semaphore's slot
+// or of a shared lease ("name#i") also wakes the subscribers of its name:
+// the waits that contend with the whole name (a set, an exclusive lease of
+// a name held shared).
 func (h *hub) notify(name string, targeted bool) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wakeSubs(name, targeted)
+	if i, ok := slotSuffix(name); ok {
+		h.wakeSubs(name[:i], targeted)
+	}
+}
+
+// wakeSubs wakes the subscribers of name as notify says; h.mu is held.
+func (h *hub) wakeSubs(name string, targeted bool) {
 	for s := range h.subs[name] {
 		if targeted || !s.queued.Load() {
 			wake(s.ch)
 		}
 	}
-	h.mu.Unlock()
 }
 
 // notifyAll wakes every subscriber: notifications may have been missed.

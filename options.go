@@ -17,6 +17,7 @@ type leaseOptions struct {
 	maxHold      time.Duration // WithMaxHold; 0: no limit
 	metadata     []byte        // JSON object
 	session      bool          // WithFastFailover
+	shared       bool          // WithShared
 	slots        int
 	// semaphore: the name whose slots are acquired (slots > 1), set by
 	// the acquisition itself.
@@ -149,6 +150,27 @@ func WithSlots(n int) Option {
 	}}
 }
 
+// WithShared makes the lease a shared (read) lease of the name: any
+// number of shared holders at once, never beside an exclusive holder (a
+// lease of the name without the option), as with sync.RWMutex or
+// etcd's RWMutex recipe. Each shared holder holds a row of its own,
+// "NAME#i" ([Lease.Name] says which; the lowest i not held), with its own
+// fencing token, renewed, released and guarded ([Lease.Guard]) as any
+// lease is; [Lease.Shared] reports the kind.
+//
+// Exclusive waiters are not starved: once an exclusive [Client.Acquire]
+// of the name waits in the queue, new shared acquisitions wait behind it
+// (a [Client.TryAcquire] is refused with a *[HeldError] whose Queued field
+// says so), the shared holders drain, and the exclusive waiter takes the
+// name; shared waiters queued before it go first. Fast failover, a minimum
+// and maximum hold apply to either kind. A semaphore ([WithSlots]) and
+// shared leases of one name refuse each other with a *[SlotsError], as two
+// slot counts do. WithShared cannot be combined with WithSlots, nor used
+// by [Client.AcquireAll] or an [Elector] (an *[InvalidError]).
+func WithShared() Option {
+	return Option{func(o *leaseOptions) error { o.shared = true; return nil }}
+}
+
 // names returns the names of the lease rows an acquisition of name with
 // these options contends for: name itself, or its slot names.
 func (o leaseOptions) names(name string) []string {
@@ -169,6 +191,9 @@ func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
 // checkElector refuses the options an election cannot use: WithSlots
 // (more than one slot), since an election has one leader.
 func (o leaseOptions) checkElector() error {
+	if o.shared {
+		return invalid(kindArgument, "NewElector: WithShared does not apply: an election has one leader")
+	}
 	if o.slots > 1 {
 		return invalid(kindArgument, "NewElector: WithSlots(%d) does not apply: an election has one leader (use Acquire or Run with WithSlots for up to %d holders at once)",
 			o.slots, o.slots)
@@ -192,6 +217,9 @@ func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, erro
 		// A release before the minimum hold keeps the row until then; a
 		// longer hold than TTL would need renewals nobody sends.
 		return o, invalid(kindArgument, "minimum hold %s exceeds the TTL %s", o.minHold, o.ttl)
+	}
+	if o.shared && o.slots > 1 {
+		return o, invalid(kindArgument, "WithShared and WithSlots(%d) do not combine: a name is either a semaphore or shared/exclusive leases", o.slots)
 	}
 	if o.maxHold > 0 && o.minHold > o.maxHold {
 		return o, invalid(kindArgument, "minimum hold %s exceeds the maximum hold %s", o.minHold, o.maxHold)

@@ -18,6 +18,10 @@ type waiting struct {
 	// queue: the wait may queue on the server (a single name); queued:
 	// an attempt registered it there, so it must leave when it gives up.
 	queue, queued bool
+	// shared: the wait of a shared lease, which registers in the queue
+	// to be listed and to keep its place before later exclusive waiters,
+	// but is woken by every notification, as an unqueued wait is.
+	shared bool
 	// registered: the last attempt left a registration in the queue;
 	// recheck: it was the first.
 	registered, recheck bool
@@ -115,7 +119,7 @@ func (w *waiting) channel() <-chan struct{} {
 // dedicated session is live: without it no targeted notification could
 // reach the wait, and it attempts unqueued, on every release.
 func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
-	if w == nil || !w.queue {
+	if w == nil || !w.queue && !w.shared {
 		return
 	}
 	s, err := c.session()

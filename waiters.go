@@ -14,6 +14,7 @@ type Waiter struct {
 	Owner  string        // the waiting client's owner label ("" in a registration of schema version 6)
 	Since  time.Time     // server time it queued
 	Waited time.Duration // how long it has waited, by the server's clock
+	Shared bool          // it waits for a shared lease ([WithShared]); else an exclusive one
 }
 
 // Waiters returns the clients queued for names, or for every name when

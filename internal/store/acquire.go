@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -125,6 +126,64 @@ func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Ro
 		return r
 	}
 	return s.Q.Acquire, args, scan, result, nil
+}
+
+// SharedArgs are the arguments of a shared lease's acquisition attempt
+// (AcquireShared): those of AcquireArgs that apply (Name is the shared
+// lease's name, not a row's), and Mine, the rows of the name's shared
+// leases that the client holds.
+type SharedArgs struct {
+	AcquireArgs
+	Mine []string
+}
+
+// AcquireShared makes one attempt at a shared lease of a.Name: one call of
+// the table's shared acquisition function (CreateAcquireShared in
+// functions.sql). It returns the outcome, as Acquire does, and the row
+// acquired ("name#i").
+func (s *Store) AcquireShared(ctx context.Context, q Querier, a SharedArgs) (AcquireResult, string, error) {
+	var r AcquireResult
+	var remMS, hbMS int64
+	var sess bool
+	var row string
+	meta := a.Metadata
+	if len(meta) == 0 {
+		meta = []byte("{}")
+	}
+	ns, err := s.lockNS()
+	if err != nil {
+		return r, "", err
+	}
+	mine := a.Mine
+	if mine == nil {
+		mine = []string{}
+	}
+	list, err := json.Marshal(mine)
+	if err != nil {
+		return r, "", err
+	}
+	rows := 0
+	err = q.Query(ctx, s.Q.AcquireShared, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session,
+		string(meta), ns, a.Client, a.LockTimeout.Milliseconds(), a.Queued, a.QueueTTL.Milliseconds(), a.inBatch, string(list)},
+		func(rw Row) error {
+			rows++
+			return rw.Scan(&r.Acquired, &r.Token, &sess, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
+				&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch, &r.HolderSession, &row)
+		})
+	if err == nil && rows != 1 {
+		err = fmt.Errorf("store: the shared acquisition of %q returned %d rows (a pglease bug)", a.Name, rows)
+	}
+	if err != nil {
+		return AcquireResult{}, "", err
+	}
+	r.OtherRemaining = time.Duration(remMS) * time.Millisecond
+	r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond
+	if r.Acquired {
+		r.SessionBound = sess
+	} else {
+		r.HolderInSession = sess
+	}
+	return r, row, nil
 }
 
 // FairAfter is how long the first queued waiter may be overtaken once its

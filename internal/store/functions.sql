@@ -152,7 +152,7 @@ BEGIN
                CASE WHEN $5 THEN {{server}} END,
                $6 || jsonb_build_object('client', $8)
          WHERE NOT EXISTS (SELECT 1 FROM {{table}} AS s
-                            WHERE s."semaphore" = $1 AND s."expires_at" > now())
+                            WHERE s."semaphore" = $1 AND (s."expires_at" > now() OR s."slots" = 0))
            AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
                             WHERE w."name" = $1 AND w."client" <> $8)
         ON CONFLICT ("name") DO NOTHING
@@ -168,13 +168,15 @@ BEGIN
     -- The second path: every rule, as one statement.
     WITH clash AS MATERIALIZED (
         -- A live row of another kind on the name, by its slot count (1 for a
-        -- plain lease): for a plain lease, a slot of a semaphore of its name;
-        -- for a slot, a slot of its semaphore recording another count, or a
-        -- plain lease on the semaphore's name. (Through the semaphore index
-        -- and the primary key: the cost does not grow with the table.)
-        SELECT l."slots" FROM {{table}} AS l
+        -- plain lease, -1 for shared leases): for a plain lease, a slot of a
+        -- semaphore of its name (shared leases of the name are not another
+        -- kind to it: see readers); for a slot, a slot of its semaphore
+        -- recording another count, a shared lease of the semaphore's name,
+        -- or a plain lease on that name. (Through the semaphore index and
+        -- the primary key: the cost does not grow with the table.)
+        SELECT CASE WHEN l."slots" = 0 THEN -1 ELSE l."slots" END FROM {{table}} AS l
          WHERE l."semaphore" = coalesce($14, $1) AND l."expires_at" > now()
-           AND ($14 IS NULL OR l."slots" <> $15)
+           AND (CASE WHEN $14 IS NULL THEN l."slots" <> 0 ELSE l."slots" <> $15 END)
         UNION ALL
         SELECT 1 FROM {{table}} AS l
          WHERE $14 IS NOT NULL AND l."name" = $14 AND l."semaphore" IS NULL
@@ -182,6 +184,22 @@ BEGIN
          LIMIT 1
     ), srv AS MATERIALIZED (
         SELECT {{server}} AS id
+    ), readers AS MATERIALIZED (
+        -- A plain lease's name held shared (CreateAcquireShared): its
+        -- shared rows, alive unless session-bound to a session of this
+        -- incarnation that has ended (as a plain row is taken over then).
+        SELECT l."name", l."owner", l."token", l."expires_at" > now() AS "live",
+               l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
+               (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+               (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+               l."session_pid" AS "pid",
+               NOT (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
+                    AND l."session_server" = (SELECT id FROM srv)
+                    AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || l."session_pid"::text, 3))) AS "alive"
+          FROM {{table}} AS l
+         WHERE $14 IS NULL AND l."semaphore" = $1 AND l."slots" = 0
+    ), reading AS MATERIALIZED (
+        SELECT * FROM readers AS r WHERE r."live" AND r."alive"
     ), me AS MATERIALIZED (
         -- This wait's place in the queue: its first registration, or now.
         SELECT coalesce(r.since, now()) AS since, r.since IS NOT NULL AS registered
@@ -221,7 +239,7 @@ BEGIN
                $6 || jsonb_build_object('client', $8),
                $14, $15
         FROM ahead
-        WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash)
+        WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash) AND NOT EXISTS (SELECT 1 FROM reading)
           AND NOT EXISTS (SELECT 1 FROM old WHERE old."live" AND NOT old."session_bound")
         ON CONFLICT ("name") DO UPDATE
            SET "owner" = excluded."owner", "token" = excluded."token",
@@ -238,11 +256,21 @@ BEGIN
                 AND l."session_server" = (SELECT id FROM srv)
                 AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || l."session_pid"::text, 3)))
         RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
+    ), purged AS (
+        -- Acquired over shared leases that ended (expired, or their sessions
+        -- did): their rows go. Deleting waits for a Guard's lock on one of
+        -- them, so that a stale shared holder's guarded write commits
+        -- before this acquisition does, as a takeover of a plain row waits.
+        DELETE FROM {{table}} AS l
+         WHERE EXISTS (SELECT 1 FROM ins)
+           AND l."name" IN (SELECT r."name" FROM readers AS r WHERE NOT (r."live" AND r."alive"))
+        RETURNING 1
     ), queued AS (
-        INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner")
-        SELECT $1, $8, me.since, now() + $11 * interval '1 millisecond', $2
+        INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared")
+        SELECT $1, $8, me.since, now() + $11 * interval '1 millisecond', $2, false
           FROM me WHERE $10 AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
-        ON CONFLICT ("name", "client") DO UPDATE SET "expires_at" = excluded."expires_at", "owner" = excluded."owner"
+        ON CONFLICT ("name", "client") DO UPDATE
+           SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false
         RETURNING 1
     ), dequeued AS (
         DELETE FROM {{waiters}} AS w
@@ -259,7 +287,7 @@ BEGIN
         SELECT pg_notify('pglease_' || w."client", $1) AS ok
           FROM (SELECT w."client" FROM {{waiters}} AS w
                  WHERE $5 AND $10 AND EXISTS (SELECT 1 FROM ins)
-                   AND w."name" = $1 AND w."client" <> $8
+                   AND w."name" = $1 AND w."client" <> $8 AND NOT w."shared"
                    AND CASE WHEN w."expires_at" > now()
                             THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
                             ELSE false END
@@ -273,7 +301,7 @@ BEGIN
         -- (see Release).
         SELECT pg_notify('pglease_' || ahead.first, $1) AS ok
           FROM ahead
-         WHERE ahead.first IS NOT NULL
+         WHERE ahead.first IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reading)
            AND NOT EXISTS (SELECT 1 FROM old
                             WHERE old."remaining_ms" > 0
                               AND NOT (old."session_bound" AND old."pid" <> pg_backend_pid()
@@ -281,11 +309,30 @@ BEGIN
     ), nowait AS (
         SELECT set_config('synchronous_commit', 'off', true) AS ok
          WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $13
+    ), shown AS MATERIALIZED (
+        -- The holder a refusal reports: the name's own live row; else a live
+        -- shared holder (one bound to a session first, for the waiter to
+        -- watch; then the one that expires last), whose client is not
+        -- reported (it is not this wait's to watch a doorbell of, nor an
+        -- orphan of this client's: a shared lease of its own); else the
+        -- name's row as it is.
+        SELECT h.* FROM (
+            SELECT old."owner", old."token", old."session_bound", old."remaining_ms", old."heartbeat_ms",
+                   old."client", old."pid", CASE WHEN old."live" THEN 0 ELSE 2 END AS "rank"
+              FROM old
+            UNION ALL
+            SELECT r."owner", r."token", r."session_bound", r."remaining_ms", r."heartbeat_ms",
+                   '', r."pid", 1
+              FROM reading AS r
+        ) AS h
+         ORDER BY h."rank", h."session_bound" DESC, h."remaining_ms" DESC
+         LIMIT 1
     )
     SELECT true, ins."token", ins."session_bound",
            coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
            false, 0::bigint, 0, 0
       FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true LEFT JOIN durable ON true
+           LEFT JOIN (SELECT count(*) FROM purged) AS p ON true
     UNION ALL
     SELECT false, 0::bigint, coalesce(old."session_bound", false),
            coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
@@ -294,7 +341,7 @@ BEGIN
                 THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || old."pid"::text, 3))
                 ELSE false END,
            (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
-      FROM (SELECT 1) AS one LEFT JOIN old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
+      FROM (SELECT 1) AS one LEFT JOIN shown AS old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
      WHERE NOT EXISTS (SELECT 1 FROM ins)
       INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
            o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid;
@@ -328,6 +375,7 @@ DECLARE
     v_setting text;
     v_acquired_at timestamptz;
     v_waiters boolean;
+    v_shared text;
 BEGIN
     o_released := 0;
     o_notified := 0;
@@ -339,8 +387,9 @@ BEGIN
               -- table's channel is notified here.
               (SELECT CASE WHEN x.queue THEN true WHEN pg_notify($3, $1) IS NULL THEN false ELSE false END
                  FROM (SELECT EXISTS (SELECT 1 FROM {{waiters}} AS w WHERE w."name" = $1) AS queue) AS x),
-              set_config('synchronous_commit', 'off', true)
-         INTO v_acquired_at, v_waiters, v_setting;
+              set_config('synchronous_commit', 'off', true),
+              CASE WHEN l."slots" = 0 THEN l."semaphore" END
+         INTO v_acquired_at, v_waiters, v_setting, v_shared;
     IF NOT FOUND THEN
         v_setting := set_config('synchronous_commit', 'off', true);
         -- Kept: the row no longer belongs to a client's live lease; drop
@@ -354,6 +403,27 @@ BEGIN
         RETURN;
     END IF;
     o_released := 1;
+    IF v_shared IS NOT NULL THEN
+        -- A shared lease of the name v_shared (CreateAcquireShared): the
+        -- table's channel was notified above. When it was the last one
+        -- alive, the first live waiter for an exclusive lease of the name
+        -- is woken on its client's channel, as a release of the name
+        -- itself would: its acquisition waited for the shared holders. (It
+        -- listens: no doorbell to ring, o_notified stays 1.)
+        o_notified := 1;
+        IF NOT EXISTS (SELECT 1 FROM {{table}} AS l
+                        WHERE l."semaphore" = v_shared AND l."slots" = 0 AND l."expires_at" > now()) THEN
+            PERFORM pg_notify('pglease_' || w."client", v_shared)
+              FROM (SELECT w."client" FROM {{waiters}} AS w
+                     WHERE w."name" = v_shared AND NOT w."shared"
+                       AND CASE WHEN w."expires_at" > now()
+                                THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($4 || w."client", 1))
+                                ELSE false END
+                     ORDER BY w."since", w."client"
+                     LIMIT 1) AS w;
+        END IF;
+        RETURN;
+    END IF;
     IF NOT v_waiters THEN
         o_notified := 1;
         RETURN;
@@ -391,5 +461,162 @@ BEGIN
         SELECT pg_notify('pglease_' || wake."client", del."name") FROM del, wake
     )
     SELECT count(*) INTO o_notified FROM note;
+END
+$pglease$
+
+-- name: CreateAcquireShared
+-- A shared lease (schema version 8): many shared holders of a name at
+-- once, or one exclusive holder (a plain lease of the name, CreateAcquire),
+-- never both. Each shared holder holds a row of its own, "name#i" (the
+-- lowest i not held), with the name in "semaphore" and 0 in "slots" (a
+-- semaphore's slot rows record their count there, 1 or more), and a
+-- fencing token of its own; it is renewed, released (CreateRelease) and
+-- guarded by that row as any lease is. $1 the name, $2 to $11 as
+-- CreateAcquire's ($10 queued: the attempt registers, as a shared wait, in
+-- the queue of the name), $12 whether the call shares its transaction, $13
+-- the rows of the name's shared leases this client holds (a JSON array of
+-- names).
+--
+-- The rules, all under the name's advisory lock, the one every acquisition
+-- of the name takes first (CreateAcquire's, and so a semaphore's of that
+-- name, and AcquireAll's):
+--   - another kind: a live slot of a semaphore of the name refuses the
+--     attempt at once (o_clash, its slot count); nothing is written.
+--   - an exclusive holder: the name's own row, live (and, session-bound,
+--     its session alive), refuses it; the holder is reported as
+--     CreateAcquire reports one.
+--   - an exclusive waiter: a live registration of another client's wait
+--     for a plain lease of the name, queued before this wait (any, for an
+--     attempt that is not queued yet), refuses it (o_ahead, their number),
+--     so that a stream of shared holders cannot starve an exclusive one:
+--     the shared holders drain, the exclusive waiter takes the name, and
+--     the shared waiters follow.
+-- Otherwise the name's own row, ended, is deleted (waiting for a Guard's
+-- lock on it, so that its stale holder's guarded write commits first),
+-- rows of this client's shared leases of the name that it does not hold
+-- (acquisitions whose reply was lost: the caller holds the name's local
+-- slot meanwhile) are deleted, and the lowest free "name#i" is written,
+-- taking over an ended row of that name. A refused queued attempt
+-- registers as a shared wait (listed by Waiters; the queue's wake-ups and
+-- promises are for exclusive waits: shared waiters hear the table's
+-- channel). Returns CreateAcquire's columns and the row written (o_name).
+CREATE OR REPLACE FUNCTION {{acquire_shared_fn}}(
+    p_name text, p_owner text, p_ttl_ms bigint, p_hold_ms bigint, p_session boolean,
+    p_metadata jsonb, p_ns text, p_client text, p_lock_timeout_ms integer,
+    p_queued boolean, p_queue_ttl_ms bigint, p_in_batch boolean, p_mine jsonb,
+    OUT o_acquired boolean, OUT o_token bigint, OUT o_session_bound boolean,
+    OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
+    OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,
+    OUT o_ahead bigint, OUT o_clash integer, OUT o_pid integer, OUT o_name text)
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+DECLARE
+    v_ok boolean;
+    v_setting text;
+    v_srv text;
+    v_since timestamptz;
+    v_registered boolean;
+    v_held boolean;
+    v_i integer;
+    h record;
+BEGIN
+    IF $9 > 0 THEN
+        v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
+    END IF;
+    v_ok := pg_advisory_xact_lock(hashtext($7 || $1), hashtext($1 || $7)) IS NULL;
+    v_srv := {{server}};
+    o_acquired := false; o_token := 0; o_session_bound := false; o_owner := '';
+    o_other_token := 0; o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := '';
+    o_watchable := false; o_ahead := 0; o_pid := 0; o_name := '';
+    IF NOT $12 THEN
+        -- Acquiring nothing, the commit need not wait for its WAL flush
+        -- (raised again below, by {{durable}}, once it acquires).
+        v_setting := set_config('synchronous_commit', 'off', true);
+    END IF;
+
+    o_clash := coalesce((SELECT l."slots" FROM {{table}} AS l
+                          WHERE l."semaphore" = $1 AND l."slots" <> 0 AND l."expires_at" > now()
+                          LIMIT 1), 0);
+    IF o_clash <> 0 THEN
+        RETURN;
+    END IF;
+
+    SELECT w."since" INTO v_since FROM {{waiters}} AS w
+     WHERE $10 AND w."name" = $1 AND w."client" = $8;
+    v_registered := FOUND;
+    IF NOT v_registered THEN
+        v_since := now();
+    END IF;
+
+    SELECT l."owner", l."token", l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid",
+           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+           l."session_pid" IS NOT NULL AND l."session_server" = v_srv AS "session_bound",
+           l."expires_at" > now() AS "live"
+      INTO h FROM {{table}} AS l WHERE l."name" = $1;
+    v_held := FOUND AND h."live"
+              AND NOT (h."session_bound" AND h."pid" <> pg_backend_pid()
+                       AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || h."pid"::text, 3)));
+    IF NOT v_held THEN
+        SELECT count(*) INTO o_ahead FROM {{waiters}} AS w
+         WHERE w."name" = $1 AND NOT w."shared" AND w."client" <> $8
+           AND (NOT v_registered OR (w."since", w."client") < (v_since, $8))
+           AND CASE WHEN w."expires_at" > now()
+                    THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
+                    ELSE false END;
+    END IF;
+    IF v_held OR o_ahead > 0 THEN
+        IF v_held THEN
+            o_owner := h."owner"; o_other_token := h."token"; o_remaining_ms := h."remaining_ms";
+            o_heartbeat_ms := h."heartbeat_ms"; o_client := coalesce(h."client", '');
+            o_session_bound := h."session_bound"; o_watchable := h."session_bound";
+            o_pid := coalesce(h."pid", 0);
+        END IF;
+        IF $10 THEN
+            INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared")
+            VALUES ($1, $8, v_since, now() + $11 * interval '1 millisecond', $2, true)
+            ON CONFLICT ("name", "client") DO UPDATE
+               SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = true;
+        END IF;
+        RETURN;
+    END IF;
+
+    DELETE FROM {{table}} AS l WHERE l."name" = $1;
+    DELETE FROM {{table}} AS l
+     WHERE l."semaphore" = $1 AND l."slots" = 0 AND l."metadata" ->> 'client' = $8
+       AND l."name" NOT IN (SELECT jsonb_array_elements_text($13));
+    SELECT min(i) INTO v_i
+      FROM generate_series(0, (SELECT count(*) FROM {{table}} AS l
+                                WHERE l."semaphore" = $1 AND l."slots" = 0)::integer) AS i
+     WHERE NOT EXISTS (
+            SELECT 1 FROM {{table}} AS l
+             WHERE l."name" = $1 || '#' || i AND l."expires_at" > now()
+               AND NOT (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
+                        AND l."session_server" = v_srv
+                        AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || l."session_pid"::text, 3))));
+    INSERT INTO {{table}} AS l
+        ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+         "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
+    VALUES ($1 || '#' || v_i, $2, nextval('{{seq}}'), now(), now(),
+            now() + $3 * interval '1 millisecond',
+            now() + $4 * interval '1 millisecond',
+            $3 * interval '1 millisecond',
+            CASE WHEN $5 THEN pg_backend_pid() END,
+            CASE WHEN $5 THEN v_srv END,
+            $6 || jsonb_build_object('client', $8),
+            $1, 0)
+    ON CONFLICT ("name") DO UPDATE
+       SET "owner" = excluded."owner", "token" = excluded."token",
+           "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
+           "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
+           "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
+           "session_server" = excluded."session_server", "metadata" = excluded."metadata",
+           "semaphore" = excluded."semaphore", "slots" = excluded."slots",
+           "stepdown_at" = NULL
+    RETURNING l."name", l."token", l."session_pid" IS NOT NULL INTO o_name, o_token, o_session_bound;
+    o_acquired := true;
+    IF $10 THEN
+        DELETE FROM {{waiters}} AS w WHERE w."name" = $1 AND w."client" = $8;
+    END IF;
+    v_setting := {{durable}};
 END
 $pglease$

@@ -118,7 +118,7 @@ type Record struct {
 	Token                                 int64
 	AcquiredAt, RenewedAt, ExpiresAt      time.Time
 	TTL, Remaining, HeartbeatAge, HeldFor time.Duration
-	SessionBound                          bool
+	SessionBound, Shared                  bool
 	Metadata                              string
 }
 
@@ -126,7 +126,7 @@ func scanRecord(r Row) (Record, error) {
 	var rec Record
 	var ttl, rem, hb, held int64
 	err := r.Scan(&rec.Name, &rec.Owner, &rec.Token, &rec.AcquiredAt, &rec.RenewedAt, &rec.ExpiresAt,
-		&ttl, &rem, &hb, &held, &rec.SessionBound, &rec.Metadata)
+		&ttl, &rem, &hb, &held, &rec.SessionBound, &rec.Metadata, &rec.Shared)
 	ms := time.Millisecond
 	rec.TTL, rec.Remaining, rec.HeartbeatAge, rec.HeldFor = time.Duration(ttl)*ms, time.Duration(rem)*ms, time.Duration(hb)*ms, time.Duration(held)*ms
 	return rec, err
@@ -159,6 +159,7 @@ type Waiter struct {
 	Name, Owner string
 	Since       time.Time
 	Waited      time.Duration
+	Shared      bool
 }
 
 // Waiters reads the live waiters queued for names (every name when
@@ -175,7 +176,7 @@ func (s *Store) Waiters(ctx context.Context, q Querier, names []string) ([]Waite
 	err = q.Query(ctx, s.Q.Waiters, []any{string(list), s.Names.QualifiedTable()}, func(r Row) error {
 		var w Waiter
 		var ms int64
-		if err := r.Scan(&w.Name, &w.Owner, &w.Since, &ms); err != nil {
+		if err := r.Scan(&w.Name, &w.Owner, &w.Since, &ms, &w.Shared); err != nil {
 			return err
 		}
 		w.Waited = time.Duration(ms) * time.Millisecond

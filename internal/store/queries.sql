@@ -64,7 +64,9 @@ CREATE INDEX IF NOT EXISTS {{semaphore_index}} ON {{table}} ("semaphore") WHERE 
 -- crash, since waiting clients register again with every attempt, and its
 -- writes cost no WAL.
 -- "owner" is the waiting client's owner label, for the operators who ask
--- who waits (Waiters).
+-- who waits (Waiters); "shared" marks the wait of a shared lease
+-- (CreateAcquireShared), which is listed but never woken or promised a
+-- lease by the queue's rules: shared waiters hear the table's channel.
 CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     "name"       text        NOT NULL,
     "client"     text        NOT NULL,
@@ -72,16 +74,19 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     "expires_at"  timestamptz NOT NULL,
     "notified_at" timestamptz,
     "owner"       text,
+    "shared"      boolean     NOT NULL DEFAULT false,
     PRIMARY KEY ("name", "client")
 )
 
 -- name: UpgradeWaiters
--- Schema version 7: the owner label of a waiting client (see
--- CreateWaiters). A registration written by an older version has none.
-ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "owner" text
+-- Schema version 7: the owner label of a waiting client; version 8: whether
+-- it waits for a shared lease (see CreateWaiters). A registration written
+-- by an older version has no owner.
+ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "owner" text,
+                        ADD COLUMN IF NOT EXISTS "shared" boolean NOT NULL DEFAULT false
 
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 7'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 8'
 
 -- name: SchemaLock
 -- Serializes the creation and upgrade of the pglease objects of one schema
@@ -105,8 +110,9 @@ SELECT l.nsp, current_setting('search_path') FROM l
 
 -- name: TableExists
 -- $3 the schema ('' for the search_path's first): does it exist already?
--- $4 the waiters table; $5 and $6 the acquisition and release functions
--- (CreateAcquire, CreateRelease), with their argument types, as
+-- $4 the waiters table; $5, $6 and $7 the acquisition, release and shared
+-- acquisition functions (CreateAcquire, CreateRelease,
+-- CreateAcquireShared), with their argument types, as
 -- to_regprocedure reads them. Run just after SchemaLock, in its transaction.
 -- Waiting for that lock (an advisory lock) does not make the backend take
 -- in the catalog changes other sessions committed meanwhile, and
@@ -123,6 +129,7 @@ SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
        $3::text = '' OR to_regnamespace($3::text) IS NOT NULL,
        to_regclass($4::text) IS NOT NULL,
        to_regprocedure($5::text) IS NOT NULL AND to_regprocedure($6::text) IS NOT NULL
+       AND to_regprocedure($7::text) IS NOT NULL
   FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns
@@ -153,7 +160,9 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 -- acquisition and release functions (CreateAcquire and CreateRelease
 -- follow), which this version calls instead of statements of its own.
 -- Version 7 adds the owner of a waiting client to the waiters table
--- (UpgradeWaiters follows).
+-- (UpgradeWaiters follows). Version 8 adds shared leases: the function
+-- that acquires them (CreateAcquireShared), and the kind of a wait to the
+-- waiters table.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
                       ADD COLUMN IF NOT EXISTS "semaphore" text,
                       ADD COLUMN IF NOT EXISTS "slots" integer,
@@ -182,6 +191,13 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 SELECT * FROM {{acquire_fn}}($1::text, $2::text, $3::bigint, $4::bigint, $5::boolean, $6::jsonb,
                              $7::text, $8::text, $9::integer, $10::boolean, $11::bigint, $12::bigint,
                              $13::boolean, $14::text, $15::integer)
+
+-- name: AcquireShared
+-- One attempt at a shared lease: a call of the table's shared acquisition
+-- function (CreateAcquireShared in functions.sql).
+SELECT * FROM {{acquire_shared_fn}}($1::text, $2::text, $3::bigint, $4::bigint, $5::boolean, $6::jsonb,
+                                    $7::text, $8::text, $9::integer, $10::boolean, $11::bigint,
+                                    $12::boolean, $13::jsonb)
 
 -- name: Renew
 -- $1 a JSON object {name: token, …}, $2 the client's random id. Renews every
@@ -272,13 +288,14 @@ SELECT set_config('idle_in_transaction_session_timeout',
                 FOR SHARE OF l) AS g ON true
 
 -- name: Head
--- Not a statement: the first live waiter queued for $1 (its client, when
+-- Not a statement: the first live waiter of an exclusive lease queued for
+-- $1 (shared waiters hear the table's channel instead) (its client, when
 -- its turn began if it was woken before, and when it queued), once the row
 -- was deleted (del), spliced in for {{head}}; lockns holds the
 -- advisory-lock namespace.
 SELECT w."client", w."notified_at", w."since"
   FROM {{waiters}} AS w
- WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text
+ WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text AND NOT w."shared"
    AND CASE WHEN w."expires_at" > now()
             THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended((SELECT v FROM lockns) || w."client", 1))
             ELSE false END
@@ -286,7 +303,8 @@ SELECT w."client", w."notified_at", w."since"
  LIMIT 1
 
 -- name: First
--- Not a statement: the first live waiter of another client queued for
+-- Not a statement: the first live waiter of another client queued for an
+-- exclusive lease of
 -- n."name" before the wait q (queued since q."since" by client
 -- q."client"; q."ns" the advisory-lock namespace), whether the lease is
 -- promised to it, and how many live waiters are queued before q. Spliced
@@ -298,7 +316,7 @@ SELECT w."client",
        coalesce(w."notified_at", w."since") <= now() - q."fair" AS "due",
        count(*) OVER () AS "n"
   FROM {{waiters}} AS w
- WHERE w."name" = n."name" AND w."client" <> q."client"
+ WHERE w."name" = n."name" AND w."client" <> q."client" AND NOT w."shared"
    AND CASE WHEN w."expires_at" > now() AND (w."since", w."client") < (q."since", q."client")
             THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(q."ns" || w."client", 1))
             ELSE false END
@@ -323,13 +341,14 @@ set_config('synchronous_commit',
 -- name: Record
 -- Not a statement: the select list of a lease row as Get, List and
 -- ForceRelease return it (scanRecord reads it), spliced in for {{record}}.
--- Durations are whole milliseconds, computed with the server's clock.
+-- Durations are whole milliseconds, computed with the server's clock. The
+-- last column says whether the row is a shared lease's (CreateAcquireShared).
 SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
        (extract(epoch FROM "ttl") * 1000)::bigint,
        (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
        (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
        (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
-       "session_pid" IS NOT NULL, "metadata"::text
+       "session_pid" IS NOT NULL, "metadata"::text, coalesce("slots" = 0, false)
 
 -- name: Get
 {{record}}
@@ -343,19 +362,38 @@ SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
 
 -- name: ForceRelease
 -- $1 name, $2 notification channel, $3 advisory-lock namespace. Wakes the
--- first live waiter, as Release does.
+-- first live waiter, as Release does (for the last shared lease of a name,
+-- the first exclusive waiter of the name).
 WITH del AS (
     DELETE FROM {{table}} WHERE "name" = $1::text
     RETURNING "name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "ttl",
-              "session_pid", "metadata"
+              "session_pid", "metadata", "semaphore", "slots"
 ), lockns AS (
     SELECT $3::text AS v
 ), head AS MATERIALIZED (
     {{head}}
+), reader AS MATERIALIZED (
+    -- The name whose last live shared lease this was (the statement's
+    -- snapshot still shows the deleted row: it is left out by name).
+    SELECT d."semaphore" AS "name" FROM del AS d
+     WHERE d."slots" = 0
+       AND NOT EXISTS (SELECT 1 FROM {{table}} AS l
+                        WHERE l."semaphore" = d."semaphore" AND l."slots" = 0
+                          AND l."expires_at" > now() AND l."name" <> d."name")
 ), note AS (
     SELECT pg_notify($2::text, "name") FROM del
     UNION ALL
     SELECT pg_notify('pglease_' || head."client", del."name") FROM del, head
+    UNION ALL
+    SELECT pg_notify('pglease_' || w."client", r."name")
+      FROM reader AS r
+      CROSS JOIN LATERAL (SELECT w."client" FROM {{waiters}} AS w
+                           WHERE w."name" = r."name" AND NOT w."shared"
+                             AND CASE WHEN w."expires_at" > now()
+                                      THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($3::text || w."client", 1))
+                                      ELSE false END
+                           ORDER BY w."since", w."client"
+                           LIMIT 1) AS w
 )
 {{record}}
   FROM del, (SELECT count(*) FROM note) AS n
@@ -406,15 +444,15 @@ SELECT count(*) FROM del
 -- session holds the client's lock, as the acquisition function tells;
 -- trying that lock shared takes nothing that outlives the statement's
 -- transaction, and writes nothing. Returns the name, the owner ('' for a
--- registration of an older version), when it queued, and how long ago
--- that was, in milliseconds.
+-- registration of an older version), when it queued, how long ago that
+-- was, in milliseconds, and whether it waits for a shared lease.
 WITH ns AS MATERIALIZED (
     SELECT n.nspname::text || '.' || c.relname::text || E'\n' AS v
       FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
      WHERE c.oid = to_regclass($2::text)
 )
 SELECT w."name", coalesce(w."owner", ''), w."since",
-       (extract(epoch FROM now() - w."since") * 1000)::bigint
+       (extract(epoch FROM now() - w."since") * 1000)::bigint, w."shared"
   FROM {{waiters}} AS w, ns
  WHERE (jsonb_array_length($1::jsonb) = 0
         OR w."name" IN (SELECT jsonb_array_elements_text($1::jsonb)))
@@ -475,24 +513,44 @@ WITH names AS MATERIALIZED (
 ), srv AS MATERIALIZED (
     SELECT {{server}} AS id
 ), seen AS MATERIALIZED (
-    SELECT n."name", l."owner", l."token", l."expires_at", l."renewed_at", l."metadata",
-           l."name" IS NOT NULL AS "row", k."slots",
-           l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
-           l."session_pid" AS "pid"
+    -- The name's row; but a live shared holder of the name (see
+    -- CreateAcquire's readers: a set's leases are exclusive) is reported
+    -- when that row is not live, with no client, as CreateAcquire does.
+    SELECT n."name", k."slots",
+           CASE WHEN r."rd" THEN r."owner" ELSE l."owner" END AS "owner",
+           CASE WHEN r."rd" THEN r."token" ELSE l."token" END AS "token",
+           CASE WHEN r."rd" THEN r."expires_at" ELSE l."expires_at" END AS "expires_at",
+           CASE WHEN r."rd" THEN r."renewed_at" ELSE l."renewed_at" END AS "renewed_at",
+           CASE WHEN r."rd" THEN '{}'::jsonb ELSE l."metadata" END AS "metadata",
+           l."name" IS NOT NULL OR coalesce(r."rd", false) AS "row",
+           CASE WHEN r."rd" THEN r."session_bound"
+                ELSE l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) END AS "session_bound",
+           CASE WHEN r."rd" THEN r."pid" ELSE l."session_pid" END AS "pid",
+           coalesce(r."rd", false) AS "reading"
       FROM names AS n LEFT JOIN {{table}} AS l ON l."name" = n."name"
       -- A name is one kind of lease: a live slot of a semaphore of the
       -- name refuses the set (as CreateAcquire's clash).
       LEFT JOIN LATERAL (SELECT s."slots" FROM {{table}} AS s
-                          WHERE s."semaphore" = n."name" AND s."expires_at" > now()
+                          WHERE s."semaphore" = n."name" AND s."slots" <> 0 AND s."expires_at" > now()
                           LIMIT 1) AS k ON true
+      LEFT JOIN LATERAL (SELECT s."owner", s."token", s."expires_at", s."renewed_at", s."session_pid" AS "pid",
+                                s."session_pid" IS NOT NULL AND s."session_server" = (SELECT id FROM srv) AS "session_bound",
+                                NOT coalesce(l."expires_at" > now(), false) AS "rd"
+                           FROM {{table}} AS s
+                          WHERE s."semaphore" = n."name" AND s."slots" = 0 AND s."expires_at" > now()
+                            AND NOT (s."session_pid" IS NOT NULL AND s."session_pid" <> pg_backend_pid()
+                                     AND s."session_server" = (SELECT id FROM srv)
+                                     AND pg_try_advisory_xact_lock_shared(hashtextextended($6::text || s."session_pid"::text, 3)))
+                          ORDER BY s."session_pid" IS NOT NULL DESC, s."expires_at" DESC
+                          LIMIT 1) AS r ON true
 ), old AS MATERIALIZED (
     -- free as the header says; "alive" (NULL unless the holder is a live
     -- session-bound row of another session): whether that session still
     -- holds its session lock (SessionLock), so that it can be watched, or
     -- ended, so that the row is taken over.
     SELECT a.*, (NOT a."row" OR a."expires_at" <= now() OR a."alive" IS FALSE
-                 OR a."client" = $7::text) AND a."clash" = 0 AS "free"
-      FROM (SELECT s."name", s."owner", s."token", s."row", s."expires_at", s."session_bound", s."pid",
+                 OR a."client" = $7::text) AND a."clash" = 0 AND NOT a."reading" AS "free"
+      FROM (SELECT s."name", s."owner", s."token", s."row", s."expires_at", s."session_bound", s."pid", s."reading",
                    (extract(epoch FROM s."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
                    (extract(epoch FROM now() - s."renewed_at") * 1000)::bigint AS "heartbeat_ms",
                    coalesce(s."metadata" ->> 'client', '') AS "client",
@@ -537,6 +595,17 @@ WITH names AS MATERIALIZED (
             AND l."session_server" = (SELECT id FROM srv)
             AND pg_try_advisory_xact_lock_shared(hashtextextended($6::text || l."session_pid"::text, 3)))
     RETURNING l."name", l."token"
+), purged AS (
+    -- Shared leases of the names that ended: their rows go (see
+    -- CreateAcquire's purged).
+    DELETE FROM {{table}} AS l
+     USING ok
+     WHERE ok."all" AND l."slots" = 0 AND l."semaphore" IN (SELECT "name" FROM names)
+       AND (l."expires_at" <= now()
+            OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
+                AND l."session_server" = (SELECT id FROM srv)
+                AND pg_try_advisory_xact_lock_shared(hashtextextended($6::text || l."session_pid"::text, 3))))
+    RETURNING 1
 ), nudge AS (
     SELECT pg_notify('pglease_' || a.first, a."name") AS ok
       FROM ahead AS a JOIN old AS o USING ("name")

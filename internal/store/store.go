@@ -22,9 +22,10 @@ var sessionSQL string
 // SchemaVersion is the version of the table layout this package writes and
 // expects. It is recorded in the table's comment. (Version 5 changed what
 // binds a session-bound row, not the layout; version 6 added the
-// acquisition and release functions, version 7 the owner of a waiter: see
+// acquisition and release functions, version 7 the owner of a waiter,
+// version 8 shared leases: see
 // UpgradeTable.)
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -49,6 +50,7 @@ type Names struct {
 	Channel        string // LISTEN/NOTIFY channel
 	AcquireFunc    string // the acquisition function (functions.sql), in the table's schema
 	ReleaseFunc    string // the release function
+	SharedFunc     string // the shared acquisition function
 }
 
 // ParseTable splits "[schema.]table" and derives the sequence and channel
@@ -79,6 +81,7 @@ func ParseTable(spec string) (Names, error) {
 	n.SemaphoreIndex = derived(n.Table, "_semaphore_idx")
 	n.AcquireFunc = derived(n.Table, "_acquire")
 	n.ReleaseFunc = derived(n.Table, "_release")
+	n.SharedFunc = derived(n.Table, "_acquire_shared")
 	n.Channel = n.Table
 	return n, nil
 }
@@ -129,6 +132,7 @@ func (n Names) QualifiedWaiters() string { return n.qualified(n.Waiters) }
 const (
 	acquireFuncArgs = "(text, text, bigint, bigint, boolean, jsonb, text, text, integer, boolean, bigint, bigint, boolean, text, integer)"
 	releaseFuncArgs = "(text, bigint, text, text, bigint)"
+	sharedFuncArgs  = "(text, text, bigint, bigint, boolean, jsonb, text, text, integer, boolean, bigint, boolean, jsonb)"
 )
 
 // AcquireProcedure is the acquisition function as to_regprocedure reads it.
@@ -136,6 +140,10 @@ func (n Names) AcquireProcedure() string { return n.qualified(n.AcquireFunc) + a
 
 // ReleaseProcedure is the release function as to_regprocedure reads it.
 func (n Names) ReleaseProcedure() string { return n.qualified(n.ReleaseFunc) + releaseFuncArgs }
+
+// SharedProcedure is the shared acquisition function as to_regprocedure
+// reads it.
+func (n Names) SharedProcedure() string { return n.qualified(n.SharedFunc) + sharedFuncArgs }
 
 // ListenSQL is the LISTEN statement for channel.
 func ListenSQL(channel string) string { return "LISTEN " + quote(channel) }
@@ -158,6 +166,7 @@ type Queries struct {
 	SchemaLock, TableExists, Columns, SchemaVersion           string
 	LockNamespace, UpgradeTable, TokenState, LockTable        string
 	RepairSequence, CreateAcquire, CreateRelease              string
+	CreateAcquireShared, AcquireShared                        string
 	Acquire, Renew, Release, Guard                            string
 	Get, List, ForceRelease, Cleanup, Listen                  string
 	SessionKeepalive, AwaitSession                            string
@@ -193,6 +202,7 @@ func render(n Names) func(name string) string {
 		"{{semaphore_index}}", quote(n.SemaphoreIndex),
 		"{{acquire_fn}}", n.qualified(n.AcquireFunc),
 		"{{release_fn}}", n.qualified(n.ReleaseFunc),
+		"{{acquire_shared_fn}}", n.qualified(n.SharedFunc),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", serverIncarnation,
@@ -230,6 +240,7 @@ func Build(n Names) Queries {
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),
 		TokenState: get("TokenState"), LockTable: get("LockTable"), RepairSequence: get("RepairSequence"),
 		CreateAcquire: get("CreateAcquire"), CreateRelease: get("CreateRelease"),
+		CreateAcquireShared: get("CreateAcquireShared"), AcquireShared: get("AcquireShared"),
 		Acquire: get("Acquire"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),

@@ -187,7 +187,11 @@ func waiting(q []pglease.Waiter, known bool) string {
 		if owner == "" {
 			owner = "?"
 		}
-		parts = append(parts, display(owner, 40)+" "+human.Duration(w.Waited))
+		part := display(owner, 40) + " " + human.Duration(w.Waited)
+		if w.Shared {
+			part += " (shared)"
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -201,7 +205,7 @@ func (e *env) printTable(infos []pglease.Info, queues map[string][]pglease.Waite
 			expires = "expired " + human.Duration(-in.Remaining) + " ago"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
-			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), state(in), waiting(queueOf(in.Name, queues), queues != nil))
+			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), kindState(in), waiting(queueOf(in.Name, queues), queues != nil))
 	}
 	tw.Flush()
 }
@@ -228,6 +232,15 @@ func state(in pglease.Info) string {
 	return "held"
 }
 
+// kindState is the state column of the table: the state, and "shared"
+// for a shared lease's row.
+func kindState(in pglease.Info) string {
+	if in.Shared {
+		return state(in) + " (shared)"
+	}
+	return state(in)
+}
+
 type leaseJSON struct {
 	Name           string          `json:"name"`
 	Owner          string          `json:"owner"`
@@ -241,6 +254,7 @@ type leaseJSON struct {
 	ExpiresInSecs  float64         `json:"expires_in_seconds"`
 	HeartbeatAge   float64         `json:"heartbeat_age_seconds"`
 	SessionBound   bool            `json:"session_bound"`
+	Shared         bool            `json:"shared"`
 	Metadata       json.RawMessage `json:"metadata,omitempty"`
 	// Waiters: null when the role may not read the queue.
 	Waiters []waiterJSON `json:"waiters"`
@@ -251,6 +265,7 @@ type waiterJSON struct {
 	Owner         string    `json:"owner"`
 	Since         time.Time `json:"since"`
 	WaitedSeconds float64   `json:"waited_seconds"`
+	Shared        bool      `json:"shared"` // it waits for a shared lease
 }
 
 func toJSON(in pglease.Info, queues map[string][]pglease.Waiter) leaseJSON {
@@ -258,12 +273,12 @@ func toJSON(in pglease.Info, queues map[string][]pglease.Waiter) leaseJSON {
 		AcquiredAt: in.AcquiredAt, RenewedAt: in.RenewedAt, ExpiresAt: in.ExpiresAt,
 		TTLSeconds: in.TTL.Seconds(), HeldForSeconds: in.HeldFor.Seconds(),
 		ExpiresInSecs: in.Remaining.Seconds(), HeartbeatAge: in.HeartbeatAge.Seconds(),
-		SessionBound: in.FastFailover}
+		SessionBound: in.FastFailover, Shared: in.Shared}
 	if queues != nil {
 		j.Waiters = []waiterJSON{}
 	}
 	for _, w := range queueOf(in.Name, queues) {
-		j.Waiters = append(j.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since, WaitedSeconds: w.Waited.Seconds()})
+		j.Waiters = append(j.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since, WaitedSeconds: w.Waited.Seconds(), Shared: w.Shared})
 	}
 	if json.Valid([]byte(in.Metadata)) {
 		j.Metadata = json.RawMessage(in.Metadata)

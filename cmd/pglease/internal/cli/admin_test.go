@@ -19,10 +19,12 @@ type lsEntry struct {
 	State        string  `json:"state"`
 	TTL          float64 `json:"ttl_seconds"`
 	SessionBound bool    `json:"session_bound"`
+	Shared       bool    `json:"shared"`
 	Waiters      []struct {
 		Owner  string    `json:"owner"`
 		Since  time.Time `json:"since"`
 		Waited float64   `json:"waited_seconds"`
+		Shared bool      `json:"shared"`
 	} `json:"waiters"`
 }
 

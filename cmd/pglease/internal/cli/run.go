@@ -25,6 +25,7 @@ var runFlags = append([]flagSpec{
 	{name: "fast-failover", kind: boolFlag, usage: "tie the lease to the database session: a waiter takes over within milliseconds when this process dies"},
 	{name: "min-hold", kind: durationFlag, arg: "DURATION", usage: "keep the lease at least this long after acquiring, even if COMMAND ends sooner (at most the TTL)"},
 	{name: "slots", kind: intFlag, arg: "N", usage: "let up to N holders run at once (a semaphore; every run of NAME must use the same N); COMMAND finds its slot, 0 to N-1, in $PGLEASE_SLOT"},
+	{name: "shared", kind: boolFlag, usage: "a shared lease: run beside other --shared runs of NAME, never beside a run without it (which waits for them, and before which later --shared runs wait)"},
 	{name: "max-hold", kind: durationFlag, arg: "DURATION", usage: "end the command (SIGTERM, SIGKILL after --kill-grace) this long after acquiring, even if renewals succeed, release the lease and exit 76; longer than --kill-grace"},
 	{name: "conflict-exit-code", kind: intFlag, arg: "N", usage: "exit status when the lease is held elsewhere, 0-255 (default 75; 0 suits Kubernetes CronJobs and cron mail)"},
 }, connFlags...)
@@ -43,8 +44,9 @@ type runOptions struct {
 	fast     bool
 	minHold  time.Duration
 	maxHold  time.Duration // 0: no limit
-	slots    int           // 0: a plain lease
-	conflict int           // exit status when the lease is held elsewhere
+	shared   bool
+	slots    int // 0: a plain lease
+	conflict int // exit status when the lease is held elsewhere
 }
 
 // leaseOptions are the library options of the run's lease.
@@ -59,6 +61,12 @@ func (o runOptions) leaseOptions() []pglease.Option {
 	if o.slots > 0 {
 		opts = append(opts, pglease.WithSlots(o.slots))
 	}
+	if o.shared {
+		opts = append(opts, pglease.WithShared())
+	}
+	// --max-hold is not the library's WithMaxHold, which frees the row at
+	// the limit while the group may still be dying: the guard ends the
+	// command first, then the lease is released (see hold).
 	return opts
 }
 
@@ -139,6 +147,10 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 		if _, err := cfg.Plan(o.name, pglease.WithSlots(o.slots)); err != nil {
 			return bad(usagef("invalid lease NAME %s for --slots %d: %s", quoteArg(o.name), o.slots, reason(err)))
 		}
+	}
+	o.shared = fs.boolean("shared")
+	if o.shared && o.slots > 0 {
+		return bad(usagef("--shared and --slots do not combine: NAME is either a semaphore or shared and exclusive leases"))
 	}
 	o.conflict = exitHeld
 	if fs.isSet("conflict-exit-code") {
@@ -315,12 +327,15 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 			// Not a conflict: waiting would not end it, and the conflict
 			// code must never hide a misconfiguration.
 			kind := func(n int) string {
-				if n == 1 {
+				switch n {
+				case 0:
+					return "shared leases (--shared)"
+				case 1:
 					return "a plain lease (no --slots)"
 				}
 				return fmt.Sprintf("a semaphore of --slots %d", n)
 			}
-			return e.runFailure(fmt.Errorf("%s is held as %s; this run asked for %s: use the same --slots for every run of %s, or wait until its leases are released",
+			return e.runFailure(fmt.Errorf("%s is held as %s; this run asked for %s: use the same --slots for every run of %s (--shared runs and plain runs of a name go together, a semaphore's do not), or wait until its leases are released",
 				quoteArg(slots.Name), kind(slots.Have), kind(slots.Want), quoteArg(slots.Name)))
 		case o.wait && errors.Is(err, context.DeadlineExceeded):
 			// Acquire only matches a *HeldError when it saw the lease held;

@@ -56,6 +56,7 @@ type rowData struct {
 	Name, Owner, Token, State, Metadata string
 	HeldFor, ExpiresIn, HeartbeatAge    string
 	Waiting                             string // who waits, as console.js shows it
+	Shared                              bool   // a shared lease's row
 }
 
 type feedData struct {
@@ -74,7 +75,7 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 	for _, l := range s.Leases {
 		row := rowData{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10), State: l.State,
 			Metadata: compactJSON(l.Metadata), HeldFor: human.Duration(now.Sub(l.AcquiredAt)),
-			HeartbeatAge: human.Duration(now.Sub(l.RenewedAt)), Waiting: waiting(l.Waiters, s.Status.QueuesOK, now)}
+			HeartbeatAge: human.Duration(now.Sub(l.RenewedAt)), Waiting: waiting(l.Waiters, s.Status.QueuesOK, now), Shared: l.Shared}
 		if left := l.ExpiresAt.Sub(now); left > 0 && l.State != stateExpired {
 			row.ExpiresIn = human.Duration(left)
 		} else {

@@ -114,6 +114,9 @@ func waiting(q []pglease.Waiter, known bool, now time.Time) string {
 			owner = "?"
 		}
 		parts[i] = owner + " " + human.Duration(max(now.Sub(w.Since), 0))
+		if w.Shared {
+			parts[i] += " (shared)"
+		}
 	}
 	return strings.Join(parts, ", ")
 }
@@ -122,7 +125,7 @@ func waiting(q []pglease.Waiter, known bool, now time.Time) string {
 // the same order.
 func sameQueue(a, b []pglease.Waiter) bool {
 	return slices.EqualFunc(a, b, func(x, y pglease.Waiter) bool {
-		return x.Owner == y.Owner && x.Since.Equal(y.Since)
+		return x.Owner == y.Owner && x.Since.Equal(y.Since) && x.Shared == y.Shared
 	})
 }
 
@@ -229,12 +232,14 @@ type (
 		TTL        int64  `json:"ttl_ms"`
 		StaleAfter int64  `json:"stale_after_ms"`
 		Metadata   string `json:"metadata"`
+		Shared     bool   `json:"shared"` // a shared lease's row
 		// Waiters: who waits, first in line first.
 		Waiters []waiterJSON `json:"waiters"`
 	}
 	waiterJSON struct {
-		Owner string `json:"owner"`
-		Since int64  `json:"since"`
+		Owner  string `json:"owner"`
+		Since  int64  `json:"since"`
+		Shared bool   `json:"shared"`
 	}
 	eventJSON struct {
 		At   int64  `json:"at"`
@@ -269,9 +274,9 @@ func (s *snapshot) marshal(table string, poll time.Duration) []byte {
 		lj := leaseJSON{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10),
 			State: l.State, Acquired: l.AcquiredAt.UnixMilli(), Renewed: l.RenewedAt.UnixMilli(),
 			Expires: l.ExpiresAt.UnixMilli(), TTL: l.TTL.Milliseconds(), StaleAfter: l.StaleAfter.Milliseconds(),
-			Metadata: compactJSON(l.Metadata), Waiters: []waiterJSON{}}
+			Metadata: compactJSON(l.Metadata), Shared: l.Shared, Waiters: []waiterJSON{}}
 		for _, w := range l.Waiters {
-			lj.Waiters = append(lj.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since.UnixMilli()})
+			lj.Waiters = append(lj.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since.UnixMilli(), Shared: w.Shared})
 		}
 		j.Leases = append(j.Leases, lj)
 	}

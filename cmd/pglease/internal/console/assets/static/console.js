@@ -127,7 +127,7 @@
     if (!queuesKnown) { return '?'; }
     if (!list || list.length === 0) { return '-'; }
     return list.map(function (w) {
-      return (w.owner || '?') + ' ' + human(Math.max(0, now - w.since));
+      return (w.owner || '?') + ' ' + human(Math.max(0, now - w.since)) + (w.shared ? ' (shared)' : '');
     }).join(', ');
   }
 
@@ -170,6 +170,7 @@
         r = makeRow(l.name);
         rows.set(l.name, r);
       }
+      setText(r.cells.name, l.shared ? l.name + ' (shared)' : l.name);
       setText(r.cells.owner, l.owner);
       setText(r.cells.token, l.token);
       setText(r.cells.code, l.metadata);

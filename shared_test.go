@@ -1,0 +1,417 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// Shared holders of a name hold it together, each with a row and a token
+// of its own; an exclusive holder waits for all of them, and shared ones
+// wait for it. Every hand-off is by a release's notification: the waits
+// are bounded far below the TTL that expiry would need.
+func TestSharedLeasesExcludeAnExclusiveOne(t *testing.T) {
+	ctx := testCtx(t)
+	ttl := WithTTL(time.Minute)
+	a := testClient(t, Config{Owner: "reader-a"})
+	b := testClient(t, Config{Table: a.cfg.Table, Owner: "reader-b"})
+	w := testClient(t, Config{Table: a.cfg.Table, Owner: "writer"})
+	ra, err := a.Acquire(ctx, "schema", WithShared(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := b.TryAcquire(ctx, "schema", WithShared(), ttl)
+	if err != nil {
+		t.Fatalf("a second shared lease beside the first: %v", err)
+	}
+	if !ra.Shared() || !rb.Shared() || ra.Name() == rb.Name() || !strings.HasPrefix(ra.Name(), "schema#") ||
+		!strings.HasPrefix(rb.Name(), "schema#") || rb.Token() <= ra.Token() {
+		t.Fatalf("shared leases %s (token %d) and %s (token %d)", ra.Name(), ra.Token(), rb.Name(), rb.Token())
+	}
+	var held *HeldError
+	if _, err := w.TryAcquire(ctx, "schema", ttl); !errors.As(err, &held) || held.Holder.Owner == "" {
+		t.Fatalf("an exclusive TryAcquire beside shared holders: %v, want a *HeldError naming one", err)
+	}
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "schema", ttl)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitWaiters(t, a, "schema", "writer")
+	if err := ra.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+		t.Fatal("the exclusive lease was granted while a shared holder still held the name")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := rb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	x := pgtest.Receive(t, got, "the exclusive lease after the last shared holder released")
+	if x.Shared() || x.Name() != "schema" || x.Token() <= rb.Token() {
+		t.Fatalf("exclusive lease %s token %d", x.Name(), x.Token())
+	}
+	if _, err := a.TryAcquire(ctx, "schema", WithShared(), ttl); !errors.As(err, &held) || held.Holder.Owner != "writer" {
+		t.Fatalf("a shared TryAcquire beside the exclusive holder: %v, want a *HeldError naming it", err)
+	}
+	shared := make(chan *Lease, 2)
+	for _, c := range []*Client{a, b} {
+		go func() {
+			l, err := c.Acquire(ctx, "schema", WithShared(), ttl)
+			if err != nil {
+				t.Error(err)
+			}
+			shared <- l
+		}()
+	}
+	waitWaiters(t, a, "schema", "reader-a", "reader-b")
+	if err := x.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		l := pgtest.Receive(t, shared, "a shared lease after the exclusive holder released")
+		if l.Token() <= x.Token() {
+			t.Errorf("shared token %d not above the exclusive one %d", l.Token(), x.Token())
+		}
+		defer l.Release(ctx)
+	}
+}
+
+// waitWaiters waits until the owners wait for name, in any order, and
+// nobody else does.
+func waitWaiters(t *testing.T, c *Client, name string, owners ...string) {
+	t.Helper()
+	pgtest.WaitFor(t, patience, "waiters "+strings.Join(owners, ", ")+" in the queue of "+name, func() bool {
+		ws, err := c.Waiters(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) != len(owners) {
+			return false
+		}
+		for _, o := range owners {
+			found := false
+			for _, w := range ws {
+				found = found || w.Owner == o
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// An exclusive waiter is not starved by a stream of shared holders that
+// hand the name on hand over hand, so that it is never free of them: each
+// reader takes its next shared lease before it lets the current one go,
+// and only when that is refused does it let go first and wait. Once the
+// exclusive waiter queues, new shared acquisitions are refused behind it
+// (their *HeldError says it is queued ahead), the holders drain, and it
+// gets the name; no shared holder holds while it does. Without that rule
+// every TryAcquire of a reader succeeds and the writer waits forever (the
+// test fails at its 20 s bound).
+func TestExclusiveWaiterIsNotStarvedBySharedOnes(t *testing.T) {
+	ctx := testCtx(t)
+	first := testClient(t, Config{Owner: "writer"})
+	var (
+		mu      sync.Mutex
+		holding int // shared leases held now
+		during  int // shared leases acquired while the exclusive lease was held
+		writing bool
+		behind  int // shared TryAcquires refused behind the queued writer
+	)
+	acquired := func() {
+		mu.Lock()
+		holding++
+		if writing {
+			during++
+		}
+		mu.Unlock()
+	}
+	release := func(l *Lease) {
+		mu.Lock()
+		holding--
+		mu.Unlock()
+		_ = l.Release(ctx)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		c := testClient(t, Config{Table: first.cfg.Table, Owner: "reader"})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cur, err := c.Acquire(ctx, "config", WithShared())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			acquired()
+			for {
+				select {
+				case <-stop:
+					release(cur)
+					return
+				case <-time.After(time.Duration(20+10*i) * time.Millisecond):
+				}
+				next, err := c.TryAcquire(ctx, "config", WithShared())
+				if err == nil {
+					acquired()
+					release(cur)
+					cur = next
+					continue
+				}
+				var held *HeldError
+				if !errors.As(err, &held) {
+					t.Error(err)
+					release(cur)
+					return
+				}
+				if held.Queued > 0 {
+					mu.Lock()
+					behind++
+					mu.Unlock()
+				}
+				release(cur)
+				if cur, err = c.Acquire(ctx, "config", WithShared()); err != nil {
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
+					return
+				}
+				acquired()
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	pgtest.WaitFor(t, patience, "overlapping shared holders", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return holding >= 3
+	})
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	x, err := first.Acquire(wctx, "config")
+	if err != nil {
+		t.Fatalf("the exclusive waiter starved: %v", err)
+	}
+	mu.Lock()
+	writing = true
+	n := holding
+	mu.Unlock()
+	time.Sleep(100 * time.Millisecond) // the readers keep trying meanwhile
+	mu.Lock()
+	writing = false
+	refused, d := behind, during
+	mu.Unlock()
+	_ = x.Release(ctx)
+	if n != 0 || d != 0 {
+		t.Errorf("shared holders held beside the exclusive lease: %d at its grant, %d acquired during it", n, d)
+	}
+	if refused == 0 {
+		t.Errorf("no shared TryAcquire was refused behind the queued exclusive waiter")
+	}
+}
+
+// Goroutines of one client share a name too; the client's own exclusive
+// acquisition waits for them.
+func TestSharedLeasesWithinOneClient(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	l1, err := c.TryAcquire(ctx, "cache", WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.TryAcquire(ctx, "cache", WithShared())
+	if err != nil {
+		t.Fatalf("a second shared lease in the same client: %v", err)
+	}
+	if l1.Name() == l2.Name() {
+		t.Fatalf("both shared leases hold row %s", l1.Name())
+	}
+	if _, err := c.TryAcquire(ctx, "cache"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("the client's own exclusive TryAcquire beside its shared leases: %v", err)
+	}
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "cache")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitWaiters(t, c, "cache", c.Owner())
+	_ = l1.Release(ctx)
+	_ = l2.Release(ctx)
+	x := pgtest.Receive(t, got, "the exclusive lease of the client")
+	_ = x.Release(ctx)
+	if info, err := c.Get(ctx, l1.Name()); err == nil && info.Remaining > 0 {
+		t.Errorf("row %s still held: %+v", l1.Name(), info)
+	}
+}
+
+// A name is one kind of lease: a semaphore and shared leases of one name
+// refuse each other with a *SlotsError naming both kinds, and the options
+// that do not combine are refused before anything is sent.
+func TestSharedLeasesAndSemaphoresRefuseEachOther(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	s, err := c.TryAcquire(ctx, "pool", WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var se *SlotsError
+	if _, err := c.TryAcquire(ctx, "pool", WithSlots(3)); !errors.As(err, &se) || se.Have != 0 || se.Want != 3 ||
+		!strings.Contains(err.Error(), "shared leases") {
+		t.Fatalf("slots beside shared leases: %v", err)
+	}
+	_ = s.Release(ctx)
+	slot, err := c.TryAcquire(ctx, "pool", WithSlots(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, "pool", WithShared()); !errors.As(err, &se) || se.Have != 3 || se.Want != 0 {
+		t.Fatalf("a shared lease beside slots: %v", err)
+	}
+	_ = slot.Release(ctx)
+	var ie *InvalidError
+	for _, err := range []error{
+		(Config{}).Validate(WithShared(), WithSlots(2)),
+		func() error {
+			_, err := c.NewElector("e", func(context.Context) error { return nil }, ElectorConfig{LeaseOptions: []Option{WithShared()}})
+			return err
+		}(),
+		func() error { _, err := c.TryAcquireAll(ctx, []string{"a", "b"}, WithShared()); return err }(),
+	} {
+		if !errors.As(err, &ie) {
+			t.Errorf("%v, want an *InvalidError", err)
+		}
+	}
+}
+
+// A set that includes a name held shared waits for its shared holders
+// like an exclusive lease does.
+func TestSetWaitsForSharedHolders(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	other := testClient(t, Config{Table: c.cfg.Table})
+	s, err := other.Acquire(ctx, "b", WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquireAll(ctx, []string{"a", "b"}); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("a set over a name held shared: %v", err)
+	}
+	got := make(chan *LeaseSet, 1)
+	go func() {
+		set, err := c.AcquireAll(ctx, []string{"a", "b"})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- set
+	}()
+	select {
+	case <-got:
+		t.Fatal("the set was granted beside a shared holder")
+	case <-time.After(200 * time.Millisecond):
+	}
+	_ = s.Release(ctx)
+	set := pgtest.Receive(t, got, "the set after the shared holder released")
+	_ = set.Release(ctx)
+}
+
+// Fast failover holds for both kinds: a SIGKILLed shared holder's session
+// ends and an exclusive waiter takes the name at once, long before the
+// TTL; a SIGKILLed exclusive holder's shared waiter does the same.
+func TestSharedLeasesFailOverFast(t *testing.T) {
+	ctx := testCtx(t)
+	w := testClient(t, Config{})
+	ttl := 30 * time.Second
+	for _, tc := range []struct {
+		name      string
+		holderEnv []string
+		waitOpts  []Option
+	}{
+		{"shared holder, exclusive waiter", []string{"PGLEASE_TEST_FAST=1", "PGLEASE_TEST_SHARED=1"}, []Option{WithFastFailover()}},
+		{"exclusive holder, shared waiter", []string{"PGLEASE_TEST_FAST=1"}, []Option{WithShared()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "ff-" + strings.ReplaceAll(tc.name, " ", "-")
+			name = strings.ReplaceAll(name, ",", "")
+			cmd, token := startHolderEnv(t, w.cfg.Table, name, ttl, tc.holderEnv...)
+			wctx, cancel := context.WithTimeout(ctx, ttl/2) // expiry would need the whole TTL
+			defer cancel()
+			got := make(chan *Lease, 1)
+			go func() {
+				l, err := w.Acquire(wctx, name, tc.waitOpts...)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			time.Sleep(300 * time.Millisecond) // past the 200 ms before a waiter watches a holder's session
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			l := pgtest.Receive(t, got, "the lease of the SIGKILLed holder")
+			if l == nil {
+				t.FailNow()
+			}
+			if l.Token() <= token {
+				t.Errorf("token %d not above the dead holder's %d", l.Token(), token)
+			}
+			_ = l.Release(ctx)
+		})
+	}
+}
+
+// Guard means what it says for a shared lease: it passes while the
+// shared lease is held, and fails once an exclusive holder has taken the
+// name over the expired shared lease (whose row it deleted).
+func TestGuardOfASharedLease(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	l, err := c.Acquire(ctx, "doc", WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := func() error {
+		tx, err := pgtest.Pool(t).Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		if err := l.Guard(ctx, tx); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	if err := guard(); err != nil {
+		t.Fatalf("Guard of a held shared lease: %v", err)
+	}
+	rows(t, c).SetExpiry(l.Name(), -time.Second)
+	other := testClient(t, Config{Table: c.cfg.Table})
+	x, err := other.TryAcquire(ctx, "doc")
+	if err != nil {
+		t.Fatalf("the exclusive lease over an expired shared one: %v", err)
+	}
+	defer x.Release(ctx)
+	if _, ok := rows(t, c).Get(l.Name()); ok {
+		t.Errorf("the expired shared row %s is still there", l.Name())
+	}
+	if err := guard(); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Guard of the shared lease after the exclusive takeover: %v, want ErrNotHeld", err)
+	}
+}
