@@ -258,6 +258,60 @@
 //     who holds one. Mutual exclusion and fencing do not depend on it, nor
 //     on bells or notifications.
 //
+// # Shared leases
+//
+// [WithShared] takes a shared (read) lease of a name: any number of shared
+// holders at once, or one exclusive holder (a lease of the name without
+// the option, or a set's), never both. Each shared holder holds a row of
+// its own, "name#i" (the lowest i not held; [Lease.Name], [Lease.Shared]),
+// with its own fencing token, and is renewed, released, fenced and bound
+// to its session ([WithFastFailover]) as any lease is. A shared
+// acquisition runs the table's shared acquisition function, under the
+// same advisory lock of the name as every exclusive acquisition of it, so
+// that the check of the other kind and the insert are atomic: an
+// exclusive acquisition is refused while a live shared row of the name
+// exists (one whose session has ended is not live), a shared one while
+// the name's own row is live. A semaphore ([WithSlots]) and shared leases
+// of one name refuse each other with a *[SlotsError].
+//
+// Exclusive waiters are not starved. A blocked exclusive [Client.Acquire]
+// queues as any does, and while a live exclusive waiter is queued before
+// it (any, for a shared attempt not queued itself), a shared attempt is
+// refused: the shared holders drain and the exclusive waiter takes the
+// name; shared waiters queued before it are not held up by it. Shared
+// waits register in the queue too ([Client.Waiters] lists their kind), but
+// take no part in its wake-ups and promises: they hear every release on
+// the table's channel. Each release of a shared lease wakes the first
+// exclusive waiter of the name on its client's channel; it takes the name
+// if that was the last shared lease, and otherwise looks at those left.
+// Every exclusive waiter behind shared holders (not only the first) watches
+// the session of one fast-failover shared holder, so that a crash of the
+// last one is noticed at once even when the first waiter, a client of a
+// shared holder waiting to take the name exclusively, dies with it.
+//
+// What it keeps and what it does not:
+//
+//   - Mutual exclusion between the kinds, fencing, one clock and "nothing
+//     stolen" hold as for any lease: they are the rows' rules, and the
+//     check between the kinds is made under the name's lock.
+//   - [Lease.Guard] of a shared lease locks its row; an exclusive
+//     acquisition over shared leases that ended deletes their rows, which
+//     waits for such a lock, so a stale shared holder's guarded write
+//     commits before the exclusive holder's acquisition does, or not at
+//     all (as a takeover of a plain row waits). A shared acquisition over
+//     an exclusive row that ended deletes that row the same way.
+//   - Preference goes to exclusive waiters: shared waiters queued after
+//     an exclusive waiter wait for it, so a steady stream of exclusive
+//     waiters can hold shared ones up (sync.RWMutex makes the same choice).
+//   - Within one client, shared leases of a name do not hold its local
+//     slot, so goroutines share it; an exclusive acquisition by the client
+//     waits for its own shared leases too. A goroutine that holds a shared
+//     lease and then waits for an exclusive one of the name waits for
+//     itself, as with sync.RWMutex.
+//   - A shared row whose acquisition reply was lost is deleted by the
+//     client's next shared attempt on the name; until then (or its expiry)
+//     it keeps exclusive acquisitions out.
+//
 // # Sets of leases
 //
 // [Client.AcquireAll] and [Client.TryAcquireAll] take up to 64 names all or

@@ -320,6 +320,13 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 		// targeted notification (or, should they vanish, the poll).
 		r.note(queuedError(res), a.c.cfg.PollInterval)
 		r.behind = true
+		if res.OtherClient == "" && res.HolderInSession && res.HolderWatchable && !a.o.shared {
+			// Behind shared holders (reported without a client), every
+			// exclusive waiter watches a fast-failover one's session, not
+			// only the first: the first may be a client of a shared holder
+			// (waiting to take the name exclusively), which dies with it.
+			r.inSession = append(r.inSession, heldBy{res.name, res.HolderSession})
+		}
 		return
 	}
 	if rep.queued && res.OtherClient != "" && res.OtherClient != a.c.id {

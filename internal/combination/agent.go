@@ -152,6 +152,9 @@ func (a *agent) do(cmd Command) {
 	if cmd.Slots > 1 {
 		opts = append(opts, pglease.WithSlots(cmd.Slots))
 	}
+	if cmd.Shared {
+		opts = append(opts, pglease.WithShared())
+	}
 	var err error
 	r.Call = now()
 	switch cmd.Op {

@@ -85,7 +85,8 @@ type checker struct {
 // Check holds a history to the properties of SPEC §1 and the liveness
 // bounds: critical sections of one name never overlap beyond what the
 // name admits (a plain lease on x excludes every slot x#i of a semaphore
-// x, and a semaphore admits at most its slot count), tokens of each row
+// x and every shared lease x#i of x, a semaphore admits at most its slot
+// count, shared leases admit each other and nothing else), tokens of each row
 // increase in real-time order, no fenced write with a stale lease
 // commits, no call fails without a cause, no lease is lost without a
 // fault, and a name freed while a live waiter waits is taken within the
@@ -118,6 +119,8 @@ func (c *checker) ts(t int64) string {
 func (c *checker) describe(l *Lease) string {
 	kind := "plain"
 	switch {
+	case l.Slots == 0:
+		kind = "shared"
 	case l.Slots > 1:
 		kind = fmt.Sprintf("slot of %d", l.Slots)
 	case l.Acq.Kind == CmdAll || l.Acq.Kind == CmdTryAll:
@@ -181,6 +184,10 @@ func (c *checker) exclusion() {
 				switch {
 				case o.Row == b.Row:
 					c.overlap(res, o, b, "one row held twice")
+				case o.Slots == 0 && b.Slots == 0:
+					// Shared leases of one name hold it together.
+				case o.Slots == 0 || b.Slots == 0:
+					c.overlap(res, o, b, "a shared lease beside an exclusive lease or a slot of the name")
 				case o.Slots == 1 && b.Slots == 1:
 					c.overlap(res, o, b, "two holders of one name")
 				case o.Slots == 1 || b.Slots == 1:

@@ -265,3 +265,47 @@ func TestCheckerAllowsWhatTheSpecificationAllows(t *testing.T) {
 		})
 	}
 }
+
+// Shared leases of a name hold it together; an exclusive lease beside one
+// of them, or a semaphore's slot beside one, is an overlap. The hand-off
+// from the last shared holder to an exclusive waiter is measured, and a
+// waiter served late breaks the bound.
+func TestCheckReadWriteRule(t *testing.T) {
+	b := newHist()
+	r1 := b.acquire(1, CmdTry, Shared, "x#0", 1, 100, 110)
+	r2 := b.acquire(2, CmdTry, FastShared, "x#1", 2, 120, 130)
+	w := b.acquire(3, CmdAcquire, Plain, "x", 3, 200, 620)
+	b.release(r1, 400, 405)
+	b.release(r2, 595, 600)
+	b.release(w, 700, 710)
+	if r := Check(b.h, bounds); !r.OK() || r.Measured != 1 {
+		t.Fatalf("a clean read/write history: %v, measured %d", r.Violations, r.Measured)
+	}
+
+	b = newHist()
+	r1 = b.acquire(1, CmdTry, Shared, "x#0", 1, 100, 110)
+	w = b.acquire(3, CmdAcquire, Plain, "x", 3, 200, 300) // while r1 holds
+	b.release(w, 350, 360)
+	b.release(r1, 400, 405)
+	if r := Check(b.h, bounds); !has(r, "overlap") {
+		t.Errorf("an exclusive lease beside a shared one passed: %v", r.Violations)
+	}
+
+	b = newHist()
+	r1 = b.acquire(1, CmdTry, Shared, "x#0", 1, 100, 110)
+	s := b.acquire(2, CmdTry, Slots2, "x#1", 2, 200, 210)
+	b.release(s, 250, 260)
+	b.release(r1, 400, 405)
+	if r := Check(b.h, bounds); !has(r, "overlap") {
+		t.Errorf("a slot beside a shared lease passed: %v", r.Violations)
+	}
+
+	b = newHist()
+	r1 = b.acquire(1, CmdTry, Shared, "x#0", 1, 100, 110)
+	w = b.acquire(3, CmdAcquire, Plain, "x", 3, 200, 1400) // served a second after the release
+	b.release(r1, 395, 400)
+	b.release(w, 1500, 1510)
+	if r := Check(b.h, bounds); !has(r, "liveness") {
+		t.Errorf("an exclusive waiter served late after the last shared release passed: %v", r.Violations)
+	}
+}

@@ -42,7 +42,7 @@ func (s *sequence) step(st Step) {
 	}
 	switch st.Do {
 	case DoAcquire, DoTry:
-		cmd := Command{Op: CmdAcquire, Names: []string{st.Name}, Slots: st.Mode.Slots(), Fast: st.Mode.Fast(), Timeout: st.For}
+		cmd := Command{Op: CmdAcquire, Names: []string{st.Name}, Slots: st.Mode.Slots(), Fast: st.Mode.Fast(), Shared: st.Mode.Shared(), Timeout: st.For}
 		if st.Do == DoTry {
 			cmd.Op, cmd.Timeout = CmdTry, 0
 		}
@@ -326,6 +326,11 @@ func (s *sequence) awaitTakeover(resource string, at int64) {
 		for _, l := range s.h.Leases {
 			if l.Resource == resource && l.Start() > at {
 				return true
+			}
+		}
+		for _, l := range s.h.live(resource, time.Now().UnixNano()) {
+			if l.Slots == 0 {
+				return true // still held shared: nothing was freed for the waiters
 			}
 		}
 		for _, o := range s.h.Ops {

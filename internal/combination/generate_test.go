@@ -37,7 +37,7 @@ func newGenerator(seed uint64, agents int) *generator {
 	// A fast-failover name, a semaphore, and any mode.
 	g.home["a"] = g.pickMode(Fast, Fast, Plain)
 	g.home["b"] = g.pickMode(Slots2, Slots3, FastSlots2, FastSlots3)
-	g.home["c"] = g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3)
+	g.home["c"] = g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3, Shared, FastShared)
 	return g
 }
 
@@ -75,13 +75,17 @@ func (g *generator) mode(name string) Mode {
 		return toggleFast(m)
 	case x < 0.92 && m.Slots() > 1:
 		return g.pickMode(Slots2, Slots3, FastSlots2, FastSlots3)
+	case x < 0.92 && m.Shared():
+		// Shared leases' exclusive counterpart on the same name.
+		return g.pickMode(Plain, Fast)
 	default:
-		return g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3)
+		return g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3, Shared, FastShared)
 	}
 }
 
 func toggleFast(m Mode) Mode {
-	return [...]Mode{Plain: Fast, Fast: Plain, Slots2: FastSlots2, Slots3: FastSlots3, FastSlots2: Slots2, FastSlots3: Slots3}[m]
+	return [...]Mode{Plain: Fast, Fast: Plain, Slots2: FastSlots2, Slots3: FastSlots3, FastSlots2: Slots2, FastSlots3: Slots3,
+		Shared: FastShared, FastShared: Shared}[m]
 }
 
 // episode plans the next steps.
@@ -95,7 +99,11 @@ func (g *generator) episode(s *sequence) []Step {
 	s.mu.Lock()
 	live := len(s.liveLeases(name))
 	s.mu.Unlock()
-	for i := live; i < mode.Slots(); i++ {
+	holders := mode.Slots()
+	if mode.Shared() {
+		holders = 1 + g.rng.IntN(2) // shared holders, which an exclusive waiter waits for together
+	}
+	for i := live; i < holders; i++ {
 		out = append(out, Step{Do: DoTry, Agent: g.agent(), Name: name, Mode: mode})
 	}
 	w, one := g.agent(), g.chance(0.35)
@@ -105,7 +113,12 @@ func (g *generator) episode(s *sequence) []Step {
 			a = g.agent()
 		}
 		wm := mode
-		if !g.chance(0.8) {
+		switch {
+		case mode.Shared() && g.chance(0.6):
+			// Behind shared holders, an exclusive waiter (shared ones
+			// would join them at once, unless one queues first).
+			wm = g.pickMode(Plain, Fast)
+		case !g.chance(0.8):
 			wm = g.mode(name)
 		}
 		out = append(out, Step{Do: DoAcquire, Agent: a, Name: name, Mode: wm, For: waitLimit})

@@ -35,6 +35,7 @@ type Command struct {
 	Names   []string      `json:"names,omitempty"` // acquisitions: the names; step-down: the row
 	Slots   int           `json:"slots,omitempty"`
 	Fast    bool          `json:"fast,omitempty"`
+	Shared  bool          `json:"shared,omitempty"`
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Handle names a lease (or set) the agent holds or held: given by an
 	// acquisition, used by release and guard.

@@ -199,6 +199,43 @@ var regressions = []struct {
 			{Do: DoTryAll, Agent: 3, Names: []string{"x", "y"}},
 		},
 	},
+	{
+		// Bug 5, found by seed 17381 when shared leases joined the
+		// combination test: two fast-failover shared holders, and
+		// exclusive waiters queued behind them, the first of them in the
+		// client of one holder. The other holder releases; the holder
+		// left dies, and its client's waiter, first in the queue and the
+		// only one that watched a holder's session, with it: the waiter
+		// left took the name only at its fallback poll (4.95 s).
+		name: "FastFailoverOfSharedHoldersWhenTheFirstWaiterDiesWithOne", cfg: slowPoll, runs: 1,
+		steps: []Step{
+			{Do: DoTry, Agent: 3, Name: "x", Mode: FastShared},
+			{Do: DoTry, Agent: 1, Name: "x", Mode: FastShared},
+			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Plain, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoAcquire, Agent: 2, Name: "x", Mode: Plain, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoRelease, Agent: 3, Name: "x"},
+			{Do: DoSleep, For: 500 * time.Millisecond},
+			{Do: DoKill, Agent: 1},
+		},
+	},
+	{
+		// Shared leases beside an exclusive one, and beside a semaphore
+		// of the name, both ways round: refused.
+		name: "SharedLeasesAndOtherKindsOfTheSameName", cfg: oneByOne, runs: 1,
+		steps: []Step{
+			{Do: DoTry, Agent: 0, Name: "x", Mode: Shared},
+			{Do: DoTry, Agent: 1, Name: "x", Mode: FastShared},
+			{Do: DoTry, Agent: 2, Name: "x", Mode: Fast},
+			{Do: DoTry, Agent: 3, Name: "x", Mode: Slots2},
+			{Do: DoTryAll, Agent: 2, Names: []string{"x", "y"}},
+			{Do: DoRelease, Agent: 0, Name: "x"},
+			{Do: DoRelease, Agent: 1, Name: "x"},
+			{Do: DoTry, Agent: 2, Name: "x", Mode: Plain},
+			{Do: DoTry, Agent: 0, Name: "x", Mode: Shared},
+		},
+	},
 }
 
 // oneByOne is the configuration of the regression cases that are not

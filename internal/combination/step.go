@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// Mode is how a step acquires a name: a plain lease, fast failover, a
-// semaphore's slot, or both.
+// Mode is how a step acquires a name: a plain (exclusive) lease, fast
+// failover, a semaphore's slot, a shared lease, or one of those with fast
+// failover.
 type Mode int
 
 // The modes.
@@ -18,25 +19,35 @@ const (
 	Slots3
 	FastSlots2
 	FastSlots3
+	Shared
+	FastShared
 )
 
-var modeNames = [...]string{"plain", "fast", "slots2", "slots3", "fast-slots2", "fast-slots3"}
+var modeNames = [...]string{"plain", "fast", "slots2", "slots3", "fast-slots2", "fast-slots3", "shared", "fast-shared"}
 
 func (m Mode) String() string { return modeNames[m] }
 
-// Slots is the mode's slot count: 1 for a lease on the name itself.
+// Slots is the mode's slot count: 1 for a lease on the name itself, 0 for
+// a shared lease.
 func (m Mode) Slots() int {
 	switch m {
 	case Slots2, FastSlots2:
 		return 2
 	case Slots3, FastSlots3:
 		return 3
+	case Shared, FastShared:
+		return 0
 	}
 	return 1
 }
 
 // Fast reports whether the mode asks for fast failover.
-func (m Mode) Fast() bool { return m == Fast || m == FastSlots2 || m == FastSlots3 }
+func (m Mode) Fast() bool {
+	return m == Fast || m == FastSlots2 || m == FastSlots3 || m == FastShared
+}
+
+// Shared reports whether the mode asks for a shared lease.
+func (m Mode) Shared() bool { return m == Shared || m == FastShared }
 
 // Action is what a step does.
 type Action string
@@ -164,7 +175,7 @@ var actionIdent = map[Action]string{
 	DoTerminate: "Terminate", DoRestart: "Restart", DoDelay: "Delay",
 }
 
-var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3"}
+var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3", "Shared", "FastShared"}
 
 // Listing formats steps one per line, numbered, and as a Go literal.
 func Listing(steps []Step) string {

@@ -405,23 +405,22 @@ BEGIN
     o_released := 1;
     IF v_shared IS NOT NULL THEN
         -- A shared lease of the name v_shared (CreateAcquireShared): the
-        -- table's channel was notified above. When it was the last one
-        -- alive, the first live waiter for an exclusive lease of the name
-        -- is woken on its client's channel, as a release of the name
-        -- itself would: its acquisition waited for the shared holders. (It
-        -- listens: no doorbell to ring, o_notified stays 1.)
+        -- table's channel was notified above. The first live waiter for an
+        -- exclusive lease of the name is woken on its client's channel, as
+        -- a release of the name itself would: it takes the name if this
+        -- was the last shared lease, and otherwise looks at the ones left
+        -- (it watches the session of one bound to its session, and this
+        -- one may have been it). (It listens: no doorbell to ring,
+        -- o_notified stays 1.)
         o_notified := 1;
-        IF NOT EXISTS (SELECT 1 FROM {{table}} AS l
-                        WHERE l."semaphore" = v_shared AND l."slots" = 0 AND l."expires_at" > now()) THEN
-            PERFORM pg_notify('pglease_' || w."client", v_shared)
-              FROM (SELECT w."client" FROM {{waiters}} AS w
-                     WHERE w."name" = v_shared AND NOT w."shared"
-                       AND CASE WHEN w."expires_at" > now()
-                                THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($4 || w."client", 1))
-                                ELSE false END
-                     ORDER BY w."since", w."client"
-                     LIMIT 1) AS w;
-        END IF;
+        PERFORM pg_notify('pglease_' || w."client", v_shared)
+          FROM (SELECT w."client" FROM {{waiters}} AS w
+                 WHERE w."name" = v_shared AND NOT w."shared"
+                   AND CASE WHEN w."expires_at" > now()
+                            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($4 || w."client", 1))
+                            ELSE false END
+                 ORDER BY w."since", w."client"
+                 LIMIT 1) AS w;
         RETURN;
     END IF;
     IF NOT v_waiters THEN

@@ -141,8 +141,9 @@ func TestAcquireIsOneStatementOnDatabaseSQL(t *testing.T) {
 }
 
 // A table of schema version 5 (no functions) is refused until migrated,
-// keeps its leases through the migration, and is usable afterwards; so is
-// a version-6 table whose function was dropped.
+// keeps its leases through the migration, and is usable afterwards; so are
+// a table whose function was dropped and one of version 7 (before shared
+// leases).
 func TestVersion5TableIsMigrated(t *testing.T) {
 	ctx := testCtx(t)
 	s, db := migrated(t)
@@ -163,6 +164,11 @@ func TestVersion5TableIsMigrated(t *testing.T) {
 		}},
 		{"a function dropped", func() {
 			pgtest.Exec(t, `DROP FUNCTION `+s.Names.ReleaseProcedure())
+		}},
+		{"version 7 (no shared leases)", func() {
+			pgtest.Exec(t, `DROP FUNCTION `+s.Names.SharedProcedure())
+			pgtest.Exec(t, `ALTER TABLE `+s.Names.QualifiedWaiters()+` DROP COLUMN shared`)
+			pgtest.Exec(t, `COMMENT ON TABLE `+s.Names.QualifiedTable()+` IS 'pglease lease table, schema version 7'`)
 		}},
 	} {
 		tc.setup()

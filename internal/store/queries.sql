@@ -362,8 +362,8 @@ SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
 
 -- name: ForceRelease
 -- $1 name, $2 notification channel, $3 advisory-lock namespace. Wakes the
--- first live waiter, as Release does (for the last shared lease of a name,
--- the first exclusive waiter of the name).
+-- first live waiter, as Release does (for a shared lease of a name, the
+-- first exclusive waiter of the name).
 WITH del AS (
     DELETE FROM {{table}} WHERE "name" = $1::text
     RETURNING "name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "ttl",
@@ -373,13 +373,8 @@ WITH del AS (
 ), head AS MATERIALIZED (
     {{head}}
 ), reader AS MATERIALIZED (
-    -- The name whose last live shared lease this was (the statement's
-    -- snapshot still shows the deleted row: it is left out by name).
-    SELECT d."semaphore" AS "name" FROM del AS d
-     WHERE d."slots" = 0
-       AND NOT EXISTS (SELECT 1 FROM {{table}} AS l
-                        WHERE l."semaphore" = d."semaphore" AND l."slots" = 0
-                          AND l."expires_at" > now() AND l."name" <> d."name")
+    -- The name of a shared lease (see CreateRelease).
+    SELECT d."semaphore" AS "name" FROM del AS d WHERE d."slots" = 0
 ), note AS (
     SELECT pg_notify($2::text, "name") FROM del
     UNION ALL
