@@ -155,6 +155,9 @@ func (a *agent) do(cmd Command) {
 	if cmd.Shared {
 		opts = append(opts, pglease.WithShared())
 	}
+	if cmd.MaxHold > 0 {
+		opts = append(opts, pglease.WithMaxHold(cmd.MaxHold))
+	}
 	var err error
 	r.Call = now()
 	switch cmd.Op {

@@ -126,6 +126,9 @@ func (c *checker) describe(l *Lease) string {
 	case l.Acq.Kind == CmdAll || l.Acq.Kind == CmdTryAll:
 		kind = "set member"
 	}
+	if l.Acq.Hold > 0 {
+		kind += fmt.Sprintf(", max-hold %v", l.Acq.Hold)
+	}
 	switch {
 	case l.Session:
 		kind += ", fast failover"
@@ -369,6 +372,15 @@ func (c *checker) otherKindHeld(o *Op) bool {
 func (c *checker) losses() {
 	for _, l := range c.h.Leases {
 		if l.Done == 0 || l.Done > c.h.End || l.Cause == nil || l.Cause.Matches("Released") || l.Cause.Matches("Closed") {
+			continue
+		}
+		if l.Cause.Matches("HoldLimit") {
+			// Ended by its maximum hold: never before it (it counts from
+			// the acquisition's statement, sent after the call began).
+			if hold := l.Acq.Hold; hold == 0 || l.Done < l.Acq.Called()+int64(hold) {
+				c.violate("early hold limit", l.Done, "%s, held from %s, ended by a maximum hold of %v at %s, before it was due",
+					c.describe(l), c.ts(l.Start()), hold, c.ts(l.Done))
+			}
 			continue
 		}
 		if l.RelCall != 0 && l.RelCall <= l.Done {

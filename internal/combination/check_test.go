@@ -309,3 +309,26 @@ func TestCheckReadWriteRule(t *testing.T) {
 		t.Errorf("an exclusive waiter served late after the last shared release passed: %v", r.Violations)
 	}
 }
+
+// A lease ended by its maximum hold is not lost, but may not end early;
+// its end hands the name to a waiter within the hand-off bound.
+func TestCheckHoldLimit(t *testing.T) {
+	b := newHist()
+	h := b.acquire(1, CmdTry, Plain, "x", 1, 100, 110)
+	h.Acq.Hold = time.Second
+	h.Done, h.Cause = ms(1100), &ErrInfo{Is: []string{"LeaseLost", "HoldLimit"}}
+	w := b.acquire(2, CmdAcquire, Plain, "x", 2, 200, 1120)
+	b.release(w, 1500, 1510)
+	if r := Check(b.h, bounds); !r.OK() || r.Measured != 1 {
+		t.Fatalf("a hold limit handing the name on: %v, measured %d", r.Violations, r.Measured)
+	}
+	h.Done = ms(900)
+	if r := Check(b.h, bounds); !has(r, "early hold limit") {
+		t.Errorf("a lease ended before its maximum hold passed: %v", r.Violations)
+	}
+	h.Done = ms(1100)
+	w.Acq.Ret = ms(2100)
+	if r := Check(b.h, bounds); !has(r, "liveness") {
+		t.Errorf("a waiter served a second after the hold limit passed: %v", r.Violations)
+	}
+}

@@ -10,12 +10,14 @@
 // TCP fault proxy of its own, and sends them calls as JSON lines; they
 // answer with what happened, stamped with the machine's wall clock, which
 // every process shares. Every sequence works on one fresh, empty schema
-// and the names "a", "b" and "c". It begins as a fleet of replicas does:
+// and the names "a", "b", "c" and "d" (mostly fast failover, a
+// semaphore, any mode, shared leases). It begins as a fleet of replicas does:
 // every agent opens its client, then all create the table at once, half of
 // them spelling it "leases" under a search_path, half "schema.leases".
 //
 // Then come the steps ([Step]): acquisitions in every mode (plain, fast
-// failover, slots of 2 or 3, fast-failover slots, sets of names with
+// failover, slots of 2 or 3, fast-failover slots, shared leases plain or
+// fast-failover, now and then with a maximum hold, sets of names with
 // AcquireAll and TryAcquireAll; blocking ones with a timeout), releases,
 // step-down requests (which the holding agent obeys by releasing), fenced
 // writes with Lease.Guard in a transaction of the agent's own to a
@@ -29,7 +31,8 @@
 // name by a hand-off, a step-down, a fast-failover take-over or an expiry
 // take-over), with other steps between episodes; now and then it mixes
 // modes on a name (fast failover or not, another slot count, a lease on a
-// name beside slots of a semaphore of that name). A step that frees a name
+// name beside slots of a semaphore of that name, exclusive waiters behind
+// shared holders). A step that frees a name
 // waits until a waiter holds it again, or the bound that applies has
 // passed.
 //
@@ -38,9 +41,10 @@
 // [Check] reads the history of a sequence and reports:
 //
 //   - overlap: a name held beyond what it admits at some instant. A plain
-//     lease on x (or a set's lease on x) and the slot leases x#i of a
-//     semaphore x are one resource: a plain holder excludes everyone, and
-//     at most N slot holders hold at once. A holder holds from its
+//     lease on x (or a set's lease on x), the slot leases x#i of a
+//     semaphore x and the shared leases x#i of x are one resource: a plain
+//     holder excludes everyone, at most N slot holders hold at once, and
+//     shared holders admit each other and nobody else. A holder holds from its
 //     acquisition's return until it calls Release, its lease's Done fires
 //     (or its local deadline passes, if earlier), or its process is killed.
 //     The documented window is allowed: when the server ends a
@@ -56,13 +60,16 @@
 //     the call, a lease of another kind on the name — which is what the
 //     library must refuse —, an ended lease for a guard); opening a client
 //     and creating the table included.
-//   - lost lease: a lease that ended without a release or a fault near it.
+//   - lost lease: a lease that ended without a release or a fault near it
+//     (one ended by its maximum hold is not lost, but must not end before
+//     the hold was due: "early hold limit").
 //   - unbound fast-failover lease: a lease acquired with fast failover
 //     that is not bound to its holder's session.
 //   - liveness: after each event that freed a name while a live waiter
 //     waited for it, the first acquisition of the name went to a waiter,
 //     within the bound of the event: a release (a hand-off, or a
-//     step-down's release) 100 ms from the release's return to the
+//     step-down's release, or the end of a lease at its maximum hold,
+//     which deletes its row) 100 ms from the release's return to the
 //     waiter's Acquire returning (a waiter may return before the releaser
 //     has: zero); the end of a fast-failover holder's session (SIGKILL,
 //     pg_terminate_backend) 1 s, for every waiter of a single name, a

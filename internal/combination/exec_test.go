@@ -42,11 +42,12 @@ func (s *sequence) step(st Step) {
 	}
 	switch st.Do {
 	case DoAcquire, DoTry:
-		cmd := Command{Op: CmdAcquire, Names: []string{st.Name}, Slots: st.Mode.Slots(), Fast: st.Mode.Fast(), Shared: st.Mode.Shared(), Timeout: st.For}
+		cmd := Command{Op: CmdAcquire, Names: []string{st.Name}, Slots: st.Mode.Slots(), Fast: st.Mode.Fast(), Shared: st.Mode.Shared(),
+			MaxHold: st.Hold, Timeout: st.For}
 		if st.Do == DoTry {
 			cmd.Op, cmd.Timeout = CmdTry, 0
 		}
-		o := s.send(a, cmd, func(o *Op) { o.Mode = st.Mode })
+		o := s.send(a, cmd, func(o *Op) { o.Mode, o.Hold = st.Mode, st.Hold })
 		if st.Do == DoTry {
 			s.waitReply(o)
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 // names are the names every sequence works on.
-var names = []string{"a", "b", "c"}
+var names = []string{"a", "b", "c", "d"}
 
 // waitLimit is how long a waiter of an episode waits: past every bound, so
 // that it is still waiting when its turn comes.
@@ -34,10 +34,11 @@ func newGenerator(seed uint64, agents int) *generator {
 	if pgtest.Cluster() != nil {
 		g.restarts = 1
 	}
-	// A fast-failover name, a semaphore, and any mode.
+	// A fast-failover name, a semaphore, any mode, and shared leases.
 	g.home["a"] = g.pickMode(Fast, Fast, Plain)
 	g.home["b"] = g.pickMode(Slots2, Slots3, FastSlots2, FastSlots3)
 	g.home["c"] = g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3, Shared, FastShared)
+	g.home["d"] = g.pickMode(Shared, FastShared)
 	return g
 }
 
@@ -56,6 +57,15 @@ func (g *generator) chance(p float64) bool { return g.rng.Float64() < p }
 func (g *generator) agent() int { return g.rng.IntN(g.agents) }
 
 func (g *generator) pickMode(ms ...Mode) Mode { return ms[g.rng.IntN(len(ms))] }
+
+// hold is an acquisition's maximum hold: now and then one of 1 to 2.5 s
+// (the TTL is 3 s), which ends the lease by itself and hands the name on.
+func (g *generator) hold() time.Duration {
+	if g.chance(0.12) {
+		return g.ms(1000, 2500)
+	}
+	return 0
+}
 
 func (g *generator) ms(lo, hi int) time.Duration {
 	return time.Duration(lo+g.rng.IntN(hi-lo)) * time.Millisecond
@@ -104,7 +114,7 @@ func (g *generator) episode(s *sequence) []Step {
 		holders = 1 + g.rng.IntN(2) // shared holders, which an exclusive waiter waits for together
 	}
 	for i := live; i < holders; i++ {
-		out = append(out, Step{Do: DoTry, Agent: g.agent(), Name: name, Mode: mode})
+		out = append(out, Step{Do: DoTry, Agent: g.agent(), Name: name, Mode: mode, Hold: g.hold()})
 	}
 	w, one := g.agent(), g.chance(0.35)
 	for range 1 + g.rng.IntN(3) {
@@ -121,7 +131,7 @@ func (g *generator) episode(s *sequence) []Step {
 		case !g.chance(0.8):
 			wm = g.mode(name)
 		}
-		out = append(out, Step{Do: DoAcquire, Agent: a, Name: name, Mode: wm, For: waitLimit})
+		out = append(out, Step{Do: DoAcquire, Agent: a, Name: name, Mode: wm, For: waitLimit, Hold: g.hold()})
 	}
 	out = append(out, Step{Do: DoAwait, Name: name})
 	if g.chance(0.5) {

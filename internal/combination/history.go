@@ -35,6 +35,7 @@ type Op struct {
 	Kind    string // a Command's Op, OpStaleGuard or OpRead
 	Names   []string
 	Mode    Mode
+	Hold    time.Duration // an acquisition's maximum hold (0: none)
 	Timeout time.Duration
 	Sent    int64 // when the driver sent it
 	Call    int64 // when the agent called (0: no reply; Sent bounds it)

@@ -14,6 +14,7 @@ const (
 	EvFast     = "fast-failover" // the fast-failover holder's session ended (killed, terminated)
 	EvExpiry   = "expiry"        // the holder stopped renewing (killed, paused, partitioned)
 	EvRestart  = "restart"       // a restart ended fast-failover leases; the rows expire
+	EvHoldEnd  = "hold-limit"    // a lease ended at its maximum hold, and its row was deleted
 	EvFree     = "free"          // (latencies only) an acquisition of a free name
 	GotFirst   = "first acquisition"
 )
@@ -49,6 +50,12 @@ func (c *checker) openings() []opening {
 		}
 	}
 	for _, l := range h.Leases {
+		if l.Done != 0 && l.Done <= h.End && l.Cause.Matches("HoldLimit") && (l.RelCall == 0 || l.RelCall > l.Done) {
+			// The client deletes the row right after the lease's end:
+			// a hand-off, timed from the end.
+			add(EvHoldEnd, l.Done, l.Done, nil, []*Lease{l})
+			continue
+		}
 		if l.RelRet != 0 && l.RelErr == nil && l.RelRet <= h.End && (l.Done == 0 || l.Done >= l.RelCall) {
 			kind := EvHandOff
 			if l.StepDown {
@@ -98,7 +105,7 @@ const recovery = 2 * time.Second
 func (c *checker) bound(o opening, slack bool) time.Duration {
 	var spec, extra time.Duration
 	switch o.kind {
-	case EvHandOff, EvStepDown:
+	case EvHandOff, EvStepDown, EvHoldEnd:
 		spec, extra = c.b.HandOff, c.b.HandOffSlack
 	case EvFast:
 		spec, extra = c.b.FastFailover, c.b.FastFailoverSlack

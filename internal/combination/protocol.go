@@ -36,6 +36,7 @@ type Command struct {
 	Slots   int           `json:"slots,omitempty"`
 	Fast    bool          `json:"fast,omitempty"`
 	Shared  bool          `json:"shared,omitempty"`
+	MaxHold time.Duration `json:"max_hold,omitempty"`
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Handle names a lease (or set) the agent holds or held: given by an
 	// acquisition, used by release and guard.
@@ -107,6 +108,7 @@ var sentinels = []struct {
 	{"NotAcquired", pglease.ErrNotAcquired},
 	{"LeaseLost", pglease.ErrLeaseLost},
 	{"SessionLost", pglease.ErrSessionLost},
+	{"HoldLimit", pglease.ErrHoldLimit},
 	{"Released", pglease.ErrReleased},
 	{"Closed", pglease.ErrClosed},
 	{"NoLease", pglease.ErrNoLease},

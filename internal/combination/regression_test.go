@@ -13,6 +13,9 @@ var regressions = []struct {
 	cfg   config
 	runs  int // the sequence is run this many times (a race it needs may not happen every time)
 	steps []Step
+	// measure: an event whose hand-offs the case must measure, so that it
+	// cannot pass by measuring nothing ("" for none).
+	measure string
 }{
 	{
 		// Bug 1, found in the 2026-12 review of combined features: a fast-failover lease handed by a
@@ -221,6 +224,22 @@ var regressions = []struct {
 		},
 	},
 	{
+		// Maximum holds: a holder whose lease ends by itself hands the name
+		// to the waiters, plain and fast-failover, of an exclusive lease and
+		// of shared ones.
+		name: "MaximumHoldsHandTheNameOn", cfg: oneByOne, runs: 1, measure: EvHoldEnd,
+		steps: []Step{
+			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast, Hold: 1000 * time.Millisecond},
+			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Plain, For: waitLimit, Hold: 1200 * time.Millisecond},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoSleep, For: 2500 * time.Millisecond},
+			{Do: DoTry, Agent: 2, Name: "y", Mode: FastShared, Hold: 1000 * time.Millisecond},
+			{Do: DoAcquire, Agent: 3, Name: "y", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "y"},
+			{Do: DoSleep, For: 1500 * time.Millisecond},
+		},
+	},
+	{
 		// Shared leases beside an exclusive one, and beside a semaphore
 		// of the name, both ways round: refused.
 		name: "SharedLeasesAndOtherKindsOfTheSameName", cfg: oneByOne, runs: 1,
@@ -256,6 +275,15 @@ func TestRegressions(t *testing.T) {
 				save(t, "combination-"+rc.name, h)
 				if !rep.OK() {
 					t.Fatalf("%s", failure(h, rep))
+				}
+				n := 0
+				for _, l := range rep.Latencies {
+					if l.Topology.Event == rc.measure {
+						n++
+					}
+				}
+				if rc.measure != "" && n < 2 {
+					t.Fatalf("%d hand-offs by %s measured, want 2: %+v", n, rc.measure, rep)
 				}
 			}
 		})

@@ -95,6 +95,9 @@ type Step struct {
 	Names []string // sets
 	Mode  Mode
 	For   time.Duration
+	// Hold is an acquisition's maximum hold (WithMaxHold), 0 for none: the
+	// lease ends by itself then, and frees the name for a waiter.
+	Hold time.Duration
 }
 
 func (s Step) agent() string {
@@ -111,6 +114,9 @@ func (s Step) String() string {
 	switch s.Do {
 	case DoAcquire, DoTry:
 		out := fmt.Sprintf("%s %s %s %s", s.agent(), s.Do, s.Name, s.Mode)
+		if s.Hold > 0 {
+			out += fmt.Sprintf(" max-hold %v", s.Hold)
+		}
 		if s.Do == DoAcquire {
 			out += fmt.Sprintf(" (up to %v)", s.For)
 		}
@@ -164,6 +170,9 @@ func (s Step) Literal() string {
 	}
 	if s.For != 0 {
 		f = append(f, fmt.Sprintf("For: %d * time.Millisecond", s.For.Milliseconds()))
+	}
+	if s.Hold != 0 {
+		f = append(f, fmt.Sprintf("Hold: %d * time.Millisecond", s.Hold.Milliseconds()))
 	}
 	return "{" + strings.Join(f, ", ") + "}"
 }
