@@ -213,7 +213,7 @@ func (a *acquisition) sharedStatement(name string) func(context.Context) reply {
 // nil.
 func (a *acquisition) refusal(ctx context.Context, r reply) error {
 	c := a.c
-	if n := r.rows[0]; !a.set && c.orphan(n.AcquireResult) {
+	if n := r.rows[0]; !a.set && c.orphan(n.name, n.AcquireResult) {
 		// A row of this client that no lease of it holds (the caller holds
 		// the name's local slot): an earlier acquisition of ours committed
 		// but its reply was lost. Free it by token; the caller retries.
@@ -285,12 +285,20 @@ func (c *Client) giveUp(leases []*Lease, cause error) {
 	}
 }
 
-// orphan reports whether a failed attempt found a row written by this
-// client. The caller holds the name's local slot, so no lease of this
-// client holds the name: the row is left from an acquisition whose reply
-// was lost (the connection failed after the commit).
-func (c *Client) orphan(r store.AcquireResult) bool {
-	return !r.Acquired && r.OtherClient == c.id && r.OtherToken != 0 && r.OtherRemaining > 0
+// orphan reports whether a failed attempt on name found a row written by
+// this client that no lease of the client holds: the row is left from an
+// acquisition whose reply was lost (the connection failed after the
+// commit). The caller holds the name's local slot, so no exclusive lease
+// of this client holds the name, but a shared lease's row may be the
+// client's (see WithShared).
+func (c *Client) orphan(name string, r store.AcquireResult) bool {
+	if r.Acquired || r.OtherClient != c.id || r.OtherToken == 0 || r.OtherRemaining <= 0 || r.SlotsMismatch != 0 {
+		return false
+	}
+	// A shared lease's row ("name#i") holds no local slot: a slot attempt
+	// of a semaphore of the same name may find it, and must not free it.
+	l := c.heldLease(name)
+	return l == nil || l.token != r.OtherToken
 }
 
 // testHookAttempt, when set by a test, runs before each single name's

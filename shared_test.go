@@ -273,9 +273,19 @@ func TestSharedLeasesAndSemaphoresRefuseEachOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	var se *SlotsError
-	if _, err := c.TryAcquire(ctx, "pool", WithSlots(3)); !errors.As(err, &se) || se.Have != 0 || se.Want != 3 ||
-		!strings.Contains(err.Error(), "shared leases") {
-		t.Fatalf("slots beside shared leases: %v", err)
+	for range 3 { // each slot in turn: one of them is the shared lease's row, pool#0
+		if _, err := c.TryAcquire(ctx, "pool", WithSlots(3)); !errors.As(err, &se) || se.Have != 0 || se.Want != 3 ||
+			!strings.Contains(err.Error(), "shared leases") {
+			t.Fatalf("slots beside shared leases: %v", err)
+		}
+	}
+	// The refused slot attempts of the client left its shared lease alone
+	// (its row is the client's, but no orphan).
+	if err := s.Renew(ctx); err != nil {
+		t.Fatalf("the shared lease after the refused slot attempts: %v", err)
+	}
+	if info, err := c.Get(ctx, s.Name()); err != nil || info.Token != s.Token() {
+		t.Fatalf("the shared lease's row after the refused slot attempts: %+v, %v", info, err)
 	}
 	_ = s.Release(ctx)
 	slot, err := c.TryAcquire(ctx, "pool", WithSlots(3))

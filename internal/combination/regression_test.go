@@ -240,6 +240,22 @@ var regressions = []struct {
 		},
 	},
 	{
+		// Bug 6, found by seed 634756: a client holds a fast-failover
+		// shared lease of d (row d#0) and asks for a slot of a semaphore d;
+		// another client then asks for a shared lease of d.
+		name: "ASlotAttemptBesideTheClientsOwnSharedLease", cfg: oneByOne, runs: 6,
+		steps: []Step{
+			{Do: DoTry, Agent: 0, Name: "d", Mode: FastShared},
+			{Do: DoAcquire, Agent: 0, Name: "d", Mode: Slots2, For: waitLimit},
+			{Do: DoAcquire, Agent: 3, Name: "d", Mode: FastShared, For: waitLimit},
+			{Do: DoAwait, Name: "d"},
+			{Do: DoGuard, Agent: Holder, Name: "d"},
+			{Do: DoSleep, For: 300 * time.Millisecond},
+			{Do: DoGuard, Agent: 0, Name: "d"},
+			{Do: DoGuard, Agent: 3, Name: "d"},
+		},
+	},
+	{
 		// Shared leases beside an exclusive one, and beside a semaphore
 		// of the name, both ways round: refused.
 		name: "SharedLeasesAndOtherKindsOfTheSameName", cfg: oneByOne, runs: 1,
