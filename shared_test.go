@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"syscall"
@@ -423,5 +424,87 @@ func TestGuardOfASharedLease(t *testing.T) {
 	}
 	if err := guard(); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Guard of the shared lease after the exclusive takeover: %v, want ErrNotHeld", err)
+	}
+}
+
+// A stale holder's guarded write commits before the other kind takes the
+// name over: the acquisition deletes the ended row of the other kind,
+// which waits for the Guard's lock, as a takeover of a plain row does. The
+// guarded transaction is kept busy past the lease's expiry (its renewals
+// skip the locked row); the contender, once the row has expired, waits
+// for it to commit. Both ways round: a shared holder and an exclusive
+// contender, and the other way.
+func TestGuardOrdersATakeoverByTheOtherKind(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		holder, contends []Option
+	}{
+		{"shared holder, exclusive contender", []Option{WithShared()}, nil},
+		{"exclusive holder, shared contender", nil, []Option{WithShared()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			c := testClient(t, Config{TTL: time.Second})
+			taker := testClient(t, Config{Table: c.cfg.Table, Owner: "taker"})
+			l, err := c.Acquire(ctx, "doc", tc.holder...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool := pgtest.Pool(t)
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if err := l.Guard(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+			// The transaction stays busy (not idle: the Guard's idle bound
+			// would end it) until the test lets it go: it waits for an
+			// advisory lock the test holds.
+			key := rand.Int64()
+			gate, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gate.Release()
+			if _, err := gate.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+				t.Fatal(err)
+			}
+			busy := make(chan error, 1)
+			go func() {
+				_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key)
+				busy <- err
+			}()
+			pgtest.WaitFor(t, patience, "the guarded lease's row to expire", func() bool {
+				return pgtest.Value[bool](t, `SELECT expires_at <= now() FROM `+c.st.Names.QualifiedTable()+` WHERE name = $1`, l.Name())
+			})
+			got := make(chan error, 1)
+			go func() {
+				x, err := taker.TryAcquire(ctx, "doc", tc.contends...)
+				if err == nil {
+					defer x.Release(ctx)
+				}
+				got <- err
+			}()
+			pgtest.WaitLockWait(t, "pglease taker")
+			select {
+			case err := <-got:
+				t.Fatalf("the other kind took the name while the stale holder's guarded transaction was open: %v", err)
+			default:
+			}
+			if _, err := gate.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+				t.Fatal(err)
+			}
+			if err := pgtest.Receive(t, busy, "the guarded transaction's work"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatalf("the guarded transaction, committed before the takeover: %v", err)
+			}
+			if err := pgtest.Receive(t, got, "the takeover after the commit"); err != nil {
+				t.Fatalf("the takeover after the commit: %v", err)
+			}
+		})
 	}
 }
