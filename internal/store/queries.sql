@@ -342,22 +342,24 @@ set_config('synchronous_commit',
 -- Not a statement: the select list of a lease row as Get, List and
 -- ForceRelease return it (scanRecord reads it), spliced in for {{record}}.
 -- Durations are whole milliseconds, computed with the server's clock. The
--- last column says whether the row is a shared lease's (CreateAcquireShared).
+-- last column says whether the row is a shared lease's (CreateAcquireShared),
+-- read from the row as a document: a table of a version before the "slots"
+-- column (4) is still readable. The row is named r.
 SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
        (extract(epoch FROM "ttl") * 1000)::bigint,
        (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
        (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
        (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
-       "session_pid" IS NOT NULL, "metadata"::text, coalesce("slots" = 0, false)
+       "session_pid" IS NOT NULL, "metadata"::text, coalesce(to_jsonb(r) ->> 'slots' = '0', false)
 
 -- name: Get
 {{record}}
-  FROM {{table}}
+  FROM {{table}} AS r
  WHERE "name" = $1::text
 
 -- name: List
 {{record}}
-  FROM {{table}}
+  FROM {{table}} AS r
  ORDER BY "name"
 
 -- name: ForceRelease
@@ -391,7 +393,7 @@ WITH del AS (
                            LIMIT 1) AS w
 )
 {{record}}
-  FROM del, (SELECT count(*) FROM note) AS n
+  FROM del AS r, (SELECT count(*) FROM note) AS n
 
 -- name: RequestStepDown
 -- $1 name. Asks the live holder of the name to let go: stamps the row (a
