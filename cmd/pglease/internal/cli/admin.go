@@ -168,34 +168,6 @@ func queueOf(row string, queues map[string][]pglease.Waiter) []pglease.Waiter {
 	return queues[queue.Name(row)]
 }
 
-// waiting describes a queue in a table cell: the owners in queue order
-// with how long each has waited, the first three of them.
-func waiting(q []pglease.Waiter, known bool) string {
-	if !known {
-		return "?"
-	}
-	if len(q) == 0 {
-		return "-"
-	}
-	var parts []string
-	for i, w := range q {
-		if i == 3 {
-			parts = append(parts, fmt.Sprintf("+%d more", len(q)-3))
-			break
-		}
-		owner := w.Owner
-		if owner == "" {
-			owner = "?"
-		}
-		part := display(owner, 40) + " " + human.Duration(w.Waited)
-		if w.Shared {
-			part += " (shared)"
-		}
-		parts = append(parts, part)
-	}
-	return strings.Join(parts, ", ")
-}
-
 func (e *env) printTable(infos []pglease.Info, queues map[string][]pglease.Waiter) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tHEARTBEAT AGE\tSTATE\tWAITING")
@@ -205,7 +177,8 @@ func (e *env) printTable(infos []pglease.Info, queues map[string][]pglease.Waite
 			expires = "expired " + human.Duration(-in.Remaining) + " ago"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
-			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), kindState(in), waiting(queueOf(in.Name, queues), queues != nil))
+			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), kindState(in), queue.Describe(queueOf(in.Name, queues), queues != nil, 3,
+				func(o string) string { return display(o, 40) }, func(w pglease.Waiter) time.Duration { return w.Waited }))
 	}
 	tw.Flush()
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
+	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 )
 
 //go:embed assets
@@ -75,7 +76,8 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 	for _, l := range s.Leases {
 		row := rowData{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10), State: l.State,
 			Metadata: compactJSON(l.Metadata), HeldFor: human.Duration(now.Sub(l.AcquiredAt)),
-			HeartbeatAge: human.Duration(now.Sub(l.RenewedAt)), Waiting: waiting(l.Waiters, s.Status.QueuesOK, now), Shared: l.Shared}
+			HeartbeatAge: human.Duration(now.Sub(l.RenewedAt)), Waiting: queue.Describe(l.Waiters, s.Status.QueuesOK, 0,
+				func(o string) string { return o }, func(w pglease.Waiter) time.Duration { return now.Sub(w.Since) }), Shared: l.Shared}
 		if left := l.ExpiresAt.Sub(now); left > 0 && l.State != stateExpired {
 			row.ExpiresIn = human.Duration(left)
 		} else {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/pglease/pglease"
@@ -95,30 +94,6 @@ func leasesOf(recs []pglease.Info, queues map[string][]pglease.Waiter, staleAfte
 		out[i].Waiters = queues[queue.Name(r.Name)]
 	}
 	return out
-}
-
-// waiting describes a queue as the page shows it (console.js's waiting):
-// the owners, first in line first, each with how long it has waited at
-// now, by the server's clock; "?" when the queues could not be read.
-func waiting(q []pglease.Waiter, known bool, now time.Time) string {
-	if !known {
-		return "?"
-	}
-	if len(q) == 0 {
-		return "-"
-	}
-	parts := make([]string, len(q))
-	for i, w := range q {
-		owner := w.Owner
-		if owner == "" {
-			owner = "?"
-		}
-		parts[i] = owner + " " + human.Duration(max(now.Sub(w.Since), 0))
-		if w.Shared {
-			parts[i] += " (shared)"
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // sameQueue reports whether two reads show the same clients waiting, in

@@ -3,10 +3,13 @@
 package queue
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/cmd/pglease/internal/human"
 )
 
 // Name is the name whose queue a lease row belongs to: its own, or, for
@@ -29,4 +32,36 @@ func ByName(ws []pglease.Waiter) map[string][]pglease.Waiter {
 		q[w.Name] = append(q[w.Name], w)
 	}
 	return q
+}
+
+// Describe is a queue in one line, as pglease ls and the console show it:
+// "?" when it could not be read (known is false), "-" when nobody waits;
+// otherwise, first in line first, each waiter's owner (through show; "?"
+// for a registration without one), how long it has waited (waited says)
+// and "(shared)" for a shared lease's wait, at most limit of them (0: all)
+// and then how many more.
+func Describe(q []pglease.Waiter, known bool, limit int, show func(string) string, waited func(pglease.Waiter) time.Duration) string {
+	switch {
+	case !known:
+		return "?"
+	case len(q) == 0:
+		return "-"
+	}
+	var parts []string
+	for i, w := range q {
+		if limit > 0 && i == limit {
+			parts = append(parts, fmt.Sprintf("+%d more", len(q)-limit))
+			break
+		}
+		owner := "?"
+		if w.Owner != "" {
+			owner = show(w.Owner)
+		}
+		part := owner + " " + human.Duration(max(waited(w), 0))
+		if w.Shared {
+			part += " (shared)"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
 }

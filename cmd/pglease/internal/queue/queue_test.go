@@ -1,6 +1,11 @@
 package queue
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease"
+)
 
 func TestName(t *testing.T) {
 	for row, want := range map[string]string{
@@ -9,6 +14,32 @@ func TestName(t *testing.T) {
 	} {
 		if got := Name(row); got != want {
 			t.Errorf("Name(%q) = %q, want %q", row, got, want)
+		}
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	ws := []pglease.Waiter{
+		{Owner: "a", Waited: 1500 * time.Millisecond},
+		{Owner: "", Waited: 20 * time.Millisecond, Shared: true},
+		{Owner: "c", Waited: -time.Second},
+		{Owner: "d"},
+	}
+	same := func(s string) string { return s }
+	waited := func(w pglease.Waiter) time.Duration { return w.Waited }
+	for _, tc := range []struct {
+		q     []pglease.Waiter
+		known bool
+		limit int
+		want  string
+	}{
+		{ws, false, 0, "?"},
+		{nil, true, 0, "-"},
+		{ws, true, 0, "a 1.5s, ? 20ms (shared), c 0ms, d 0ms"},
+		{ws, true, 3, "a 1.5s, ? 20ms (shared), c 0ms, +1 more"},
+	} {
+		if got := Describe(tc.q, tc.known, tc.limit, same, waited); got != tc.want {
+			t.Errorf("Describe(limit %d, known %v) = %q, want %q", tc.limit, tc.known, got, tc.want)
 		}
 	}
 }
