@@ -10,6 +10,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/pgleasegoose"
@@ -18,7 +19,7 @@ import (
 // Every pod of a deployment runs this at start-up: one of them applies
 // the migrations while the others wait for its lease, then find nothing
 // left to do. With fast failover, a pod killed mid-migration hands over at
-// once.
+// once. A pod that loses the lease stops: its migration cannot commit.
 func Example() {
 	ctx := context.Background()
 	dsn := os.Getenv("DATABASE_URL")
@@ -42,8 +43,13 @@ DROP TABLE example_goose_widgets;
 `)},
 	}
 	locker := pgleasegoose.New(leases, "goose", pglease.WithFastFailover())
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations,
-		goose.WithSessionLocker(locker), goose.WithTableName("example_goose_db_version"))
+	// goose's version table, each row written only while the lease is held.
+	store, err := locker.Store(database.DialectPostgres, "example_goose_db_version")
+	if err != nil {
+		log.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectCustom, db, migrations,
+		goose.WithStore(store), goose.WithSessionLocker(locker))
 	if err != nil {
 		log.Fatal(err)
 	}

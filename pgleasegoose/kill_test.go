@@ -4,8 +4,10 @@ package pgleasegoose
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
@@ -36,8 +39,10 @@ const (
 // pod is killed.
 const slowStep = 1500 * time.Millisecond
 
-// podMain is one pod: goose Up with a Locker, printing "locked <unix ns>"
-// when it holds the lease and "done <migrations applied>" at the end.
+// podMain is one pod: goose Up with a Locker and its Store, printing
+// "locked <unix ns>" when it holds the lease, "done <migrations applied>"
+// at the end, or "lost" when Up failed with an error wrapping
+// pglease.ErrLeaseLost.
 func podMain() int {
 	pod := os.Getenv(podEnv)
 	ttl, err := time.ParseDuration(os.Getenv(ttlEnv))
@@ -62,14 +67,23 @@ func podMain() int {
 		return 1
 	}
 	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations(slowStep),
-		goose.WithSessionLocker(announcing{New(c, "goose", opts...)}), goose.WithDisableGlobalRegistry(true))
+	locker := New(c, "goose", opts...)
+	store, err := locker.Store(database.DialectPostgres, "")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	p, err := goose.NewProvider(goose.DialectCustom, db, migrations(slowStep), goose.WithStore(store),
+		goose.WithSessionLocker(announcing{locker}), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	results, err := p.Up(ctx)
 	if err != nil {
+		if errors.Is(err, pglease.ErrLeaseLost) {
+			fmt.Println("lost")
+		}
 		fmt.Fprintln(os.Stderr, pod+":", err)
 		return 1
 	}
@@ -91,10 +105,56 @@ func (a announcing) SessionLock(ctx context.Context, conn *sql.Conn) error {
 type pod struct {
 	name   string
 	cmd    *exec.Cmd
+	stderr bytes.Buffer // what it wrote, read once it exited
 	mu     sync.Mutex
 	locked []time.Time
 	done   bool
+	lost   bool
 	exited chan error
+}
+
+// startPod starts the pod name running podMain with env, on leases of
+// table, its goose connection on gooseDSN.
+func startPod(t *testing.T, name, table, gooseDSN string, ttl time.Duration, ff bool) *pod {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	env := []string{podEnv + "=" + name, leaseDSNEnv + "=" + pgtest.DSN(t), tableEnv + "=" + table,
+		gooseDSNEnv + "=" + withParams(t, gooseDSN, map[string]string{"application_name": name}), ttlEnv + "=" + ttl.String()}
+	if ff {
+		env = append(env, ffEnv+"=1")
+	}
+	cmd.Env = append(os.Environ(), env...)
+	p := &pod{name: name, cmd: cmd, exited: make(chan error, 1)}
+	cmd.Stderr = &p.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			p.mu.Lock()
+			switch {
+			case len(f) == 2 && f[0] == "locked":
+				ns, _ := strconv.ParseInt(f[1], 10, 64)
+				p.locked = append(p.locked, time.Unix(0, ns))
+			case len(f) == 2 && f[0] == "done":
+				p.done = true
+			case len(f) == 1 && f[0] == "lost":
+				p.lost = true
+			}
+			p.mu.Unlock()
+		}
+		p.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+	})
+	return p
 }
 
 func (p *pod) lockedAfter(t time.Time) (time.Time, bool) {
@@ -141,42 +201,7 @@ func sigkillMidMigration(t *testing.T, ttl time.Duration, ff bool) {
 	pods := map[string]*pod{}
 	for i := range 3 {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		env := []string{podEnv + "=" + name, leaseDSNEnv + "=" + pgtest.DSN(t), tableEnv + "=" + table,
-			gooseDSNEnv + "=" + withParams(t, gooseDSN, map[string]string{"application_name": name}), ttlEnv + "=" + ttl.String()}
-		if ff {
-			env = append(env, ffEnv+"=1")
-		}
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := &pod{name: name, cmd: cmd, exited: make(chan error, 1)}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				f := strings.Fields(sc.Text())
-				p.mu.Lock()
-				switch {
-				case len(f) == 2 && f[0] == "locked":
-					ns, _ := strconv.ParseInt(f[1], 10, 64)
-					p.locked = append(p.locked, time.Unix(0, ns))
-				case len(f) == 2 && f[0] == "done":
-					p.done = true
-				}
-				p.mu.Unlock()
-			}
-			p.exited <- cmd.Wait()
-		}()
-		pods[name] = p
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-		})
+		pods[name] = startPod(t, name, table, gooseDSN, ttl, ff)
 	}
 
 	// The victim: the pod whose migration sleeps.
@@ -210,7 +235,7 @@ func sigkillMidMigration(t *testing.T, ttl time.Duration, ff bool) {
 		select {
 		case err := <-p.exited:
 			if name != victim && err != nil {
-				t.Errorf("pod %s: %v", name, err)
+				t.Errorf("pod %s: %v; its stderr:\n%s", name, err, p.stderr.String())
 			}
 		case <-time.After(2 * pgtest.Patience):
 			t.Fatalf("pod %s did not finish", name)
@@ -253,4 +278,91 @@ func sigkillMidMigration(t *testing.T, ttl time.Duration, ff bool) {
 	}
 	t.Logf("goose, 3 pods, the migrating one SIGKILLed mid-migration (TTL %v, fast failover %v): %d migrations, %d runs, %d doubled, %d lost; takeover %v after the kill",
 		ttl, ff, migrationCount, len(runs), doubled, lost, takeover.Round(time.Millisecond))
+}
+
+// A pod whose lease is force-released in the middle of a migration, while
+// a second pod waits for the lease: the second pod gets it and applies
+// what is left, and the first stops. The migration it was running is
+// rolled back (the Store's guard fails in its transaction), it starts no
+// other, and its Up fails with an error wrapping pglease.ErrLeaseLost.
+// goose's version table ends with each version once.
+func TestForceReleasedPodStopsMigrating(t *testing.T) {
+	schema := pgtest.Schema(t)
+	table := schema + ".leases"
+	prefix := "goosefr-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	gooseDSN := withParams(t, pgtest.DSN(t), map[string]string{"search_path": schema})
+	const ttl = 3 * time.Second
+
+	first := startPod(t, prefix+"-a", table, gooseDSN, ttl, false)
+	pgtest.WaitFor(t, 2*pgtest.Patience, "the first pod to lock", func() bool {
+		_, ok := first.lockedAfter(time.Time{})
+		return ok
+	})
+	second := startPod(t, prefix+"-b", table, gooseDSN, ttl, false)
+	// The first pod in its slow migration 2, the second waiting.
+	pgtest.WaitFor(t, 2*pgtest.Patience, "the first pod in the middle of a slow migration", func() bool {
+		return pgtest.Value[int64](t, `SELECT count(*) FROM pg_stat_activity
+ WHERE state = 'active' AND query LIKE '%pg_sleep%' AND application_name = $1`, first.name) > 0
+	})
+	ctx := context.Background()
+	released := time.Now()
+	if _, err := testClient(t, table, "operator").ForceRelease(ctx, "goose"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, p := range []*pod{first, second} {
+		select {
+		case err := <-p.exited:
+			t.Logf("pod %s exited (%v); stderr:\n%s", p.name, err, p.stderr.String())
+			if p == second && err != nil {
+				t.Errorf("the second pod failed: %v", err)
+			}
+			if p == first && err == nil {
+				t.Errorf("the first pod's Up succeeded after its lease was force-released")
+			}
+		case <-time.After(2 * pgtest.Patience):
+			t.Fatalf("pod %s did not finish", p.name)
+		}
+	}
+	if _, ok := second.lockedAfter(released); !ok {
+		t.Error("the second pod did not lock after the release")
+	}
+	if !first.lost {
+		t.Error("the first pod's Up error does not wrap pglease.ErrLeaseLost")
+	}
+	if !strings.Contains(first.stderr.String(), `the lease "goose" was lost`) {
+		t.Errorf("the first pod's error does not say the lease was lost: %s", first.stderr.String())
+	}
+
+	versions := pgtest.Value[[]int64](t, fmt.Sprintf(`SELECT coalesce(array_agg(version_id ORDER BY id), '{}') FROM %q.goose_db_version WHERE version_id > 0`, schema))
+	count := map[int64]int{}
+	for _, v := range versions {
+		count[v]++
+	}
+	for v := int64(1); v <= migrationCount; v++ {
+		if count[v] != 1 {
+			t.Errorf("goose's version table lists version %d %d times: %v", v, count[v], versions)
+		}
+	}
+	// The migrations' own record: each committed once, and none by the
+	// first pod after the release.
+	runs := pgtest.Value[[]string](t, fmt.Sprintf(`SELECT coalesce(array_agg(version || ' ' || pod ORDER BY at), '{}') FROM %q.runs`, schema))
+	ran := map[string]int{}
+	byFirst := 0
+	for _, r := range runs {
+		f := strings.Fields(r)
+		ran[f[0]]++
+		if f[1] == first.name && f[0] != "1" {
+			byFirst++
+		}
+	}
+	for v := 1; v <= migrationCount; v++ {
+		if n := ran[strconv.Itoa(v)]; n != 1 {
+			t.Errorf("migration %d committed %d times: %v", v, n, runs)
+		}
+	}
+	if byFirst > 0 {
+		t.Errorf("the first pod committed %d migrations after migration 1 (its lease was released in migration 2): %v", byFirst, runs)
+	}
+	t.Logf("goose, the migrating pod's lease force-released mid-migration 2: version table %v; runs %v", versions, runs)
 }

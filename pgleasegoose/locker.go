@@ -3,9 +3,11 @@
 // take turns through a pglease lease.
 //
 // A [Locker] is both a goose lock.SessionLocker and a lock.Locker. Give it
-// to goose.NewProvider with goose.WithSessionLocker (or goose.WithLocker):
+// to goose.NewProvider with goose.WithSessionLocker (or goose.WithLocker),
+// with its [Locker.Store] (goose.WithStore, dialect goose.DialectCustom):
 // Provider.Up then acquires the lease before it reads the version table
-// and releases it once the migrations have run. The pods that start while
+// and releases it once the migrations have run, and each migration
+// commits only while the lease is held. The pods that start while
 // another one migrates wait for the lease (pglease.Client.Acquire, woken
 // at once by the release), then find the migrations applied and apply
 // only what is left.
@@ -24,12 +26,20 @@
 //     on goose's connections so that the killed pod's transaction, and the
 //     locks it holds, end at once too.
 //   - A pod that loses its lease while it migrates (it was cut off from
-//     the database for longer than the TTL): goose cannot be stopped in
-//     the middle of a migration, so the pod finishes what it runs, and
-//     another pod may run the same migration meanwhile. Up reports the
-//     loss: its error wraps pglease.ErrLeaseLost. Choose a TTL that your
-//     network's partitions do not outlast; renewal keeps a lease held for
-//     as long as its pod runs, however long the migrations take.
+//     the database for longer than the TTL, or an operator force-released
+//     the lease): give goose the Locker's [Locker.Store] too, and every
+//     write of goose's version row is fenced by the lease. The row is
+//     written at the end of the migration's transaction, after a
+//     pglease.Lease.GuardSQL in the same transaction, so the migration
+//     running at the loss cannot commit: it is rolled back, Up stops
+//     there, and its error wraps pglease.ErrLeaseLost. A migration that
+//     began after the loss is rolled back the same way, so none commits
+//     after it. Without the Store, goose cannot be stopped: the pod goes on
+//     with every remaining migration while the next pod runs them too, and
+//     only Up's error (from SessionUnlock) tells. A migration that runs
+//     outside a transaction (-- +goose NO TRANSACTION) cannot be undone:
+//     it runs to its end, its version row is refused, and the next pod
+//     may run it again.
 //   - goose's other entry points that do not lock (Provider.HasPending,
 //     Provider.Status) read without the lease, as goose documents.
 //
@@ -45,6 +55,7 @@ import (
 	"sync"
 
 	"github.com/pglease/pglease"
+	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 )
 
@@ -128,4 +139,104 @@ func (l *Locker) unlock(ctx context.Context) error {
 		return fmt.Errorf("pgleasegoose: unlock %q: %w", l.name, err)
 	}
 	return nil
+}
+
+// Store returns goose's store of its version table, table of dialect
+// (goose's database.NewStore; table "" is goose's default,
+// goose_db_version), whose every write is fenced by the Locker's lease:
+// goose writes a migration's version row in the migration's own
+// transaction, and the Store calls pglease.Lease.GuardSQL in that
+// transaction first. A migration therefore commits only while the lease
+// is held with the token it was acquired with, and a takeover waits for
+// that commit. When the lease was lost, the write fails with an error
+// wrapping pglease.ErrLeaseLost, the migration is rolled back, and goose
+// stops. Give it to goose with the Locker, and goose.DialectCustom as
+// NewProvider's dialect:
+//
+//	store, err := locker.Store(database.DialectPostgres, "")
+//	provider, err := goose.NewProvider(goose.DialectCustom, db, fsys,
+//		goose.WithStore(store), goose.WithSessionLocker(locker))
+//
+// The Guard runs on goose's connection, so the lease table (the pglease
+// client's Config.Table, as goose's connection resolves it) must be in the
+// database goose migrates, and goose's role must be allowed to lock its
+// rows (SELECT … FOR SHARE). Outside a transaction (a migration marked
+// NO TRANSACTION, goose.WithIsolateDDL) the Store opens one of its own for
+// the guard and the version row. Goose writes only version 0 without the
+// lock (when HasPending or Status create the table); any other write
+// without the lease held fails.
+func (l *Locker) Store(dialect database.Dialect, table string) (database.Store, error) {
+	if table == "" {
+		table = "goose_db_version"
+	}
+	s, err := database.NewStore(dialect, table)
+	if err != nil {
+		return nil, fmt.Errorf("pgleasegoose: store: %w", err)
+	}
+	return &fencedStore{Store: s, l: l}, nil
+}
+
+// fencedStore is goose's store with its writes fenced by a Locker's lease.
+type fencedStore struct {
+	database.Store
+	l *Locker
+}
+
+var _ database.StoreExtender = (*fencedStore)(nil)
+
+// TableExists is the wrapped store's, when it has one.
+func (s *fencedStore) TableExists(ctx context.Context, db database.DBTxConn) (bool, error) {
+	if x, ok := s.Store.(database.StoreExtender); ok {
+		return x.TableExists(ctx, db)
+	}
+	return false, errors.ErrUnsupported
+}
+
+// Insert writes a version row under the lease's guard.
+func (s *fencedStore) Insert(ctx context.Context, db database.DBTxConn, req database.InsertRequest) error {
+	return s.fenced(ctx, db, req.Version, func(db database.DBTxConn) error { return s.Store.Insert(ctx, db, req) })
+}
+
+// Delete removes a version row under the lease's guard.
+func (s *fencedStore) Delete(ctx context.Context, db database.DBTxConn, version int64) error {
+	return s.fenced(ctx, db, version, func(db database.DBTxConn) error { return s.Store.Delete(ctx, db, version) })
+}
+
+// beginner is what goose passes outside a transaction: *sql.Conn or *sql.DB.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+func (s *fencedStore) fenced(ctx context.Context, db database.DBTxConn, version int64, write func(database.DBTxConn) error) (err error) {
+	lease := s.l.Lease()
+	if lease == nil {
+		if version == 0 {
+			return write(db)
+		}
+		return fmt.Errorf("pgleasegoose: goose wrote version %d without the lease %q: give goose the Locker as well as its Store (goose.WithSessionLocker or goose.WithLocker)", version, s.l.name)
+	}
+	tx, ok := db.(*sql.Tx)
+	if !ok {
+		b, ok := db.(beginner)
+		if !ok {
+			return fmt.Errorf("pgleasegoose: cannot fence version %d on a %T", version, db)
+		}
+		if tx, err = b.BeginTx(ctx, nil); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				_ = tx.Rollback()
+				return
+			}
+			err = tx.Commit()
+		}()
+	}
+	if err := lease.GuardSQL(ctx, tx); err != nil {
+		if errors.Is(err, pglease.ErrNotHeld) {
+			return fmt.Errorf("pgleasegoose: the lease %q was lost before version %d was recorded: goose stops here, its migration rolled back if it ran in a transaction (another pod may run it): %w", s.l.name, version, err)
+		}
+		return fmt.Errorf("pgleasegoose: guard version %d with the lease %q: %w", version, s.l.name, err)
+	}
+	return write(tx)
 }

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
@@ -196,4 +198,100 @@ func migrations(slow time.Duration) fstest.MapFS {
 		}
 	}
 	return fsys
+}
+
+// The Locker's Store fences goose's version rows with the lease: a lease
+// lost during a migration (here force-released by the migration itself)
+// rolls that migration back, or, outside a transaction, leaves its version
+// unrecorded; goose runs no later migration and Up's error wraps
+// pglease.ErrLeaseLost. Without the Locker the Store refuses to record a
+// migration at all.
+func TestStoreFencesEveryWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tx      bool // migration 2 runs in goose's transaction
+		session bool // goose.WithSessionLocker, else goose.WithLocker
+		runs    string
+	}{
+		{"in a transaction", true, true, "{1}"},
+		{"in a transaction, db locker", true, false, "{1}"},
+		{"no transaction", false, true, "{1,2}"}, // migration 2's own write is not undone
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			schema := pgtest.Schema(t)
+			table := schema + ".leases"
+			db, err := sql.Open("pgx", withParams(t, pgtest.DSN(t), map[string]string{"search_path": schema}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			operator := testClient(t, table, "operator")
+			forceRelease := func(ctx context.Context) {
+				if _, err := operator.ForceRelease(ctx, "goose"); err != nil {
+					t.Error(err)
+				}
+			}
+			up := &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+				forceRelease(ctx)
+				_, err := tx.ExecContext(ctx, `INSERT INTO runs (version, pod) VALUES (2, 'go')`)
+				return err
+			}}
+			if !tc.tx {
+				up = &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error {
+					forceRelease(ctx)
+					_, err := db.ExecContext(ctx, `INSERT INTO runs (version, pod) VALUES (2, 'go')`)
+					return err
+				}}
+			}
+			all := migrations(0)
+			fsys := fstest.MapFS{"00001_step.sql": all["00001_step.sql"], "00003_step.sql": all["00003_step.sql"]}
+			locker := New(testClient(t, table, "pod-a"), "goose")
+			store, err := locker.Store(database.DialectPostgres, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lock := goose.WithSessionLocker(locker)
+			if !tc.session {
+				lock = goose.WithLocker(locker)
+			}
+			p, err := goose.NewProvider(goose.DialectCustom, db, fsys, goose.WithStore(store), lock,
+				goose.WithGoMigrations(goose.NewGoMigration(2, up, nil)), goose.WithDisableGlobalRegistry(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = p.Up(context.Background())
+			if !errors.Is(err, pglease.ErrLeaseLost) {
+				t.Fatalf("Up with its lease lost in migration 2: %v; want an error wrapping ErrLeaseLost", err)
+			}
+			t.Log(err)
+			versions := pgtest.Value[string](t, fmt.Sprintf(`SELECT array_agg(version_id ORDER BY id)::text FROM %q.goose_db_version`, schema))
+			runs := pgtest.Value[string](t, fmt.Sprintf(`SELECT array_agg(version ORDER BY at)::text FROM %q.runs`, schema))
+			if versions != "{0,1}" || runs != tc.runs {
+				t.Fatalf("after the loss: versions %s, runs %s; want {0,1} and %s", versions, runs, tc.runs)
+			}
+		})
+	}
+
+	t.Run("without the locker", func(t *testing.T) {
+		schema := pgtest.Schema(t)
+		db, err := sql.Open("pgx", withParams(t, pgtest.DSN(t), map[string]string{"search_path": schema}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		store, err := New(testClient(t, schema+".leases", "pod-a"), "goose").Store(database.DialectPostgres, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := goose.NewProvider(goose.DialectCustom, db, migrations(0), goose.WithStore(store), goose.WithDisableGlobalRegistry(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Up(context.Background()); err == nil || !strings.Contains(err.Error(), "without the lease") {
+			t.Fatalf("Up with the Store but no Locker: %v; want a refusal", err)
+		}
+		if n := pgtest.Value[int64](t, fmt.Sprintf(`SELECT count(*) FROM %q.goose_db_version WHERE version_id > 0`, schema)); n != 0 {
+			t.Fatalf("%d versions recorded without the lease", n)
+		}
+	})
 }
