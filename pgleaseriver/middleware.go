@@ -26,8 +26,10 @@
 //     database for longer than the TTL): the job's context ends with a
 //     cause wrapping pglease.ErrLeaseLost, and another client may start a
 //     job of the limit meanwhile. Work returns an error wrapping
-//     pglease.ErrLeaseLost even when the job returned nil, so that River
-//     retries it.
+//     pglease.ErrLeaseLost whatever the job returned, so that River
+//     retries it: nil becomes that error, a job's error is joined to it,
+//     and a snooze (river.JobSnooze) or a cancel (river.JobCancel), which
+//     River would honour instead of retrying, is kept in its text only.
 //   - The database refuses the lease (it is unreachable): the job fails with
 //     that error, and River retries it by its retry policy.
 package pgleaseriver
@@ -148,9 +150,29 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	stop()
 	cancel(nil)
 	if lctx := lease.Context(); lctx.Err() != nil && errors.Is(context.Cause(lctx), pglease.ErrLeaseLost) {
-		return errors.Join(err, fmt.Errorf("pgleaseriver: the lease %q was lost while job %d ran; another client may have run a job of its limit meanwhile: %w", name, job.ID, context.Cause(lctx)))
+		return lostError(name, job.ID, context.Cause(lctx), err)
 	}
 	return err
+}
+
+// lostError is Work's error for a job whose lease was lost while it ran:
+// it wraps cause (matching pglease.ErrLeaseLost) and what the job
+// returned, so that River retries the job. A snooze or a cancel the job
+// returned is kept as text only: River would honour it (errors.As) and not
+// retry a job that may have run beside another of its limit.
+func lostError(name string, id int64, cause, jobErr error) error {
+	lost := fmt.Errorf("pgleaseriver: the lease %q was lost while job %d ran; another client may have run a job of its limit meanwhile, so River retries it: %w", name, id, cause)
+	var (
+		snooze *rivertype.JobSnoozeError
+		cancel *rivertype.JobCancelError
+	)
+	switch {
+	case jobErr == nil:
+		return lost
+	case errors.As(jobErr, &snooze), errors.As(jobErr, &cancel):
+		return fmt.Errorf("%w (the job returned %q, which River would not retry)", lost, jobErr.Error())
+	}
+	return errors.Join(jobErr, lost)
 }
 
 // ArgsKey returns a Limit's Key that reads the top-level field of a job's
