@@ -53,7 +53,9 @@ DROP TABLE example_goose_widgets;
 	if err != nil {
 		log.Fatal(err)
 	}
-	results, err := p.Up(ctx)
+	upCtx, cancel := locker.Context(ctx) // ends if the lease is lost: goose stops at once
+	defer cancel()
+	results, err := p.Up(upCtx)
 	if err != nil {
 		log.Fatal(err)
 	}

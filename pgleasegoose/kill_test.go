@@ -33,13 +33,15 @@ const (
 	tableEnv    = "PGLEASEGOOSE_TEST_TABLE"
 	ttlEnv      = "PGLEASEGOOSE_TEST_TTL"
 	ffEnv       = "PGLEASEGOOSE_TEST_FF"
+	ctxEnv      = "PGLEASEGOOSE_TEST_CONTEXT" // Up gets the Locker's Context
 )
 
 // slowStep is how long each even migration sleeps: the window in which a
 // pod is killed.
 const slowStep = 1500 * time.Millisecond
 
-// podMain is one pod: goose Up with a Locker and its Store, printing
+// podMain is one pod: goose Up with a Locker, its Store (and its Context
+// when ctxEnv is set), printing
 // "locked <unix ns>" when it holds the lease, "done <migrations applied>"
 // at the end, or "lost" when Up failed with an error wrapping
 // pglease.ErrLeaseLost.
@@ -79,6 +81,11 @@ func podMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if os.Getenv(ctxEnv) != "" {
+		var cancel context.CancelFunc
+		ctx, cancel = locker.Context(ctx)
+		defer cancel()
+	}
 	results, err := p.Up(ctx)
 	if err != nil {
 		if errors.Is(err, pglease.ErrLeaseLost) {
@@ -113,9 +120,9 @@ type pod struct {
 	exited chan error
 }
 
-// startPod starts the pod name running podMain with env, on leases of
-// table, its goose connection on gooseDSN.
-func startPod(t *testing.T, name, table, gooseDSN string, ttl time.Duration, ff bool) *pod {
+// startPod starts the pod name running podMain, on leases of table, its
+// goose connection on gooseDSN, with extraEnv added to its environment.
+func startPod(t *testing.T, name, table, gooseDSN string, ttl time.Duration, ff bool, extraEnv ...string) *pod {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	env := []string{podEnv + "=" + name, leaseDSNEnv + "=" + pgtest.DSN(t), tableEnv + "=" + table,
@@ -123,7 +130,7 @@ func startPod(t *testing.T, name, table, gooseDSN string, ttl time.Duration, ff 
 	if ff {
 		env = append(env, ffEnv+"=1")
 	}
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), env...), extraEnv...)
 	p := &pod{name: name, cmd: cmd, exited: make(chan error, 1)}
 	cmd.Stderr = &p.stderr
 	out, err := cmd.StdoutPipe()
@@ -285,20 +292,26 @@ func sigkillMidMigration(t *testing.T, ttl time.Duration, ff bool) {
 // what is left, and the first stops. The migration it was running is
 // rolled back (the Store's guard fails in its transaction), it starts no
 // other, and its Up fails with an error wrapping pglease.ErrLeaseLost.
-// goose's version table ends with each version once.
+// goose's version table ends with each version once. The first pod
+// stops at the Store's guard, or at once with the Locker's Context.
 func TestForceReleasedPodStopsMigrating(t *testing.T) {
+	t.Run("store", func(t *testing.T) { forceReleaseMidMigration(t) })
+	t.Run("store and context", func(t *testing.T) { forceReleaseMidMigration(t, ctxEnv+"=1") })
+}
+
+func forceReleaseMidMigration(t *testing.T, env ...string) {
 	schema := pgtest.Schema(t)
 	table := schema + ".leases"
 	prefix := "goosefr-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	gooseDSN := withParams(t, pgtest.DSN(t), map[string]string{"search_path": schema})
 	const ttl = 3 * time.Second
 
-	first := startPod(t, prefix+"-a", table, gooseDSN, ttl, false)
+	first := startPod(t, prefix+"-a", table, gooseDSN, ttl, false, env...)
 	pgtest.WaitFor(t, 2*pgtest.Patience, "the first pod to lock", func() bool {
 		_, ok := first.lockedAfter(time.Time{})
 		return ok
 	})
-	second := startPod(t, prefix+"-b", table, gooseDSN, ttl, false)
+	second := startPod(t, prefix+"-b", table, gooseDSN, ttl, false, env...)
 	// The first pod in its slow migration 2, the second waiting.
 	pgtest.WaitFor(t, 2*pgtest.Patience, "the first pod in the middle of a slow migration", func() bool {
 		return pgtest.Value[int64](t, `SELECT count(*) FROM pg_stat_activity

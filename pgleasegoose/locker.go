@@ -34,7 +34,9 @@
 //     running at the loss cannot commit: it is rolled back, Up stops
 //     there, and its error wraps pglease.ErrLeaseLost. A migration that
 //     began after the loss is rolled back the same way, so none commits
-//     after it. Without the Store, goose cannot be stopped: the pod goes on
+//     after it. Give Up the Locker's [Locker.Context] too, and the pod
+//     stops as soon as it sees the loss: the statement running is
+//     cancelled, and no further migration begins. Without the Store, goose cannot be stopped: the pod goes on
 //     with every remaining migration while the next pod runs them too, and
 //     only Up's error (from SessionUnlock) tells. A migration that runs
 //     outside a transaction (-- +goose NO TRANSACTION) cannot be undone:
@@ -69,6 +71,7 @@ type Locker struct {
 
 	mu    sync.Mutex
 	lease *pglease.Lease
+	stop  func() bool // ends the watch of Context's binding, if any
 }
 
 var (
@@ -106,6 +109,27 @@ func (l *Locker) Lease() *pglease.Lease {
 	return l.lease
 }
 
+// bindKey is the key of the cancel function Context puts in a context.
+type bindKey struct{ l *Locker }
+
+// Context returns a context, derived from ctx, to give goose's Up (or
+// another goose call that locks): it ends when the lease this Locker takes
+// within that call is lost, with a cause wrapping pglease.ErrLeaseLost.
+// goose then starts no further migration, and database/sql cancels the
+// statement running and rolls its transaction back, instead of letting the
+// migration run to its end only to be refused by the [Locker.Store]'s
+// guard. The loss is seen when a renewal (or a Guard) finds it: until
+// then the Store's guard is what keeps a migration from committing. Call
+// cancel when the goose call has returned.
+//
+//	ctx, cancel := locker.Context(ctx)
+//	defer cancel()
+//	results, err := provider.Up(ctx)
+func (l *Locker) Context(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	return context.WithValue(ctx, bindKey{l}, cancel), func() { cancel(nil) }
+}
+
 func (l *Locker) lock(ctx context.Context) error {
 	// Two providers of one process that share the Locker take turns: the
 	// client grants a name to one of its callers at a time.
@@ -113,17 +137,28 @@ func (l *Locker) lock(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgleasegoose: lock %q for the migrations: %w", l.name, err)
 	}
+	stop := func() bool { return false }
+	if cancel, ok := ctx.Value(bindKey{l}).(context.CancelCauseFunc); ok {
+		stop = context.AfterFunc(lease.Context(), func() {
+			if cause := context.Cause(lease.Context()); errors.Is(cause, pglease.ErrLeaseLost) {
+				cancel(fmt.Errorf("pgleasegoose: the lease %q was lost while goose migrated: %w", l.name, cause))
+			}
+		})
+	}
 	l.mu.Lock()
-	l.lease = lease
+	l.lease, l.stop = lease, stop
 	l.mu.Unlock()
 	return nil
 }
 
 func (l *Locker) unlock(ctx context.Context) error {
 	l.mu.Lock()
-	lease := l.lease
-	l.lease = nil
+	lease, stop := l.lease, l.stop
+	l.lease, l.stop = nil, nil
 	l.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	if lease == nil {
 		return fmt.Errorf("pgleasegoose: unlock %q: not locked (goose unlocks only what it locked: a Locker shared by two goose providers that do not take turns?)", l.name)
 	}

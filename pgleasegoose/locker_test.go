@@ -295,3 +295,64 @@ func TestStoreFencesEveryWrite(t *testing.T) {
 		}
 	})
 }
+
+// A goose call given the Locker's Context stops at once when its lease is
+// lost: the statement running is cancelled and its migration rolled back,
+// where the Store alone lets it run to its end before refusing it.
+func TestContextStopsTheMigrationInFlight(t *testing.T) {
+	schema := pgtest.Schema(t)
+	table := schema + ".leases"
+	db, err := sql.Open("pgx", withParams(t, pgtest.DSN(t), map[string]string{"search_path": schema}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	operator := testClient(t, table, "operator")
+	locker := New(testClient(t, table, "pod-a"), "goose")
+	const long = time.Minute // migration 2's statement, far longer than the test waits
+	up := &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+		l := locker.Lease()
+		if l == nil {
+			return errors.New("no lease")
+		}
+		if _, err := operator.ForceRelease(context.Background(), l.Name()); err != nil {
+			return err
+		}
+		if err := l.Renew(context.Background()); !errors.Is(err, pglease.ErrLeaseLost) {
+			return fmt.Errorf("Renew after the force-release: %v", err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO runs (version, pod) VALUES (2, 'go')`); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, fmt.Sprintf(`SELECT pg_sleep(%g)`, long.Seconds()))
+		return err
+	}}
+	all := migrations(0)
+	store, err := locker.Store(database.DialectPostgres, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectCustom, db, fstest.MapFS{"00001_step.sql": all["00001_step.sql"], "00003_step.sql": all["00003_step.sql"]},
+		goose.WithStore(store), goose.WithSessionLocker(locker),
+		goose.WithGoMigrations(goose.NewGoMigration(2, up, nil)), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := locker.Context(context.Background())
+	defer cancel()
+	start := time.Now()
+	_, err = p.Up(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, pglease.ErrLeaseLost) || !errors.Is(context.Cause(ctx), pglease.ErrLeaseLost) {
+		t.Fatalf("Up with its lease lost in migration 2: %v (context's cause %v); want ErrLeaseLost", err, context.Cause(ctx))
+	}
+	if took >= long/2 {
+		t.Fatalf("Up returned after %v: migration 2's statement ran on after the loss", took)
+	}
+	versions := pgtest.Value[string](t, fmt.Sprintf(`SELECT array_agg(version_id ORDER BY id)::text FROM %q.goose_db_version`, schema))
+	runs := pgtest.Value[string](t, fmt.Sprintf(`SELECT array_agg(version ORDER BY at)::text FROM %q.runs`, schema))
+	if versions != "{0,1}" || runs != "{1}" {
+		t.Fatalf("after the loss: versions %s, runs %s; want {0,1} and {1}", versions, runs)
+	}
+	t.Logf("Up stopped %v after it began, its lease lost in migration 2: %v", took.Round(time.Millisecond), err)
+}
