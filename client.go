@@ -216,6 +216,10 @@ func newClient(cfg Config, st *store.Store, db store.DB) *Client {
 		c.cfg.Logger.ErrorContext(c.bg, "pglease: observer panicked", "panic", r)
 	}}
 	c.hub.init()
+	st.OnBlocked = func(e *store.BlockedError) {
+		c.cfg.Logger.WarnContext(c.bg, "pglease: the migration of the lease table gave up on a lock that other sessions hold, so that other statements do not queue behind it; it is tried again",
+			"table", e.Table, "attempt", e.Attempts, "blockers", e.Blockers)
+	}
 	return c
 }
 
