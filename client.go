@@ -255,6 +255,12 @@ func DDL(table string) (string, error) {
 // its own way ("pglease_leases", "public.pglease_leases", another
 // search_path): they serialize on a lock of the table's schema as the
 // server resolves it, so exactly one creates or upgrades what is missing.
+// Its locks of the tables are taken with a short lock_timeout (200 ms): a
+// migration behind an open transaction on the tables (a report, pg_dump)
+// gives up, so that renewals and other statements never queue behind it
+// for longer, logs a warning naming the sessions that hold the locks, and
+// tries again, with growing pauses, until ctx ends; its error then names
+// those sessions and matches ctx's error.
 func (c *Client) Migrate(ctx context.Context) error {
 	if err := c.checkOpen(); err != nil {
 		return err

@@ -22,39 +22,54 @@ import (
 // (The DDL of version 8 once stamped a version-7 table version 8 without
 // the waiters table's "shared" column, and every contended acquisition
 // failed with "column w.shared does not exist".)
+//
+// Migrate does the same (a version-3 table could lack the waiters table's
+// "notified_at", which no migration added).
 func TestExportedDDLUpgradesEveryEarlierVersion(t *testing.T) {
 	for _, v := range pgtest.OldSchemaVersions {
-		t.Run("version "+v, func(t *testing.T) {
-			ctx := testCtx(t)
-			schema := pgtest.Schema(t)
-			pgtest.CreateOldTable(t, schema, v)
-			tbl := pgx.Identifier{schema, "leases"}.Sanitize()
-			pgtest.Exec(t, `INSERT INTO `+tbl+` (name, owner, token, acquired_at, renewed_at, expires_at, hold_until, ttl)
-				VALUES ('kept', 'old', 7, now(), now(), now() + interval '1 hour', now(), interval '1 hour')`)
-			pgtest.Exec(t, `SELECT setval($1::regclass, 7)`, pgx.Identifier{schema, "leases_token_seq"}.Sanitize())
-
-			ddl, err := DDL(schema + ".leases")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pgtest.Exec(t, ddl)
-			var comment string
-			pgtest.QueryRow(t, `SELECT obj_description($1::regclass, 'pg_class')`, []any{tbl}, &comment)
-			if want := fmt.Sprintf("schema version %d", store.SchemaVersion); !strings.HasSuffix(comment, want) {
-				t.Fatalf("table comment %q after the DDL, want %q", comment, want)
-			}
-			checkContended(ctx, t, schema+".leases", 7)
-		})
+		for _, how := range []string{"DDL", "Migrate"} {
+			t.Run(how+" version "+v, func(t *testing.T) { upgradeFrom(t, v, how) })
+		}
 	}
+}
+
+// upgradeFrom upgrades a table of schema version v (see
+// pgtest.CreateOldTable) with the exported DDL or with Migrate, and checks
+// the result.
+func upgradeFrom(t *testing.T, v, how string) {
+	ctx := testCtx(t)
+	schema := pgtest.Schema(t)
+	pgtest.CreateOldTable(t, schema, v)
+	tbl := pgx.Identifier{schema, "leases"}.Sanitize()
+	pgtest.Exec(t, `INSERT INTO `+tbl+` (name, owner, token, acquired_at, renewed_at, expires_at, hold_until, ttl)
+		VALUES ('kept', 'old', 7, now(), now(), now() + interval '1 hour', now(), interval '1 hour')`)
+	pgtest.Exec(t, `SELECT setval($1::regclass, 7)`, pgx.Identifier{schema, "leases_token_seq"}.Sanitize())
+
+	if how == "Migrate" {
+		if err := testClient(t, Config{Table: schema + ".leases"}).Migrate(ctx); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	} else {
+		ddl, err := DDL(schema + ".leases")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgtest.Exec(t, ddl)
+	}
+	var comment string
+	pgtest.QueryRow(t, `SELECT obj_description($1::regclass, 'pg_class')`, []any{tbl}, &comment)
+	if want := fmt.Sprintf("schema version %d", store.SchemaVersion); !strings.HasSuffix(comment, want) {
+		t.Fatalf("table comment %q after the %s, want %q", comment, how, want)
+	}
+	checkContended(ctx, t, schema+".leases", 7)
 }
 
 // checkContended checks, with clients that never migrate (so that the
 // shape check decides whether they may use it), that the table is
 // complete: the lease "kept" of token kept is there (unless kept is 0),
-// tokens go on above it, an exclusive waiter
-// queues and is handed the lease at its release, a shared waiter queues
-// behind an exclusive holder and is handed a shared lease, which another
-// shared holder then joins.
+// tokens go on above it, an exclusive waiter queues and is handed the
+// lease at its release, a shared waiter queues behind an exclusive holder
+// and is handed a shared lease, which another shared holder then joins.
 func checkContended(ctx context.Context, t *testing.T, table string, kept int64) {
 	t.Helper()
 	a := testClient(t, Config{Table: table, DisableAutoMigrate: true})
