@@ -155,19 +155,102 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 			return err
 		}
 	}
-	if err := s.migrate(ctx, db); err != nil {
+	err = s.migrate(ctx, db, func(q Querier) error {
+		nsp, err := s.lockSchema(ctx, q)
+		if err != nil {
+			return err
+		}
+		err = q.Query(ctx, s.Q.MigrationLockTimeout, []any{migrationLockTimeout.Milliseconds()}, func(Row) error { return nil })
+		if err != nil {
+			return err
+		}
+		ex, err := s.exists(ctx, q)
+		if err != nil {
+			return err
+		}
+		var stmts []string
+		upgrade := false
+		if ex.table {
+			// Someone else's table by that name: check it before
+			// creating anything beside it or changing it.
+			missing, err := s.checkColumns(ctx, q, "table "+s.Names.QualifiedTable(), s.Names.QualifiedTable(), leaseColumns)
+			if err != nil {
+				return err
+			}
+			v, err := s.version(ctx, q)
+			if err != nil {
+				return err
+			}
+			upgrade = v < SchemaVersion
+			if len(missing) > 0 {
+				stmts = append(stmts, s.Q.UpgradeTable)
+			}
+			if upgrade || len(missing) > 0 {
+				stmts = append(stmts, s.Q.CreateSemaphoreIndex)
+			}
+		}
+		if ex.waiters {
+			missing, err := s.checkColumns(ctx, q, "the waiters table "+s.Names.QualifiedWaiters(), s.Names.QualifiedWaiters(), waitersColumns)
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				stmts = append(stmts, s.Q.UpgradeWaiters)
+			}
+		}
+		if !ex.schema {
+			// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE
+			// on the database even when the schema is there.
+			stmts = append(stmts, s.Q.CreateSchema)
+		}
+		if !ex.seq {
+			stmts = append(stmts, s.Q.CreateSequence)
+		}
+		if !ex.table {
+			stmts = append(stmts, s.Q.CreateTable, s.Q.CreateSemaphoreIndex)
+		}
+		if !ex.waiters {
+			stmts = append(stmts, s.Q.CreateWaiters)
+		}
+		if ex.funcsMissing != "" || upgrade {
+			// Replaced on an upgrade: an older version's would not do.
+			stmts = append(stmts, s.functionsIn(nsp)...)
+		}
+		if !ex.table || upgrade {
+			stmts = append(stmts, s.Q.CommentTable)
+		}
+		for _, st := range stmts {
+			if err := q.Exec(ctx, st); err != nil {
+				return err
+			}
+		}
+		if !ex.table {
+			return nil
+		}
+		// A sequence created beside a table that has rows (or one left
+		// behind by a restore) must start above every token handed out.
+		behind, err := s.tokensBehind(ctx, q)
+		if err != nil || !behind {
+			return err
+		}
+		if err := q.Exec(ctx, s.Q.LockTable); err != nil {
+			return err
+		}
+		return q.Query(ctx, s.Q.RepairSequence, nil, func(Row) error { return nil })
+	})
+	if err != nil {
 		return err
 	}
 	return s.CheckShape(ctx, db)
 }
 
-// migrate runs the migration's transaction until it commits, pausing
+// migrate runs the migration's transaction, fn, until it commits, pausing
 // between attempts that gave up on a lock (see migrationLockTimeout).
-func (s *Store) migrate(ctx context.Context, db DB) error {
+func (s *Store) migrate(ctx context.Context, db DB, fn func(Querier) error) error {
 	var blocked *BlockedError
 	pause := migrationRetryFirst
 	for attempt := 1; ; attempt++ {
-		err := db.InTx(ctx, func(q Querier) error { return s.migrateTx(ctx, q) })
+		err := db.InTx(ctx, fn)
 		switch {
 		case err == nil:
 			return nil
@@ -217,91 +300,6 @@ func (s *Store) blockers(ctx context.Context, q Querier) string {
 		return ""
 	}
 	return strings.Join(out, ", ")
-}
-
-// migrateTx is one attempt of a migration, in its own transaction.
-func (s *Store) migrateTx(ctx context.Context, q Querier) error {
-	nsp, err := s.lockSchema(ctx, q)
-	if err != nil {
-		return err
-	}
-	err = q.Query(ctx, s.Q.MigrationLockTimeout, []any{migrationLockTimeout.Milliseconds()}, func(Row) error { return nil })
-	if err != nil {
-		return err
-	}
-	ex, err := s.exists(ctx, q)
-	if err != nil {
-		return err
-	}
-	var stmts []string
-	upgrade := false
-	if ex.table {
-		// Someone else's table by that name: check it before
-		// creating anything beside it or changing it.
-		missing, err := s.checkColumns(ctx, q, "table "+s.Names.QualifiedTable(), s.Names.QualifiedTable(), leaseColumns)
-		if err != nil {
-			return err
-		}
-		v, err := s.version(ctx, q)
-		if err != nil {
-			return err
-		}
-		upgrade = v < SchemaVersion
-		if len(missing) > 0 {
-			stmts = append(stmts, s.Q.UpgradeTable)
-		}
-		if upgrade || len(missing) > 0 {
-			stmts = append(stmts, s.Q.CreateSemaphoreIndex)
-		}
-	}
-	if ex.waiters {
-		missing, err := s.checkColumns(ctx, q, "the waiters table "+s.Names.QualifiedWaiters(), s.Names.QualifiedWaiters(), waitersColumns)
-		if err != nil {
-			return err
-		}
-		if len(missing) > 0 {
-			stmts = append(stmts, s.Q.UpgradeWaiters)
-		}
-	}
-	if !ex.schema {
-		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE
-		// on the database even when the schema is there.
-		stmts = append(stmts, s.Q.CreateSchema)
-	}
-	if !ex.seq {
-		stmts = append(stmts, s.Q.CreateSequence)
-	}
-	if !ex.table {
-		stmts = append(stmts, s.Q.CreateTable, s.Q.CreateSemaphoreIndex)
-	}
-	if !ex.waiters {
-		stmts = append(stmts, s.Q.CreateWaiters)
-	}
-	if ex.funcsMissing != "" || upgrade {
-		// Replaced on an upgrade: an older version's would not do.
-		stmts = append(stmts, s.functionsIn(nsp)...)
-	}
-	if !ex.table || upgrade {
-		stmts = append(stmts, s.Q.CommentTable)
-	}
-	for _, st := range stmts {
-		if err := q.Exec(ctx, st); err != nil {
-			return err
-		}
-	}
-	if !ex.table {
-		return nil
-	}
-	// A sequence created beside a table that has rows (or one left
-	// behind by a restore) must start above every token handed out.
-	behind, err := s.tokensBehind(ctx, q)
-	if err != nil || !behind {
-		return err
-	}
-	if err := q.Exec(ctx, s.Q.LockTable); err != nil {
-		return err
-	}
-	return q.Query(ctx, s.Q.RepairSequence, nil, func(Row) error { return nil })
 }
 
 // LockSchema takes, in q's transaction, the lock that serializes the
