@@ -216,6 +216,10 @@ func newClient(cfg Config, st *store.Store, db store.DB) *Client {
 		c.cfg.Logger.ErrorContext(c.bg, "pglease: observer panicked", "panic", r)
 	}}
 	c.hub.init()
+	st.OnBlocked = func(e *store.BlockedError) {
+		c.cfg.Logger.WarnContext(c.bg, "pglease: the migration of the lease table gave up on a lock that other sessions hold, so that other statements do not queue behind it; it is tried again",
+			"table", e.Table, "attempt", e.Attempts, "blockers", e.Blockers)
+	}
 	return c
 }
 
@@ -251,6 +255,12 @@ func DDL(table string) (string, error) {
 // its own way ("pglease_leases", "public.pglease_leases", another
 // search_path): they serialize on a lock of the table's schema as the
 // server resolves it, so exactly one creates or upgrades what is missing.
+// Its locks of the tables are taken with a short lock_timeout (200 ms): a
+// migration behind an open transaction on the tables (a report, pg_dump)
+// gives up, so that renewals and other statements never queue behind it
+// for longer, logs a warning naming the sessions that hold the locks, and
+// tries again, with growing pauses, until ctx ends; its error then names
+// those sessions and matches ctx's error.
 func (c *Client) Migrate(ctx context.Context) error {
 	if err := c.checkOpen(); err != nil {
 		return err

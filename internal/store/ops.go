@@ -13,7 +13,10 @@ import (
 type Store struct {
 	Names Names
 	Q     Queries
-	ns    atomic.Pointer[string] // lock namespace, resolved by CheckShape
+	// OnBlocked, when set, hears every attempt of a migration
+	// (EnsureSchema) that gave up on a lock and will be tried again.
+	OnBlocked func(*BlockedError)
+	ns        atomic.Pointer[string] // lock namespace, resolved by CheckShape
 }
 
 // New returns the Store of a "[schema.]table" spec.

@@ -79,11 +79,36 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
 )
 
 -- name: UpgradeWaiters
--- Schema version 7: the owner label of a waiting client; version 8: whether
--- it waits for a shared lease (see CreateWaiters). A registration written
--- by an older version has no owner.
-ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "owner" text,
+-- Schema version 3 (in its later form): when a release first woke a
+-- waiter; version 7: the owner label of a waiting client; version 8:
+-- whether it waits for a shared lease (see CreateWaiters). A registration
+-- written by an older version has no owner.
+ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "notified_at" timestamptz,
+                        ADD COLUMN IF NOT EXISTS "owner" text,
                         ADD COLUMN IF NOT EXISTS "shared" boolean NOT NULL DEFAULT false
+
+-- name: RefuseNewer
+-- The first statement of the exported DDL (Store.DDL; after CreateSchema,
+-- which changes nothing of an existing table), which upgrades a
+-- table of any earlier schema version: it refuses a table that is not
+-- pglease's (its comment names no schema version) or of a newer version,
+-- whose functions the DDL would replace with older ones, before anything
+-- is changed.
+DO $pglease$
+DECLARE
+    v_comment text := obj_description(to_regclass('{{table}}'), 'pg_class');
+BEGIN
+    IF to_regclass('{{table}}') IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_comment IS NULL OR v_comment !~ '^pglease lease table, schema version [0-9]+$' THEN
+        RAISE EXCEPTION 'pglease: table % exists but is not a pglease lease table (its comment names no schema version); nothing was changed: pick another table, or let pglease migrate (Client.Migrate) check and upgrade it', '{{table}}';
+    END IF;
+    IF substring(v_comment FROM '([0-9]+)$')::int > {{schema_version}} THEN
+        RAISE EXCEPTION 'pglease: table % has schema version %, newer than this DDL (%); nothing was changed: use the DDL of the newer pglease', '{{table}}', substring(v_comment FROM '([0-9]+)$'), {{schema_version}};
+    END IF;
+END
+$pglease$
 
 -- name: CommentTable
 COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 8'
@@ -108,12 +133,44 @@ WITH s AS MATERIALIZED (
 )
 SELECT l.nsp, current_setting('search_path') FROM l
 
+-- name: MigrationLockTimeout
+-- Run in a migration's transaction just after SchemaLock: every lock the
+-- migration waits for from then on (the ACCESS EXCLUSIVE lock of an ALTER
+-- TABLE, the SHARE lock of CREATE INDEX, the EXCLUSIVE lock of LockTable)
+-- is given up after $1 ms, the caller's own lock_timeout when stricter, so
+-- that the statements queued behind the request (renewals, acquisitions,
+-- readers) wait no longer than that; the migration is then tried again.
+-- The wait for SchemaLock itself, which only other migrations take, is not
+-- bounded.
+SELECT set_config('lock_timeout',
+                  CASE WHEN s.setting::bigint BETWEEN 1 AND $1::bigint THEN s.setting ELSE $1::text END,
+                  true)
+  FROM pg_settings AS s WHERE s.name = 'lock_timeout'
+
+-- name: MigrationBlockers
+-- Who holds locks of the table $1 or of its waiters table $2 (as the client
+-- spells them), other than this session: what a migration that could not
+-- take its locks waited for. Longest transaction first: pid,
+-- application_name, state, how long its transaction has run (ms; -1 when
+-- unknown), and the start of its last statement.
+SELECT l."pid", coalesce(a."application_name", ''), coalesce(a."state", ''),
+       coalesce((extract(epoch FROM now() - a."xact_start") * 1000)::bigint, -1),
+       left(regexp_replace(coalesce(a."query", ''), '\s+', ' ', 'g'), 60)
+  FROM (SELECT DISTINCT k."pid" FROM pg_locks AS k
+         WHERE k."locktype" = 'relation' AND k."granted" AND k."pid" <> pg_backend_pid()
+           AND k."database" = (SELECT d."oid" FROM pg_database AS d WHERE d."datname" = current_database())
+           AND k."relation" IN (to_regclass($1::text), to_regclass($2::text))) AS l
+  LEFT JOIN pg_stat_activity AS a ON a."pid" = l."pid"
+ ORDER BY a."xact_start" NULLS LAST, l."pid"
+ LIMIT 3
+
 -- name: TableExists
 -- $3 the schema ('' for the search_path's first): does it exist already?
 -- $4 the waiters table; $5, $6 and $7 the acquisition, release and shared
 -- acquisition functions (CreateAcquire, CreateRelease,
 -- CreateAcquireShared), with their argument types, as
--- to_regprocedure reads them. Run just after SchemaLock, in its transaction.
+-- to_regprocedure reads them: the last column names those missing ('' when
+-- none). Run just after SchemaLock, in its transaction.
 -- Waiting for that lock (an advisory lock) does not make the backend take
 -- in the catalog changes other sessions committed meanwhile, and
 -- to_regclass reads the backend's catalog caches: they could still say
@@ -128,15 +185,29 @@ SELECT l.nsp, current_setting('search_path') FROM l
 SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
        $3::text = '' OR to_regnamespace($3::text) IS NOT NULL,
        to_regclass($4::text) IS NOT NULL,
-       to_regprocedure($5::text) IS NOT NULL AND to_regprocedure($6::text) IS NOT NULL
-       AND to_regprocedure($7::text) IS NOT NULL
+       concat_ws(', ', CASE WHEN to_regprocedure($5::text) IS NULL THEN $5::text END,
+                       CASE WHEN to_regprocedure($6::text) IS NULL THEN $6::text END,
+                       CASE WHEN to_regprocedure($7::text) IS NULL THEN $7::text END)
   FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns
-SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull
-FROM pg_attribute AS a
-WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
-ORDER BY a.attnum
+-- The columns of the table $1: name, type, NOT NULL, default (NULL when
+-- none) and whether the column is part of the primary key.
+SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       pg_get_expr(d.adbin, d.adrelid),
+       coalesce(a.attnum = ANY (i.indkey), false)
+  FROM pg_attribute AS a
+  LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+  LEFT JOIN pg_index AS i ON i.indrelid = a.attrelid AND i.indisprimary
+ WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY a.attnum
+
+-- name: SequenceShape
+-- The token sequence $1: its type, increment and whether it cycles (no
+-- row when it is not a sequence).
+SELECT format_type(s.seqtypid, NULL), s.seqincrement, s.seqcycle
+  FROM pg_sequence AS s
+ WHERE s.seqrelid = to_regclass($1::text)
 
 -- name: SchemaVersion
 SELECT coalesce(substring(obj_description(to_regclass($1::text), 'pg_class')

@@ -4,48 +4,86 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 )
 
-// DDL is the complete, idempotent script that creates the objects of this
-// table, for users' own migration tools.
+// DDL is the complete script that creates the objects of this table, or
+// upgrades those of a table of any earlier schema version to this one, for
+// users' own migration tools. Every statement is idempotent (IF NOT EXISTS,
+// ADD COLUMN IF NOT EXISTS, CREATE OR REPLACE), and RefuseNewer refuses,
+// before anything of an existing table is changed, a table that is not
+// pglease's or is of a newer schema version.
 func (s *Store) DDL() string {
 	var b strings.Builder
 	if s.Names.Schema != "" {
 		b.WriteString(s.Q.CreateSchema + ";\n\n")
 	}
-	b.WriteString(s.Q.CreateSequence + ";\n\n")
-	b.WriteString(s.Q.CreateTable + ";\n\n")
-	b.WriteString(s.Q.CreateSemaphoreIndex + ";\n\n")
-	b.WriteString(s.Q.CreateWaiters + ";\n\n")
-	b.WriteString(s.Q.CreateAcquire + ";\n\n")
-	b.WriteString(s.Q.CreateRelease + ";\n\n")
-	b.WriteString(s.Q.CreateAcquireShared + ";\n\n")
+	b.WriteString(s.Q.RefuseNewer + ";\n\n")
+	for _, st := range []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex,
+		s.Q.CreateWaiters, s.Q.UpgradeWaiters, s.Q.CreateAcquire, s.Q.CreateRelease, s.Q.CreateAcquireShared} {
+		b.WriteString(st + ";\n\n")
+	}
 	b.WriteString(s.Q.CommentTable + ";\n")
 	return b.String()
 }
 
-// Column is the expected shape of one column.
+// column is the shape pglease needs of one column of its tables.
 type column struct {
-	name, typ string
+	name, typ string // the type as format_type prints it
 	notNull   bool
+	def       string // the default as pg_get_expr prints it; "" when any will do
+	key       bool   // part of the primary key
+	added     bool   // added by a migration to a table that lacks it (UpgradeTable, UpgradeWaiters)
 }
 
-var wantColumns = []column{
-	{"name", "text", true}, {"owner", "text", true}, {"token", "bigint", true},
-	{"acquired_at", "timestamp with time zone", true},
-	{"renewed_at", "timestamp with time zone", true},
-	{"expires_at", "timestamp with time zone", true},
-	{"hold_until", "timestamp with time zone", true},
-	{"ttl", "interval", true}, {"session_pid", "integer", false},
-	{"metadata", "jsonb", true}, {"session_server", "text", false},
-	{"semaphore", "text", false}, {"slots", "integer", false},
-	{"stepdown_at", "timestamp with time zone", false},
+func (c column) String() string {
+	s := c.typ
+	if c.notNull {
+		s += " NOT NULL"
+	}
+	if c.def != "" {
+		s += " DEFAULT " + c.def
+	}
+	if c.key {
+		s += ", in the primary key"
+	}
+	return s
 }
 
-// upgradeAdds are the columns that schema versions 2 and 4 added;
-// UpgradeTable adds them to an older table.
-var upgradeAdds = map[string]bool{"session_server": true, "semaphore": true, "slots": true, "stepdown_at": true}
+const timestamptz = "timestamp with time zone"
+
+// leaseColumns are the columns of the lease table (CreateTable).
+var leaseColumns = []column{
+	{name: "name", typ: "text", notNull: true, key: true},
+	{name: "owner", typ: "text", notNull: true},
+	{name: "token", typ: "bigint", notNull: true},
+	{name: "acquired_at", typ: timestamptz, notNull: true},
+	{name: "renewed_at", typ: timestamptz, notNull: true},
+	{name: "expires_at", typ: timestamptz, notNull: true},
+	{name: "hold_until", typ: timestamptz, notNull: true},
+	{name: "ttl", typ: "interval", notNull: true},
+	{name: "session_pid", typ: "integer"},
+	{name: "metadata", typ: "jsonb", notNull: true},
+	{name: "session_server", typ: "text", added: true},
+	{name: "semaphore", typ: "text", added: true},
+	{name: "slots", typ: "integer", added: true},
+	{name: "stepdown_at", typ: timestamptz, added: true},
+}
+
+// waitersColumns are the columns of the waiters table (CreateWaiters).
+var waitersColumns = []column{
+	{name: "name", typ: "text", notNull: true, key: true},
+	{name: "client", typ: "text", notNull: true, key: true},
+	{name: "since", typ: timestamptz, notNull: true},
+	{name: "expires_at", typ: timestamptz, notNull: true},
+	{name: "notified_at", typ: timestamptz, added: true},
+	{name: "owner", typ: "text", added: true},
+	// The default lets a client of version 7, which knows no shared
+	// leases, register as it always did.
+	{name: "shared", typ: "boolean", notNull: true, def: "false", added: true},
+}
 
 // SchemaError describes a problem with an existing table's layout.
 // Migrate is set when a migration repairs it (an older schema version, a
@@ -57,21 +95,59 @@ type SchemaError struct {
 
 func (e *SchemaError) Error() string { return e.Msg }
 
+// migrateAdvice ends the message of every problem a migration repairs.
+const migrateAdvice = "run 'pglease migrate' (or Client.Migrate) as a role that owns the table"
+
+// Migrations take their locks with a short lock_timeout and try again
+// after a pause, so that the statements that queue behind a lock request
+// of theirs (renewals among them) never wait longer than the timeout.
+const (
+	migrationLockTimeout = 200 * time.Millisecond
+	migrationRetryFirst  = 250 * time.Millisecond // the pause after the first attempt, doubling up to
+	migrationRetryMax    = 4 * time.Second
+)
+
+// BlockedError is a migration that could not take the locks it needs
+// before its context ended: other sessions held locks of the tables at
+// every attempt (an open transaction that read them, a pg_dump).
+type BlockedError struct {
+	Table    string
+	Attempts int
+	Blockers string // the sessions that held locks of the tables at the last attempt, "" when none was seen
+	Err      error  // the context's error; nil while the migration goes on (Store.OnBlocked)
+}
+
+func (e *BlockedError) Error() string {
+	msg := fmt.Sprintf("the migration of %s could not take its locks in %d attempt(s), each of which waits %s at most so that no other statement queues behind it for longer", e.Table, e.Attempts, migrationLockTimeout)
+	if e.Blockers != "" {
+		msg += "; holding locks of its tables: " + e.Blockers
+	}
+	msg += "; end those transactions or wait for them, then run 'pglease migrate' (or Client.Migrate) again"
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *BlockedError) Unwrap() error { return e.Err }
+
 // EnsureSchema creates the table, its sequence, waiters table and
 // functions when missing, upgrades a table of an older schema version
-// (replacing the functions), and moves a sequence that is behind the
-// table's tokens past them. Concurrent callers serialize on a
-// transaction-scoped advisory lock of the table's schema as the server
-// resolves it (LockSchema), whatever their spelling of the table; when
-// everything is in place nothing is changed, so a role without CREATE
-// rights works. An existing table of another shape is reported and left
-// untouched.
+// (replacing the functions) or one that lacks columns a migration adds,
+// and moves a sequence that is behind the table's tokens past them.
+// Concurrent callers serialize on a transaction-scoped advisory lock of
+// the table's schema as the server resolves it (LockSchema), whatever
+// their spelling of the table; when everything is in place nothing is
+// changed, so a role without CREATE rights works. An existing table of
+// another shape is reported and left untouched. Its locks of the tables
+// are taken with a short lock_timeout, and the migration is tried again
+// until it succeeds or ctx ends (then a *BlockedError).
 func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 	ex, err := s.exists(ctx, db)
 	if err != nil {
 		return err
 	}
-	if ex.table && ex.seq && ex.waiters && ex.funcs {
+	if ex.table && ex.seq && ex.waiters && ex.funcsMissing == "" {
 		// Usable as it is, or not ours to change: done. Only what a
 		// migration repairs goes on to the locked transaction below.
 		var se *SchemaError
@@ -79,8 +155,12 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 			return err
 		}
 	}
-	err = db.InTx(ctx, func(q Querier) error {
+	err = s.migrate(ctx, db, func(q Querier) error {
 		nsp, err := s.lockSchema(ctx, q)
+		if err != nil {
+			return err
+		}
+		err = q.Query(ctx, s.Q.MigrationLockTimeout, []any{migrationLockTimeout.Milliseconds()}, func(Row) error { return nil })
 		if err != nil {
 			return err
 		}
@@ -93,18 +173,29 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		if ex.table {
 			// Someone else's table by that name: check it before
 			// creating anything beside it or changing it.
-			if err := s.checkColumns(ctx, q, true); err != nil {
+			missing, err := s.checkColumns(ctx, q, "table "+s.Names.QualifiedTable(), s.Names.QualifiedTable(), leaseColumns)
+			if err != nil {
 				return err
 			}
 			v, err := s.version(ctx, q)
 			if err != nil {
 				return err
 			}
-			if upgrade = v < SchemaVersion; upgrade {
-				stmts = append(stmts, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex)
-				if ex.waiters {
-					stmts = append(stmts, s.Q.UpgradeWaiters)
-				}
+			upgrade = v < SchemaVersion
+			if len(missing) > 0 {
+				stmts = append(stmts, s.Q.UpgradeTable)
+			}
+			if upgrade || len(missing) > 0 {
+				stmts = append(stmts, s.Q.CreateSemaphoreIndex)
+			}
+		}
+		if ex.waiters {
+			missing, err := s.checkColumns(ctx, q, "the waiters table "+s.Names.QualifiedWaiters(), s.Names.QualifiedWaiters(), waitersColumns)
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				stmts = append(stmts, s.Q.UpgradeWaiters)
 			}
 		}
 		if !ex.schema {
@@ -121,7 +212,7 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		if !ex.waiters {
 			stmts = append(stmts, s.Q.CreateWaiters)
 		}
-		if !ex.funcs || upgrade {
+		if ex.funcsMissing != "" || upgrade {
 			// Replaced on an upgrade: an older version's would not do.
 			stmts = append(stmts, s.functionsIn(nsp)...)
 		}
@@ -151,6 +242,64 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		return err
 	}
 	return s.CheckShape(ctx, db)
+}
+
+// migrate runs the migration's transaction, fn, until it commits, pausing
+// between attempts that gave up on a lock (see migrationLockTimeout).
+func (s *Store) migrate(ctx context.Context, db DB, fn func(Querier) error) error {
+	var blocked *BlockedError
+	pause := migrationRetryFirst
+	for attempt := 1; ; attempt++ {
+		err := db.InTx(ctx, fn)
+		switch {
+		case err == nil:
+			return nil
+		case Classify(err) == KindLockTimeout:
+			blocked = &BlockedError{Table: s.Names.QualifiedTable(), Attempts: attempt, Blockers: s.blockers(ctx, db)}
+		case blocked != nil && ctx.Err() != nil: // ended while waiting for a lock again
+			blocked.Attempts, blocked.Err = attempt, ctx.Err()
+			return blocked
+		default:
+			return err
+		}
+		if s.OnBlocked != nil {
+			s.OnBlocked(blocked)
+		}
+		t := time.NewTimer(pause/2 + rand.N(pause/2))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			blocked.Err = ctx.Err()
+			return blocked
+		case <-t.C:
+		}
+		pause = min(2*pause, migrationRetryMax)
+	}
+}
+
+// blockers describes the sessions holding locks of the tables, for a
+// migration that gave up on one; "" when none is seen or they cannot be
+// read.
+func (s *Store) blockers(ctx context.Context, q Querier) string {
+	var out []string
+	err := q.Query(ctx, s.Q.MigrationBlockers, []any{s.Names.QualifiedTable(), s.Names.QualifiedWaiters()}, func(r Row) error {
+		var pid int32
+		var app, state, query string
+		var ms int64
+		if err := r.Scan(&pid, &app, &state, &ms, &query); err != nil {
+			return err
+		}
+		d := fmt.Sprintf("pid %d (application_name %q, %s", pid, app, state)
+		if ms >= 0 {
+			d += fmt.Sprintf(", in a transaction for %s", (time.Duration(ms) * time.Millisecond).Round(100*time.Millisecond))
+		}
+		out = append(out, d+fmt.Sprintf(", last statement %q)", query))
+		return nil
+	})
+	if err != nil {
+		return ""
+	}
+	return strings.Join(out, ", ")
 }
 
 // LockSchema takes, in q's transaction, the lock that serializes the
@@ -210,21 +359,28 @@ func (s *Store) version(ctx context.Context, q Querier) (int, error) {
 	return v, err
 }
 
-type existing struct{ table, seq, schema, waiters, funcs bool }
+type existing struct {
+	table, seq, schema, waiters bool
+	funcsMissing                string // the functions missing, as to_regprocedure reads them; "" when none
+}
 
 // exists reports which of the table, its sequence, their schema, the
-// waiters table and the functions (both) exist.
+// waiters table and the functions exist.
 func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) {
 	n := s.Names
 	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(), n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure()},
-		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema, &ex.waiters, &ex.funcs) })
+		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema, &ex.waiters, &ex.funcsMissing) })
 	return ex, err
 }
 
-// CheckShape compares the existing table with the layout this version
-// expects and returns a *SchemaError naming the first mismatch (or an older
-// schema version, or a token sequence behind the table, which Migrate
-// repairs). It also resolves the table's lock namespace.
+// CheckShape compares the existing objects of the table with those this
+// version expects: every column of the lease and waiters tables (type,
+// nullability, default where it matters, primary key), the token
+// sequence and the functions with their signatures. It returns a
+// *SchemaError naming the first mismatch (Migrate set when a migration
+// repairs it: an older schema version, a column or object a migration
+// adds, a token sequence behind the table). It also resolves the table's
+// lock namespace.
 func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 	v, err := s.version(ctx, q)
 	if err != nil {
@@ -234,18 +390,38 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 		return s.newerVersion(v)
 	}
 	// A foreign table is reported as such, whatever its comment says.
-	if err := s.checkColumns(ctx, q, v < SchemaVersion); err != nil {
+	table := "table " + s.Names.QualifiedTable()
+	missing, err := s.checkColumns(ctx, q, table, s.Names.QualifiedTable(), leaseColumns)
+	if err != nil {
 		return err
 	}
 	if v < SchemaVersion {
-		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("table %s has schema version %d, this pglease needs %d; migrate it (Client.Migrate) as a role that owns it", s.Names.QualifiedTable(), v, SchemaVersion)}
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("%s has schema version %d, this pglease needs %d; %s", table, v, SchemaVersion, migrateAdvice)}
 	}
-	if ex, err := s.exists(ctx, q); err != nil {
+	if len(missing) > 0 {
+		return lacks(table, missing)
+	}
+	ex, err := s.exists(ctx, q)
+	if err != nil {
 		return err
-	} else if !ex.waiters {
-		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the waiters table %s of %s is missing; migrate the table (Client.Migrate) as a role that may create it", s.Names.QualifiedWaiters(), s.Names.QualifiedTable())}
-	} else if !ex.funcs {
-		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the functions %s, %s and %s of %s are not all there; migrate the table (Client.Migrate) as a role that may create them", s.Names.AcquireProcedure(), s.Names.ReleaseProcedure(), s.Names.SharedProcedure(), s.Names.QualifiedTable())}
+	}
+	if !ex.seq {
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the token sequence %s of %s is missing; %s", s.Names.QualifiedSeq(), table, migrateAdvice)}
+	}
+	if err := s.checkSequence(ctx, q); err != nil {
+		return err
+	}
+	waiters := "the waiters table " + s.Names.QualifiedWaiters()
+	if !ex.waiters {
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("%s of %s is missing; %s", waiters, table, migrateAdvice)}
+	}
+	if missing, err := s.checkColumns(ctx, q, waiters, s.Names.QualifiedWaiters(), waitersColumns); err != nil {
+		return err
+	} else if len(missing) > 0 {
+		return lacks(waiters, missing)
+	}
+	if ex.funcsMissing != "" {
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the function(s) %s of %s are missing; %s", ex.funcsMissing, table, migrateAdvice)}
 	}
 	behind, err := s.tokensBehind(ctx, q)
 	if err != nil {
@@ -259,9 +435,36 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 		return err
 	}
 	if ns == "" {
-		return &SchemaError{Msg: fmt.Sprintf("table %s does not exist; create it (Client.Migrate)", s.Names.QualifiedTable())}
+		return &SchemaError{Msg: fmt.Sprintf("%s does not exist; create it (Client.Migrate)", table)}
 	}
 	s.ns.Store(&ns)
+	return nil
+}
+
+// lacks reports the columns a migration adds that what lacks at the
+// current schema version (the DDL of an earlier pglease applied over it?).
+func lacks(what string, missing []string) error {
+	return &SchemaError{Migrate: true, Msg: fmt.Sprintf("%s lacks the column(s) %s that this pglease needs; %s, which adds them", what, strings.Join(missing, ", "), migrateAdvice)}
+}
+
+// checkSequence checks that the token sequence can only hand out growing
+// tokens: a bigint sequence that increments and never cycles.
+func (s *Store) checkSequence(ctx context.Context, q Querier) error {
+	var typ string
+	var inc int64
+	var cycle, found bool
+	err := q.Query(ctx, s.Q.SequenceShape, []any{s.Names.QualifiedSeq()}, func(r Row) error {
+		found = true
+		return r.Scan(&typ, &inc, &cycle)
+	})
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return &SchemaError{Msg: fmt.Sprintf("%s, the token sequence of %s, is not a sequence; nothing was changed", s.Names.QualifiedSeq(), s.Names.QualifiedTable())}
+	case typ != "bigint" || inc <= 0 || cycle:
+		return &SchemaError{Msg: fmt.Sprintf("the token sequence %s of %s is a %s sequence that increments by %d and cycles: %v; pglease needs a bigint sequence that increments and never cycles, or fencing tokens could repeat; nothing was changed", s.Names.QualifiedSeq(), s.Names.QualifiedTable(), typ, inc, cycle)}
+	}
 	return nil
 }
 
@@ -289,35 +492,51 @@ func (s *Store) CheckReadable(ctx context.Context, q Querier) (exists bool, err 
 		return true, s.newerVersion(v)
 	}
 	// A foreign table is reported as such, whatever its comment says.
-	return true, s.checkColumns(ctx, q, true)
+	_, err = s.checkColumns(ctx, q, "table "+s.Names.QualifiedTable(), s.Names.QualifiedTable(), leaseColumns)
+	return true, err
 }
 
-// checkColumns compares the table's columns with this version's; with
-// upgradable, a column a schema upgrade adds may be missing.
-func (s *Store) checkColumns(ctx context.Context, q Querier, upgradable bool) error {
+// checkColumns compares the columns of the table rel (what names it in
+// messages) with want. It returns the columns a migration adds that the
+// table lacks, or a *SchemaError for what no migration repairs: a column
+// missing that pglease never adds, or one of another type, nullability,
+// default or primary key. A table that is not pglease's, or was changed by
+// hand, is never altered.
+func (s *Store) checkColumns(ctx context.Context, q Querier, what, rel string, want []column) (missing []string, err error) {
 	got := map[string]column{}
-	err := q.Query(ctx, s.Q.Columns, []any{s.Names.QualifiedTable()}, func(r Row) error {
+	err = q.Query(ctx, s.Q.Columns, []any{rel}, func(r Row) error {
 		var c column
-		if err := r.Scan(&c.name, &c.typ, &c.notNull); err != nil {
+		var def *string
+		if err := r.Scan(&c.name, &c.typ, &c.notNull, &def, &c.key); err != nil {
 			return err
+		}
+		if def != nil {
+			c.def = *def
 		}
 		got[c.name] = c
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, w := range wantColumns {
+	for _, w := range want {
 		g, ok := got[w.name]
-		switch {
-		case !ok && upgradable && upgradeAdds[w.name]:
-		case !ok:
-			return &SchemaError{Msg: fmt.Sprintf("table %s exists but has no column %q; it was not created by pglease or by this version (nothing was changed; pick another table or migrate it)", s.Names.QualifiedTable(), w.name)}
-		case g.typ != w.typ || g.notNull != w.notNull:
-			return &SchemaError{Msg: fmt.Sprintf("table %s column %q is %s (not null: %v), pglease needs %s (not null: %v); nothing was changed", s.Names.QualifiedTable(), w.name, g.typ, g.notNull, w.typ, w.notNull)}
+		if !ok && w.added {
+			missing = append(missing, fmt.Sprintf("%q", w.name))
+			continue
+		}
+		if !ok {
+			return nil, &SchemaError{Msg: fmt.Sprintf("%s exists but has no column %q; it was not created by pglease or by this version (nothing was changed; pick another table or migrate it)", what, w.name)}
+		}
+		g.added = w.added
+		if w.def == "" {
+			g.def = "" // any default will do
+		}
+		if g != w {
+			return nil, &SchemaError{Msg: fmt.Sprintf("%s column %q is %s, pglease needs %s; nothing was changed", what, w.name, g, w)}
 		}
 	}
-	return nil
+	return missing, nil
 }
 
 // LockNamespace is the table's advisory-lock namespace (see lockNS).

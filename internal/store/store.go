@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -173,6 +174,8 @@ type Queries struct {
 	Ring, ProbeBell, AwaitBell                                string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
+	RefuseNewer, SequenceShape                                string // schema.go
+	MigrationLockTimeout, MigrationBlockers                   string
 }
 
 // serverIncarnation is the SQL expression naming the server incarnation a
@@ -207,6 +210,7 @@ func render(n Names) func(name string) string {
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", serverIncarnation,
 		"{{fn_options}}", functionOptions(n),
+		"{{schema_version}}", strconv.Itoa(SchemaVersion),
 	)
 	return func(name string) string {
 		s, ok := stmts[name]
@@ -249,6 +253,8 @@ func Build(n Names) Queries {
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
+		RefuseNewer: get("RefuseNewer"), SequenceShape: get("SequenceShape"),
+		MigrationLockTimeout: get("MigrationLockTimeout"), MigrationBlockers: get("MigrationBlockers"),
 	}
 }
 
