@@ -131,6 +131,7 @@ DECLARE
     v_ok boolean;
     v_setting text;
 BEGIN
+    PERFORM set_config('pglease.writer', '{{version}}', true);
     IF $9 > 0 THEN
         v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
     END IF;
@@ -518,6 +519,7 @@ DECLARE
     v_i integer;
     h record;
 BEGIN
+    PERFORM set_config('pglease.writer', '{{version}}', true);
     IF $9 > 0 THEN
         v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
     END IF;
@@ -617,5 +619,47 @@ BEGIN
         DELETE FROM {{waiters}} AS w WHERE w."name" = $1 AND w."client" = $8;
     END IF;
     v_setting := {{durable}};
+END
+$pglease$
+
+-- name: CreateFence
+-- Schema version 9: the fence that keeps clients of earlier releases,
+-- still running during a rolling upgrade, from acquiring by statements of
+-- their own (SPEC §2). Every acquisition of this version writes the lease
+-- table with the setting pglease.writer at the table's schema version:
+-- the acquisition functions set it first, and a set's transaction sets it
+-- with its locks (AcquireAllLocks); for the rest of the transaction. An INSERT
+-- without it (an earlier release's set, whose statement knows nothing of
+-- the kinds a later version added) fails with this error, and nothing is
+-- written; its single acquisitions call the functions the upgrade
+-- replaced, and so follow this version's rules, and its renewals and
+-- releases update and delete rows of its own, which the fence lets pass.
+-- A later version replaces this function with its own number, fencing
+-- out this one's statements in turn. A statement-level trigger: one call
+-- per statement, whatever the rows.
+CREATE OR REPLACE FUNCTION {{fence_fn}}() RETURNS trigger
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+BEGIN
+    IF current_setting('pglease.writer', true) IS DISTINCT FROM '{{version}}' THEN
+        RAISE EXCEPTION USING
+            MESSAGE = format('pglease: table %I.%I has schema version {{version}}, and a client of an earlier pglease release may not acquire leases in it',
+                             TG_TABLE_SCHEMA, TG_TABLE_NAME),
+            HINT = 'upgrade this client to a pglease release of schema version {{version}} or later; until then its held leases still renew and release';
+    END IF;
+    RETURN NULL;
+END
+$pglease$
+
+-- name: CreateFenceTrigger
+-- Fires CreateFence before every INSERT into the lease table (an INSERT
+-- … ON CONFLICT DO UPDATE included). Created once: the function it calls
+-- is replaced in place.
+DO $pglease$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_trigger
+                    WHERE tgrelid = '{{table}}'::regclass AND tgname = 'pglease_fence') THEN
+        CREATE TRIGGER "pglease_fence" BEFORE INSERT ON {{table}}
+            FOR EACH STATEMENT EXECUTE FUNCTION {{fence_fn}}();
+    END IF;
 END
 $pglease$

@@ -86,7 +86,7 @@ ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "owner" text,
                         ADD COLUMN IF NOT EXISTS "shared" boolean NOT NULL DEFAULT false
 
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 8'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version {{version}}'
 
 -- name: SchemaLock
 -- Serializes the creation and upgrade of the pglease objects of one schema
@@ -113,7 +113,8 @@ SELECT l.nsp, current_setting('search_path') FROM l
 -- $4 the waiters table; $5, $6 and $7 the acquisition, release and shared
 -- acquisition functions (CreateAcquire, CreateRelease,
 -- CreateAcquireShared), with their argument types, as
--- to_regprocedure reads them. Run just after SchemaLock, in its transaction.
+-- to_regprocedure reads them, and $8 the fence's (CreateFence), whose
+-- trigger must be on the table and enabled. Run just after SchemaLock, in its transaction.
 -- Waiting for that lock (an advisory lock) does not make the backend take
 -- in the catalog changes other sessions committed meanwhile, and
 -- to_regclass reads the backend's catalog caches: they could still say
@@ -129,7 +130,10 @@ SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
        $3::text = '' OR to_regnamespace($3::text) IS NOT NULL,
        to_regclass($4::text) IS NOT NULL,
        to_regprocedure($5::text) IS NOT NULL AND to_regprocedure($6::text) IS NOT NULL
-       AND to_regprocedure($7::text) IS NOT NULL
+       AND to_regprocedure($7::text) IS NOT NULL AND to_regprocedure($8::text) IS NOT NULL
+       AND EXISTS (SELECT FROM pg_catalog.pg_trigger AS g
+                    WHERE g.tgrelid = to_regclass($1::text) AND g.tgname = 'pglease_fence'
+                      AND g.tgfoid = to_regprocedure($8::text) AND g.tgenabled <> 'D')
   FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns
@@ -162,7 +166,8 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 -- Version 7 adds the owner of a waiting client to the waiters table
 -- (UpgradeWaiters follows). Version 8 adds shared leases: the function
 -- that acquires them (CreateAcquireShared), and the kind of a wait to the
--- waiters table.
+-- waiters table. Version 9 adds the fence against acquisitions by earlier
+-- releases' statements (CreateFence, CreateFenceTrigger).
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
                       ADD COLUMN IF NOT EXISTS "semaphore" text,
                       ADD COLUMN IF NOT EXISTS "slots" integer,
@@ -471,7 +476,9 @@ DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 -- array's order (the caller's canonical, sorted order), so that two
 -- transactions asking for overlapping sets in any order never wait for
 -- each other in a cycle. The locks are held until the transaction ends.
-SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text))
+-- It also marks the transaction as this version's writer (see CreateFence).
+SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text)),
+       set_config('pglease.writer', '{{version}}', true)
   FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
  ORDER BY u.i
 

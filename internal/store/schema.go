@@ -21,6 +21,8 @@ func (s *Store) DDL() string {
 	b.WriteString(s.Q.CreateAcquire + ";\n\n")
 	b.WriteString(s.Q.CreateRelease + ";\n\n")
 	b.WriteString(s.Q.CreateAcquireShared + ";\n\n")
+	b.WriteString(s.Q.CreateFence + ";\n\n")
+	b.WriteString(s.Q.CreateFenceTrigger + ";\n\n")
 	b.WriteString(s.Q.CommentTable + ";\n")
 	return b.String()
 }
@@ -187,7 +189,7 @@ func (s *Store) functionsIn(schema string) []string {
 	n := s.Names
 	n.Schema = schema
 	q := Build(n)
-	return []string{q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared}
+	return []string{q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared, q.CreateFence, q.CreateFenceTrigger}
 }
 
 // tokensBehind reports whether the token sequence is behind the largest
@@ -216,7 +218,7 @@ type existing struct{ table, seq, schema, waiters, funcs bool }
 // waiters table and the functions (both) exist.
 func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) {
 	n := s.Names
-	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(), n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure()},
+	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(), n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure(), n.FenceProcedure()},
 		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema, &ex.waiters, &ex.funcs) })
 	return ex, err
 }
@@ -245,7 +247,7 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 	} else if !ex.waiters {
 		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the waiters table %s of %s is missing; migrate the table (Client.Migrate) as a role that may create it", s.Names.QualifiedWaiters(), s.Names.QualifiedTable())}
 	} else if !ex.funcs {
-		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the functions %s, %s and %s of %s are not all there; migrate the table (Client.Migrate) as a role that may create them", s.Names.AcquireProcedure(), s.Names.ReleaseProcedure(), s.Names.SharedProcedure(), s.Names.QualifiedTable())}
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the functions %s, %s, %s and %s of %s, or its trigger pglease_fence, are not all there; migrate the table (Client.Migrate) as a role that may create them", s.Names.AcquireProcedure(), s.Names.ReleaseProcedure(), s.Names.SharedProcedure(), s.Names.FenceProcedure(), s.Names.QualifiedTable())}
 	}
 	behind, err := s.tokensBehind(ctx, q)
 	if err != nil {

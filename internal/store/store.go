@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -23,9 +24,9 @@ var sessionSQL string
 // expects. It is recorded in the table's comment. (Version 5 changed what
 // binds a session-bound row, not the layout; version 6 added the
 // acquisition and release functions, version 7 the owner of a waiter,
-// version 8 shared leases: see
-// UpgradeTable.)
-const SchemaVersion = 8
+// version 8 shared leases, version 9 the fence against earlier releases'
+// acquisitions: see UpgradeTable.)
+const SchemaVersion = 9
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -51,6 +52,7 @@ type Names struct {
 	AcquireFunc    string // the acquisition function (functions.sql), in the table's schema
 	ReleaseFunc    string // the release function
 	SharedFunc     string // the shared acquisition function
+	FenceFunc      string // the trigger function that fences out earlier releases (CreateFence)
 }
 
 // ParseTable splits "[schema.]table" and derives the sequence and channel
@@ -82,6 +84,7 @@ func ParseTable(spec string) (Names, error) {
 	n.AcquireFunc = derived(n.Table, "_acquire")
 	n.ReleaseFunc = derived(n.Table, "_release")
 	n.SharedFunc = derived(n.Table, "_acquire_shared")
+	n.FenceFunc = derived(n.Table, "_fence")
 	n.Channel = n.Table
 	return n, nil
 }
@@ -145,6 +148,10 @@ func (n Names) ReleaseProcedure() string { return n.qualified(n.ReleaseFunc) + r
 // reads it.
 func (n Names) SharedProcedure() string { return n.qualified(n.SharedFunc) + sharedFuncArgs }
 
+// FenceProcedure is the fence's trigger function as to_regprocedure reads
+// it.
+func (n Names) FenceProcedure() string { return n.qualified(n.FenceFunc) + "()" }
+
 // ListenSQL is the LISTEN statement for channel.
 func ListenSQL(channel string) string { return "LISTEN " + quote(channel) }
 
@@ -167,6 +174,7 @@ type Queries struct {
 	LockNamespace, UpgradeTable, TokenState, LockTable        string
 	RepairSequence, CreateAcquire, CreateRelease              string
 	CreateAcquireShared, AcquireShared                        string
+	CreateFence, CreateFenceTrigger                           string
 	Acquire, Renew, Release, Guard                            string
 	Get, List, ForceRelease, Cleanup, Listen                  string
 	SessionKeepalive, AwaitSession                            string
@@ -203,6 +211,8 @@ func render(n Names) func(name string) string {
 		"{{acquire_fn}}", n.qualified(n.AcquireFunc),
 		"{{release_fn}}", n.qualified(n.ReleaseFunc),
 		"{{acquire_shared_fn}}", n.qualified(n.SharedFunc),
+		"{{fence_fn}}", n.qualified(n.FenceFunc),
+		"{{version}}", strconv.Itoa(SchemaVersion),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", serverIncarnation,
@@ -241,6 +251,7 @@ func Build(n Names) Queries {
 		TokenState: get("TokenState"), LockTable: get("LockTable"), RepairSequence: get("RepairSequence"),
 		CreateAcquire: get("CreateAcquire"), CreateRelease: get("CreateRelease"),
 		CreateAcquireShared: get("CreateAcquireShared"), AcquireShared: get("AcquireShared"),
+		CreateFence: get("CreateFence"), CreateFenceTrigger: get("CreateFenceTrigger"),
 		Acquire: get("Acquire"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
