@@ -663,3 +663,31 @@ BEGIN
     END IF;
 END
 $pglease$
+
+-- name: CreateIncarnationFunction
+-- The server incarnation that runs the call ({{server}}, see queries.sql):
+-- the postmaster's start time and the id in CreateIncarnation, drawn when
+-- the table is empty (INSERT … ON CONFLICT: of two first calls at once,
+-- one draws, and the other reads its id once it commits). NULL when even
+-- then no id can be read (a first call inside a REPEATABLE READ
+-- transaction that raced with another): a session-bound row then counts
+-- as another incarnation's, and falls back to its expiry. SECURITY
+-- DEFINER, with the search_path of {{definer_options}}: the owner's
+-- privileges on the table, so that the application role needs none.
+CREATE OR REPLACE FUNCTION {{incarnation_fn}}() RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER {{definer_options}}AS $pglease$
+DECLARE
+    v_id text;
+BEGIN
+    SELECT i."id" INTO v_id FROM {{incarnation}} AS i;
+    IF v_id IS NULL THEN
+        INSERT INTO {{incarnation}} AS i ("id") VALUES (md5(random()::text || clock_timestamp()::text))
+        ON CONFLICT ("one") DO NOTHING
+        RETURNING i."id" INTO v_id;
+        IF v_id IS NULL THEN
+            SELECT i."id" INTO v_id FROM {{incarnation}} AS i;
+        END IF;
+    END IF;
+    RETURN extract(epoch FROM pg_postmaster_start_time())::text || ' ' || v_id;
+END
+$pglease$

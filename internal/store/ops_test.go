@@ -91,8 +91,8 @@ func TestConcurrentEnsureSchemaCreatesTheTableOnce(t *testing.T) {
 	}
 	n := pgtest.Value[int](t, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relkind IN ('r','S')`, schema)
-	if n != 3 { // the lease table, its sequence, its waiters table
-		t.Fatalf("%d tables and sequences in %s, want 3", n, schema)
+	if n != 4 { // the lease table, its sequence, its waiters and incarnation tables
+		t.Fatalf("%d tables and sequences in %s, want 4", n, schema)
 	}
 }
 

@@ -13,12 +13,18 @@
 -- transaction unless the caller's transaction is used on purpose).
 --
 -- {{server}} names the server incarnation that runs the statement: the
--- postmaster's start time and the time its shared statistics were last reset,
--- which a crash-recovery cycle (every backend killed, shared memory and with it
--- every advisory lock reinitialised, the postmaster kept) also renews. A
--- standby promoted to primary has a postmaster of its own. Session advisory
--- locks live exactly as long as one incarnation, so a session-bound row is
--- trusted to be free when its lock is free only where that lock was granted.
+-- postmaster's start time and the random id in the unlogged table
+-- CreateIncarnation, which a crash-recovery cycle (every backend killed,
+-- shared memory and with it every advisory lock reinitialised, the
+-- postmaster kept) empties, as it empties every unlogged table, so that the
+-- next call draws another (CreateIncarnationFunction). A standby promoted to
+-- primary has a postmaster of its own, and an empty unlogged table. Session
+-- advisory locks live exactly as long as one incarnation, so a session-bound
+-- row is trusted to be free when its lock is free only where that lock was
+-- granted. (Schema versions before 9 took the time the shared statistics
+-- were last reset for the id, which a crash-recovery cycle renews too, but
+-- so does an operator's pg_stat_reset_shared('bgwriter'): every
+-- fast-failover row not renewed since then fell back to its expiry.)
 --
 -- Advisory-lock keys are prefixed by the lock namespace ($ns below): the
 -- table's schema and name as the catalog resolves them, never as a user
@@ -78,6 +84,17 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     PRIMARY KEY ("name", "client")
 )
 
+-- name: CreateIncarnation
+-- The server incarnation's id (see {{server}} above): one row, drawn by the
+-- first call of CreateIncarnationFunction after the table was created, a
+-- crash-recovery cycle or a promotion emptied it. Unlogged, so that these
+-- empty it. Only that function (SECURITY DEFINER) reads and writes it: an
+-- application role needs no grant.
+CREATE UNLOGGED TABLE IF NOT EXISTS {{incarnation}} (
+    "one" boolean PRIMARY KEY DEFAULT true CHECK ("one"),
+    "id"  text    NOT NULL
+)
+
 -- name: UpgradeWaiters
 -- Schema version 7: the owner label of a waiting client; version 8: whether
 -- it waits for a shared lease (see CreateWaiters). A registration written
@@ -114,7 +131,8 @@ SELECT l.nsp, current_setting('search_path') FROM l
 -- acquisition functions (CreateAcquire, CreateRelease,
 -- CreateAcquireShared), with their argument types, as
 -- to_regprocedure reads them, and $8 the fence's (CreateFence), whose
--- trigger must be on the table and enabled. Run just after SchemaLock, in its transaction.
+-- trigger must be on the table and enabled; $9 the incarnation table and
+-- $10 its function (CreateIncarnation, CreateIncarnationFunction). Run just after SchemaLock, in its transaction.
 -- Waiting for that lock (an advisory lock) does not make the backend take
 -- in the catalog changes other sessions committed meanwhile, and
 -- to_regclass reads the backend's catalog caches: they could still say
@@ -134,6 +152,7 @@ SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
        AND EXISTS (SELECT FROM pg_catalog.pg_trigger AS g
                     WHERE g.tgrelid = to_regclass($1::text) AND g.tgname = 'pglease_fence'
                       AND g.tgfoid = to_regprocedure($8::text) AND g.tgenabled <> 'D')
+       AND to_regclass($9::text) IS NOT NULL AND to_regprocedure($10::text) IS NOT NULL
   FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns
@@ -167,7 +186,9 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 -- (UpgradeWaiters follows). Version 8 adds shared leases: the function
 -- that acquires them (CreateAcquireShared), and the kind of a wait to the
 -- waiters table. Version 9 adds the fence against acquisitions by earlier
--- releases' statements (CreateFence, CreateFenceTrigger).
+-- releases' statements (CreateFence, CreateFenceTrigger), and the server
+-- incarnation's id that a statistics reset leaves alone (CreateIncarnation,
+-- CreateIncarnationFunction).
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
                       ADD COLUMN IF NOT EXISTS "semaphore" text,
                       ADD COLUMN IF NOT EXISTS "slots" integer,

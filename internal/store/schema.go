@@ -23,6 +23,8 @@ func (s *Store) DDL() string {
 	b.WriteString(s.Q.CreateAcquireShared + ";\n\n")
 	b.WriteString(s.Q.CreateFence + ";\n\n")
 	b.WriteString(s.Q.CreateFenceTrigger + ";\n\n")
+	b.WriteString(s.Q.CreateIncarnation + ";\n\n")
+	b.WriteString(s.Q.CreateIncarnationFunction + ";\n\n")
 	b.WriteString(s.Q.CommentTable + ";\n")
 	return b.String()
 }
@@ -184,12 +186,13 @@ func (s *Store) lockSchema(ctx context.Context, q Querier) (string, error) {
 
 // functionsIn are the statements that create the functions of the table
 // in schema, the one the server resolved for it, whose name their bodies
-// then give every object (see functions.sql).
+// then give every object (see functions.sql), with the fence's trigger and
+// the incarnation table they use.
 func (s *Store) functionsIn(schema string) []string {
 	n := s.Names
 	n.Schema = schema
 	q := Build(n)
-	return []string{q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared, q.CreateFence, q.CreateFenceTrigger}
+	return []string{q.CreateIncarnation, q.CreateIncarnationFunction, q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared, q.CreateFence, q.CreateFenceTrigger}
 }
 
 // tokensBehind reports whether the token sequence is behind the largest
@@ -218,7 +221,8 @@ type existing struct{ table, seq, schema, waiters, funcs bool }
 // waiters table and the functions (both) exist.
 func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) {
 	n := s.Names
-	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(), n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure(), n.FenceProcedure()},
+	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(), n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure(), n.FenceProcedure(),
+		n.QualifiedIncarnation(), n.IncarnationProcedure()},
 		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema, &ex.waiters, &ex.funcs) })
 	return ex, err
 }
@@ -247,7 +251,7 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 	} else if !ex.waiters {
 		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the waiters table %s of %s is missing; migrate the table (Client.Migrate) as a role that may create it", s.Names.QualifiedWaiters(), s.Names.QualifiedTable())}
 	} else if !ex.funcs {
-		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the functions %s, %s, %s and %s of %s, or its trigger pglease_fence, are not all there; migrate the table (Client.Migrate) as a role that may create them", s.Names.AcquireProcedure(), s.Names.ReleaseProcedure(), s.Names.SharedProcedure(), s.Names.FenceProcedure(), s.Names.QualifiedTable())}
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the functions %s, %s, %s, %s and %s of %s, its trigger pglease_fence or the table %s are not all there; migrate the table (Client.Migrate) as a role that may create them", s.Names.AcquireProcedure(), s.Names.ReleaseProcedure(), s.Names.SharedProcedure(), s.Names.FenceProcedure(), s.Names.IncarnationProcedure(), s.Names.QualifiedTable(), s.Names.QualifiedIncarnation())}
 	}
 	behind, err := s.tokensBehind(ctx, q)
 	if err != nil {
