@@ -162,6 +162,10 @@ BEGIN
              INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
                   o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid, v_setting;
         IF FOUND THEN
+            IF $11 > 0 THEN
+                -- A polling wait's registration (see polled below).
+                DELETE FROM {{waiters}} AS w WHERE w."name" = $1 AND w."client" = $8;
+            END IF;
             RETURN;
         END IF;
     END IF;
@@ -271,11 +275,26 @@ BEGIN
         SELECT $1, $8, me.since, now() + $11 * interval '1 millisecond', $2, false
           FROM me WHERE $10 AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
         ON CONFLICT ("name", "client") DO UPDATE
-           SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false
+           SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
+               "polling" = false
+        RETURNING 1
+    ), polled AS (
+        -- A wait that cannot queue ($11 without $10: no session of its
+        -- own) refused by shared holders: registered as polling, live
+        -- while fresh, so that new shared leases of the name wait behind
+        -- it (CreateAcquireShared) and readers taking turns cannot starve
+        -- it. It keeps its place (since) while it keeps being refused.
+        INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared", "polling")
+        SELECT $1, $8, now(), now() + $11 * interval '1 millisecond', $2, false, true
+         WHERE NOT $10 AND $11 > 0 AND $14 IS NULL
+           AND NOT EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM reading)
+        ON CONFLICT ("name", "client") DO UPDATE
+           SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
+               "polling" = true
         RETURNING 1
     ), dequeued AS (
         DELETE FROM {{waiters}} AS w
-         WHERE $10 AND EXISTS (SELECT 1 FROM ins)
+         WHERE ($10 OR $11 > 0) AND EXISTS (SELECT 1 FROM ins)
            AND w."client" = $8 AND w."name" = $1
         RETURNING 1
     ), handed AS (
@@ -486,7 +505,8 @@ $pglease$
 --     its session alive), refuses it; the holder is reported as
 --     CreateAcquire reports one.
 --   - an exclusive waiter: a live registration of another client's wait
---     for a plain lease of the name, queued before this wait (any, for an
+--     for a plain lease of the name (a polling one too, while fresh: see
+--     CreateWaiters), queued before this wait (any, for an
 --     attempt that is not queued yet), refuses it (o_ahead, their number),
 --     so that a stream of shared holders cannot starve an exclusive one:
 --     the shared holders drain, the exclusive waiter takes the name, and
@@ -562,7 +582,7 @@ BEGIN
          WHERE w."name" = $1 AND NOT w."shared" AND w."client" <> $8
            AND (NOT v_registered OR (w."since", w."client") < (v_since, $8))
            AND CASE WHEN w."expires_at" > now()
-                    THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
+                    THEN w."polling" OR NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
                     ELSE false END;
     END IF;
     IF v_held OR o_ahead > 0 THEN
@@ -576,7 +596,8 @@ BEGIN
             INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared")
             VALUES ($1, $8, v_since, now() + $11 * interval '1 millisecond', $2, true)
             ON CONFLICT ("name", "client") DO UPDATE
-               SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = true;
+               SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = true,
+                   "polling" = false;
         END IF;
         RETURN;
     END IF;

@@ -73,6 +73,12 @@ CREATE INDEX IF NOT EXISTS {{semaphore_index}} ON {{table}} ("semaphore") WHERE 
 -- who waits (Waiters); "shared" marks the wait of a shared lease
 -- (CreateAcquireShared), which is listed but never woken or promised a
 -- lease by the queue's rules: shared waiters hear the table's channel.
+-- "polling" marks the registration of an exclusive wait without a session
+-- of its own (it cannot queue: no lock marks it live, no notification
+-- reaches it; it polls), which CreateAcquire writes when shared holders
+-- refuse it: live while fresh, it keeps new shared leases of the name away
+-- (CreateAcquireShared) and is listed (Waiters), but the queue's wake-ups
+-- and promises pass it over.
 CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     "name"       text        NOT NULL,
     "client"     text        NOT NULL,
@@ -81,6 +87,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     "notified_at" timestamptz,
     "owner"       text,
     "shared"      boolean     NOT NULL DEFAULT false,
+    "polling"     boolean     NOT NULL DEFAULT false,
     PRIMARY KEY ("name", "client")
 )
 
@@ -97,10 +104,11 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{incarnation}} (
 
 -- name: UpgradeWaiters
 -- Schema version 7: the owner label of a waiting client; version 8: whether
--- it waits for a shared lease (see CreateWaiters). A registration written
--- by an older version has no owner.
+-- it waits for a shared lease; version 9: whether it polls (see
+-- CreateWaiters). A registration written by an older version has no owner.
 ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "owner" text,
-                        ADD COLUMN IF NOT EXISTS "shared" boolean NOT NULL DEFAULT false
+                        ADD COLUMN IF NOT EXISTS "shared" boolean NOT NULL DEFAULT false,
+                        ADD COLUMN IF NOT EXISTS "polling" boolean NOT NULL DEFAULT false
 
 -- name: CommentTable
 COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version {{version}}'
@@ -464,7 +472,8 @@ SELECT count(*) FROM del
 -- advisory-lock namespace is read from the catalog, as LockNamespace
 -- does, so that a reader that never checked the table's shape can ask. A
 -- registration is live while it is fresh and its client's dedicated
--- session holds the client's lock, as the acquisition function tells;
+-- session holds the client's lock (a polling one: while it is fresh), as
+-- the acquisition functions tell;
 -- trying that lock shared takes nothing that outlives the statement's
 -- transaction, and writes nothing. Returns the name, the owner ('' for a
 -- registration of an older version), when it queued, how long ago that
@@ -480,7 +489,7 @@ SELECT w."name", coalesce(w."owner", ''), w."since",
  WHERE (jsonb_array_length($1::jsonb) = 0
         OR w."name" IN (SELECT jsonb_array_elements_text($1::jsonb)))
    AND CASE WHEN w."expires_at" > now()
-            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(ns.v || w."client", 1))
+            THEN w."polling" OR NOT pg_try_advisory_xact_lock_shared(hashtextextended(ns.v || w."client", 1))
             ELSE false END
  ORDER BY w."name", w."since", w."client"
 
