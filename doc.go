@@ -356,12 +356,14 @@
 //     holder's own local deadline: the session's TCP keepalive and user
 //     timeout are set to at least the TTL, and idle_session_timeout to off.
 //   - A fast-failover lease's row is taken over early only by the server
-//     incarnation that granted its lock (recorded with the row). After a
-//     restart, a crash-recovery cycle or a standby promotion the new
-//     incarnation holds no session locks, so such rows fall back to the
-//     plain expiry rule: a partitioned old holder still believes in its
-//     lease until its local deadline, and nobody takes it over before the
-//     row expires.
+//     incarnation that granted its lock (recorded with the row: the
+//     postmaster's start time and an id kept in an unlogged table, which
+//     a crash-recovery cycle empties). After a restart, a crash-recovery
+//     cycle or a standby promotion the new incarnation holds no session
+//     locks, so such rows fall back to the plain expiry rule: a
+//     partitioned old holder still believes in its lease until its local
+//     deadline, and nobody takes it over before the row expires. Routine
+//     statistics resets do not change the incarnation.
 //   - The session takes its lock before it acquires any fast-failover
 //     lease and keeps it until it ends. A lock another session
 //     happens to hold errs only towards waiting: should the server reuse a

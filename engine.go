@@ -98,6 +98,9 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 			if a.o.shared && a.mine != nil {
 				then = func() { c.putSlot(a.name, a.mine, true) }
 			}
+			if a.w != nil {
+				a.w.polling = false // the acquisition deleted its registration
+			}
 			if r.dequeued {
 				then()
 			} else {

@@ -384,3 +384,42 @@ func TestASetTakesOverFromADeadFastFailoverHolder(t *testing.T) {
 	}
 	_ = s.Release(ctx)
 }
+
+// Routine statistics resets leave the server incarnation alone: a
+// fast-failover holder that dies just after an operator reset every kind
+// of statistics that can be reset is taken over at once, not at its
+// expiry (a minute; the waiter never polls). Schema versions before 9
+// named the incarnation by the time the shared statistics were last
+// reset, and the waiter took the lease at its expiry (28.5 s with a 30 s
+// TTL).
+func TestStatisticsResetKeepsFastFailover(t *testing.T) {
+	ctx := testCtx(t)
+	table := pgtest.Schema(t) + ".leases"
+	log := newEventLog()
+	w := testClient(t, Config{Table: table, PollInterval: time.Hour, Observer: log})
+	cmd, token := startHolder(t, table, "job", time.Minute, true)
+	got := make(chan error, 1)
+	var l *Lease
+	go func() {
+		var err error
+		l, err = w.Acquire(ctx, "job", WithFastFailover(), WithTTL(time.Minute))
+		got <- err
+	}()
+	log.await(t, "the waiter to find job held", is(EventContended, "job"))
+	for _, reset := range []string{"pg_stat_reset_shared('bgwriter')", "pg_stat_reset_shared('archiver')",
+		"pg_stat_reset_shared('wal')", "pg_stat_reset_shared('recovery_prefetch')", "pg_stat_reset_slru(NULL)", "pg_stat_reset()"} {
+		pgtest.Exec(t, "SELECT "+reset)
+	}
+	killed := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, got, "the lease to be taken over after its fast-failover holder died (TTL 1m)"); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if l.Token() <= token {
+		t.Fatalf("token %d after the dead holder's %d", l.Token(), token)
+	}
+	t.Logf("taken over %v after SIGKILL of its holder", time.Since(killed).Round(time.Millisecond))
+}

@@ -22,6 +22,11 @@ type waiting struct {
 	// to be listed and to keep its place before later exclusive waiters,
 	// but is woken by every notification, as an unqueued wait is.
 	shared bool
+	// polling: the wait of an exclusive lease of a single name without a
+	// live session, which cannot queue; its attempts register it, live
+	// while fresh, when shared holders refuse it (see CreateAcquire), so
+	// that it leaves when it gives up.
+	polling bool
 	// registered: the last attempt left a registration in the queue;
 	// recheck: it was the first.
 	registered, recheck bool
@@ -117,7 +122,10 @@ func (w *waiting) channel() <-chan struct{} {
 
 // queueArgs makes an attempt of this wait a queued one when the client's
 // dedicated session is live: without it no targeted notification could
-// reach the wait, and it attempts unqueued, on every release.
+// reach the wait, and it attempts unqueued, on every release (or poll).
+// Such an attempt of an exclusive lease of a single name still registers
+// when shared holders refuse it, as a polling waiter that new shared
+// acquisitions wait behind (writer preference: see CreateAcquire).
 func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
 	if w == nil || !w.queue && !w.shared {
 		return
@@ -125,6 +133,9 @@ func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
 	s, err := c.session()
 	if err != nil || !s.isLive() {
 		w.sub.queued.Store(false)
+		if w.queue {
+			args.QueueTTL, w.polling = c.queueTTL(), true
+		}
 		return
 	}
 	args.Queued, args.QueueTTL, w.queued = true, c.queueTTL(), true
@@ -144,11 +155,11 @@ func (c *Client) queueTTL() time.Duration { return 3*c.cfg.PollInterval + time.S
 // queue, if an attempt made one, and then runs then; in the background,
 // bounded by the statement timeout. (Only single names queue.)
 func (c *Client) leaveQueue(w *waiting, name string, then func()) {
-	if w == nil || !w.queued {
+	if w == nil || !w.queued && !w.polling {
 		then()
 		return
 	}
-	w.queued = false
+	w.queued, w.polling = false, false
 	if !c.goBackground(func() {
 		defer then()
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)

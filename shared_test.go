@@ -122,10 +122,20 @@ func waitWaiters(t *testing.T, c *Client, name string, owners ...string) {
 // (their *HeldError says it is queued ahead), the holders drain, and it
 // gets the name; no shared holder holds while it does. Without that rule
 // every TryAcquire of a reader succeeds and the writer waits forever (the
-// test fails at its 20 s bound).
+// test fails at its 20 s bound). The same holds for a writer without a
+// session of its own (DisableNotify: the setting for PgBouncer in
+// transaction mode), which cannot queue: its registration, live while
+// fresh, keeps the readers away as well (it starved for 10 s before).
 func TestExclusiveWaiterIsNotStarvedBySharedOnes(t *testing.T) {
+	t.Run("queued", func(t *testing.T) { exclusiveWaiterNotStarved(t, Config{Owner: "writer"}) })
+	t.Run("without a session", func(t *testing.T) {
+		exclusiveWaiterNotStarved(t, Config{Owner: "writer", DisableNotify: true, PollInterval: 200 * time.Millisecond})
+	})
+}
+
+func exclusiveWaiterNotStarved(t *testing.T, cfg Config) {
 	ctx := testCtx(t)
-	first := testClient(t, Config{Owner: "writer"})
+	first := testClient(t, cfg)
 	var (
 		mu      sync.Mutex
 		holding int // shared leases held now
@@ -507,4 +517,49 @@ func TestGuardOrdersATakeoverByTheOtherKind(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A writer without a session, refused by shared holders, is listed among
+// the waiters while it polls, and leaves when it gives up: shared leases
+// of the name are then granted again long before its registration would
+// go stale (31 s: it polls every 10 s, and gives up between two polls).
+func TestAPollingWriterLeavesWhenItGivesUp(t *testing.T) {
+	ctx := testCtx(t)
+	// Neither has a session: nothing wakes the writer before its poll, so
+	// no attempt of its is in flight when it gives up (one would register
+	// it again when it lands after the leave: see Close).
+	r := testClient(t, Config{Owner: "reader", DisableNotify: true})
+	w := testClient(t, Config{Table: r.cfg.Table, Owner: "writer", DisableNotify: true, PollInterval: 10 * time.Second})
+	held, err := r.Acquire(ctx, "config", WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		_, err := w.Acquire(wctx, "config")
+		gave <- err
+	}()
+	pgtest.WaitFor(t, patience, "the polling writer to be listed", func() bool {
+		ws, err := r.Waiters(ctx, "config")
+		return err == nil && len(ws) == 1 && ws[0].Owner == "writer" && !ws[0].Shared
+	})
+	var he *HeldError
+	if _, err := r.TryAcquire(ctx, "config", WithShared()); !errors.As(err, &he) || he.Queued != 1 {
+		t.Fatalf("a shared TryAcquire behind the polling writer: %v, want refused with 1 queued ahead", err)
+	}
+	cancel()
+	if err := pgtest.Receive(t, gave, "the writer to give up"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the writer's Acquire: %v", err)
+	}
+	var second *Lease
+	pgtest.WaitFor(t, patience, "a shared lease once the writer left", func() bool {
+		second, err = r.TryAcquire(ctx, "config", WithShared())
+		return err == nil
+	})
+	if ws, err := r.Waiters(ctx, "config"); err != nil || len(ws) != 0 {
+		t.Fatalf("waiters once the writer left: %v, %v", ws, err)
+	}
+	_ = second.Release(ctx)
+	_ = held.Release(ctx)
 }

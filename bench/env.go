@@ -271,8 +271,9 @@ func (e *env) pgCounters(ctx context.Context) (counters, error) {
 	var c counters
 	// Statements of the bench database only, not this query's own. The
 	// filter names this query, not every statement that mentions pg_stat:
-	// pglease's own statements call pg_stat_get_bgwriter_stat_reset_time()
-	// (the server incarnation) and must be counted.
+	// pglease's statements of schema versions before 9 called
+	// pg_stat_get_bgwriter_stat_reset_time() (the server incarnation) and
+	// must be counted.
 	var ms float64
 	err = conn.QueryRow(ctx, `
 SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time + total_plan_time), 0)::float8,

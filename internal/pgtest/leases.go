@@ -82,6 +82,16 @@ func (l *Leases) Count() int {
 	return n
 }
 
+// Version returns the schema version the table's comment records (0 when
+// it records none).
+func (l *Leases) Version() int {
+	l.t.Helper()
+	var v int
+	queryRow(l.t, l.dsn, `SELECT coalesce(substring(obj_description(to_regclass($1::text), 'pg_class')
+		FROM 'schema version ([0-9]+)'), '0')::int`, []any{l.table}, &v)
+	return v
+}
+
 // MaxToken returns the largest token in the table (0 when it is empty).
 func (l *Leases) MaxToken() int64 {
 	l.t.Helper()
@@ -132,6 +142,12 @@ func (l *Leases) Insert(name, owner string, token int64, ttl time.Duration, meta
 		metadata = "{}"
 	}
 	withConnTo(l.t, l.dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		// Written as this version's acquisitions write (the fence of
+		// schema version 9 refuses others), with the table's version.
+		if _, err := conn.Exec(ctx, `SELECT set_config('pglease.writer', coalesce(substring(
+			obj_description(to_regclass($1::text), 'pg_class') FROM 'schema version ([0-9]+)'), '0'), false)`, l.table); err != nil {
+			return err
+		}
 		_, err := conn.Exec(ctx, `INSERT INTO `+l.table+`
 			("name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "hold_until", "ttl", "metadata")
 			VALUES ($1, $2, $3, now(), now(), now() + $4 * interval '1 millisecond', now(),

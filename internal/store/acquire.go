@@ -19,7 +19,9 @@ type AcquireArgs struct {
 	LockTimeout time.Duration
 	// Queued: the attempt belongs to a blocked wait that queues for the
 	// name (see the waiters table), and leaves the queue when it acquires;
-	// its registration stays fresh for QueueTTL.
+	// its registration stays fresh for QueueTTL. A QueueTTL without Queued
+	// (a plain lease's wait without a session) registers the wait as a
+	// polling one when shared holders refuse it (see CreateAcquire).
 	Queued   bool
 	QueueTTL time.Duration
 	// FairAfter: how long a queued waiter may be overtaken by attempts

@@ -131,6 +131,7 @@ DECLARE
     v_ok boolean;
     v_setting text;
 BEGIN
+    PERFORM set_config('pglease.writer', '{{version}}', true);
     IF $9 > 0 THEN
         v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
     END IF;
@@ -161,6 +162,10 @@ BEGIN
              INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
                   o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid, v_setting;
         IF FOUND THEN
+            IF $11 > 0 THEN
+                -- A polling wait's registration (see polled below).
+                DELETE FROM {{waiters}} AS w WHERE w."name" = $1 AND w."client" = $8;
+            END IF;
             RETURN;
         END IF;
     END IF;
@@ -270,11 +275,26 @@ BEGIN
         SELECT $1, $8, me.since, now() + $11 * interval '1 millisecond', $2, false
           FROM me WHERE $10 AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
         ON CONFLICT ("name", "client") DO UPDATE
-           SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false
+           SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
+               "polling" = false
+        RETURNING 1
+    ), polled AS (
+        -- A wait that cannot queue ($11 without $10: no session of its
+        -- own) refused by shared holders: registered as polling, live
+        -- while fresh, so that new shared leases of the name wait behind
+        -- it (CreateAcquireShared) and readers taking turns cannot starve
+        -- it. It keeps its place (since) while it keeps being refused.
+        INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared", "polling")
+        SELECT $1, $8, now(), now() + $11 * interval '1 millisecond', $2, false, true
+         WHERE NOT $10 AND $11 > 0 AND $14 IS NULL
+           AND NOT EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM reading)
+        ON CONFLICT ("name", "client") DO UPDATE
+           SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
+               "polling" = true
         RETURNING 1
     ), dequeued AS (
         DELETE FROM {{waiters}} AS w
-         WHERE $10 AND EXISTS (SELECT 1 FROM ins)
+         WHERE ($10 OR $11 > 0) AND EXISTS (SELECT 1 FROM ins)
            AND w."client" = $8 AND w."name" = $1
         RETURNING 1
     ), handed AS (
@@ -485,7 +505,8 @@ $pglease$
 --     its session alive), refuses it; the holder is reported as
 --     CreateAcquire reports one.
 --   - an exclusive waiter: a live registration of another client's wait
---     for a plain lease of the name, queued before this wait (any, for an
+--     for a plain lease of the name (a polling one too, while fresh: see
+--     CreateWaiters), queued before this wait (any, for an
 --     attempt that is not queued yet), refuses it (o_ahead, their number),
 --     so that a stream of shared holders cannot starve an exclusive one:
 --     the shared holders drain, the exclusive waiter takes the name, and
@@ -518,6 +539,7 @@ DECLARE
     v_i integer;
     h record;
 BEGIN
+    PERFORM set_config('pglease.writer', '{{version}}', true);
     IF $9 > 0 THEN
         v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
     END IF;
@@ -560,7 +582,7 @@ BEGIN
          WHERE w."name" = $1 AND NOT w."shared" AND w."client" <> $8
            AND (NOT v_registered OR (w."since", w."client") < (v_since, $8))
            AND CASE WHEN w."expires_at" > now()
-                    THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
+                    THEN w."polling" OR NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
                     ELSE false END;
     END IF;
     IF v_held OR o_ahead > 0 THEN
@@ -574,7 +596,8 @@ BEGIN
             INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared")
             VALUES ($1, $8, v_since, now() + $11 * interval '1 millisecond', $2, true)
             ON CONFLICT ("name", "client") DO UPDATE
-               SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = true;
+               SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = true,
+                   "polling" = false;
         END IF;
         RETURN;
     END IF;
@@ -617,5 +640,75 @@ BEGIN
         DELETE FROM {{waiters}} AS w WHERE w."name" = $1 AND w."client" = $8;
     END IF;
     v_setting := {{durable}};
+END
+$pglease$
+
+-- name: CreateFence
+-- Schema version 9: the fence that keeps clients of earlier releases,
+-- still running during a rolling upgrade, from acquiring by statements of
+-- their own (SPEC §2). Every acquisition of this version writes the lease
+-- table with the setting pglease.writer at the table's schema version:
+-- the acquisition functions set it first, and a set's transaction sets it
+-- with its locks (AcquireAllLocks); for the rest of the transaction. An INSERT
+-- without it (an earlier release's set, whose statement knows nothing of
+-- the kinds a later version added) fails with this error, and nothing is
+-- written; its single acquisitions call the functions the upgrade
+-- replaced, and so follow this version's rules, and its renewals and
+-- releases update and delete rows of its own, which the fence lets pass.
+-- A later version replaces this function with its own number, fencing
+-- out this one's statements in turn. A statement-level trigger: one call
+-- per statement, whatever the rows.
+CREATE OR REPLACE FUNCTION {{fence_fn}}() RETURNS trigger
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+BEGIN
+    IF current_setting('pglease.writer', true) IS DISTINCT FROM '{{version}}' THEN
+        RAISE EXCEPTION USING
+            MESSAGE = format('pglease: table %I.%I has schema version {{version}}, and a client of an earlier pglease release may not acquire leases in it',
+                             TG_TABLE_SCHEMA, TG_TABLE_NAME),
+            HINT = 'upgrade this client to a pglease release of schema version {{version}} or later; until then its held leases still renew and release';
+    END IF;
+    RETURN NULL;
+END
+$pglease$
+
+-- name: CreateFenceTrigger
+-- Fires CreateFence before every INSERT into the lease table (an INSERT
+-- … ON CONFLICT DO UPDATE included). Created once: the function it calls
+-- is replaced in place.
+DO $pglease$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_trigger
+                    WHERE tgrelid = '{{table}}'::regclass AND tgname = 'pglease_fence') THEN
+        CREATE TRIGGER "pglease_fence" BEFORE INSERT ON {{table}}
+            FOR EACH STATEMENT EXECUTE FUNCTION {{fence_fn}}();
+    END IF;
+END
+$pglease$
+
+-- name: CreateIncarnationFunction
+-- The server incarnation that runs the call ({{server}}, see queries.sql):
+-- the postmaster's start time and the id in CreateIncarnation, drawn when
+-- the table is empty (INSERT … ON CONFLICT: of two first calls at once,
+-- one draws, and the other reads its id once it commits). NULL when even
+-- then no id can be read (a first call inside a REPEATABLE READ
+-- transaction that raced with another): a session-bound row then counts
+-- as another incarnation's, and falls back to its expiry. SECURITY
+-- DEFINER, with the search_path of {{definer_options}}: the owner's
+-- privileges on the table, so that the application role needs none.
+CREATE OR REPLACE FUNCTION {{incarnation_fn}}() RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER {{definer_options}}AS $pglease$
+DECLARE
+    v_id text;
+BEGIN
+    SELECT i."id" INTO v_id FROM {{incarnation}} AS i;
+    IF v_id IS NULL THEN
+        INSERT INTO {{incarnation}} AS i ("id") VALUES (md5(random()::text || clock_timestamp()::text))
+        ON CONFLICT ("one") DO NOTHING
+        RETURNING i."id" INTO v_id;
+        IF v_id IS NULL THEN
+            SELECT i."id" INTO v_id FROM {{incarnation}} AS i;
+        END IF;
+    END IF;
+    RETURN extract(epoch FROM pg_postmaster_start_time())::text || ' ' || v_id;
 END
 $pglease$

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,8 +143,9 @@ func TestAcquireIsOneStatementOnDatabaseSQL(t *testing.T) {
 
 // A table of schema version 5 (no functions) is refused until migrated,
 // keeps its leases through the migration, and is usable afterwards; so are
-// a table whose function was dropped and one of version 7 (before shared
-// leases).
+// a table whose function was dropped, one of version 7 (before shared
+// leases), one of version 8 (before the fence) and one whose fence's
+// trigger was dropped.
 func TestVersion5TableIsMigrated(t *testing.T) {
 	ctx := testCtx(t)
 	s, db := migrated(t)
@@ -168,7 +170,15 @@ func TestVersion5TableIsMigrated(t *testing.T) {
 		{"version 7 (no shared leases)", func() {
 			pgtest.Exec(t, `DROP FUNCTION `+s.Names.SharedProcedure())
 			pgtest.Exec(t, `ALTER TABLE `+s.Names.QualifiedWaiters()+` DROP COLUMN shared`)
+			pgtest.Exec(t, `DROP FUNCTION `+s.Names.FenceProcedure()+` CASCADE`)
 			pgtest.Exec(t, `COMMENT ON TABLE `+s.Names.QualifiedTable()+` IS 'pglease lease table, schema version 7'`)
+		}},
+		{"version 8 (no fence)", func() {
+			pgtest.Exec(t, `DROP FUNCTION `+s.Names.FenceProcedure()+` CASCADE`)
+			pgtest.Exec(t, `COMMENT ON TABLE `+s.Names.QualifiedTable()+` IS 'pglease lease table, schema version 8'`)
+		}},
+		{"the fence's trigger dropped", func() {
+			pgtest.Exec(t, `DROP TRIGGER pglease_fence ON `+s.Names.QualifiedTable())
 		}},
 	} {
 		tc.setup()
@@ -243,5 +253,69 @@ func TestFunctionsServeEverySpellingOfTheTable(t *testing.T) {
 		if r, err := bare.Acquire(ctx, Pgx(conn), plain("y", "c1")); err != nil || !r.Acquired {
 			t.Fatalf("%s: acquire through the unqualified spelling: %+v, %v", how, r, err)
 		}
+	}
+}
+
+// The fence (schema version 9) refuses an INSERT into the lease table that
+// this version's acquisitions did not mark, as an earlier release's set
+// would write one, with an error that says to upgrade, and writes nothing;
+// updates and deletes (renewals and releases) pass, and so does an INSERT
+// marked with the table's version, not one marked with an earlier one.
+func TestTheFenceRefusesUnmarkedAcquisitions(t *testing.T) {
+	ctx := testCtx(t)
+	s, db := migrated(t)
+	held, err := s.Acquire(ctx, db, plain("held", "c1"))
+	if err != nil || !held.Acquired {
+		t.Fatalf("%+v, %v", held, err)
+	}
+	insert := func(marker string) error {
+		conn, err := pgtest.Pool(t).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, `SELECT set_config('pglease.writer', $1, true)`, marker); err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, `INSERT INTO `+s.Names.QualifiedTable()+` ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "hold_until", "ttl")
+			VALUES ('stolen', 'old', 999, now(), now(), now() + interval '1 minute', now(), interval '1 minute')`)
+		return err
+	}
+	// set_config(…, true) outside a transaction block lasts one statement:
+	// the INSERT after it is unmarked.
+	for _, marker := range []string{"", strconv.Itoa(SchemaVersion)} {
+		if err := insert(marker); err == nil || !strings.Contains(err.Error(), "schema version "+strconv.Itoa(SchemaVersion)) ||
+			!strings.Contains(err.Error(), "earlier pglease release") {
+			t.Fatalf("an unmarked INSERT: %v, want the fence's error", err)
+		}
+	}
+	if _, ok, err := s.Get(ctx, db, "stolen"); err != nil || ok {
+		t.Fatalf("the fenced INSERT wrote a row (%v, %v)", ok, err)
+	}
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, marker := range []string{strconv.Itoa(SchemaVersion - 1), strconv.Itoa(SchemaVersion)} {
+		if _, err := tx.Exec(ctx, `SAVEPOINT a; SELECT set_config('pglease.writer', '`+marker+`', true)`); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+s.Names.QualifiedTable()+` ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "hold_until", "ttl")
+			VALUES ('marked', 'new', 1000, now(), now(), now() + interval '1 minute', now(), interval '1 minute')`)
+		if want := marker == strconv.Itoa(SchemaVersion); (err == nil) != want {
+			t.Fatalf("an INSERT marked %s: %v, want accepted: %v", marker, err, want)
+		}
+		if err != nil {
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT a`); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+s.Names.QualifiedTable()+` SET "renewed_at" = now() WHERE "name" = 'held'`); err != nil {
+		t.Fatalf("an update: %v", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT set_config('pglease.writer', '', true); DELETE FROM `+s.Names.QualifiedTable()+` WHERE "name" = 'held'`); err != nil {
+		t.Fatalf("a delete: %v", err)
 	}
 }

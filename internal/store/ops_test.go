@@ -91,8 +91,8 @@ func TestConcurrentEnsureSchemaCreatesTheTableOnce(t *testing.T) {
 	}
 	n := pgtest.Value[int](t, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relkind IN ('r','S')`, schema)
-	if n != 3 { // the lease table, its sequence, its waiters table
-		t.Fatalf("%d tables and sequences in %s, want 3", n, schema)
+	if n != 4 { // the lease table, its sequence, its waiters and incarnation tables
+		t.Fatalf("%d tables and sequences in %s, want 4", n, schema)
 	}
 }
 
@@ -461,7 +461,7 @@ func TestEnsureSchemaSeesATableCreatedWhileItWaited(t *testing.T) {
 		return pgtest.Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock' AND wait_event = 'advisory')`, int(late.PgConn().PID()))
 	})
 	// The table is created meanwhile, and a writer holds it.
-	for _, stmt := range []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.CreateSemaphoreIndex, s.Q.CreateWaiters, s.Q.CommentTable} {
+	for _, stmt := range []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.CreateSemaphoreIndex, s.Q.CreateWaiters, s.Q.CreateFence, s.Q.CreateFenceTrigger, s.Q.CommentTable} {
 		if err := pool.Exec(ctx, stmt); err != nil {
 			t.Fatal(err)
 		}

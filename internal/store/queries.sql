@@ -13,12 +13,18 @@
 -- transaction unless the caller's transaction is used on purpose).
 --
 -- {{server}} names the server incarnation that runs the statement: the
--- postmaster's start time and the time its shared statistics were last reset,
--- which a crash-recovery cycle (every backend killed, shared memory and with it
--- every advisory lock reinitialised, the postmaster kept) also renews. A
--- standby promoted to primary has a postmaster of its own. Session advisory
--- locks live exactly as long as one incarnation, so a session-bound row is
--- trusted to be free when its lock is free only where that lock was granted.
+-- postmaster's start time and the random id in the unlogged table
+-- CreateIncarnation, which a crash-recovery cycle (every backend killed,
+-- shared memory and with it every advisory lock reinitialised, the
+-- postmaster kept) empties, as it empties every unlogged table, so that the
+-- next call draws another (CreateIncarnationFunction). A standby promoted to
+-- primary has a postmaster of its own, and an empty unlogged table. Session
+-- advisory locks live exactly as long as one incarnation, so a session-bound
+-- row is trusted to be free when its lock is free only where that lock was
+-- granted. (Schema versions before 9 took the time the shared statistics
+-- were last reset for the id, which a crash-recovery cycle renews too, but
+-- so does an operator's pg_stat_reset_shared('bgwriter'): every
+-- fast-failover row not renewed since then fell back to its expiry.)
 --
 -- Advisory-lock keys are prefixed by the lock namespace ($ns below): the
 -- table's schema and name as the catalog resolves them, never as a user
@@ -67,6 +73,12 @@ CREATE INDEX IF NOT EXISTS {{semaphore_index}} ON {{table}} ("semaphore") WHERE 
 -- who waits (Waiters); "shared" marks the wait of a shared lease
 -- (CreateAcquireShared), which is listed but never woken or promised a
 -- lease by the queue's rules: shared waiters hear the table's channel.
+-- "polling" marks the registration of an exclusive wait without a session
+-- of its own (it cannot queue: no lock marks it live, no notification
+-- reaches it; it polls), which CreateAcquire writes when shared holders
+-- refuse it: live while fresh, it keeps new shared leases of the name away
+-- (CreateAcquireShared) and is listed (Waiters), but the queue's wake-ups
+-- and promises pass it over.
 CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     "name"       text        NOT NULL,
     "client"     text        NOT NULL,
@@ -75,17 +87,30 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {{waiters}} (
     "notified_at" timestamptz,
     "owner"       text,
     "shared"      boolean     NOT NULL DEFAULT false,
+    "polling"     boolean     NOT NULL DEFAULT false,
     PRIMARY KEY ("name", "client")
+)
+
+-- name: CreateIncarnation
+-- The server incarnation's id (see {{server}} above): one row, drawn by the
+-- first call of CreateIncarnationFunction after the table was created, a
+-- crash-recovery cycle or a promotion emptied it. Unlogged, so that these
+-- empty it. Only that function (SECURITY DEFINER) reads and writes it: an
+-- application role needs no grant.
+CREATE UNLOGGED TABLE IF NOT EXISTS {{incarnation}} (
+    "one" boolean PRIMARY KEY DEFAULT true CHECK ("one"),
+    "id"  text    NOT NULL
 )
 
 -- name: UpgradeWaiters
 -- Schema version 3 (in its later form): when a release first woke a
 -- waiter; version 7: the owner label of a waiting client; version 8:
--- whether it waits for a shared lease (see CreateWaiters). A registration
--- written by an older version has no owner.
+-- whether it waits for a shared lease; version 9: whether it polls (see
+-- CreateWaiters). A registration written by an older version has no owner.
 ALTER TABLE {{waiters}} ADD COLUMN IF NOT EXISTS "notified_at" timestamptz,
                         ADD COLUMN IF NOT EXISTS "owner" text,
-                        ADD COLUMN IF NOT EXISTS "shared" boolean NOT NULL DEFAULT false
+                        ADD COLUMN IF NOT EXISTS "shared" boolean NOT NULL DEFAULT false,
+                        ADD COLUMN IF NOT EXISTS "polling" boolean NOT NULL DEFAULT false
 
 -- name: RefuseNewer
 -- The first statement of the exported DDL (Store.DDL; after CreateSchema,
@@ -104,14 +129,14 @@ BEGIN
     IF v_comment IS NULL OR v_comment !~ '^pglease lease table, schema version [0-9]+$' THEN
         RAISE EXCEPTION 'pglease: table % exists but is not a pglease lease table (its comment names no schema version); nothing was changed: pick another table, or let pglease migrate (Client.Migrate) check and upgrade it', '{{table}}';
     END IF;
-    IF substring(v_comment FROM '([0-9]+)$')::int > {{schema_version}} THEN
-        RAISE EXCEPTION 'pglease: table % has schema version %, newer than this DDL (%); nothing was changed: use the DDL of the newer pglease', '{{table}}', substring(v_comment FROM '([0-9]+)$'), {{schema_version}};
+    IF substring(v_comment FROM '([0-9]+)$')::int > {{version}} THEN
+        RAISE EXCEPTION 'pglease: table % has schema version %, newer than this DDL (%); nothing was changed: use the DDL of the newer pglease', '{{table}}', substring(v_comment FROM '([0-9]+)$'), {{version}};
     END IF;
 END
 $pglease$
 
 -- name: CommentTable
-COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version 8'
+COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version {{version}}'
 
 -- name: SchemaLock
 -- Serializes the creation and upgrade of the pglease objects of one schema
@@ -169,8 +194,11 @@ SELECT l."pid", coalesce(a."application_name", ''), coalesce(a."state", ''),
 -- $4 the waiters table; $5, $6 and $7 the acquisition, release and shared
 -- acquisition functions (CreateAcquire, CreateRelease,
 -- CreateAcquireShared), with their argument types, as
--- to_regprocedure reads them: the last column names those missing ('' when
--- none). Run just after SchemaLock, in its transaction.
+-- to_regprocedure reads them, $8 the fence's (CreateFence), whose trigger
+-- must be on the table and enabled, $9 the incarnation table and $10 its
+-- function (CreateIncarnation, CreateIncarnationFunction): the last column
+-- names those missing ('' when none). Run just after SchemaLock, in its
+-- transaction.
 -- Waiting for that lock (an advisory lock) does not make the backend take
 -- in the catalog changes other sessions committed meanwhile, and
 -- to_regclass reads the backend's catalog caches: they could still say
@@ -187,7 +215,15 @@ SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
        to_regclass($4::text) IS NOT NULL,
        concat_ws(', ', CASE WHEN to_regprocedure($5::text) IS NULL THEN $5::text END,
                        CASE WHEN to_regprocedure($6::text) IS NULL THEN $6::text END,
-                       CASE WHEN to_regprocedure($7::text) IS NULL THEN $7::text END)
+                       CASE WHEN to_regprocedure($7::text) IS NULL THEN $7::text END,
+                       CASE WHEN to_regprocedure($8::text) IS NULL THEN $8::text END,
+                       CASE WHEN to_regclass($1::text) IS NOT NULL AND NOT EXISTS (
+                                     SELECT FROM pg_catalog.pg_trigger AS g
+                                      WHERE g.tgrelid = to_regclass($1::text) AND g.tgname = 'pglease_fence'
+                                        AND g.tgfoid = to_regprocedure($8::text) AND g.tgenabled <> 'D')
+                            THEN 'the trigger pglease_fence (enabled)' END,
+                       CASE WHEN to_regclass($9::text) IS NULL THEN 'the table ' || $9::text END,
+                       CASE WHEN to_regprocedure($10::text) IS NULL THEN $10::text END)
   FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns
@@ -233,7 +269,10 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 -- Version 7 adds the owner of a waiting client to the waiters table
 -- (UpgradeWaiters follows). Version 8 adds shared leases: the function
 -- that acquires them (CreateAcquireShared), and the kind of a wait to the
--- waiters table.
+-- waiters table. Version 9 adds the fence against acquisitions by earlier
+-- releases' statements (CreateFence, CreateFenceTrigger), and the server
+-- incarnation's id that a statistics reset leaves alone (CreateIncarnation,
+-- CreateIncarnationFunction).
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
                       ADD COLUMN IF NOT EXISTS "semaphore" text,
                       ADD COLUMN IF NOT EXISTS "slots" integer,
@@ -509,7 +548,8 @@ SELECT count(*) FROM del
 -- advisory-lock namespace is read from the catalog, as LockNamespace
 -- does, so that a reader that never checked the table's shape can ask. A
 -- registration is live while it is fresh and its client's dedicated
--- session holds the client's lock, as the acquisition function tells;
+-- session holds the client's lock (a polling one: while it is fresh), as
+-- the acquisition functions tell;
 -- trying that lock shared takes nothing that outlives the statement's
 -- transaction, and writes nothing. Returns the name, the owner ('' for a
 -- registration of an older version), when it queued, how long ago that
@@ -525,7 +565,7 @@ SELECT w."name", coalesce(w."owner", ''), w."since",
  WHERE (jsonb_array_length($1::jsonb) = 0
         OR w."name" IN (SELECT jsonb_array_elements_text($1::jsonb)))
    AND CASE WHEN w."expires_at" > now()
-            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(ns.v || w."client", 1))
+            THEN w."polling" OR NOT pg_try_advisory_xact_lock_shared(hashtextextended(ns.v || w."client", 1))
             ELSE false END
  ORDER BY w."name", w."since", w."client"
 
@@ -542,7 +582,9 @@ DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 -- array's order (the caller's canonical, sorted order), so that two
 -- transactions asking for overlapping sets in any order never wait for
 -- each other in a cycle. The locks are held until the transaction ends.
-SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text))
+-- It also marks the transaction as this version's writer (see CreateFence).
+SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text)),
+       set_config('pglease.writer', '{{version}}', true)
   FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
  ORDER BY u.i
 

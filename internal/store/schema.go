@@ -22,7 +22,8 @@ func (s *Store) DDL() string {
 	}
 	b.WriteString(s.Q.RefuseNewer + ";\n\n")
 	for _, st := range []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex,
-		s.Q.CreateWaiters, s.Q.UpgradeWaiters, s.Q.CreateAcquire, s.Q.CreateRelease, s.Q.CreateAcquireShared} {
+		s.Q.CreateWaiters, s.Q.UpgradeWaiters, s.Q.CreateIncarnation, s.Q.CreateIncarnationFunction,
+		s.Q.CreateAcquire, s.Q.CreateRelease, s.Q.CreateAcquireShared, s.Q.CreateFence, s.Q.CreateFenceTrigger} {
 		b.WriteString(st + ";\n\n")
 	}
 	b.WriteString(s.Q.CommentTable + ";\n")
@@ -83,6 +84,9 @@ var waitersColumns = []column{
 	// The default lets a client of version 7, which knows no shared
 	// leases, register as it always did.
 	{name: "shared", typ: "boolean", notNull: true, def: "false", added: true},
+	// Version 9: a registration that polls (CreateWaiters); the default
+	// lets clients of versions 7 and 8 register as they always did.
+	{name: "polling", typ: "boolean", notNull: true, def: "false", added: true},
 }
 
 // SchemaError describes a problem with an existing table's layout.
@@ -331,12 +335,13 @@ func (s *Store) lockSchema(ctx context.Context, q Querier) (string, error) {
 
 // functionsIn are the statements that create the functions of the table
 // in schema, the one the server resolved for it, whose name their bodies
-// then give every object (see functions.sql).
+// then give every object (see functions.sql), with the fence's trigger and
+// the incarnation table they use.
 func (s *Store) functionsIn(schema string) []string {
 	n := s.Names
 	n.Schema = schema
 	q := Build(n)
-	return []string{q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared}
+	return []string{q.CreateIncarnation, q.CreateIncarnationFunction, q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared, q.CreateFence, q.CreateFenceTrigger}
 }
 
 // tokensBehind reports whether the token sequence is behind the largest
@@ -361,14 +366,16 @@ func (s *Store) version(ctx context.Context, q Querier) (int, error) {
 
 type existing struct {
 	table, seq, schema, waiters bool
-	funcsMissing                string // the functions missing, as to_regprocedure reads them; "" when none
+	funcsMissing                string // the functions (as to_regprocedure reads them), the fence's trigger and the incarnation table missing; "" when none
 }
 
 // exists reports which of the table, its sequence, their schema, the
 // waiters table and the functions exist.
 func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) {
 	n := s.Names
-	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(), n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure()},
+	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(),
+		n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure(), n.FenceProcedure(),
+		n.QualifiedIncarnation(), n.IncarnationProcedure()},
 		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema, &ex.waiters, &ex.funcsMissing) })
 	return ex, err
 }
@@ -421,7 +428,7 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 		return lacks(waiters, missing)
 	}
 	if ex.funcsMissing != "" {
-		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the function(s) %s of %s are missing; %s", ex.funcsMissing, table, migrateAdvice)}
+		return &SchemaError{Migrate: true, Msg: fmt.Sprintf("these objects of %s are missing: %s; %s", table, ex.funcsMissing, migrateAdvice)}
 	}
 	behind, err := s.tokensBehind(ctx, q)
 	if err != nil {

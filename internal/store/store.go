@@ -24,9 +24,9 @@ var sessionSQL string
 // expects. It is recorded in the table's comment. (Version 5 changed what
 // binds a session-bound row, not the layout; version 6 added the
 // acquisition and release functions, version 7 the owner of a waiter,
-// version 8 shared leases: see
-// UpgradeTable.)
-const SchemaVersion = 8
+// version 8 shared leases, version 9 the fence against earlier releases'
+// acquisitions: see UpgradeTable.)
+const SchemaVersion = 9
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -43,15 +43,18 @@ func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"
 
 // Names are the database objects one lease table uses.
 type Names struct {
-	Schema         string // "" means the first schema on the search_path
-	Table          string
-	Seq            string // token sequence, in the same schema as the table
-	Waiters        string // queue of blocked waiters, in the same schema
-	SemaphoreIndex string // index of the slot rows by semaphore
-	Channel        string // LISTEN/NOTIFY channel
-	AcquireFunc    string // the acquisition function (functions.sql), in the table's schema
-	ReleaseFunc    string // the release function
-	SharedFunc     string // the shared acquisition function
+	Schema          string // "" means the first schema on the search_path
+	Table           string
+	Seq             string // token sequence, in the same schema as the table
+	Waiters         string // queue of blocked waiters, in the same schema
+	SemaphoreIndex  string // index of the slot rows by semaphore
+	Channel         string // LISTEN/NOTIFY channel
+	AcquireFunc     string // the acquisition function (functions.sql), in the table's schema
+	ReleaseFunc     string // the release function
+	SharedFunc      string // the shared acquisition function
+	FenceFunc       string // the trigger function that fences out earlier releases (CreateFence)
+	Incarnation     string // the unlogged table of the server incarnation's id (CreateIncarnation)
+	IncarnationFunc string // the function that names the server incarnation
 }
 
 // ParseTable splits "[schema.]table" and derives the sequence and channel
@@ -83,6 +86,9 @@ func ParseTable(spec string) (Names, error) {
 	n.AcquireFunc = derived(n.Table, "_acquire")
 	n.ReleaseFunc = derived(n.Table, "_release")
 	n.SharedFunc = derived(n.Table, "_acquire_shared")
+	n.FenceFunc = derived(n.Table, "_fence")
+	n.Incarnation = derived(n.Table, "_incarnation")
+	n.IncarnationFunc = derived(n.Table, "_server")
 	n.Channel = n.Table
 	return n, nil
 }
@@ -146,6 +152,18 @@ func (n Names) ReleaseProcedure() string { return n.qualified(n.ReleaseFunc) + r
 // reads it.
 func (n Names) SharedProcedure() string { return n.qualified(n.SharedFunc) + sharedFuncArgs }
 
+// FenceProcedure is the fence's trigger function as to_regprocedure reads
+// it.
+func (n Names) FenceProcedure() string { return n.qualified(n.FenceFunc) + "()" }
+
+// QualifiedIncarnation is the incarnation table's name as to_regclass
+// reads it.
+func (n Names) QualifiedIncarnation() string { return n.qualified(n.Incarnation) }
+
+// IncarnationProcedure is the incarnation function as to_regprocedure reads
+// it.
+func (n Names) IncarnationProcedure() string { return n.qualified(n.IncarnationFunc) + "()" }
+
 // ListenSQL is the LISTEN statement for channel.
 func ListenSQL(channel string) string { return "LISTEN " + quote(channel) }
 
@@ -168,6 +186,8 @@ type Queries struct {
 	LockNamespace, UpgradeTable, TokenState, LockTable        string
 	RepairSequence, CreateAcquire, CreateRelease              string
 	CreateAcquireShared, AcquireShared                        string
+	CreateFence, CreateFenceTrigger                           string
+	CreateIncarnation, CreateIncarnationFunction              string
 	Acquire, Renew, Release, Guard                            string
 	Get, List, ForceRelease, Cleanup, Listen                  string
 	SessionKeepalive, AwaitSession                            string
@@ -177,11 +197,6 @@ type Queries struct {
 	RefuseNewer, SequenceShape                                string // schema.go
 	MigrationLockTimeout, MigrationBlockers                   string
 }
-
-// serverIncarnation is the SQL expression naming the server incarnation a
-// statement runs on (see queries.sql).
-const serverIncarnation = `(extract(epoch FROM pg_postmaster_start_time())::text || ' ' || ` +
-	`coalesce(extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time())::text, '-'))`
 
 // fragments are the parts of statements that queries.sql names like
 // statements and other statements splice in, by placeholder.
@@ -206,11 +221,15 @@ func render(n Names) func(name string) string {
 		"{{acquire_fn}}", n.qualified(n.AcquireFunc),
 		"{{release_fn}}", n.qualified(n.ReleaseFunc),
 		"{{acquire_shared_fn}}", n.qualified(n.SharedFunc),
+		"{{fence_fn}}", n.qualified(n.FenceFunc),
+		"{{version}}", strconv.Itoa(SchemaVersion),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
-		"{{server}}", serverIncarnation,
+		"{{server}}", n.qualified(n.IncarnationFunc)+"()",
+		"{{incarnation_fn}}", n.qualified(n.IncarnationFunc),
+		"{{incarnation}}", n.qualified(n.Incarnation),
+		"{{definer_options}}", definerOptions(n),
 		"{{fn_options}}", functionOptions(n),
-		"{{schema_version}}", strconv.Itoa(SchemaVersion),
 	)
 	return func(name string) string {
 		s, ok := stmts[name]
@@ -232,6 +251,17 @@ func functionOptions(n Names) string {
 	return ""
 }
 
+// definerOptions are those of a SECURITY DEFINER function: the exported
+// DDL's search_path of an unqualified table, as functionOptions; otherwise
+// one in which no other role's objects come first (its body names every
+// object of ours with the schema).
+func definerOptions(n Names) string {
+	if n.Schema == "" {
+		return functionOptions(n)
+	}
+	return "SET search_path = pg_catalog, pg_temp "
+}
+
 // Build renders the statements for the given names.
 func Build(n Names) Queries {
 	get := render(n)
@@ -245,6 +275,8 @@ func Build(n Names) Queries {
 		TokenState: get("TokenState"), LockTable: get("LockTable"), RepairSequence: get("RepairSequence"),
 		CreateAcquire: get("CreateAcquire"), CreateRelease: get("CreateRelease"),
 		CreateAcquireShared: get("CreateAcquireShared"), AcquireShared: get("AcquireShared"),
+		CreateFence: get("CreateFence"), CreateFenceTrigger: get("CreateFenceTrigger"),
+		CreateIncarnation: get("CreateIncarnation"), CreateIncarnationFunction: get("CreateIncarnationFunction"),
 		Acquire: get("Acquire"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
