@@ -278,7 +278,15 @@
 // queues as any does, and while a live exclusive waiter is queued before
 // it (any, for a shared attempt not queued itself), a shared attempt is
 // refused: the shared holders drain and the exclusive waiter takes the
-// name; shared waiters queued before it are not held up by it. Shared
+// name; shared waiters queued before it are not held up by it. A client
+// without a live session of its own ([Config.DisableNotify], or behind a
+// transaction-pooling proxy) cannot queue: its exclusive Acquire, refused
+// by shared holders, registers as a polling waiter instead, live while its
+// attempts keep it fresh (3 × PollInterval + 1 s), and shared attempts
+// wait behind it just the same; it takes the name at its next poll after
+// the shared holders drained. It leaves when it gives up; one whose
+// process dies, or that gives up while an attempt of its is in flight,
+// holds shared attempts back until its registration goes stale. Shared
 // waits register in the queue too ([Client.Waiters] lists their kind), but
 // take no part in its wake-ups and promises: they hear every release on
 // the table's channel. Each release of a shared lease wakes the first

@@ -162,7 +162,9 @@ func WithSlots(n int) Option {
 // of the name waits in the queue, new shared acquisitions wait behind it
 // (a [Client.TryAcquire] is refused with a *[HeldError] whose Queued field
 // says so), the shared holders drain, and the exclusive waiter takes the
-// name; shared waiters queued before it go first. Fast failover, a minimum
+// name; shared waiters queued before it go first (an exclusive waiter of
+// a client without a session, which cannot queue, holds them back all the
+// same: see "Shared leases" in the package documentation). Fast failover, a minimum
 // and maximum hold apply to either kind. A semaphore ([WithSlots]) and
 // shared leases of one name refuse each other with a *[SlotsError], as two
 // slot counts do. WithShared cannot be combined with WithSlots, nor used

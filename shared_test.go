@@ -525,15 +525,24 @@ func TestGuardOrdersATakeoverByTheOtherKind(t *testing.T) {
 // go stale (31 s: it polls every 10 s, and gives up between two polls).
 func TestAPollingWriterLeavesWhenItGivesUp(t *testing.T) {
 	ctx := testCtx(t)
-	// Neither has a session: nothing wakes the writer before its poll, so
-	// no attempt of its is in flight when it gives up (one would register
-	// it again when it lands after the leave: see Close).
+	// Nothing wakes the writer before its poll (the reader has no bell to
+	// watch), so no attempt of its is in flight when it gives up: one
+	// that lands after the leave registers it again, until it goes stale.
 	r := testClient(t, Config{Owner: "reader", DisableNotify: true})
 	w := testClient(t, Config{Table: r.cfg.Table, Owner: "writer", DisableNotify: true, PollInterval: 10 * time.Second})
 	held, err := r.Acquire(ctx, "config", WithShared())
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The writer's dedicated connection (which a DisableNotify client
+	// opens for renewals, not to queue) wakes every wait once it is up:
+	// up before the wait, so that the wait attempts once.
+	warm, err := w.Acquire(ctx, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	pgtest.WaitFor(t, patience, "the writer's dedicated connection", w.sess.connected)
 	wctx, cancel := context.WithCancel(ctx)
 	gave := make(chan error, 1)
 	go func() {
