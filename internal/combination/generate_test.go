@@ -143,7 +143,7 @@ func (g *generator) episode(s *sequence) []Step {
 		slow = g.agent()
 		out = append(out, Step{Do: DoDelay, Agent: slow, For: g.ms(20, 150)})
 	}
-	out = append(out, g.opening(name, mode, false))
+	out = append(out, g.resetBefore(g.opening(name, mode, false), mode)...)
 	if g.chance(0.75) {
 		// The new holder, however it got the name, is freed in turn.
 		if g.chance(0.5) {
@@ -152,7 +152,7 @@ func (g *generator) episode(s *sequence) []Step {
 		if g.chance(0.5) {
 			out = append(out, Step{Do: DoGuard, Agent: Holder, Name: name})
 		}
-		out = append(out, g.opening(name, mode, true))
+		out = append(out, g.resetBefore(g.opening(name, mode, true), mode)...)
 	}
 	if slow >= 0 {
 		out = append(out, Step{Do: DoDelay, Agent: slow})
@@ -169,6 +169,16 @@ func (g *generator) episode(s *sequence) []Step {
 		}
 	}
 	return out
+}
+
+// resetBefore returns the opening op, now and then after an operator's
+// statistics reset when op ends a fast-failover holder's session: the
+// hand-off that follows is bound by fast failover's bound all the same.
+func (g *generator) resetBefore(op Step, m Mode) []Step {
+	if m.Fast() && (op.Do == DoKill || op.Do == DoTerminate) && g.chance(0.3) {
+		return []Step{{Do: DoStatsReset}, op}
+	}
+	return []Step{op}
 }
 
 // opening is an event that frees name: fast-failover names see more of

@@ -50,6 +50,26 @@ var regressions = []struct {
 		},
 	},
 	{
+		// Issue 41, item 10: a fast-failover holder killed just after an
+		// operator reset the server's statistics. Up to schema version 8
+		// the server incarnation included the bgwriter statistics' reset
+		// time: the row, not renewed since, counted as another
+		// incarnation's, and the waiter took over at the row's expiry. Twice,
+		// the second time after a hand-off.
+		name: "FastFailoverAfterAStatisticsReset", cfg: slowPoll, runs: 1, measure: EvFast,
+		steps: []Step{
+			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
+			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoStatsReset},
+			{Do: DoKill, Agent: Holder, Name: "x"},
+			{Do: DoAcquire, Agent: 2, Name: "x", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoStatsReset},
+			{Do: DoKill, Agent: Holder, Name: "x"},
+		},
+	},
+	{
 		// Bug 1 after a fast-failover take-over: the first waiter takes
 		// over when the holder dies; it dies in turn; the second waiter
 		// took over only at its fallback poll (4.3 s after the death).

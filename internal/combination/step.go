@@ -74,6 +74,7 @@ const (
 	DoTerminate  Action = "terminate"   // pg_terminate_backend of the agent's client's backends
 	DoDelay      Action = "delay"       // delay the agent's traffic by For from now on (0: no more)
 	DoRestart    Action = "restart"     // restart the server (Name: "fast" or "immediate")
+	DoStatsReset Action = "stats-reset" // an operator resets every statistic that can be reset
 )
 
 // Targets a Step's Agent may name instead of an agent, found when the
@@ -133,6 +134,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("sleep %v", s.For)
 	case DoRestart:
 		return fmt.Sprintf("restart the server (%s)", s.Name)
+	case DoStatsReset:
+		return "reset the server's statistics"
 	case DoPause, DoPartition:
 		return fmt.Sprintf("%s %s for %v", s.Do, s.agent(), s.For)
 	case DoKill, DoTerminate:
@@ -181,7 +184,7 @@ var actionIdent = map[Action]string{
 	DoAcquire: "Acquire", DoTry: "Try", DoAll: "All", DoTryAll: "TryAll", DoRelease: "Release",
 	DoGuard: "Guard", DoStaleGuard: "StaleGuard", DoRead: "Read", DoStepDown: "StepDown",
 	DoAwait: "Await", DoSleep: "Sleep", DoKill: "Kill", DoPause: "Pause", DoPartition: "Partition",
-	DoTerminate: "Terminate", DoRestart: "Restart", DoDelay: "Delay",
+	DoTerminate: "Terminate", DoRestart: "Restart", DoDelay: "Delay", DoStatsReset: "StatsReset",
 }
 
 var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3", "Shared", "FastShared"}
