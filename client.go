@@ -60,6 +60,9 @@ type Client struct {
 	// listenLinger: see listen.go; hearing: the held leases whose
 	// holders hear step-down requests (Lease.StepDownRequested)
 	listenLinger time.Duration
+	// watchTimeout: how long one statement of a watcher waits on the
+	// server (see watchTimeout in doorbell.go; tests shorten it)
+	watchTimeout time.Duration
 	hearing      int
 	renewer      chan struct{} // kicks the renew loop; nil until started (renew.go)
 	nextDue      time.Time     // when the renew loop will next renew
@@ -210,7 +213,7 @@ func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 }
 
 func newClient(cfg Config, st *store.Store, db store.DB) *Client {
-	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[int32]*sessionWatcher{}, bells: map[string]*bellWatcher{}, listenLinger: listenLinger, meta: defaultMetadata(), id: randomID()}
+	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[int32]*sessionWatcher{}, bells: map[string]*bellWatcher{}, listenLinger: listenLinger, watchTimeout: watchTimeout, meta: defaultMetadata(), id: randomID()}
 	c.bg, c.stop = context.WithCancel(context.Background())
 	c.events = &eventQueue{obs: cfg.Observer, client: c.id, start: c.goBackground, onPanic: func(r any) {
 		c.cfg.Logger.ErrorContext(c.bg, "pglease: observer panicked", "panic", r)

@@ -204,6 +204,21 @@
 // watcher wakes its waits then too (a fast-failover lease is taken over at
 // once).
 //
+// A statement that blocks holds a snapshot for as long as it blocks, and
+// an old snapshot keeps VACUUM from removing any row deleted since, in the
+// whole database, and keeps CREATE INDEX CONCURRENTLY on any table
+// waiting. So no statement of a watcher (of a bell, or of a holder's
+// session: see Fast failover) blocks longer than 20 s, the lock_timeout
+// of its connection: one that times out found the bell still held (or the
+// session alive) and blocks again at once, waking nobody. No ring is
+// missed in between: the watcher blocks on the bell's state, not on an
+// event, and a bell freed meanwhile is granted to the next statement at
+// once. While clients wait or hold, none of their transactions or
+// snapshots is older than 20 s (their other statements are bounded by
+// [Config.StatementTimeout], 10 s unless set longer, and no connection of
+// theirs idles in a transaction), and a watcher costs one statement per
+// 20 s while nothing happens.
+//
 // A session listens for notifications only while its client needs them:
 // while it holds a lease whose holder asked to hear step-down requests
 // ([Lease.StepDownRequested], which an [Elector] calls), has a wait that
@@ -252,8 +267,9 @@
 //     their next look and wake their waits once more.
 //   - What a bell costs: a connection per waiting client and holder
 //     client (at most sixteen per waiting client: its waits on the names
-//     of further holders listen), and a statement per ring; nothing on the
-//     holder's side for a release nobody waits for.
+//     of further holders listen), a statement per ring and one per 20 s
+//     between rings; nothing on the holder's side for a release nobody
+//     waits for.
 //   - The queue decides only who may take a free lease; it never changes
 //     who holds one. Mutual exclusion and fencing do not depend on it, nor
 //     on bells or notifications.
@@ -347,8 +363,9 @@
 // client learns of it within milliseconds: it watches the holder's session
 // on a connection of its own, blocked on that lock (one such connection per
 // holder session, shared by every wait of the client on names that session
-// holds), not polling; a holder client that lost its session and opened
-// another is not mistaken for the holder. A waiter starts watching once the
+// holds; 20 s at a time, as a bell's watcher: see Waiting), not polling;
+// a holder client that lost its session and opened another is not
+// mistaken for the holder. A waiter starts watching once the
 // holder has held the name for 200 ms, so that holders that pass a name on
 // quickly cost no connections; a crash fails over within about 200 ms of
 // the session's end at worst. Only the first waiter in the queue watches;

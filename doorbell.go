@@ -11,11 +11,16 @@ package pglease
 // time the server grants it, it wakes those waits and blocks on the next.
 // The server wakes the watchers of that bell and no other backend, where
 // a notification makes it signal every listening backend of the database.
+// No statement of a watcher waits longer than watchTimeout: a wait that
+// outlives it waits again, so that no snapshot of a waiting client holds
+// back VACUUM (see awaitBell).
 
 import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/internal/store"
 )
@@ -25,6 +30,16 @@ import (
 // client that takes turns with another hands the lease back and forth);
 // and how long no watcher starts again for a holder whose watcher failed.
 const bellLinger = 30 * time.Second
+
+// watchTimeout bounds each statement with which a watcher waits on the
+// server (a holder's bell, a holder's session: Client.watchTimeout, which
+// tests shorten): it is the lock_timeout of the watchers' connections. A
+// statement that waits holds a snapshot, which keeps VACUUM from removing
+// any row deleted after it was taken, in the whole database, and keeps
+// CREATE INDEX CONCURRENTLY waiting; so a wait that times out waits again
+// with a new statement, and a waiting client's snapshots are never older
+// than this (and each waiting watcher costs one statement per period).
+const watchTimeout = 20 * time.Second
 
 // bellProbeMin and bellProbeMax bound the backoff with which a watcher
 // looks again for the bell of a holder that holds none (a client's session
@@ -192,7 +207,8 @@ func (c *Client) bellGone(w *bellWatcher) {
 }
 
 // runBell is a watcher's loop. It probes which bell the holder holds and
-// blocks on it; at each grant it wakes the waits, and probes again. A probe
+// blocks on it (awaitBell: one statement at a time, each at most
+// watchTimeout); at each grant it wakes the waits, and probes again. A probe
 // that finds the bell it expects (the next one) blocks on it at once; one
 // that finds another (the first probe, or rings came between the grant and
 // the probe, or the holder's session started anew at bell 0) wakes the
@@ -251,14 +267,15 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 		b.reset()
 		waits := k != expect && c.rang(w, true) || k == expect && c.hasWaits(w)
 		if waits {
-			if err := c.st.AwaitBell(ctx, q, w.holder, k); err != nil {
+			rang, err := c.awaitBell(ctx, q, w, k)
+			if err != nil {
 				if ctx.Err() == nil {
 					c.bellGone(w)
 				}
 				return
 			}
 			expect = (k + 1) % store.Bells
-			waits = c.rang(w, false)
+			waits = rang && c.rang(w, false)
 		}
 		if !waits {
 			expect = -1
@@ -267,6 +284,34 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 			case <-ctx.Done():
 				return
 			}
+		}
+	}
+}
+
+// awaitBell blocks until bell k of w's holder is free (the holder rang,
+// or its session ended) and reports true; or false when w is left without
+// waits. Each statement waits at most watchTimeout (the lock_timeout of
+// the watcher's connection); one that times out found the bell still
+// held, so nothing rang, and the next blocks at once, waking no wait. No
+// ring is missed in between: a ring frees bell k, and a shared lock of a
+// free bell is granted at once (the wait is on the bell's state, not on
+// an event), so the next statement returns at once and the waits wake.
+// Only as in runBell's gap between a grant and a block do sixteen rings
+// in that instant go unseen.
+func (c *Client) awaitBell(ctx context.Context, q store.Querier, w *bellWatcher, k int) (bool, error) {
+	for {
+		err := c.st.AwaitBell(ctx, q, w.holder, k)
+		if err == nil {
+			return true, nil
+		}
+		if store.Classify(err) != store.KindLockTimeout || ctx.Err() != nil {
+			return false, err
+		}
+		if hook := testHookWatchTimeout.Load(); hook != nil {
+			(*hook)("bell")
+		}
+		if !c.hasWaits(w) {
+			return false, nil
 		}
 	}
 }
@@ -295,8 +340,7 @@ func (c *Client) hasWaits(w *bellWatcher) bool {
 	return len(w.names) > 0
 }
 
-// watchConn opens a connection of its own for a watcher, within the
-// client's connect budget, without statement or lock timeouts.
+// watchConn opens a connection of its own for a watcher of a bell.
 func (c *Client) watchConn(ctx context.Context) (*pgxConn, error) {
 	cfg, err := c.dedicatedConfig(ctx)
 	if err != nil {
@@ -305,13 +349,20 @@ func (c *Client) watchConn(ctx context.Context) (*pgxConn, error) {
 	if cfg == nil { // not reached: a client without sessions rings no bell
 		return nil, ErrSessionUnavailable
 	}
+	return c.dialWatch(ctx, cfg)
+}
+
+// dialWatch opens a watcher's connection (a bell's or a session's) to
+// cfg, within the client's connect budget. Its lock waits end after the
+// client's watchTimeout, and nothing else ends its statements: a watcher
+// that waits again after a lock timeout waits until the holder rings or
+// its session ends, whatever timeout the DSN (or the role) sets.
+func (c *Client) dialWatch(ctx context.Context, cfg *pgx.ConnConfig) (*pgxConn, error) {
 	pc, err := connectPgx(ctx, cfg, c.connectBudget())
 	if err != nil {
 		return nil, err
 	}
-	// A wait on a bell lasts until the holder rings: no timeout of the
-	// DSN's (or the role's) may end it.
-	if err := c.st.SessionSettings(ctx, pc.querier(), 0, 0); err != nil {
+	if err := c.st.SessionSettings(ctx, pc.querier(), 0, c.watchTimeout); err != nil {
 		pc.close()
 		return nil, err
 	}
@@ -362,6 +413,10 @@ func (c *Client) ringBell() {
 // testHookBell, when set by a test, runs in a bell watcher just before it
 // probes the holder's bell, with the holder's client id.
 var testHookBell atomic.Pointer[func(holder string)]
+
+// testHookWatchTimeout, when set by a test, runs in a watcher each time
+// its wait statement timed out and it waits again: "bell" or "session".
+var testHookWatchTimeout atomic.Pointer[func(watch string)]
 
 // bellRang reports, for a wait already watching holder's bell, whether a
 // ring came after since (see watchBell), and false when the holder rings

@@ -267,6 +267,13 @@ func (c *Client) unwatchSession(holder int32, name string, w *sessionWatcher) {
 // reported the last one.
 func (w *sessionWatcher) rearm() { wake(w.again) }
 
+// runWatcher is a session watcher's loop: each time it is rearmed, it
+// waits until the holder session ends and wakes the waits. Each statement
+// waits at most watchTimeout (the lock_timeout of its connection: see
+// dialWatch); one that times out found the session alive, and the next
+// waits at once, waking no wait. The wait is on the session lock's state,
+// not on an event: a session that ended in between frees its lock, and
+// the next statement returns at once.
 func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher) {
 	defer close(w.done)
 	var conn *pgxConn
@@ -276,18 +283,22 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 		}
 	}()
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	timedOut := false
 	for {
-		select {
-		case <-w.again:
-		case <-ctx.Done():
-			return
+		if !timedOut {
+			select {
+			case <-w.again:
+			case <-ctx.Done():
+				return
+			}
 		}
+		timedOut = false
 		if conn == nil {
 			cfg, err := c.dedicatedConfig(ctx)
 			if err != nil || cfg == nil {
 				return
 			}
-			pc, err := connectPgx(ctx, cfg, c.connectBudget())
+			pc, err := c.dialWatch(ctx, cfg)
 			if err != nil {
 				w.rearm()
 				select {
@@ -296,9 +307,18 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 				}
 				continue
 			}
-			conn = &pc
+			conn = pc
 		}
-		if err := c.st.AwaitSession(ctx, conn.querier(), holder); err != nil {
+		err := c.st.AwaitSession(ctx, conn.querier(), holder)
+		if err != nil && store.Classify(err) == store.KindLockTimeout && ctx.Err() == nil {
+			// The holder's session lives on: wait for it again.
+			if hook := testHookWatchTimeout.Load(); hook != nil {
+				(*hook)("session")
+			}
+			timedOut = true
+			continue
+		}
+		if err != nil {
 			conn.close()
 			conn = nil
 			if ctx.Err() != nil {
