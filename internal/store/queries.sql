@@ -217,7 +217,7 @@ SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
                        CASE WHEN to_regprocedure($6::text) IS NULL THEN $6::text END,
                        CASE WHEN to_regprocedure($7::text) IS NULL THEN $7::text END,
                        CASE WHEN to_regprocedure($8::text) IS NULL THEN $8::text END,
-                       CASE WHEN to_regclass($1::text) IS NOT NULL AND NOT EXISTS (
+                       CASE WHEN NOT EXISTS (
                                      SELECT FROM pg_catalog.pg_trigger AS g
                                       WHERE g.tgrelid = to_regclass($1::text) AND g.tgname = 'pglease_fence'
                                         AND g.tgfoid = to_regprocedure($8::text) AND g.tgenabled <> 'D')
