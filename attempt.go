@@ -65,16 +65,45 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		// whose context had already ended would get a lease.
 		return nil, reply{}, err
 	}
+	// Close waits for the attempt to hand out or give back what its reply
+	// grants (and for the statement itself, should ctx end first: detached).
+	if !c.calls.begin() {
+		return nil, reply{}, ErrClosed
+	}
+	defer c.calls.end()
 	// Even if a statement that failed with its connection committed, the
 	// retry cannot acquire twice: it finds the rows as this client's own,
-	// and frees them (errOrphan) or, for a set, takes them over.
-	r, err := detached(c, ctx, a.statement(unit), func(r reply) error { return r.err }, func(r reply) {
+	// and frees them (errOrphan) or, for a set, takes them over; should
+	// no retry come, the client frees them in the background (sweep), or
+	// Close does (releaseOrphans).
+	stmt := a.statement(unit)
+	var unsure atomic.Bool // a try failed after it may have committed
+	run := func(sctx context.Context) reply {
+		r := stmt(sctx)
+		if hook := testHookLoseReply.Load(); hook != nil {
+			if err := (*hook)(c.id); err != nil {
+				r = reply{sent: r.sent, err: err}
+			}
+		}
+		if r.err != nil && !store.FromServer(r.err) {
+			unsure.Store(true)
+			c.calls.unknown(unit, a.o.shared)
+		}
+		return r
+	}
+	r, err := detached(c, ctx, run, func(r reply) error { return r.err }, func(r reply) {
 		if r.err == nil && r.granted {
 			c.giveUp(a.leases(r, nil), ErrReleased)
+		}
+		if unsure.Load() {
+			c.sweepLater(unit, a.o.shared)
 		}
 	})
 	if err != nil {
 		return nil, reply{}, err
+	}
+	if unsure.Load() {
+		defer c.sweepLater(unit, a.o.shared) // it waits for the local slots
 	}
 	what := strconv.Quote(unit[0])
 	if a.set {
@@ -280,7 +309,9 @@ func (c *Client) giveUp(leases []*Lease, cause error) {
 	defer cancel()
 	for _, l := range leases {
 		l.slot = nil
-		_ = c.releaseRow(ctx, l)
+		if err := c.releaseRow(ctx, l); err != nil {
+			c.calls.unknown([]string{l.name}, false) // for Close to try again
+		}
 		l.end(cause)
 	}
 }
@@ -305,13 +336,20 @@ func (c *Client) orphan(name string, r store.AcquireResult) bool {
 // acquisition statement of any client, with the client's id.
 var testHookAttempt atomic.Pointer[func(client, name string)]
 
+// testHookLoseReply, when set by a test, runs after each acquisition
+// statement of any client, with the client's id; an error it returns
+// replaces the statement's reply, as if the connection had failed after
+// the commit.
+var testHookLoseReply atomic.Pointer[func(client string) error]
+
 // testHookAcquired, when set by a test, runs in attempt between an
 // acquisition's reply and the leases' registration, once per name.
 var testHookAcquired atomic.Pointer[func(name string, epoch uint64)]
 
 // detached runs a statement (run) for a caller on a goroutine of the
 // client's, bounded by the statement timeout rather than by ctx: a
-// statement cancelled midway would leave its outcome unknown. When the
+// statement cancelled midway would leave its outcome unknown (Close waits
+// for it, see inflight, and cuts it only past its own bound). When the
 // statement's error (failed) says its connection failed (a pooled one that
 // died while idle, a server restart), it is retried on another, three
 // tries in all. It returns the statement's result with a nil error; or,
@@ -323,9 +361,13 @@ var testHookAcquired atomic.Pointer[func(name string, epoch uint64)]
 func detached[R any](c *Client, ctx context.Context, run func(context.Context) R, failed func(R) error, undo func(R)) (r R, err error) {
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	ch := make(chan R, 1)
+	if !c.calls.begin() {
+		return r, ErrClosed
+	}
 	started := c.goBackground(func() {
+		defer c.calls.end()
 		var r R
-		sctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+		sctx, cancel := context.WithTimeout(c.calls.ctx, c.cfg.StatementTimeout)
 		b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
 		for try := 0; ; try++ {
 			r = run(sctx)
@@ -345,6 +387,7 @@ func detached[R any](c *Client, ctx context.Context, run func(context.Context) R
 		undo(r) // the caller gave up
 	})
 	if !started {
+		c.calls.end()
 		return r, ErrClosed
 	}
 	select {

@@ -40,6 +40,7 @@ type Client struct {
 	wgMu   sync.Mutex     // orders wg.Add before Close's wg.Wait
 	wgDone bool           // under wgMu: Close waits; nothing more may start
 	hub    hub            // routes notifications to local waiters (notify.go)
+	calls  inflight       // acquisition statements in flight (shutdown.go)
 	sess   *session       // dedicated connection, created lazily (session.go)
 	schema sync.Mutex
 	ready  bool // schema checked
@@ -223,6 +224,7 @@ func newClient(cfg Config, st *store.Store, db store.DB) *Client {
 		c.cfg.Logger.WarnContext(c.bg, "pglease: the migration of the lease table gave up on a lock that other sessions hold, so that other statements do not queue behind it; it is tried again",
 			"table", e.Table, "attempt", e.Attempts, "blockers", e.Blockers)
 	}
+	c.calls.init()
 	return c
 }
 
@@ -332,10 +334,20 @@ func (c *Client) checkOpen() error {
 	return nil
 }
 
-// Close releases every lease the client holds (bounded by a few seconds;
-// past that, expiry frees them), stops its goroutines and waits for them,
+// Close releases every lease the client holds, and what its acquisitions
+// in flight are granted: a call that returned when its context ended has
+// its statement still running, and Close waits for it rather than cut it,
+// so that the row it may be granted is released too; a statement whose
+// reply was lost leaves a row of this client's, which Close finds and
+// releases. Close then stops the client's goroutines and waits for them,
 // and closes the pool if [Open] created it. Leases end with [ErrClosed].
-// Close is idempotent.
+//
+// Close is bounded when the database does not answer: it waits at most
+// 5 s for the statements in flight (then cuts them), and 5 s for the
+// releases after them; closing a pool that [Open] created may then wait
+// for pgx to close the connections of the cut statements (pgx allows
+// itself 15 s). An error names what Close could not release; those rows
+// expire after their TTL. Close is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -363,7 +375,11 @@ func (c *Client) Close() error {
 			}
 		}()
 	}
+	c.calls.drain(releaseTimeout, c.stop)
 	wg.Wait()
+	if err := c.releaseOrphans(); err != nil {
+		errs = append(errs, err)
+	}
 	c.stop()
 	c.wgMu.Lock()
 	c.wgDone = true

@@ -96,12 +96,21 @@
 //     completion on a detached, bounded context, and if it acquired, the row
 //     is released by token at once. A reply that arrives after the lease's
 //     own deadline is treated the same way. If the connection breaks after
-//     the statement committed, the row carries the client's random id (in
-//     its metadata): the client's next attempt on the name recognises it as
-//     its own, frees it by token and tries again. Another client is never
-//     affected, even with the same owner label.
-//   - [Client.Close] releases every lease (bounded by a timeout; past the TTL,
-//     expiry is the safety net), stops every goroutine and waits for them.
+//     the statement committed (the reply is lost), the row carries the
+//     client's random id (in its metadata): the client frees it by token in
+//     the background once no call of its own asks for the name, and the
+//     client's next attempt on the name recognises it as its own too.
+//     Another client is never affected, even with the same owner label.
+//   - [Client.Close] releases every lease, and what its calls in flight are
+//     granted: it waits for their statements (a call cut by its context
+//     included) instead of cutting them, then releases the rows of this
+//     client that a statement whose reply was lost may have been granted,
+//     and only then stops every goroutine and waits for them. Nothing the
+//     server granted to a closed client stays held (a minimum hold aside,
+//     see [WithMinHold]). When the database does not answer, Close waits
+//     5 s for the statements in flight, cuts them, and tries its releases
+//     for 5 s more; its error then names what it could not release, which
+//     expires after its TTL.
 //   - An [Elector]'s term ends with its lease (or on [Elector.Resign]), and
 //     its lead function is expected to return then; pglease cannot make it.
 //     A lead function still running past the term's end plus a tolerance

@@ -204,6 +204,36 @@ func (s *Store) ForceRelease(ctx context.Context, q Querier, name string) (rec R
 	return rec, ok, err
 }
 
+// Orphan is a live row of a client, by name and token (see Orphans).
+type Orphan struct {
+	Name  string
+	Token int64
+}
+
+// Orphans reads the live rows of client named in names, and the rows of
+// its shared leases of the names in shared (see Orphans in queries.sql).
+func (s *Store) Orphans(ctx context.Context, q Querier, client string, names, shared []string) ([]Orphan, error) {
+	args := []any{client}
+	for _, list := range [][]string{names, shared} {
+		if list == nil {
+			list = []string{}
+		}
+		b, err := json.Marshal(list)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, string(b))
+	}
+	var out []Orphan
+	err := q.Query(ctx, s.Q.Orphans, args, func(r Row) error {
+		var o Orphan
+		err := r.Scan(&o.Name, &o.Token)
+		out = append(out, o)
+		return err
+	})
+	return out, err
+}
+
 // Cleanup deletes expired rows and returns how many.
 func (s *Store) Cleanup(ctx context.Context, q Querier) (int64, error) {
 	var n int64

@@ -532,6 +532,17 @@ SELECT l."name" FROM {{table}} AS l
    AND l."token" = ($1::jsonb ->> l."name")::bigint
    AND l."stepdown_at" IS NOT NULL
 
+-- name: Orphans
+-- The live rows of client $1 named in $2, and its shared leases' rows
+-- ("name#i", see CreateAcquireShared) of the names in $3 (JSON arrays):
+-- the rows acquisitions whose reply was lost may have been granted. The
+-- client releases each by token, except those its leases hold (a row
+-- kept for a minimum hold has no client id).
+SELECT l."name", l."token" FROM {{table}} AS l
+ WHERE (l."name" IN (SELECT jsonb_array_elements_text($2::jsonb))
+        OR (l."slots" = 0 AND l."semaphore" IN (SELECT jsonb_array_elements_text($3::jsonb))))
+   AND l."metadata" ->> 'client' = $1::text AND l."expires_at" > now()
+
 -- name: Cleanup
 -- Expired rows, and the waiters' registrations that went stale.
 WITH del AS (

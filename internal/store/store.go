@@ -190,6 +190,7 @@ type Queries struct {
 	CreateIncarnation, CreateIncarnationFunction              string
 	Acquire, Renew, Release, Guard                            string
 	Get, List, ForceRelease, Cleanup, Listen                  string
+	Orphans                                                   string
 	SessionKeepalive, AwaitSession                            string
 	Ring, ProbeBell, AwaitBell                                string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
@@ -280,6 +281,7 @@ func Build(n Names) Queries {
 		Acquire: get("Acquire"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
+		Orphans:          get("Orphans"),
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"),
 		Ring: get("Ring"), ProbeBell: get("ProbeBell"), AwaitBell: get("AwaitBell"),
 		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
