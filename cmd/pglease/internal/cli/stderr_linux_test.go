@@ -194,6 +194,45 @@ func lossWithStderr(t *testing.T, sink, loss string) {
 	}
 }
 
+// pglease cron shares the guard and the supervisor with pglease run, and
+// writes more of its own (its start, a line per run, the scheduler's log):
+// with its stderr a full pipe nobody reads, a force-released job lease
+// still ends the job's command, with SIGTERM, within the bound of the run
+// test.
+func TestCronLossReachesTheCommandWithStderrFull(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	dir := t.TempDir()
+	pidFile, termFile := filepath.Join(dir, "pid"), filepath.Join(dir, "term")
+	crontab := writeCrontab(t, "quiet @every 1s -- exec 2>/dev/null; trap 'echo TERM > "+termFile+"; exit 0' TERM; echo $$ >> "+pidFile+"; while :; do sleep 0.05; done")
+	h := startWithPipeStderr(t, env, []string{"cron", crontab, "--ttl", "2s", "--kill-grace", "400ms", "--table", table}, false)
+	cpid := firstInt(t, pidFile)
+	if code, stdout, stderr := run(t, env, "release", "cron:quiet", "--force", "--table", table); code != 0 {
+		t.Fatalf("release --force: exit %d\n%s%s", code, stdout, stderr)
+	}
+	lost := time.Now()
+	bound := 5 * time.Second
+	for alive(cpid) && time.Since(lost) < bound {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(cpid) {
+		t.Fatalf("the job's command (pid %d) still runs %s after its lease was force-released", cpid, bound)
+	}
+	if _, err := os.Stat(termFile); err != nil {
+		t.Errorf("the command did not get SIGTERM: %v", err)
+	}
+	t.Logf("the command was gone %s after the force-release", time.Since(lost).Round(time.Millisecond))
+	if err := syscall.Kill(h.pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := h.wait(t); code != 0 {
+		t.Errorf("pglease cron exited %d after SIGTERM, want 0", code)
+	}
+	if !h.stillFull() {
+		t.Error("pglease cron's stderr was drained during the test: it was never blocked")
+	}
+}
+
 // stderrHolder is a pglease run whose stderr is not the test's.
 type stderrHolder struct {
 	pid    int
