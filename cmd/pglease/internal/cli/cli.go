@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pglease/pglease"
 )
@@ -31,21 +32,37 @@ const (
 
 // env is what a command may use of the outside world.
 type env struct {
-	stdout, stderr io.Writer
-	getenv         func(string) string
-	secrets        []string // passwords to redact from every message
-	renewals       renewals // wakes the guards of running commands
+	stdout io.Writer
+	// stderr takes pglease's own messages: a diagWriter, whose Write never
+	// blocks, so that no message can delay what pglease does next.
+	stderr io.Writer
+	// errOut is the process's stderr itself, for the commands pglease
+	// starts to inherit.
+	errOut   io.Writer
+	getenv   func(string) string
+	secrets  []string // passwords to redact from every message
+	renewals renewals // wakes the guards of running commands
 }
 
 // Main runs the tool with args (without the program name) and returns the
 // exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	errOut := lockedWriter(stderr) // also written by the commands' copiers (in-process)
+	diag := newDiagWriter(errOut)
+	e := &env{stdout: stdout, stderr: diag, errOut: errOut, getenv: os.Getenv}
+	// The messages still queued get a moment to go out before the exit; a
+	// blocked stderr delays it no longer than that. The supervisor's exit
+	// lets pglease release the lease, so it waits less.
+	flush := time.Second
+	defer func() { diag.close(flush) }()
 	if len(args) == 0 {
-		fmt.Fprint(stderr, mainHelp())
+		fmt.Fprint(e.stderr, mainHelp())
 		return exitUsage
 	}
 	name, rest := args[0], args[1:]
+	if name == superviseCmd {
+		flush = 250 * time.Millisecond
+	}
 	switch name {
 	case "-h", "--help", "-help":
 		name = "help"

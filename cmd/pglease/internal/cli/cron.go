@@ -155,9 +155,10 @@ func (e *env) cmdCron(ctx context.Context, args []string) int {
 	if !supported {
 		return e.fail(errors.New("pglease cron is not supported on this platform: it needs Unix process groups"))
 	}
-	e.stdout, e.stderr = lockedWriter(e.stdout), lockedWriter(e.stderr)
+	e.stdout = lockedWriter(e.stdout) // e.stderr and e.errOut are safe already (Main)
 	stopJobControl := e.holdJobControl()
 	defer stopJobControl()
+	surviveBrokenPipe()
 	if o.owner == "" {
 		o.owner = defaultOwner()
 	}
@@ -419,8 +420,9 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s-%d-%s", hostname(), os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// lockedWriter makes w safe for the concurrent runs of pglease cron; a file
-// is left as it is, so that commands write to it directly.
+// lockedWriter makes w safe for concurrent use (the runs of pglease cron,
+// pglease's messages beside a command's copied output); a file is left as
+// it is, so that commands write to it directly.
 func lockedWriter(w io.Writer) io.Writer {
 	if f, ok := w.(*os.File); ok {
 		return f

@@ -66,11 +66,16 @@ func (e *env) guard(g guard) (terminated bool) {
 			killAt = t
 		}
 	}
-	terminate := func(why string, t time.Time) {
+	// Every signal goes out before the lines that report it: a message,
+	// however stuck stderr is, never delays the end of the command.
+	terminate := func(why string, t time.Time, preface ...string) {
 		if !terminating {
 			terminating = true
-			fmt.Fprintf(e.stderr, "pglease: %s; terminating the command (SIGTERM, SIGKILL after %s)\n", why, g.grace)
 			g.sup.terminate()
+			for _, line := range preface {
+				fmt.Fprintln(e.stderr, line)
+			}
+			fmt.Fprintf(e.stderr, "pglease: %s; terminating the command (SIGTERM, SIGKILL after %s)\n", why, g.grace)
 		}
 		killBy(t)
 	}
@@ -134,8 +139,8 @@ func (e *env) guard(g guard) (terminated bool) {
 			// pglease stepdown (or RequestStepDown) from anywhere: ask the
 			// command to stop; the lease is released once its group is gone.
 			stepDown = nil
-			fmt.Fprintf(e.stderr, "pglease: asked to step down from lease %s; sending SIGTERM to the command\n", name)
 			g.sup.forward(syscall.SIGTERM)
+			fmt.Fprintf(e.stderr, "pglease: asked to step down from lease %s; sent SIGTERM to the command\n", name)
 		case <-lost:
 			lost = nil
 			// The library's error says why it was lost, as is; the lines
@@ -148,9 +153,9 @@ func (e *env) guard(g guard) (terminated bool) {
 				terminating = true
 				if !killed {
 					killed = true
+					g.sup.kill()
 					fmt.Fprintln(e.stderr, e.redact(err.Error()))
 					fmt.Fprintf(e.stderr, "pglease: a waiter may already hold lease %s, so the command gets SIGKILL at once\n", name)
-					g.sup.kill()
 				}
 			case errors.Is(err, pglease.ErrLeaseLost) && g.sup.enforcesDeadline() && !time.Now().Before(g.lease.Deadline().Add(-g.grace)):
 				// Lost at its deadline (pglease was stopped, or renewals
@@ -159,11 +164,8 @@ func (e *env) guard(g guard) (terminated bool) {
 				terminating = true
 				killBy(g.lease.Deadline())
 			case errors.Is(err, pglease.ErrLeaseLost):
-				if !terminating {
-					fmt.Fprintln(e.stderr, e.redact(err.Error()))
-				}
 				terminate(fmt.Sprintf("lease %s lost", name),
-					minTime(time.Now().Add(g.grace), g.lease.Deadline()))
+					minTime(time.Now().Add(g.grace), g.lease.Deadline()), e.redact(err.Error()))
 			}
 		case <-g.renewed:
 		case <-timer.C:

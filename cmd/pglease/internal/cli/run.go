@@ -275,6 +275,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 
 	stopJobControl := e.holdJobControl()
 	defer stopJobControl()
+	surviveBrokenPipe()
 	c, err := pglease.Open(waitCtx, o.dsn, pglease.Config{Table: o.table, Owner: o.owner, TTL: o.ttl, Observer: &e.renewals})
 	if err != nil {
 		if sig, ok := stopWatch(); ok {

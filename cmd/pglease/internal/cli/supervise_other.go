@@ -20,6 +20,8 @@ var forwarded = []os.Signal{os.Interrupt}
 
 var jobControl []os.Signal
 
+var brokenPipe []os.Signal
+
 type supervisor struct {
 	done   chan struct{}
 	code   int

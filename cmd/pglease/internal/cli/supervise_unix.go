@@ -84,6 +84,10 @@ var jobControl = []os.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
 
 const superviseCmd = "__supervise"
 
+// brokenPipe is the signal of a write to a pipe without a reader (see
+// surviveBrokenPipe).
+var brokenPipe = []os.Signal{syscall.SIGPIPE}
+
 // supervisor is pglease's side of a running supervisor.
 type supervisor struct {
 	cmd    *exec.Cmd
@@ -119,7 +123,7 @@ func startSupervisor(c child, e *env) (*supervisor, error) {
 	}
 	args := append([]string{superviseCmd, c.grace.String(), strconv.FormatInt(clockAt(c.deadline), 10), c.path}, c.argv...)
 	cmd := exec.Command(self, args...)
-	cmd.Stdout, cmd.Stderr = e.stdout, e.stderr
+	cmd.Stdout, cmd.Stderr = e.stdout, e.errOut
 	if c.stdin {
 		cmd.Stdin = os.Stdin
 	}
@@ -189,6 +193,7 @@ func (s *supervisor) read(statR *os.File) {
 	if pgid == 0 || !groupAlive(pgid) {
 		return
 	}
+	_ = syscall.Kill(-pgid, syscall.SIGTERM) // before the message: see diagWriter
 	fmt.Fprintf(s.stderr, "pglease: the supervisor of the command died (%v) while the command's process group %d lived; terminating the group (SIGTERM, SIGKILL after %s) and holding the lease until it is gone\n", err, pgid, s.grace)
 	if !endGroup(pgid, s.grace, 10*time.Second) {
 		fmt.Fprintf(s.stderr, "pglease: processes of the command's group %d survive SIGKILL; holding the lease until they are gone\n", pgid)
@@ -293,6 +298,7 @@ func supervise(args []string, stderr io.Writer) int {
 	// stopped by job control.
 	signal.Notify(make(chan os.Signal, 1), forwarded...)
 	signal.Notify(make(chan os.Signal, 1), jobControl...)
+	surviveBrokenPipe()
 
 	st := &statusPipe{w: stat}
 	w := &watchdog{deadline: deadline, grace: int64(grace), moved: make(chan struct{}, 1),
@@ -363,6 +369,7 @@ func supervise(args []string, stderr io.Writer) int {
 		st.printf("survived")
 		fmt.Fprintf(stderr, "pglease: processes of the command's job (group %d) survived SIGKILL for 10s\n", j.pgid)
 	}
+	w.done() // its message queued, for Main to flush
 	return code
 }
 
@@ -441,11 +448,21 @@ type watchdog struct {
 	mu       sync.Mutex
 	deadline int64 // clockNow instant
 	grace    int64
-	moved    chan struct{}
-	job      *job
-	name     string // the lease's name, for messages
-	stderr   io.Writer
-	st       *statusPipe
+	// lapse is held while the watchdog ends the job and says so: the
+	// supervisor, which may see the job gone before the message is
+	// queued, exits only after it (see done).
+	lapse  sync.Mutex
+	moved  chan struct{}
+	job    *job
+	name   string // the lease's name, for messages
+	stderr io.Writer
+	st     *statusPipe
+}
+
+// done waits until a lapse in progress has been reported.
+func (w *watchdog) done() {
+	w.lapse.Lock()
+	defer w.lapse.Unlock()
 }
 
 // set records a new deadline.
@@ -479,12 +496,18 @@ func (w *watchdog) run() {
 		w.mu.Unlock()
 		if killAt == 0 && now >= deadline-w.grace {
 			killAt = deadline
+			// Before the signal, so that pglease learns it before the job
+			// can be gone: the status pipe holds the few lines of a run
+			// and never blocks.
 			w.st.printf("lapsed")
+			w.lapse.Lock()
 			if !w.job.terminated.Load() {
+				// The signal first, then the message (see diagWriter).
+				w.job.signal(syscall.SIGTERM)
 				fmt.Fprintf(w.stderr, "pglease: no renewal of lease %s was confirmed before its deadline (renewals failing, or pglease stopped or starved of CPU); terminating the command (SIGTERM, SIGKILL after %s)\n",
 					quoteArg(w.name), time.Duration(w.grace))
-				w.job.signal(syscall.SIGTERM)
 			}
+			w.lapse.Unlock()
 		}
 		next := deadline - w.grace
 		if killAt != 0 {
