@@ -70,23 +70,64 @@ func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 
 // clientLock takes the session lock and the client lock on a new dedicated
 // connection (see SessionLock and ClientLock in session.sql). It reports
-// false, without an error, when the client lock cannot be had now (an
-// earlier session of this client that the server has not yet ended holds
-// it) or the table was not checked yet: the client then waits without
-// queueing until the next connection. Its session-bound leases fail over
-// at once all the same: waiters watch the session lock, which a new
-// session always gets.
+// false, without an error, when the client lock cannot be had now or the
+// table was not checked yet: the client then waits without queueing until
+// the next connection. Its session-bound leases fail over at once all the
+// same: waiters watch the session lock, which a new session always gets.
+//
+// A client lock held by another backend is held by an earlier session of
+// this client that the server has not ended: its connection failed on
+// this side only (a middlebox reset), and the server's backend may live on
+// for hours. That backend holds the bell that this client's waiters watch,
+// and the session lock that binds the session-bound rows it acquired,
+// whose leases this client ended when the connection failed. So it is
+// ended (endEarlierSession), and the client lock taken.
 func (s *session) clientLock(ctx context.Context, pc *pgx.Conn) (bool, error) {
 	c := s.c
 	if err := c.ensureSchema(ctx); err != nil {
 		return false, nil
 	}
-	err := c.st.ClientLock(ctx, store.Pgx(pc), c.id)
-	if err != nil && store.Classify(err) == store.KindLockTimeout {
+	q := store.Pgx(pc)
+	err := c.st.ClientLock(ctx, q, c.id)
+	for try := 0; try < endEarlierTries && store.Classify(err) == store.KindLockTimeout; try++ {
+		if !s.endEarlierSession(ctx, q) {
+			return false, nil
+		}
+		err = c.st.ClientLock(ctx, q, c.id)
+	}
+	if store.Classify(err) == store.KindLockTimeout {
 		c.cfg.Logger.WarnContext(ctx, "pglease: an earlier session of this client still holds its client lock; waiting without queueing until the next connection")
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// endEarlierTries bounds the times a new dedicated session ends an
+// earlier session of its client that holds its client lock, and waits
+// for the lock (each wait is bounded by sessionLockTimeout).
+const endEarlierTries = 3
+
+// endEarlierSession ends the backends of this client's earlier sessions
+// that hold its client lock (see EndEarlierSession in session.sql), and
+// reports false when it could not (the role may not end them), having
+// logged what to grant.
+func (s *session) endEarlierSession(ctx context.Context, q store.Querier) bool {
+	c := s.c
+	pids, err := c.st.EndEarlierSession(ctx, q, c.id)
+	switch {
+	case store.Classify(err) == store.KindPrivilege:
+		c.cfg.Logger.WarnContext(ctx, "pglease: an earlier session of this client, kept by the server after its connection failed on this side, still holds its client lock, and this role may not end it;"+
+			" until the server ends it (TCP keepalive, by default after about two hours), waiters of this client's leases are woken only by their fallback poll or expiry timer,"+
+			" and its fast-failover leases are taken over only at their expiry. Connect with the role of that session, or grant this role pg_signal_backend"+
+			" (which lets it cancel and end the sessions of every role but superusers)", "err", err)
+		return false
+	case err != nil:
+		c.cfg.Logger.WarnContext(ctx, "pglease: could not end an earlier session of this client that holds its client lock", "err", err)
+		return false
+	case len(pids) > 0:
+		c.cfg.Logger.InfoContext(ctx, "pglease: ended an earlier session of this client that the server kept after its connection failed on this side", "pids", pids)
+	}
+	return true
 }
 
 func (c *Client) connectTimeout() time.Duration {

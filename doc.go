@@ -274,6 +274,17 @@
 //     when it comes. A holder's session that reconnects takes bell 0
 //     again; its watchers, woken by the old session's end, find it at
 //     their next look and wake their waits once more.
+//   - A holder's connection that fails on its side only (a middlebox
+//     reset): the server's backend lives on (until TCP keepalive ends it,
+//     two hours by default), holding the client lock and the bell its
+//     waiters watch. Only this client's sessions take its client lock, so
+//     the reconnected session ends the backend that holds it (found by
+//     that lock, with pg_terminate_backend, which a role may call on its
+//     own sessions), takes the lock and bell 0, and rings again. A role
+//     that may not end it (the old session was another role's) logs what
+//     to grant; until the server ends the old backend, the client's
+//     releases ring no bell and its waiters look again at their expiry
+//     timer and fallback poll.
 //   - What a bell costs: a connection per waiting client and holder
 //     client (at most sixteen per waiting client: its waits on the names
 //     of further holders listen), a statement per ring and one per 20 s
@@ -418,7 +429,11 @@
 //     waiter may hold the lease milliseconds later, so the work it
 //     protected must stop at once, with no grace period (pglease run sends
 //     SIGKILL). A lease whose session ended between the acquisition's
-//     commit and its registration is never handed out.
+//     commit and its registration is never handed out. When the connection
+//     failed on the client's side only (a middlebox reset), the server's
+//     backend lives on and its rows stay bound to it: the client's next
+//     session ends that backend (see Waiting), and a waiter takes over
+//     then, not at the TTL.
 //   - The mode needs a session of its own. Behind a transaction- or
 //     statement-pooling proxy (PgBouncer) another client could share the
 //     server backend and re-enter its advisory lock; the client detects

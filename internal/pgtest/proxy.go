@@ -38,6 +38,9 @@ type proxyConn struct {
 	client, server net.Conn
 	once           sync.Once
 	done           chan struct{} // closed when the connection is torn down
+	// orphan: the client side was reset and the server side is kept open
+	// and idle (ResetClients).
+	orphan atomic.Bool
 }
 
 // NewProxy starts a proxy on 127.0.0.1:0 forwarding to target (host:port).
@@ -162,6 +165,27 @@ func (p *Proxy) ResetAll() {
 	}
 }
 
+// ResetClients abruptly closes (RST) the client side of all current
+// connections and keeps their server side open and idle, as a middlebox
+// that resets the client's connection only does: the client learns at once
+// that its connection failed, the server's backend nothing (its socket
+// stays open, and the proxy acknowledges keepalives), so that the backend
+// lives on, holding its locks, until it ends of its own accord (terminated,
+// say) or the proxy closes. Nothing is forwarded on such a connection any
+// more; Conns counts it until its server side closes.
+func (p *Proxy) ResetClients() {
+	p.mu.Lock()
+	cs := make([]*proxyConn, 0, len(p.conns))
+	for c := range p.conns {
+		cs = append(cs, c)
+	}
+	p.mu.Unlock()
+	for _, c := range cs {
+		c.orphan.Store(true)
+		resetConn(c.client)
+	}
+}
+
 // Close stops the proxy, resets all connections and waits for its
 // goroutines to exit. It is idempotent.
 func (p *Proxy) Close() {
@@ -222,6 +246,7 @@ func (p *Proxy) handle(client net.Conn) {
 	go func() { defer wg.Done(); p.pipe(pc, server, client, true) }()
 	go func() { defer wg.Done(); p.pipe(pc, client, server, false) }()
 	wg.Wait()
+	_ = server.Close() // the server side of an orphan (see ResetClients)
 
 	p.mu.Lock()
 	delete(p.conns, pc)
@@ -229,13 +254,21 @@ func (p *Proxy) handle(client net.Conn) {
 }
 
 // pipe copies src to dst, applying delay and blackhole, until either side
-// fails; it then closes both connections so the other direction ends too.
+// fails; it then closes both connections so the other direction ends too
+// (only the client's of an orphan, whose server side it reads and drops
+// until that closes: see ResetClients).
 func (p *Proxy) pipe(pc *proxyConn, dst, src net.Conn, fromClient bool) {
 	defer pc.close()
 	defer p.holdWhilePartitioned(pc)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if pc.orphan.Load() {
+			if err != nil || fromClient {
+				return
+			}
+			continue
+		}
 		if n > 0 {
 			if fromClient {
 				p.clientSent()
@@ -250,7 +283,7 @@ func (p *Proxy) pipe(pc *proxyConn, dst, src net.Conn, fromClient bool) {
 				}
 			}
 			if !p.blackhole.Load() && (fromClient || !p.mute.Load()) {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
+				if _, werr := dst.Write(buf[:n]); werr != nil && !pc.orphan.Load() {
 					return
 				}
 			}
@@ -279,16 +312,17 @@ func (pc *proxyConn) close() {
 	pc.once.Do(func() {
 		close(pc.done)
 		_ = pc.client.Close()
-		_ = pc.server.Close()
+		if !pc.orphan.Load() {
+			_ = pc.server.Close()
+		}
 	})
 }
 
+// reset resets both sides, the server side of an orphan included.
 func (pc *proxyConn) reset() {
-	pc.once.Do(func() {
-		close(pc.done)
-		resetConn(pc.client)
-		resetConn(pc.server)
-	})
+	pc.once.Do(func() { close(pc.done) })
+	resetConn(pc.client)
+	resetConn(pc.server)
 }
 
 // resetConn closes c so that the peer sees a RST rather than a FIN.

@@ -193,3 +193,30 @@ func TestProxyCloseWithActiveConns(t *testing.T) {
 		t.Fatalf("Conns() = %d after Close", p.Conns())
 	}
 }
+
+func TestProxyResetClients(t *testing.T) {
+	p := newProxy(t)
+	conn := connect(t, p.DSN(DSN(t)))
+	var pid int
+	if err := conn.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	p.ResetClients()
+	if err := conn.Ping(ctxT(t)); err == nil {
+		t.Fatal("ping succeeded after ResetClients")
+	}
+	// The backend lives on, idle, until it is ended.
+	if !Value[bool](t, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND state = 'idle')`, pid) {
+		t.Fatal("the backend ended with its client's side")
+	}
+	if p.Conns() != 1 {
+		t.Fatalf("Conns() = %d, want 1 (the orphan)", p.Conns())
+	}
+	if !Value[bool](t, `SELECT pg_terminate_backend($1)`, pid) {
+		t.Fatal("could not end the backend")
+	}
+	WaitFor(t, Patience, "connection count 0", func() bool { return p.Conns() == 0 })
+	if err := connect(t, p.DSN(DSN(t))).Ping(ctxT(t)); err != nil {
+		t.Fatalf("after ResetClients: %v", err)
+	}
+}

@@ -292,6 +292,31 @@ func (s *Store) ClientLock(ctx context.Context, q Querier, client string) error 
 	return q.Query(ctx, s.Q.ClientLock, []any{ns, client}, func(Row) error { return nil })
 }
 
+// EndEarlierSession ends the backends other than this session's that hold
+// the client lock of client (earlier sessions of that client the server
+// kept: see EndEarlierSession in session.sql) and returns their pids. A
+// role without the privileges to end them gets an error of
+// KindPrivilege.
+func (s *Store) EndEarlierSession(ctx context.Context, q Querier, client string) ([]int32, error) {
+	ns, err := s.lockNS()
+	if err != nil {
+		return nil, err
+	}
+	var pids []int32
+	err = q.Query(ctx, s.Q.EndEarlierSession, []any{ns, client}, func(r Row) error {
+		var pid int32
+		var ended bool
+		if err := r.Scan(&pid, &ended); err != nil {
+			return err
+		}
+		if ended {
+			pids = append(pids, pid)
+		}
+		return nil
+	})
+	return pids, err
+}
+
 // Unqueue removes client's registration for name from the queue of
 // waiters.
 func (s *Store) Unqueue(ctx context.Context, q Querier, client, name string) error {

@@ -19,12 +19,36 @@ SELECT pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
 -- name: ClientLock
 -- Taken once by each client's dedicated session, after SessionLock, and
 -- held as long as it lives: the client lock (seed 1) marks the client's
--- queued waits as live; with it the session takes bell 0 (see Ring). $1 namespace, $2 client id. Waits up to the
--- session's lock_timeout (an earlier session of the same client that the
--- server has not yet ended may still hold it: the session then lives on
--- without it, and still has its session lock).
+-- queued waits as live; with it the session takes bell 0 (see Ring). $1
+-- namespace, $2 client id. Waits up to the session's lock_timeout: an
+-- earlier session of the same client that the server has not yet ended
+-- may still hold it (see EndEarlierSession); the session lives on without
+-- it if it cannot be had, and still has its session lock.
 SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1)),
        pg_advisory_lock(hashtextextended($1::text || $2::text, 16))
+
+-- name: EndEarlierSession
+-- Ends the backends other than this one that hold client $2's client lock
+-- (seed 1; ClientLock), and returns their pids. Only this client's
+-- dedicated sessions take that lock, and it has one at a time: such a
+-- backend is an earlier session of this client that the server has not
+-- ended, its connection having failed on the client's side only (a
+-- middlebox reset). It still holds the client's bell, which the client's
+-- waiters watch, and its session lock, which binds the session-bound rows
+-- it acquired. The backend is found by the lock it holds, not by a pid
+-- recorded earlier, which another backend may have reused: pg_locks shows
+-- an advisory lock's bigint key as classid (its high 32 bits) and objid
+-- (its low 32 bits), with objsubid 1. A role may end its own backends;
+-- without the privileges of the backend's role (or of pg_signal_backend)
+-- the statement fails with insufficient_privilege. $1 namespace.
+SELECT l."pid", pg_terminate_backend(l."pid")
+  FROM pg_locks AS l,
+       (SELECT hashtextextended($1::text || $2::text, 1) AS "key") AS k
+ WHERE l."locktype" = 'advisory' AND l."granted" AND l."objsubid" = 1
+   AND l."pid" <> pg_backend_pid()
+   AND l."database" = (SELECT d."oid" FROM pg_database AS d WHERE d."datname" = current_database())
+   AND l."classid"::bigint = (k."key" >> 32) & 4294967295
+   AND l."objid"::bigint = k."key" & 4294967295
 
 -- name: Ring
 -- The client's doorbell (see "Waiting" in the package documentation): a

@@ -192,7 +192,7 @@ type Queries struct {
 	Get, List, ForceRelease, Cleanup, Listen                  string
 	Orphans                                                   string
 	SessionKeepalive, AwaitSession                            string
-	Ring, ProbeBell, AwaitBell                                string
+	Ring, ProbeBell, AwaitBell, EndEarlierSession             string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
 	RefuseNewer, SequenceShape                                string // schema.go
@@ -284,7 +284,8 @@ func Build(n Names) Queries {
 		Orphans:          get("Orphans"),
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"),
 		Ring: get("Ring"), ProbeBell: get("ProbeBell"), AwaitBell: get("AwaitBell"),
-		BackendPID: get("BackendPID"), SessionSettings: get("SessionSettings"),
+		EndEarlierSession: get("EndEarlierSession"),
+		BackendPID:        get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
 		AcquireAllLocks:       get("AcquireAllLocks"), AcquireAll: get("AcquireAll"),
 		RefuseNewer: get("RefuseNewer"), SequenceShape: get("SequenceShape"),
