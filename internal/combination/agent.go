@@ -33,8 +33,10 @@ type AgentConfig struct {
 
 // RunAgent runs an agent until its stdin ends or it gets SIGTERM: it
 // executes each command on a goroutine of its own and replies on stdout.
-// At the end it cancels the calls still running and closes its client
-// (which releases what it holds). It returns the exit code.
+// At the end it cancels the calls still running and, once they have
+// returned, closes its client (which releases what it holds), and says
+// when Close was called and returned (ReplyClosed). It returns the exit
+// code.
 func RunAgent(cfgJSON string) int {
 	var cfg AgentConfig
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
@@ -67,10 +69,18 @@ func RunAgent(cfgJSON string) int {
 	a.mu.Lock()
 	c, app := a.c, a.app
 	a.mu.Unlock()
+	closed := Reply{K: ReplyClosed}
 	if c != nil {
-		_ = c.Close()
+		// At once, as a service shutting down does: the calls cut by ctx
+		// have returned, their statements may still be in flight.
+		closed.Call = now()
+		err := c.Close()
+		closed.T, closed.Err = now(), describe(err)
 	}
 	a.watchers.Wait() // every lease has ended with Close
+	if c != nil {
+		a.send(closed) // (the driver need not wait for the exit: -race sleeps a second there)
+	}
 	if app != nil {
 		app.Close()
 	}

@@ -19,8 +19,8 @@ type Bounds struct {
 
 // Violation is one broken property.
 type Violation struct {
-	// Kind: overlap, token order, stale write, lost lease, "unexpected
-	// error in <call>", "liveness of <event>".
+	// Kind: overlap, token order, stale write, lost lease, left after
+	// close, "unexpected error in <call>", "liveness of <event>".
 	Kind string
 	At   int64 // when it happened (for shrinking: the step it happened in)
 	Msg  string
@@ -89,7 +89,8 @@ type checker struct {
 // count, shared leases admit each other and nothing else), tokens of each row
 // increase in real-time order, no fenced write with a stale lease
 // commits, no call fails without a cause, no lease is lost without a
-// fault, and a name freed while a live waiter waits is taken within the
+// fault, a shutdown's Close that succeeds leaves no row of its client
+// held, and a name freed while a live waiter waits is taken within the
 // bound of what freed it.
 func Check(h *History, b Bounds) Report {
 	c := &checker{h: h, b: b, got: map[*Lease]string{}}
@@ -99,6 +100,7 @@ func Check(h *History, b Bounds) Report {
 	c.writes()
 	c.errors()
 	c.losses()
+	c.closes()
 	c.liveness()
 	sort.SliceStable(c.r.Violations, func(i, j int) bool { return c.r.Violations[i].At < c.r.Violations[j].At })
 	return c.r
@@ -314,6 +316,10 @@ func (c *checker) writes() {
 // step-down, a lease that had ended.
 func (c *checker) errors() {
 	for _, o := range c.h.Ops {
+		if o.Kind == OpClose {
+			c.closeError(o)
+			continue
+		}
 		if o.Err == nil || o.Ret == 0 || o.Ret > c.h.End || o.Kind == OpStaleGuard {
 			continue
 		}
@@ -337,6 +343,60 @@ func (c *checker) errors() {
 		}
 		c.violate("unexpected error in "+o.Kind, o.Ret, "%s %s %s [%s] (called %s, no fault nearby): %s",
 			c.owner(o.Proc), o.Kind, o.Mode, strings.Join(o.Names, " "), c.ts(o.Called()), e.Msg)
+	}
+}
+
+// closeError checks a shutdown's Close: it returned (the agent reported
+// it), and without an error unless a fault (other than the shutdown)
+// came near it.
+func (c *checker) closeError(o *Op) {
+	if o.Sent > c.h.End {
+		return
+	}
+	if o.Ret == 0 {
+		c.violate("unexpected error in close", o.Sent, "%s was shut down at %s and exited without its Close returning", c.owner(o.Proc), c.ts(o.Sent))
+		return
+	}
+	if o.Err == nil || c.faulted(o.Proc, o.Called()-c.grace(), o.Ret, c.shutdownOf(o.Proc)) {
+		return
+	}
+	c.violate("unexpected error in close", o.Ret, "%s's Close (called %s, no fault nearby): %s", c.owner(o.Proc), c.ts(o.Called()), o.Err.Msg)
+}
+
+// shutdownOf returns the fault of proc's shutdown, or nil.
+func (c *checker) shutdownOf(proc int) *Fault {
+	for i := range c.h.Faults {
+		if f := &c.h.Faults[i]; f.Kind == FaultShutdown && f.Proc == proc {
+			return f
+		}
+	}
+	return nil
+}
+
+// closes checks that a shutdown's Close that returned no error left no row
+// of its client held: neither a lease it held nor one a call it cut may
+// have been granted. A row of a lease that had ended before (lost: it
+// expires, or a waiter takes it over) is not Close's to release.
+func (c *checker) closes() {
+	for _, o := range c.h.Ops {
+		if o.Kind != OpClose || o.Ret == 0 || o.Err != nil || o.Sent > c.h.End {
+			continue
+		}
+	rows:
+		for _, g := range o.Left {
+			what := "no lease of its: a call it cut was granted it"
+			for _, l := range c.h.Leases {
+				if l.Proc != o.Proc || l.Row != g.Row || l.Token != g.Token {
+					continue
+				}
+				if l.Done != 0 && l.Done < o.Call {
+					continue rows
+				}
+				what = c.describe(l)
+			}
+			c.violate("left after close", o.Ret, "%s's Close returned at %s without an error, and row %q token %d was still held (%s)",
+				c.owner(o.Proc), c.ts(o.Ret), g.Row, g.Token, what)
+		}
 	}
 }
 

@@ -332,3 +332,93 @@ func TestCheckHoldLimit(t *testing.T) {
 		t.Errorf("a waiter served a second after the hold limit passed: %v", r.Violations)
 	}
 }
+
+// shutdown records a shutdown of proc as the driver does: told at sent,
+// Close called at call and returned at ret, ending every lease proc held
+// then (recorded as released by Close).
+func (b *hist) shutdown(proc, sent, call, ret int) *Op {
+	o := b.op(proc, OpClose, Plain, nil, call, ret)
+	o.Sent = ms(sent)
+	b.h.Procs[proc-1].Closed = ms(call)
+	b.h.Faults = append(b.h.Faults, Fault{Kind: FaultShutdown, Proc: proc, Start: ms(sent), End: ms(ret)})
+	for _, l := range b.h.Leases {
+		if l.Proc == proc && l.RelCall == 0 && l.Done == 0 {
+			l.RelCall, l.RelRet, l.ByClose = ms(call), ms(ret), true
+			l.Done, l.Cause = ms(call+5), &ErrInfo{Is: []string{"Closed"}}
+		}
+	}
+	return o
+}
+
+// A shutdown in the middle of a call: the holder of x, with a call on y in
+// flight, is shut down; its cut call's error is expected; the waiter of x
+// holds it within the hand-off bound of Close's return, and so does a
+// waiter of y (which the cut call may have been granted). Close must
+// leave nothing held and return no error without a fault nearby; a
+// waiter served late breaks the bound.
+func TestCheckShutdown(t *testing.T) {
+	build := func() (b *hist, cl *Op, wx, wy *Lease) {
+		b = newHist()
+		b.acquire(1, CmdTry, Plain, "x", 1, 100, 110)
+		wx = b.acquire(2, CmdAcquire, Plain, "x", 2, 200, 1025)
+		b.op(1, CmdAcquire, Plain, []string{"y"}, 990, 1002).Err = &ErrInfo{Is: []string{"NotAcquired", "Canceled"}}
+		wy = b.acquire(3, CmdAcquire, Fast, "y", 3, 995, 1030)
+		cl = b.shutdown(1, 1000, 1003, 1020)
+		return b, cl, wx, wy
+	}
+	b, _, _, _ := build()
+	r := Check(b.h, bounds)
+	if !r.OK() || r.Measured != 2 {
+		t.Fatalf("a clean shutdown: %v, measured %d", r.Violations, r.Measured)
+	}
+	var got []Latency
+	for _, l := range r.Latencies {
+		if l.Topology.Event == EvShutdown {
+			got = append(got, l)
+		}
+	}
+	if len(got) != 2 || got[0].D != 5*time.Millisecond || got[0].Topology.HolderGot != GotFirst ||
+		got[1].D != 10*time.Millisecond || got[1].Topology.HolderGot != GotCut {
+		t.Fatalf("shutdown latencies %+v", got)
+	}
+
+	b, cl, _, _ := build()
+	cl.Left = []Granted{{Row: "y", Token: 9}}
+	if r := Check(b.h, bounds); !has(r, "left after close") {
+		t.Errorf("a row left held by a Close that returned no error passed: %v", r.Violations)
+	}
+	b, cl, _, _ = build()
+	lost := b.acquire(1, CmdTry, Plain, "z", 4, 300, 310)
+	lost.Done, lost.Cause = ms(600), &ErrInfo{Is: []string{"LeaseLost"}}
+	b.fault(FaultPartition, 1, 400, 500)
+	cl.Left = []Granted{{Row: "z", Token: 4}}
+	if r := Check(b.h, bounds); !r.OK() {
+		t.Errorf("the row of a lease lost before the shutdown was reported: %v", r.Violations)
+	}
+
+	b, cl, _, _ = build()
+	cl.Err = &ErrInfo{Msg: `pglease: release "y", whose acquisition reply was lost (it expires after its TTL)`}
+	if r := Check(b.h, bounds); !has(r, "unexpected error in close") {
+		t.Errorf("a Close that failed without a fault passed: %v", r.Violations)
+	}
+	b.fault(FaultPartition, 1, 500, 990)
+	if r := Check(b.h, bounds); !r.OK() {
+		t.Errorf("a Close that failed right after a partition was reported: %v", r.Violations)
+	}
+	b, cl, _, _ = build()
+	cl.Ret = 0
+	if r := Check(b.h, bounds); !has(r, "unexpected error in close") {
+		t.Errorf("a Close that never returned passed: %v", r.Violations)
+	}
+
+	b, _, wx, _ := build()
+	wx.Acq.Ret = ms(4000)
+	if r := Check(b.h, bounds); !has(r, "liveness of shutdown") {
+		t.Errorf("the holder's waiter served at the TTL passed: %v", r.Violations)
+	}
+	b, _, _, wy := build()
+	wy.Acq.Ret = ms(4000)
+	if r := Check(b.h, bounds); !has(r, "liveness of shutdown") {
+		t.Errorf("the waiter of a cut call's name served at the TTL passed: %v", r.Violations)
+	}
+}

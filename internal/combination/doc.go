@@ -24,12 +24,16 @@
 // register table (with a lease that is held, or one that has ended),
 // reads of the registers, and faults: pg_terminate_backend of an agent's
 // client's backends, SIGKILL of an agent (a new process takes its place),
+// a shutdown in the middle of a call (the agent starts a blocking
+// acquisition of a name in any mode or of a set and, a moment after its
+// statement left, gets SIGTERM: it cuts every call's context and closes
+// its client at once, as a service does; a new process takes its place),
 // SIGSTOP for longer than the TTL, a network partition through the proxy,
 // a slow client (its traffic delayed by the proxy), and a server restart. The generator (seeded) works in episodes: a name,
 // its holders, one or more waiters in one client or in several, then one
 // or two events that free the name (so that the second holder got the
-// name by a hand-off, a step-down, a fast-failover take-over or an expiry
-// take-over), with other steps between episodes; now and then it mixes
+// name by a hand-off, a step-down, a shutdown, a fast-failover take-over
+// or an expiry take-over), with other steps between episodes; now and then it mixes
 // modes on a name (fast failover or not, another slot count, a lease on a
 // name beside slots of a semaphore of that name, exclusive waiters behind
 // shared holders). A step that frees a name
@@ -45,8 +49,9 @@
 //     semaphore x and the shared leases x#i of x are one resource: a plain
 //     holder excludes everyone, at most N slot holders hold at once, and
 //     shared holders admit each other and nobody else. A holder holds from its
-//     acquisition's return until it calls Release, its lease's Done fires
-//     (or its local deadline passes, if earlier), or its process is killed.
+//     acquisition's return until it calls Release (or, shutting down,
+//     Close), its lease's Done fires (or its local deadline passes, if
+//     earlier), or its process is killed.
 //     The documented window is allowed: when the server ends a
 //     fast-failover holder's session (pg_terminate_backend), its successor
 //     may hold before the old holder hears of it.
@@ -65,13 +70,21 @@
 //     the hold was due: "early hold limit").
 //   - unbound fast-failover lease: a lease acquired with fast failover
 //     that is not bound to its holder's session.
+//   - left after close: a row of a shut-down agent's client still held
+//     once its Close has returned without an error (as the driver reads
+//     the table then), be it a lease it held or one a call it cut was
+//     granted; a Close that fails without a fault nearby is an unexpected
+//     error.
 //   - liveness: after each event that freed a name while a live waiter
 //     waited for it, the first acquisition of the name went to a waiter,
 //     within the bound of the event: a release (a hand-off, or a
 //     step-down's release, or the end of a lease at its maximum hold,
 //     which deletes its row) 100 ms from the release's return to the
 //     waiter's Acquire returning (a waiter may return before the releaser
-//     has: zero); the end of a fast-failover holder's session (SIGKILL,
+//     has: zero); a shutdown, 100 ms from Close's return, for the names
+//     the client held and those its cut calls asked for (which their
+//     statements may have been granted); the end of a fast-failover
+//     holder's session (SIGKILL,
 //     pg_terminate_backend) 1 s, for every waiter of a single name, a
 //     semaphore or a set, plain or fast-failover; a
 //     holder that stopped renewing (killed plain holder, SIGSTOP,

@@ -273,6 +273,26 @@ func (s *sequence) apply(proc int, r Reply) {
 		}
 	case ReplyContended:
 		s.h.Contended = append(s.h.Contended, Contention{Proc: proc, Row: r.Name, T: r.T})
+	case ReplyClosed:
+		// A shutdown's Close (not the one at the end of the run): every
+		// lease the client held when Close was called ends with it,
+		// recorded as released by Close.
+		var o *Op
+		for _, x := range s.h.Ops {
+			if x.Kind == OpClose && x.Proc == proc && x.Ret == 0 {
+				o = x
+			}
+		}
+		if o == nil {
+			return
+		}
+		o.Call, o.Ret, o.Err = r.Call, r.T, r.Err
+		s.h.proc(proc).Closed = r.Call
+		for _, l := range s.h.Leases {
+			if l.Proc == proc && l.Start() <= r.Call && (l.Done == 0 || l.Done >= r.Call) && (l.RelCall == 0 || r.Call < l.RelCall) {
+				l.RelCall, l.RelRet, l.RelErr, l.StepDown, l.ByClose = r.Call, r.T, r.Err, false, true
+			}
+		}
 	}
 }
 

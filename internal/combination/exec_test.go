@@ -79,6 +79,8 @@ func (s *sequence) step(st Step) {
 		s.stepDown(a, st.Name)
 	case DoKill:
 		s.killAgent(a)
+	case DoShutdown:
+		s.shutdown(a, st)
 	case DoPause, DoPartition:
 		s.cut(a, st)
 	case DoTerminate:
@@ -148,6 +150,83 @@ func (s *sequence) killAgent(a *agentProc) {
 	s.mu.Unlock()
 	s.start(next)
 	s.awaitTakeovers(held, start)
+}
+
+// shutdown shuts the agent down as a service does, in the middle of a
+// call: it starts a blocking acquisition of st.Names, and st.For after
+// the agent's first bytes to the server since (its statement on its way,
+// as a rule) sends SIGTERM, on which the agent cuts the context of every
+// call in flight and, once they have returned, closes its client at once
+// (see RunAgent). Once Close has returned it reads which rows of the
+// closed client are still held, starts another process in its slot (the
+// old one exits meanwhile) and waits for the take-over of what the agent
+// held or was acquiring.
+func (s *sequence) shutdown(a *agentProc, st Step) {
+	held := s.heldResources(a.p.ID)
+	sent := a.proxy.ClientSent()
+	switch {
+	case len(st.Names) == 1:
+		s.send(a, Command{Op: CmdAcquire, Names: st.Names, Slots: st.Mode.Slots(), Fast: st.Mode.Fast(), Shared: st.Mode.Shared(),
+			Timeout: waitLimit}, func(o *Op) { o.Mode = st.Mode })
+	case len(st.Names) > 1:
+		s.send(a, Command{Op: CmdAll, Names: st.Names, Timeout: waitLimit}, nil)
+	}
+	for _, n := range st.Names {
+		if !slices.Contains(held, n) {
+			held = append(held, n)
+		}
+	}
+	select {
+	case <-sent:
+	case <-time.After(100 * time.Millisecond): // (no statement: queued in its client)
+	}
+	time.Sleep(st.For) // the call's statement is in flight, or not yet, or done
+	s.mu.Lock()
+	s.nextID++
+	o := &Op{ID: s.nextID, Proc: a.p.ID, Kind: OpClose, Sent: now()}
+	s.h.Ops = append(s.h.Ops, o)
+	s.mu.Unlock()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	if !s.waitFor(replyWithin, func() bool { return o.Ret != 0 || a.dead() }) {
+		_ = a.cmd.Process.Signal(syscall.SIGQUIT)
+		time.Sleep(time.Second)
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		s.t.Errorf("agent p%d did not close its client within %v of its SIGTERM:\n%s", a.p.ID, replyWithin, s.stderrTails())
+	}
+	s.delay(a, 0)
+	a.proxy.Close()
+	// What the closed client left held: nothing, unless Close said so.
+	ctx, cancel := context.WithTimeout(context.Background(), replyWithin)
+	rows, err := s.admin.Query(ctx, `SELECT "name", "token" FROM `+pgx.Identifier{s.schema, "leases"}.Sanitize()+
+		` WHERE "owner" = $1 AND "expires_at" > now()`, a.p.Owner)
+	if err == nil {
+		var left []Granted
+		left, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Granted, error) {
+			var g Granted
+			return g, r.Scan(&g.Row, &g.Token)
+		})
+		s.mu.Lock()
+		o.Left = left
+		s.mu.Unlock()
+	}
+	cancel()
+	if err != nil {
+		s.t.Fatalf("reading the rows a closed client left: %v", err)
+	}
+	s.mu.Lock()
+	end := o.Ret
+	if end == 0 {
+		end = now() // (no reply: the checker reports it)
+	}
+	s.h.Faults = append(s.h.Faults, Fault{Kind: FaultShutdown, Proc: a.p.ID, Start: o.Sent, End: end})
+	s.mu.Unlock()
+	next := s.spawn(a.slot)
+	s.mu.Lock()
+	s.agents[a.slot] = next
+	s.mu.Unlock()
+	s.start(next)
+	s.awaitTakeovers(held, o.Sent)
 }
 
 // cut stops the agent (SIGSTOP) or cuts its network for st.For, longer
@@ -260,9 +339,11 @@ func (s *sequence) target(st Step) *agentProc {
 }
 
 // isLive reports whether l is held as far as the driver knows: not
-// released, not ended, its process not killed. Call with s.mu held.
+// released, not ended, its process not killed or shut down. Call with
+// s.mu held.
 func (s *sequence) isLive(l *Lease) bool {
-	return l.RelCall == 0 && l.Done == 0 && s.h.proc(l.Proc).Killed == 0
+	p := s.h.proc(l.Proc)
+	return l.RelCall == 0 && l.Done == 0 && p.Killed == 0 && p.Closed == 0
 }
 
 // liveLeases returns the live leases on resource, oldest first. Call with
@@ -320,7 +401,7 @@ func (s *sequence) heldResources(proc int) []string {
 // waiting, in a live process. Call with s.mu held.
 func (s *sequence) pending(o *Op, resource string) bool {
 	return (o.Kind == CmdAcquire || o.Kind == CmdAll) && slices.Contains(o.Names, resource) && o.Ret == 0 &&
-		s.h.proc(o.Proc).Killed == 0 && time.Duration(now()-o.Sent) < o.Timeout
+		s.h.proc(o.Proc).Killed == 0 && s.h.proc(o.Proc).Closed == 0 && time.Duration(now()-o.Sent) < o.Timeout
 }
 
 // awaitTakeover waits, after resource was freed (from 'at' on), until a waiter

@@ -196,6 +196,7 @@ func (g *generator) opening(name string, m Mode, second bool) Step {
 		{8, Step{Do: DoTerminate, Agent: Holder, Name: name}},
 		{8, Step{Do: DoPause, Agent: Holder, Name: name, For: short.TTL + g.ms(500, 1500)}},
 		{8, Step{Do: DoPartition, Agent: Holder, Name: name, For: short.TTL + g.ms(500, 1500)}},
+		{10, g.shutdown(name)},
 	}
 	switch {
 	case m.Fast() && second:
@@ -220,6 +221,24 @@ func (g *generator) opening(name string, m Mode, second bool) Step {
 		}
 	}
 	panic("unreachable")
+}
+
+// shutdown shuts the holder of name down in the middle of a call: a
+// blocking acquisition of one name in any mode, or of a set, cut up to
+// 2 ms after its statement left, while it may be in flight.
+func (g *generator) shutdown(name string) Step {
+	st := Step{Do: DoShutdown, Agent: Holder, Name: name, For: time.Duration(g.rng.IntN(2000)) * time.Microsecond}
+	if g.chance(0.35) {
+		st.Names = []string{"a", "c"}
+		if g.chance(0.5) {
+			i := g.rng.IntN(3)
+			st.Names = []string{names[i], names[(i+1+g.rng.IntN(2))%3]}
+		}
+		return st
+	}
+	n := names[g.rng.IntN(len(names))]
+	st.Names, st.Mode = []string{n}, g.mode(n)
+	return st
 }
 
 // noise is a step between episodes.

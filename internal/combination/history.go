@@ -26,6 +26,10 @@ type History struct {
 const (
 	OpRead       = "read"        // the driver read a register
 	OpStaleGuard = "stale-guard" // a guard with a lease that has ended
+	// OpClose is a shutdown's Client.Close (Sent: when the agent was told
+	// to shut down; Call, Ret: when Close was called and returned; Left:
+	// the rows of the client the driver found held right after).
+	OpClose = "close"
 )
 
 // Op is one call: sent by the driver, made and answered by an agent.
@@ -48,6 +52,7 @@ type Op struct {
 	Target    *Lease
 	Value     int64
 	Committed bool
+	Left      []Granted
 }
 
 // Called is the earliest the call can have begun.
@@ -72,10 +77,12 @@ type Lease struct {
 	Token    int64
 	Acq      *Op
 	// Release: when the first release of it was called and returned (0:
-	// never), its error, and whether it answered a step-down request.
+	// never), its error, and whether it answered a step-down request or
+	// was the Close of a shutdown.
 	RelCall, RelRet int64
 	RelErr          *ErrInfo
 	StepDown        bool
+	ByClose         bool
 	// Done: when its Done fired, its local deadline then, and why.
 	Done, DoneDl int64
 	Cause        *ErrInfo
@@ -97,6 +104,7 @@ type Proc struct {
 	Table  string // as it spells its table
 	Start  int64
 	Killed int64 // 0: not killed
+	Closed int64 // when a shutdown called its client's Close (0: none)
 }
 
 // Fault kinds.
@@ -107,6 +115,9 @@ const (
 	FaultTerminate = "terminate"
 	FaultRestart   = "restart"
 	FaultDelay     = "delay" // the proxy delayed every chunk of the agent's traffic
+	// FaultShutdown is a shutdown (DoShutdown): from when the agent was
+	// told until its Close returned.
+	FaultShutdown = "shutdown"
 )
 
 // Fault is one injected fault on one process (Proc 0: the server).
@@ -148,14 +159,15 @@ func Resource(row string) string {
 }
 
 // end is when the holder stopped believing in l: its release call, its
-// Done (or local deadline then, if earlier), its process's death, or the
-// end of the run, whichever came first.
+// Done (or local deadline then, if earlier), its process's death, the
+// call of its client's Close in a shutdown, or the end of the run,
+// whichever came first.
 func (h *History) end(l *Lease) int64 {
 	e := h.End
 	if h.End == 0 {
 		e = 1<<63 - 1
 	}
-	for _, t := range []int64{l.RelCall, l.Done, l.DoneDl, h.proc(l.Proc).Killed} {
+	for _, t := range []int64{l.RelCall, l.Done, l.DoneDl, h.proc(l.Proc).Killed, h.proc(l.Proc).Closed} {
 		if t != 0 && t < e {
 			e = t
 		}

@@ -15,8 +15,10 @@ const (
 	EvExpiry   = "expiry"        // the holder stopped renewing (killed, paused, partitioned)
 	EvRestart  = "restart"       // a restart ended fast-failover leases; the rows expire
 	EvHoldEnd  = "hold-limit"    // a lease ended at its maximum hold, and its row was deleted
+	EvShutdown = "shutdown"      // a shutdown's Close, right after calls were cut mid-statement
 	EvFree     = "free"          // (latencies only) an acquisition of a free name
 	GotFirst   = "first acquisition"
+	GotCut     = "a cut call" // a shutdown's: what its statement may have been granted
 )
 
 // opening is one event that freed leases of a resource: from when a
@@ -29,6 +31,7 @@ type opening struct {
 	res      string
 	from, at int64
 	freed    []*Lease
+	slots    int    // the kind freed: a freed lease's Slots, or what a cut call asked for
 	fault    *Fault // the fault that caused it, if any
 }
 
@@ -46,10 +49,13 @@ func (c *checker) openings() []opening {
 			byRes[l.Resource] = append(byRes[l.Resource], l)
 		}
 		for _, res := range order {
-			out = append(out, opening{kind: kind, res: res, from: from, at: at, freed: byRes[res], fault: f})
+			out = append(out, opening{kind: kind, res: res, from: from, at: at, freed: byRes[res], slots: byRes[res][0].Slots, fault: f})
 		}
 	}
 	for _, l := range h.Leases {
+		if l.ByClose {
+			continue // (below, with the shutdown)
+		}
 		if l.Done != 0 && l.Done <= h.End && l.Cause.Matches("HoldLimit") && (l.RelCall == 0 || l.RelCall > l.Done) {
 			// The client deletes the row right after the lease's end:
 			// a hand-off, timed from the end.
@@ -66,6 +72,11 @@ func (c *checker) openings() []opening {
 	}
 	for i := range h.Faults {
 		f := &h.Faults[i]
+		if f.Kind == FaultShutdown {
+			cut := c.shutdownOpenings(f, add) // (add appends to out)
+			out = append(out, cut...)
+			continue
+		}
 		var freed []*Lease
 		for _, l := range h.Leases {
 			if (f.Proc != 0 && l.Proc != f.Proc) || l.Start() > f.Start || h.end(l) < f.Start {
@@ -93,6 +104,59 @@ func (c *checker) openings() []opening {
 	return out
 }
 
+// shutdownOpenings are what a shutdown's Close freed, from its call to its
+// return: the leases the client held (add records those), and the names
+// of the calls it cut, which their statements may have been granted
+// (returned). Nothing, if Close failed: its error names what it left.
+func (c *checker) shutdownOpenings(f *Fault, add func(string, int64, int64, *Fault, []*Lease)) []opening {
+	h := c.h
+	cl := c.closeOf(f.Proc)
+	if cl == nil || cl.Ret == 0 || cl.Err != nil || cl.Ret > h.End {
+		return nil
+	}
+	var freed []*Lease
+	for _, l := range h.Leases {
+		if l.Proc == f.Proc && l.ByClose {
+			freed = append(freed, l)
+		}
+	}
+	add(EvShutdown, cl.Call, cl.Ret, f, freed)
+	var out []opening
+	for _, o := range h.Ops {
+		if o.Proc != f.Proc || (o.Kind != CmdAcquire && o.Kind != CmdAll && o.Kind != CmdTry && o.Kind != CmdTryAll) ||
+			len(o.Leases) > 0 || o.Returned(f.Start) {
+			continue
+		}
+		slots := o.Mode.Slots()
+		if o.Kind == CmdAll || o.Kind == CmdTryAll {
+			slots = 1
+		}
+		for _, n := range o.Names {
+			dup := false
+			for _, l := range freed {
+				dup = dup || l.Resource == n
+			}
+			for _, x := range out {
+				dup = dup || x.res == n
+			}
+			if !dup {
+				out = append(out, opening{kind: EvShutdown, res: n, from: cl.Call, at: cl.Ret, slots: slots, fault: f})
+			}
+		}
+	}
+	return out
+}
+
+// closeOf returns the Close of proc's shutdown, or nil.
+func (c *checker) closeOf(proc int) *Op {
+	for _, o := range c.h.Ops {
+		if o.Kind == OpClose && o.Proc == proc {
+			return o
+		}
+	}
+	return nil
+}
+
 // recovery is how long before an opening a fault on the holder, a waiter
 // or the server keeps the opening from being measured: time for
 // connections to come back (a fault's effects end within it; a waiter
@@ -105,7 +169,7 @@ const recovery = 2 * time.Second
 func (c *checker) bound(o opening, slack bool) time.Duration {
 	var spec, extra time.Duration
 	switch o.kind {
-	case EvHandOff, EvStepDown, EvHoldEnd:
+	case EvHandOff, EvStepDown, EvHoldEnd, EvShutdown:
 		spec, extra = c.b.HandOff, c.b.HandOffSlack
 	case EvFast:
 		spec, extra = c.b.FastFailover, c.b.FastFailoverSlack
@@ -126,7 +190,7 @@ func (c *checker) bound(o opening, slack bool) time.Duration {
 // lease over once its holder's session ends: a single name's, a
 // semaphore's and a set's, plain or fast-failover.
 func (c *checker) waiters(o opening) []*Op {
-	slots := o.freed[0].Slots
+	slots := o.slots
 	var out []*Op
 	for _, w := range c.h.Ops {
 		if (w.Kind != CmdAcquire && w.Kind != CmdAll) || !slices.Contains(w.Names, o.res) {
@@ -135,8 +199,8 @@ func (c *checker) waiters(o opening) []*Op {
 		if w.Called() >= o.from || w.Returned(o.from) {
 			continue
 		}
-		if k := c.h.proc(w.Proc).Killed; k != 0 && k <= o.from {
-			continue
+		if p := c.h.proc(w.Proc); (p.Killed != 0 && p.Killed <= o.from) || (p.Closed != 0 && p.Closed <= o.from) {
+			continue // (a call sent as its process shut down may never have been made)
 		}
 		wslots := w.Mode.Slots()
 		if w.Kind == CmdAll {
@@ -259,6 +323,9 @@ func (c *checker) measure(o opening) {
 			involved[l.Proc] = true
 		}
 	}
+	if o.kind == EvShutdown {
+		involved[o.fault.Proc] = true // (its cut calls' names too)
+	}
 	for p := range involved {
 		if c.faulted(p, o.at-int64(recovery), until, o.fault) {
 			c.skip("another fault nearby")
@@ -271,7 +338,7 @@ func (c *checker) measure(o opening) {
 			others = append(others, l)
 		}
 	}
-	slots := o.freed[0].Slots
+	slots := o.slots
 	for _, l := range others {
 		// (Shared leases, slots 0, leave no room for an exclusive waiter;
 		// shared waiters are measured only when the name is free.)
@@ -280,7 +347,7 @@ func (c *checker) measure(o opening) {
 			return
 		}
 	}
-	topo := Topology{Event: o.kind, HolderGot: c.got[o.freed[0]], Waiters: waitersTopology(len(ws), len(clients))}
+	topo := Topology{Event: o.kind, HolderGot: c.holderGot(o), Waiters: waitersTopology(len(ws), len(clients))}
 	switch {
 	case waiter:
 		d := time.Duration(max(first.Start()-o.at, 0))
@@ -297,7 +364,7 @@ func (c *checker) measure(o opening) {
 	case first == nil || first.Start() > deadline:
 		for _, w := range ws {
 			if !w.Returned(deadline) && w.Called()+int64(w.Timeout) > deadline {
-				if k := h.proc(w.Proc).Killed; k == 0 || k > deadline {
+				if p := h.proc(w.Proc); (p.Killed == 0 || p.Killed > deadline) && (p.Closed == 0 || p.Closed > deadline) {
 					c.r.Measured++
 					c.violate("liveness of "+o.kind, deadline, "%s of %q at %s (%s): nobody held it within %v though %s waited",
 						o.kind, o.res, c.ts(o.at), c.freedBy(o), bound, c.waitList(ws))
@@ -329,7 +396,18 @@ func waitersTopology(n, clients int) string {
 	return "many waiters in many clients"
 }
 
+// holderGot is how the holder of what o freed had got it.
+func (c *checker) holderGot(o opening) string {
+	if len(o.freed) == 0 {
+		return GotCut
+	}
+	return c.got[o.freed[0]]
+}
+
 func (c *checker) freedBy(o opening) string {
+	if len(o.freed) == 0 {
+		return "what a call of " + c.owner(o.fault.Proc) + " cut by its shutdown may have been granted"
+	}
 	s := ""
 	for i, l := range o.freed {
 		if i > 0 {

@@ -52,6 +52,7 @@ const (
 	ReplyStepDown  = "stepdown"  // a lease heard a step-down request; the agent releases it
 	ReplyReleased  = "released"  // that release returned (Call, T, Err)
 	ReplyContended = "contended" // an attempt of the agent found Name held (an observer event)
+	ReplyClosed    = "closed"    // the agent, shutting down, closed its client (Call: when Close was called, T, Err)
 )
 
 // Reply is one line from an agent. T is when it happened (wall clock, Unix

@@ -70,6 +70,55 @@ var regressions = []struct {
 		},
 	},
 	{
+		// Issue 41, item 7: a service shuts down in the middle of a call.
+		// An agent starts a blocking acquisition of a free name and, soon
+		// after its first statement left, is shut down (SIGTERM: it cuts
+		// every call's context, then closes its client at once): four
+		// times as a slow client (20 ms per packet) that holds nothing,
+		// cut 60 ms after its first statement left, while its
+		// acquisition's statement (plain, shared, slots, a set) is in
+		// flight; four times, 0.5 to 2 ms after, while it holds the name
+		// a waiter of another agent waits for (fast failover, plain,
+		// shared, a semaphore's slot). Close used to cut such a
+		// statement: a row the server had granted stayed held by the
+		// closed client for the TTL, and Close returned no error: with
+		// Close's wait for the statements in flight and its release of
+		// their rows switched off, the case failed in 16 of 16 runs (6
+		// of 6 with -race), with 3 or 4 rows left each time (the slow
+		// plain, shared and slot ones nearly always, the others now and
+		// then; the set's never). Now
+		// nothing of the client is held once Close has returned, and the
+		// waiter holds the name within the hand-off bound of Close's
+		// return.
+		name: "AShutdownInTheMiddleOfACall", cfg: oneByOne, runs: 1, measure: EvShutdown,
+		steps: []Step{
+			{Do: DoDelay, Agent: 0, For: 20 * time.Millisecond},
+			{Do: DoShutdown, Agent: 0, Names: []string{"w"}, For: 60 * time.Millisecond},
+			{Do: DoDelay, Agent: 1, For: 20 * time.Millisecond},
+			{Do: DoShutdown, Agent: 1, Names: []string{"y"}, Mode: Shared, For: 60 * time.Millisecond},
+			{Do: DoDelay, Agent: 2, For: 20 * time.Millisecond},
+			{Do: DoShutdown, Agent: 2, Names: []string{"k"}, Mode: Slots3, For: 60 * time.Millisecond},
+			{Do: DoDelay, Agent: 3, For: 20 * time.Millisecond},
+			{Do: DoShutdown, Agent: 3, Names: []string{"m", "n"}, For: 60 * time.Millisecond},
+			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
+			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Plain, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoShutdown, Agent: Holder, Name: "x", Names: []string{"p"}, For: 1 * time.Millisecond},
+			{Do: DoAcquire, Agent: 2, Name: "x", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoShutdown, Agent: Holder, Name: "x", Names: []string{"q"}, Mode: Shared, For: 1500 * time.Microsecond},
+			{Do: DoTry, Agent: 3, Name: "s", Mode: FastShared},
+			{Do: DoAcquire, Agent: 0, Name: "s", Mode: Plain, For: waitLimit},
+			{Do: DoAwait, Name: "s"},
+			{Do: DoShutdown, Agent: Holder, Name: "s", Names: []string{"t"}, Mode: Slots2, For: 500 * time.Microsecond},
+			{Do: DoTry, Agent: 1, Name: "u", Mode: Slots2},
+			{Do: DoTry, Agent: 2, Name: "u", Mode: Slots2},
+			{Do: DoAcquire, Agent: 3, Name: "u", Mode: Slots2, For: waitLimit},
+			{Do: DoAwait, Name: "u"},
+			{Do: DoShutdown, Agent: 1, Names: []string{"v", "v2"}, For: 2 * time.Millisecond},
+		},
+	},
+	{
 		// Bug 1 after a fast-failover take-over: the first waiter takes
 		// over when the holder dies; it dies in turn; the second waiter
 		// took over only at its fallback poll (4.3 s after the death).

@@ -75,6 +75,12 @@ const (
 	DoDelay      Action = "delay"       // delay the agent's traffic by For from now on (0: no more)
 	DoRestart    Action = "restart"     // restart the server (Name: "fast" or "immediate")
 	DoStatsReset Action = "stats-reset" // an operator resets every statistic that can be reset
+	// DoShutdown shuts the agent down as a service does (SIGTERM): it
+	// starts a blocking acquisition of Names (AcquireAll for two or more,
+	// else Acquire in Mode), and For after its first statement left it
+	// cuts the context of every call in flight and closes its client at
+	// once; a new process takes its place.
+	DoShutdown Action = "shutdown"
 )
 
 // Targets a Step's Agent may name instead of an agent, found when the
@@ -136,6 +142,12 @@ func (s Step) String() string {
 		return fmt.Sprintf("restart the server (%s)", s.Name)
 	case DoStatsReset:
 		return "reset the server's statistics"
+	case DoShutdown:
+		what := fmt.Sprintf("[%s]", strings.Join(s.Names, " "))
+		if len(s.Names) == 1 {
+			what = fmt.Sprintf("%s %s", s.Names[0], s.Mode)
+		}
+		return fmt.Sprintf("shut %s down %v into its acquisition of %s", s.agent(), s.For, what)
 	case DoPause, DoPartition:
 		return fmt.Sprintf("%s %s for %v", s.Do, s.agent(), s.For)
 	case DoKill, DoTerminate:
@@ -171,7 +183,11 @@ func (s Step) Literal() string {
 	if s.Mode != Plain {
 		f = append(f, "Mode: "+modeIdent[s.Mode])
 	}
-	if s.For != 0 {
+	switch {
+	case s.For == 0:
+	case s.For%time.Millisecond != 0:
+		f = append(f, fmt.Sprintf("For: %d * time.Microsecond", s.For.Microseconds()))
+	default:
 		f = append(f, fmt.Sprintf("For: %d * time.Millisecond", s.For.Milliseconds()))
 	}
 	if s.Hold != 0 {
@@ -185,6 +201,7 @@ var actionIdent = map[Action]string{
 	DoGuard: "Guard", DoStaleGuard: "StaleGuard", DoRead: "Read", DoStepDown: "StepDown",
 	DoAwait: "Await", DoSleep: "Sleep", DoKill: "Kill", DoPause: "Pause", DoPartition: "Partition",
 	DoTerminate: "Terminate", DoRestart: "Restart", DoDelay: "Delay", DoStatsReset: "StatsReset",
+	DoShutdown: "Shutdown",
 }
 
 var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3", "Shared", "FastShared"}
