@@ -29,7 +29,11 @@
 // statement left, gets SIGTERM: it cuts every call's context and closes
 // its client at once, as a service does; a new process takes its place),
 // SIGSTOP for longer than the TTL, a network partition through the proxy,
-// a slow client (its traffic delayed by the proxy), and a server restart. The generator (seeded) works in episodes: a name,
+// a connection reset on the client's side only (the proxy resets the
+// agent's side and keeps the server's open: its backends live on), a
+// slow client (its traffic delayed by the proxy), an operator's reset of
+// the server's statistics just before a fast-failover holder's session
+// ends, and a server restart. The generator (seeded) works in episodes: a name,
 // its holders, one or more waiters in one client or in several, then one
 // or two events that free the name (so that the second holder got the
 // name by a hand-off, a step-down, a shutdown, a fast-failover take-over
@@ -85,7 +89,7 @@
 //     the client held and those its cut calls asked for (which their
 //     statements may have been granted); the end of a fast-failover
 //     holder's session (SIGKILL,
-//     pg_terminate_backend) 1 s, for every waiter of a single name, a
+//     pg_terminate_backend, a reset on the client's side) 1 s, for every waiter of a single name, a
 //     semaphore or a set, plain or fast-failover; a
 //     holder that stopped renewing (killed plain holder, SIGSTOP,
 //     partition, or a restart for fast-failover leases) TTL +

@@ -89,6 +89,17 @@ func (s *sequence) step(st Step) {
 		pgtest.TerminateBackends(s.t, "pglease "+a.p.Owner)
 		s.fault(FaultTerminate, a.p.ID, start)
 		s.awaitTakeovers(held, start)
+	case DoReset:
+		// A middlebox reset: the agent's client reads a reset, the
+		// server's backends live on (holding the client's locks) until
+		// its new dedicated session ends the old one. Its fast-failover
+		// leases end with the connection, and must be taken over at once;
+		// its plain leases renew on the new session.
+		held := s.heldResources(a.p.ID)
+		start := now()
+		a.proxy.ResetClients()
+		s.fault(FaultReset, a.p.ID, start)
+		s.awaitTakeovers(held, start)
 	case DoDelay:
 		s.delay(a, st.For)
 	default:

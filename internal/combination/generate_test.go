@@ -194,15 +194,16 @@ func (g *generator) opening(name string, m Mode, second bool) Step {
 		{15, Step{Do: DoStepDown, Agent: hold, Name: name}},
 		{15, Step{Do: DoKill, Agent: Holder, Name: name}},
 		{8, Step{Do: DoTerminate, Agent: Holder, Name: name}},
+		{3, Step{Do: DoReset, Agent: Holder, Name: name}},
 		{8, Step{Do: DoPause, Agent: Holder, Name: name, For: short.TTL + g.ms(500, 1500)}},
 		{8, Step{Do: DoPartition, Agent: Holder, Name: name, For: short.TTL + g.ms(500, 1500)}},
 		{10, g.shutdown(name)},
 	}
 	switch {
 	case m.Fast() && second:
-		cs[2].w, cs[3].w = 60, 30
+		cs[2].w, cs[3].w, cs[4].w = 60, 30, 20
 	case m.Fast():
-		cs[2].w, cs[3].w = 30, 15
+		cs[2].w, cs[3].w, cs[4].w = 30, 15, 10
 	}
 	if g.restarts > 0 {
 		cs = append(cs, choice{4, Step{Do: DoRestart, Name: [...]string{"fast", "immediate"}[g.rng.IntN(2)]}})

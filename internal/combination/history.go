@@ -113,6 +113,7 @@ const (
 	FaultPause     = "pause"
 	FaultPartition = "partition"
 	FaultTerminate = "terminate"
+	FaultReset     = "reset" // the agent's connections failed on its side only
 	FaultRestart   = "restart"
 	FaultDelay     = "delay" // the proxy delayed every chunk of the agent's traffic
 	// FaultShutdown is a shutdown (DoShutdown): from when the agent was

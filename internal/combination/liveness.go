@@ -85,7 +85,7 @@ func (c *checker) openings() []opening {
 			switch f.Kind {
 			case FaultKill, FaultPause, FaultPartition:
 				freed = append(freed, l)
-			case FaultTerminate, FaultRestart:
+			case FaultTerminate, FaultRestart, FaultReset:
 				if l.Session {
 					freed = append(freed, l)
 				}
@@ -93,7 +93,7 @@ func (c *checker) openings() []opening {
 		}
 		kind := EvExpiry
 		switch f.Kind {
-		case FaultKill, FaultTerminate:
+		case FaultKill, FaultTerminate, FaultReset:
 			kind = EvFast // becomes EvExpiry below for plain leases and plain waiters
 		case FaultRestart:
 			kind = EvRestart

@@ -119,6 +119,23 @@ var regressions = []struct {
 		},
 	},
 	{
+		// Issue 41, item 9: a fast-failover holder whose connections fail
+		// on its side only (a middlebox reset): the server's backend of
+		// its old session lived on, holding the session lock that binds
+		// the row, and the waiter took over only at the row's expiry.
+		// Twice, the second time after a take-over.
+		name: "AFastFailoverHolderResetOnItsSideOnly", cfg: slowPoll, runs: 1, measure: EvFast,
+		steps: []Step{
+			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
+			{Do: DoAcquire, Agent: 1, Name: "x", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoReset, Agent: Holder, Name: "x"},
+			{Do: DoAcquire, Agent: 2, Name: "x", Mode: Fast, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoReset, Agent: Holder, Name: "x"},
+		},
+	},
+	{
 		// Bug 1 after a fast-failover take-over: the first waiter takes
 		// over when the holder dies; it dies in turn; the second waiter
 		// took over only at its fallback poll (4.3 s after the death).

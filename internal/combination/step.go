@@ -75,6 +75,7 @@ const (
 	DoDelay      Action = "delay"       // delay the agent's traffic by For from now on (0: no more)
 	DoRestart    Action = "restart"     // restart the server (Name: "fast" or "immediate")
 	DoStatsReset Action = "stats-reset" // an operator resets every statistic that can be reset
+	DoReset      Action = "reset"       // the agent's connections fail on its side only (a middlebox reset): its backends live on
 	// DoShutdown shuts the agent down as a service does (SIGTERM): it
 	// starts a blocking acquisition of Names (AcquireAll for two or more,
 	// else Acquire in Mode), and For after its first statement left it
@@ -150,7 +151,7 @@ func (s Step) String() string {
 		return fmt.Sprintf("shut %s down %v into its acquisition of %s", s.agent(), s.For, what)
 	case DoPause, DoPartition:
 		return fmt.Sprintf("%s %s for %v", s.Do, s.agent(), s.For)
-	case DoKill, DoTerminate:
+	case DoKill, DoTerminate, DoReset:
 		return fmt.Sprintf("%s %s", s.Do, s.agent())
 	case DoDelay:
 		if s.For == 0 {
@@ -201,6 +202,7 @@ var actionIdent = map[Action]string{
 	DoGuard: "Guard", DoStaleGuard: "StaleGuard", DoRead: "Read", DoStepDown: "StepDown",
 	DoAwait: "Await", DoSleep: "Sleep", DoKill: "Kill", DoPause: "Pause", DoPartition: "Partition",
 	DoTerminate: "Terminate", DoRestart: "Restart", DoDelay: "Delay", DoStatsReset: "StatsReset",
+	DoReset:    "Reset",
 	DoShutdown: "Shutdown",
 }
 
