@@ -169,3 +169,48 @@ func TestAnEarlierSessionTheRoleMayNotEndIsReported(t *testing.T) {
 		t.Fatalf("the other backend was ended: %v", err)
 	}
 }
+
+// A backend that holds the client's lock shared (another client asking,
+// in its transaction, whether this client lives: its queued waits, the
+// waiters it lists) is not an earlier session of the client, and is
+// never ended: the session lives on without the client lock meanwhile,
+// as before.
+func TestABackendThatAsksWhetherTheClientLivesIsNotEnded(t *testing.T) {
+	ctx := testCtx(t)
+	records := make(chan slog.Record, 64)
+	c := testClient(t, Config{Logger: slog.New(recordHandler{records})})
+	if err := c.ensureSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.st.LockNamespace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_try_advisory_xact_lock_shared(hashtextextended($1::text || $2::text, 1))`, ns, c.id); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := c.session()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the client's session", sess.connected)
+	for {
+		rec := pgtest.Receive(t, records, "the warning that the session waits without queueing")
+		if strings.Contains(rec.Message, "waiting without queueing") {
+			break
+		}
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("the backend that held the client's lock shared was ended: %v", err)
+	}
+}

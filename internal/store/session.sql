@@ -40,12 +40,15 @@ SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1)),
 -- an advisory lock's bigint key as classid (its high 32 bits) and objid
 -- (its low 32 bits), with objsubid 1. A role may end its own backends;
 -- without the privileges of the backend's role (or of pg_signal_backend)
--- the statement fails with insufficient_privilege. $1 namespace.
+-- the statement fails with insufficient_privilege. Only the exclusive
+-- lock: other clients take this key shared, for a moment, to ask whether
+-- this client lives (its queued waits; Waiters), and are never ended. $1
+-- namespace.
 SELECT l."pid", pg_terminate_backend(l."pid")
   FROM pg_locks AS l,
        (SELECT hashtextextended($1::text || $2::text, 1) AS "key") AS k
  WHERE l."locktype" = 'advisory' AND l."granted" AND l."objsubid" = 1
-   AND l."pid" <> pg_backend_pid()
+   AND l."mode" = 'ExclusiveLock' AND l."pid" <> pg_backend_pid()
    AND l."database" = (SELECT d."oid" FROM pg_database AS d WHERE d."datname" = current_database())
    AND l."classid"::bigint = (k."key" >> 32) & 4294967295
    AND l."objid"::bigint = k."key" & 4294967295
