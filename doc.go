@@ -388,11 +388,14 @@
 // mistaken for the holder. A waiter starts watching once the
 // holder has held the name for 200 ms, so that holders that pass a name on
 // quickly cost no connections; a crash fails over within about 200 ms of
-// the session's end at worst. Only the first waiter in the queue watches;
-// when a fast-failover lease goes to a queued waiter (by a release, a
-// take-over from a dead holder or at expiry), the acquisition wakes the
-// next live waiter once, so that it watches the new holder: however the
-// holder got the name, a crash is noticed by the waiter that takes over.
+// the session's end at worst. Every waiter in the queue watches, not only
+// the first, which may die with the holder (one process, pod or node
+// running both); a waiter behind one to which the free name is promised
+// looks again within about a second, in case that one died too. When a
+// fast-failover lease goes to a queued waiter (by a release, a take-over
+// from a dead holder or at expiry), the acquisition wakes the next live
+// waiter once, so that it watches the new holder: however the holder got
+// the name, a crash is noticed by the waiter that takes over.
 // The binding needs no lock per name, so nothing another session holds can
 // keep a lease from being bound (a paused holder whose lease was taken over
 // at expiry, say). The rules that keep the guarantees above:

@@ -42,6 +42,9 @@ type acquisition struct {
 	// local paces a set while another goroutine of this client holds a
 	// local slot of one of its names (see localWait).
 	local *backoff
+	// promised paces a wait queued behind a waiter to which the name is
+	// promised (see refusedOne).
+	promised *backoff
 }
 
 // run acquires what a asks for and returns the leases granted: one for a
@@ -321,13 +324,28 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 	if res.Ahead > 0 {
 		// Promised to the waiters ahead: this wait's turn comes with a
 		// targeted notification (or, should they vanish, the poll).
-		r.note(queuedError(res), a.c.cfg.PollInterval)
+		wait := a.c.cfg.PollInterval
+		if holderGone(res) {
+			// The name is free, or its holder's lease or session ended:
+			// the first waiter takes it within milliseconds, unless it
+			// ended too (one node running both), and nothing wakes this
+			// wait then: look again soon, with backoff.
+			if a.promised == nil {
+				a.promised = newBackoff(promisedLookMin, a.c.cfg.PollInterval)
+			}
+			wait = a.promised.next()
+		} else if a.promised != nil {
+			a.promised.reset()
+		}
+		r.note(queuedError(res), wait)
 		r.behind = true
-		if res.OtherClient == "" && res.HolderInSession && res.HolderWatchable && !a.o.shared {
-			// Behind shared holders (reported without a client), every
-			// exclusive waiter watches a fast-failover one's session, not
-			// only the first: the first may be a client of a shared holder
-			// (waiting to take the name exclusively), which dies with it.
+		if res.HolderInSession && res.HolderWatchable && !a.o.shared {
+			// Every exclusive waiter watches a fast-failover holder's
+			// session, not only the first: the first may die with it (a
+			// process, a pod or a node running both, or a client of a
+			// shared holder waiting to take the name exclusively), and
+			// nothing else would wake the waiters behind before their
+			// poll.
 			r.inSession = append(r.inSession, heldBy{res.name, res.HolderSession})
 		}
 		return
@@ -411,6 +429,19 @@ func heldError(r nameReply) error {
 	return &HeldError{Holder: Info{Name: r.name, Owner: r.OtherOwner, Token: r.OtherToken,
 		Remaining: r.OtherRemaining, FastFailover: r.HolderInSession}}
 }
+
+// holderGone reports a refusal behind queued waiters of a name that no
+// live lease holds: no row, an expired one, or a fast-failover row whose
+// session ended.
+func holderGone(r nameReply) bool {
+	return r.OtherToken == 0 || r.OtherRemaining <= 0 || r.HolderInSession && !r.HolderWatchable
+}
+
+// promisedLookMin is the first pause of a wait queued behind a waiter to
+// which a free name is promised (see holderGone): the backoff doubles up
+// to the fallback poll, so that a wait behind a waiter that died looks
+// again within about a second.
+const promisedLookMin = 40 * time.Millisecond
 
 // queuedError describes a name whose lease waiters of other clients are
 // queued for ahead of this one (it may be free, promised to the first).

@@ -51,10 +51,45 @@ func runHolder() int {
 		fmt.Println("error", err)
 		return 1
 	}
+	if os.Getenv("PGLEASE_TEST_FIRST_WAITER") == "1" {
+		// A second client of this process queues for the name first, and
+		// dies with the holder.
+		if err := queueBehind(ctx, c.cfg.Table, l.Name(), opts, ttl); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+	}
 	fmt.Println("acquired", l.Token())
 	<-l.Context().Done()
 	fmt.Println("lost", causeOf(l.Context()))
 	return 3
+}
+
+// queueBehind opens a client that waits for name, in the holder's process,
+// and returns once it is queued.
+func queueBehind(ctx context.Context, table, name string, opts []Option, ttl time.Duration) error {
+	w, err := Open(ctx, os.Getenv("PGLEASE_TEST_DSN_HOLDER"), Config{Table: table, Owner: "first waiter", PollInterval: time.Hour})
+	if err != nil {
+		return err
+	}
+	go func() {
+		_, err := w.Acquire(ctx, name, append(opts, WithTTL(ttl))...)
+		fmt.Println("the first waiter acquired:", err)
+	}()
+	poll, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		ws, err := w.Waiters(poll, name)
+		if err != nil {
+			return err
+		}
+		for _, x := range ws {
+			if x.Owner == "first waiter" {
+				return nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // startHolder runs a holder process and waits until it holds the lease.

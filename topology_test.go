@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -410,4 +411,80 @@ func TestFastFailoverAfterAnExpiryTakeoverFromALiveSession(t *testing.T) {
 		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.FastFailover())
 	}
 	_ = lc.Release(ctx)
+}
+
+// The holder and the first waiter die together (one node: one process,
+// SIGKILLed): the second waiter takes over at once. It used to wait for its
+// fallback poll: queued behind the first, it watched no session, and the
+// name was promised to a waiter that was gone.
+func TestFastFailoverWhenTheHolderAndTheFirstWaiterDieTogether(t *testing.T) {
+	ctx := testCtx(t)
+	c := ffClients(t, 1)[0]
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node, token := startHolderEnv(t, c.cfg.Table, "ff", time.Minute, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_FIRST_WAITER=1")
+	got := waitFor(ctx, c, "ff", ffOpts...)
+	waitQueued(t, c, c, "ff")
+	pgtest.WaitFor(t, patience, "the second waiter to watch the holder's session", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.watchers) > 0
+	})
+	killed := time.Now()
+	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLease(t, got, "the second waiter to take over when the holder and the first waiter died (the TTL is a minute, the poll an hour)")
+	if l.Token() <= token || !l.FastFailover() {
+		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.FastFailover())
+	}
+	t.Logf("kill → acquired in %s", time.Since(killed))
+	_ = l.Release(ctx)
+}
+
+// The first waiter dies a moment after the holder, before it took the name
+// over (here: the process running both is stopped, the holder's session
+// ended, and then the process killed): the second waiter, which found the
+// name promised to the first, takes over within about a second of the
+// first's death. It used to wait for its fallback poll.
+func TestFastFailoverWhenTheFirstWaiterDiesJustAfterTheHolder(t *testing.T) {
+	ctx := testCtx(t)
+	c := ffClients(t, 1)[0]
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node, _ := startHolderEnv(t, c.cfg.Table, "ff", time.Minute, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_FIRST_WAITER=1")
+	got := waitFor(ctx, c, "ff", ffOpts...)
+	waitQueued(t, c, c, "ff")
+	pgtest.WaitFor(t, patience, "the second waiter to watch the holder's session", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.watchers) > 0
+	})
+	if err := node.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Process.Signal(syscall.SIGCONT) })
+	looked := make(chan struct{}, 100)
+	hook := func(client string) error {
+		if client == c.id {
+			looked <- struct{}{}
+		}
+		return nil
+	}
+	testHookLoseReply.Store(&hook)
+	t.Cleanup(func() { testHookLoseReply.Store(nil) })
+	if n := pgtest.Value[int](t, `SELECT count(*) FILTER (WHERE pg_terminate_backend("session_pid")) FROM `+
+		c.st.Names.QualifiedTable()+` WHERE "name" = 'ff'`); n != 1 {
+		t.Fatalf("ended %d holder sessions", n)
+	}
+	pgtest.Receive(t, looked, "the second waiter to look again when the holder's session ended")
+	killed := time.Now()
+	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLease(t, got, "the second waiter to take over when the first died (the TTL is a minute, the poll an hour)")
+	t.Logf("first waiter's kill → acquired in %s", time.Since(killed))
+	_ = l.Release(ctx)
 }
