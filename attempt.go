@@ -91,7 +91,7 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		}
 		return r
 	}
-	r, err := detached(c, ctx, run, func(r reply) error { return r.err }, func(r reply) {
+	r, ended, err := detached(c, ctx, run, func(r reply) error { return r.err }, func(r reply) {
 		if r.err == nil && r.granted {
 			c.giveUp(a.leases(r, nil), ErrReleased)
 		}
@@ -100,6 +100,11 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		}
 	})
 	if err != nil {
+		if ended != nil && a.w != nil {
+			// The statement goes on, and may register the wait again: it
+			// leaves the queue once the statement has ended.
+			a.w.inflight = ended
+		}
 		return nil, reply{}, err
 	}
 	if unsure.Load() {
@@ -355,16 +360,19 @@ var testHookAcquired atomic.Pointer[func(name string, epoch uint64)]
 // tries in all. It returns the statement's result with a nil error; or,
 // when ctx ends first, ctx's error at once (ErrClosed when the client is
 // closed), and undo later gets the result nobody waited for, to give back
-// whatever the statement took. The caller checks ctx before calling: a
+// whatever the statement took; ended is closed once undo has run (nil when
+// the result was delivered). The caller checks ctx before calling: a
 // statement that completed before the wait began would otherwise be
 // delivered to a caller whose context had already ended.
-func detached[R any](c *Client, ctx context.Context, run func(context.Context) R, failed func(R) error, undo func(R)) (r R, err error) {
+func detached[R any](c *Client, ctx context.Context, run func(context.Context) R, failed func(R) error, undo func(R)) (r R, ended <-chan struct{}, err error) {
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	ch := make(chan R, 1)
+	done := make(chan struct{})
 	if !c.calls.begin() {
-		return r, ErrClosed
+		return r, nil, ErrClosed
 	}
 	started := c.goBackground(func() {
+		defer close(done)
 		defer c.calls.end()
 		var r R
 		sctx, cancel := context.WithTimeout(c.calls.ctx, c.cfg.StatementTimeout)
@@ -388,15 +396,15 @@ func detached[R any](c *Client, ctx context.Context, run func(context.Context) R
 	})
 	if !started {
 		c.calls.end()
-		return r, ErrClosed
+		return r, nil, ErrClosed
 	}
 	select {
 	case r = <-ch:
-		return r, nil
+		return r, nil, nil
 	case <-ctx.Done():
 		if state.CompareAndSwap(0, 2) {
-			return r, ctx.Err()
+			return r, done, ctx.Err()
 		}
-		return <-ch, nil
+		return <-ch, nil, nil
 	}
 }

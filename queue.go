@@ -39,6 +39,9 @@ type waiting struct {
 	// instead, ends that.
 	bell     string
 	unlisten func()
+	// inflight, when the wait gave up with an attempt's statement still
+	// running (see detached), is closed once that statement has ended.
+	inflight <-chan struct{}
 }
 
 // listen makes the wait one that listens for notifications.
@@ -153,15 +156,23 @@ func (c *Client) queueTTL() time.Duration { return 3*c.cfg.PollInterval + time.S
 
 // leaveQueue removes the wait's registration for name from the server's
 // queue, if an attempt made one, and then runs then; in the background,
-// bounded by the statement timeout. (Only single names queue.)
+// bounded by the statement timeout. (Only single names queue.) A wait that
+// gave up with a statement in flight leaves once that statement has ended:
+// sent at once, the leave could come first, and the statement register
+// the wait again, live for the queue's TTL (the name promised to it,
+// every other waiter held up), as the client lives on.
 func (c *Client) leaveQueue(w *waiting, name string, then func()) {
 	if w == nil || !w.queued && !w.polling {
 		then()
 		return
 	}
 	w.queued, w.polling = false, false
+	inflight := w.inflight
 	if !c.goBackground(func() {
 		defer then()
+		if inflight != nil {
+			<-inflight
+		}
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
 		defer cancel()
 		if err := c.st.Unqueue(ctx, c.db, c.id, name); err != nil && c.bg.Err() == nil {

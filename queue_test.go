@@ -394,3 +394,77 @@ func TestFastFailoverWaitsShareOneWatcher(t *testing.T) {
 		}
 	}
 }
+
+// A wait that gives up while its statement is in flight leaves the queue
+// once that statement has ended: the statement, which goes on after the
+// call returned, registers the wait again (with a fresh expiry), and a
+// leave sent at once would come first and leave that registration behind,
+// live for the queue's TTL (3 × PollInterval + 1 s) while the client
+// lives, the name promised to it and every other waiter held up.
+func TestAWaitThatGivesUpMidStatementLeavesTheQueue(t *testing.T) {
+	ctx := testCtx(t)
+	h := testClient(t, Config{})
+	cfg := Config{Table: h.cfg.Table, PollInterval: 5 * time.Second}
+	w := testClient(t, cfg)
+	other := testClient(t, cfg)
+	held, err := h.TryAcquire(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := waitFor(wctx, w, "q")
+	waitQueued(t, h, w, "q")
+
+	// A transaction holds the name's lock, which every acquisition takes
+	// first: w's next attempt (its poll) waits for it on the server.
+	ns, err := w.st.LockNamespace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Conn(t)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1 || $2), hashtext($2 || $1))`, ns, "q"); err != nil {
+		t.Fatal(err)
+	}
+	var pid int32
+	pgtest.WaitFor(t, patience, "the waiter's attempt to wait for the name's lock", func() bool {
+		pid = pgtest.Value[int32](t, `SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND NOT granted`)
+		return pid != 0
+	})
+	cancel() // the caller gives up, its statement in flight
+	if o := pgtest.Receive(t, got, "the wait to give up"); !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("the wait returned %v, %v", o.l, o.err)
+	}
+	// The code before the fix sent the leave at once, and it reached the
+	// server before the statement went on; give it the time to (this
+	// code sends it once the statement has ended).
+	deadline := time.Now().Add(2 * time.Second)
+	for queued(t, h, "q") > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil { // the statement goes on, and registers
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the waiter's statement to end", func() bool {
+		return pgtest.Value[bool](t, `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')`, pid)
+	})
+	pgtest.WaitFor(t, 8*time.Second, "the waiter that gave up to leave the queue (its registration lives 16 s)", func() bool {
+		ws, err := h.Waiters(ctx, "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ws) == 0
+	})
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := other.TryAcquire(ctx, "q")
+	if err != nil {
+		t.Fatalf("the name, free, was refused to another client: %v", err)
+	}
+	_ = l.Release(ctx)
+}
