@@ -47,6 +47,9 @@ type Client struct {
 	// readOK: the table exists and its rows are readable (Get, List),
 	// checked without changing anything
 	readOK bool
+	// lostTable: a statement found the table missing after it had been
+	// checked (tableLost); cleared once the table is checked again
+	lostTable bool
 
 	mu     sync.Mutex
 	closed bool
@@ -275,7 +278,11 @@ func (c *Client) Migrate(ctx context.Context) error {
 	if err := c.st.EnsureSchema(ctx, c.db); err != nil {
 		return opError("create the lease table "+c.st.Names.QualifiedTable(), err)
 	}
-	c.ready = true
+	if c.lostTable {
+		c.cfg.Logger.WarnContext(ctx, "pglease: the lease table had disappeared (dropped, or lost in a failover or a restore) and was migrated again, created anew if no other client had done so first;"+
+			" a new token sequence starts at the server clock in microseconds, above the tokens the lost one handed out", "table", c.st.Names.QualifiedTable())
+	}
+	c.ready, c.lostTable = true, false
 	return nil
 }
 
@@ -291,13 +298,65 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 	if c.cfg.DisableAutoMigrate {
 		c.schema.Lock()
 		defer c.schema.Unlock()
+		if c.lostTable {
+			// Lost after use: say so, rather than describe a table
+			// that is not there.
+			exists, err := c.st.CheckReadable(ctx, c.db)
+			if err == nil && !exists {
+				return c.lostTableError(nil)
+			}
+		}
 		if err := c.st.CheckShape(ctx, c.db); err != nil {
 			return opError("check the lease table "+c.st.Names.QualifiedTable(), err)
 		}
-		c.ready = true
+		c.ready, c.lostTable = true, false
 		return nil
 	}
 	return c.Migrate(ctx)
+}
+
+// tableLost reports whether err says that the lease table (its schema, or
+// its waiters table) does not exist. If so, and the client had checked
+// it, the table was lost since: dropped, or missing on a new primary
+// after a failover or in a restored database. The client then forgets
+// its check, so that its next call checks the table again: with
+// auto-migration it creates it anew (its token sequence seeded above the
+// tokens the lost one handed out: see SeedSequence in
+// internal/store/queries.sql), and with [Config.DisableAutoMigrate] the
+// call fails at once with lostTableError.
+func (c *Client) tableLost(err error) bool {
+	if err == nil || !tableMissing(err) {
+		return false
+	}
+	c.schema.Lock()
+	defer c.schema.Unlock()
+	if c.ready || c.readOK {
+		c.ready, c.readOK, c.lostTable = false, false, true
+		c.cfg.Logger.WarnContext(c.bg, "pglease: the lease table no longer exists (dropped, or lost in a failover or a restore); the leases held in it are lost",
+			"table", c.st.Names.QualifiedTable(), "auto_migrate", !c.cfg.DisableAutoMigrate)
+	}
+	return true
+}
+
+// lostTableError is the error of a call that found the lease table gone
+// after the client had used it (tableLost); err is the statement's error,
+// or nil.
+func (c *Client) lostTableError(err error) error {
+	advice := "recreate it with 'pglease migrate' (or Client.Migrate) as a role that owns its schema; this client does not, as Config.DisableAutoMigrate is set"
+	if !c.cfg.DisableAutoMigrate {
+		advice = "this client creates it again before its next acquisition (or run 'pglease migrate', or Client.Migrate)"
+	}
+	msg := "%w: %s no longer exists: it was dropped, or lost in a failover or a restore, and the leases held in it ended with it; " + advice
+	if err == nil {
+		return errorf(msg, ErrNoTable, c.st.Names.QualifiedTable())
+	}
+	return errorf(msg+": %w", ErrNoTable, c.st.Names.QualifiedTable(), err)
+}
+
+// lostTableCause is the cause of the end of a lease whose row was in a
+// lost table.
+func (c *Client) lostTableCause() error {
+	return &lostError{why: "the lease table " + c.st.Names.QualifiedTable() + " no longer exists (dropped, or lost in a failover or a restore), and the lease's row went with it"}
 }
 
 // goBackground runs fn on a goroutine that Close waits for. Once Close has
@@ -562,7 +621,7 @@ func (c *Client) read(ctx context.Context, what string, fn func() error) error {
 	if err != nil || !exists {
 		return err
 	}
-	if err := c.retry(ctx, fn); err != nil && !tableMissing(err) {
+	if err := c.retry(ctx, fn); err != nil && !c.tableLost(err) {
 		return opError(what, err)
 	}
 	return nil
@@ -611,7 +670,7 @@ func (c *Client) prepareExisting(ctx context.Context) error {
 // existingError is opError for the calls of prepareExisting: a table
 // dropped after the check is [ErrNoTable] too.
 func (c *Client) existingError(op string, err error) error {
-	if tableMissing(err) {
+	if c.tableLost(err) {
 		return c.noTable()
 	}
 	return opError(op, err)
