@@ -300,13 +300,14 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 	if c.cfg.DisableAutoMigrate {
 		c.schema.Lock()
 		defer c.schema.Unlock()
-		if c.lostTable {
-			// Lost after use: say so, rather than describe a table
-			// that is not there.
-			exists, err := c.st.CheckReadable(ctx, c.db)
-			if err == nil && !exists {
+		// A missing table is reported as such (lost after use, or never
+		// created), rather than as a table of another layout.
+		if exists, err := c.st.CheckReadable(ctx, c.db); err == nil && !exists {
+			if c.lostTable {
 				return c.lostTableError(nil)
 			}
+			return errorf("%w: %s does not exist: create it with 'pglease migrate' (or Client.Migrate, or the statements of DDL in a migration) as a role that may; this client does not, as Config.DisableAutoMigrate is set",
+				ErrNoTable, c.st.Names.QualifiedTable())
 		}
 		if err := c.st.CheckShape(ctx, c.db); err != nil {
 			return opError("check the lease table "+c.st.Names.QualifiedTable(), err)

@@ -65,9 +65,10 @@ var (
 	// (or its schema) does not exist: they act on rows that are there and
 	// never create the table, so a mistyped table name is reported rather
 	// than created. Nothing was changed. It is also returned by the calls
-	// of a client with [Config.DisableAutoMigrate] that find the table
-	// it used gone (dropped, or lost in a failover or a restore), until
-	// it is created again ('pglease migrate', [Client.Migrate]).
+	// of a client with [Config.DisableAutoMigrate] that need the table
+	// when it does not exist: never created, or gone since the client
+	// used it (dropped, or lost in a failover or a restore), until it is
+	// created ('pglease migrate', [Client.Migrate]).
 	ErrNoTable = errors.New("pglease: no lease table")
 )
 

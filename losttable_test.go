@@ -173,3 +173,13 @@ func TestAWaiterOutlivesALostTable(t *testing.T) {
 		t.Fatalf("the holder's lease ended with %v, want ErrLeaseLost", cause)
 	}
 }
+
+// A client that may not migrate, on a table that was never created, is
+// told that it does not exist, not that a table of another layout does.
+func TestANeverCreatedTableWithoutAutoMigration(t *testing.T) {
+	c := testClient(t, Config{Table: pgtest.Schema(t) + ".leases", DisableAutoMigrate: true})
+	_, err := c.TryAcquire(testCtx(t), "x")
+	if !errors.Is(err, ErrNoTable) || !strings.Contains(err.Error(), c.st.Names.QualifiedTable()+" does not exist") || !strings.Contains(err.Error(), "pglease migrate") {
+		t.Fatalf("TryAcquire on a table never created, DisableAutoMigrate: %v, want ErrNoTable saying it does not exist", err)
+	}
+}
