@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strconv"
+
+	"github.com/pglease/pglease/internal/store"
 )
 
 // TryAcquire makes one attempt to acquire name (with [WithSlots], one on
@@ -94,13 +96,14 @@ func (c *Client) acquireName(ctx context.Context, name string, o leaseOptions, w
 
 // runAcquisition runs an acquisition that newAcq builds, and, when it
 // found the lease table gone (tableLost: dropped, or lost in a failover or
-// a restore), checks the table again and runs a new one once: with
-// auto-migration the check creates the table anew, and the call acquires
-// rather than fails; with Config.DisableAutoMigrate the check fails at
-// once with ErrNoTable.
+// a restore) or one of its functions missing, checks the table again and
+// runs a new one once: with auto-migration the check creates what is
+// missing, and the call acquires rather than fails; with
+// Config.DisableAutoMigrate the check fails at once with ErrNoTable (or
+// ErrSchema naming the missing functions).
 func (c *Client) runAcquisition(ctx context.Context, newAcq func() *acquisition) ([]*Lease, error) {
 	leases, err := newAcq().run(ctx)
-	if err == nil || ctx.Err() != nil || !c.tableLost(err) {
+	if err == nil || ctx.Err() != nil || !c.tableLost(ctx, err) && store.Classify(err) != store.KindMissingFunction {
 		return leases, err
 	}
 	if err := c.ensureSchema(ctx); err != nil {

@@ -304,7 +304,7 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 		// created), rather than as a table of another layout.
 		if exists, err := c.st.CheckReadable(ctx, c.db); err == nil && !exists {
 			if c.lostTable {
-				return c.lostTableError(nil)
+				return c.lostTableError()
 			}
 			return errorf("%w: %s does not exist: create it with 'pglease migrate' (or Client.Migrate, or the statements of DDL in a migration) as a role that may; this client does not, as Config.DisableAutoMigrate is set",
 				ErrNoTable, c.st.Names.QualifiedTable())
@@ -319,41 +319,57 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 }
 
 // tableLost reports whether err says that the lease table (its schema, or
-// its waiters table) does not exist. If so, and the client had checked
-// it, the table was lost since: dropped, or missing on a new primary
-// after a failover or in a restored database. The client then forgets
-// its check, so that its next call checks the table again: with
+// its waiters table) does not exist, or that one of its functions does
+// not exist while the table does not either (a statement that looked the
+// function up just before a DROP SCHEMA committed). If so, and the client
+// had checked the table, it was lost since: dropped, or missing on a new
+// primary after a failover or in a restored database. The client then
+// forgets its check, so that its next call checks the table again: with
 // auto-migration it creates it anew (its token sequence seeded above the
 // tokens the lost one handed out: see SeedSequence in
 // internal/store/queries.sql), and with [Config.DisableAutoMigrate] the
-// call fails at once with lostTableError.
-func (c *Client) tableLost(err error) bool {
-	if err == nil || !tableMissing(err) {
+// call fails at once with lostTableError. A function missing beside the
+// table makes the client forget its check too (the next call reinstalls
+// the functions, or reports them missing), but is no loss.
+func (c *Client) tableLost(ctx context.Context, err error) bool {
+	switch store.Classify(err) {
+	case store.KindMissing:
+	case store.KindMissingFunction:
+		c.forgetCheck(false)
+		exists, cerr := c.st.CheckReadable(ctx, c.db)
+		if cerr != nil || exists {
+			return false
+		}
+	default:
 		return false
 	}
-	c.schema.Lock()
-	defer c.schema.Unlock()
-	if c.ready || c.readOK {
-		c.ready, c.readOK, c.lostTable = false, false, true
-		c.cfg.Logger.WarnContext(c.bg, "pglease: the lease table no longer exists (dropped, or lost in a failover or a restore); the leases held in it are lost",
-			"table", c.st.Names.QualifiedTable(), "auto_migrate", !c.cfg.DisableAutoMigrate)
-	}
+	c.forgetCheck(true)
 	return true
 }
 
-// lostTableError is the error of a call that found the lease table gone
-// after the client had used it (tableLost); err is the statement's error,
-// or nil.
-func (c *Client) lostTableError(err error) error {
-	advice := "recreate it with 'pglease migrate' (or Client.Migrate) as a role that owns its schema; this client does not, as Config.DisableAutoMigrate is set"
-	if !c.cfg.DisableAutoMigrate {
-		advice = "this client creates it again before its next acquisition (or run 'pglease migrate', or Client.Migrate)"
+// forgetCheck makes the client check its table again at its next call;
+// lost: the table was found gone.
+func (c *Client) forgetCheck(lost bool) {
+	c.schema.Lock()
+	defer c.schema.Unlock()
+	if !c.ready && !c.readOK {
+		return
 	}
-	msg := "%w: %s no longer exists: it was dropped, or lost in a failover or a restore, and the leases held in it ended with it; " + advice
-	if err == nil {
-		return errorf(msg, ErrNoTable, c.st.Names.QualifiedTable())
+	c.ready, c.readOK = false, false
+	if lost {
+		c.lostTable = true
+		c.cfg.Logger.WarnContext(c.bg, "pglease: the lease table (or its schema, or its waiters table) no longer exists: it was dropped, or lost in a failover or a restore; the client checks it again at its next call",
+			"table", c.st.Names.QualifiedTable(), "auto_migrate", !c.cfg.DisableAutoMigrate)
 	}
-	return errorf(msg+": %w", ErrNoTable, c.st.Names.QualifiedTable(), err)
+}
+
+// lostTableError is the error of a call of a client with
+// Config.DisableAutoMigrate that found its lease table gone after it had
+// used it (tableLost).
+func (c *Client) lostTableError() error {
+	return errorf("%w: %s no longer exists: it was dropped, or lost in a failover or a restore, and the leases held in it ended with it; "+
+		"recreate it with 'pglease migrate' (or Client.Migrate) as a role that owns its schema; this client does not, as Config.DisableAutoMigrate is set",
+		ErrNoTable, c.st.Names.QualifiedTable())
 }
 
 // lostTableCause is the cause of the end of a lease whose row was in a
@@ -544,7 +560,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 	}
 	rec, ok, err := c.st.ForceRelease(ctx, c.db, name)
 	if err != nil {
-		return Info{}, c.existingError("force-release", err)
+		return Info{}, c.existingError(ctx, "force-release", err)
 	}
 	if !ok {
 		return Info{}, errorf("%w: %q", ErrNoLease, name)
@@ -565,7 +581,7 @@ func (c *Client) Cleanup(ctx context.Context) (int64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, c.existingError("clean up", err)
+		return 0, c.existingError(ctx, "clean up", err)
 	}
 	return n, nil
 }
@@ -624,16 +640,13 @@ func (c *Client) read(ctx context.Context, what string, fn func() error) error {
 	if err != nil || !exists {
 		return err
 	}
-	if err := c.retry(ctx, fn); err != nil && !c.tableLost(err) {
+	// A table dropped after the check: for a read, no table means no
+	// leases.
+	if err := c.retry(ctx, fn); err != nil && !c.tableLost(ctx, err) {
 		return opError(what, err)
 	}
 	return nil
 }
-
-// tableMissing reports a read that failed because the table (or its
-// schema) does not exist, such as one dropped after it was checked: for a
-// read, no table means no leases.
-func tableMissing(err error) bool { return store.Classify(err) == store.KindMissing }
 
 // prepare checks that the client is open and its table usable.
 func (c *Client) prepare(ctx context.Context) error {
@@ -672,8 +685,8 @@ func (c *Client) prepareExisting(ctx context.Context) error {
 
 // existingError is opError for the calls of prepareExisting: a table
 // dropped after the check is [ErrNoTable] too.
-func (c *Client) existingError(op string, err error) error {
-	if c.tableLost(err) {
+func (c *Client) existingError(ctx context.Context, op string, err error) error {
+	if c.tableLost(ctx, err) {
 		return c.noTable()
 	}
 	return opError(op, err)

@@ -327,7 +327,7 @@ func (l *Lease) removeRow(ctx context.Context, report bool) error {
 	start := time.Now()
 	for {
 		err := c.releaseRow(ctx, l)
-		if c.tableLost(err) {
+		if c.tableLost(ctx, err) {
 			// The row went with the table: the lease is released all
 			// the same, and nobody holds the name by it.
 			err = nil
@@ -427,7 +427,7 @@ func (l *Lease) guard(ctx context.Context, q store.Querier) error {
 	switch {
 	case ended != nil:
 		return errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, ended)
-	case l.c.tableLost(err):
+	case l.c.tableLost(ctx, err):
 		// The row went with the table: the lease is lost.
 		l.lose(l.c.lostTableCause())
 		return errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, l.err())

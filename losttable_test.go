@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -64,7 +65,7 @@ func testALostTable(t *testing.T, fast bool) {
 	}
 	held := take(holder, "job")
 	kept := take(unaware, "kept")
-	pgtest.Exec(t, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	dropSchema(t, schema)
 
 	select {
 	case <-held.Context().Done():
@@ -151,7 +152,7 @@ func TestAWaiterOutlivesALostTable(t *testing.T) {
 		got <- err
 	}()
 	waitSubscribed(t, waiter, "job", 1)
-	pgtest.Exec(t, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	dropSchema(t, schema)
 	select {
 	case err := <-got:
 		if err != nil {
@@ -181,5 +182,24 @@ func TestANeverCreatedTableWithoutAutoMigration(t *testing.T) {
 	_, err := c.TryAcquire(testCtx(t), "x")
 	if !errors.Is(err, ErrNoTable) || !strings.Contains(err.Error(), c.st.Names.QualifiedTable()+" does not exist") || !strings.Contains(err.Error(), "pglease migrate") {
 		t.Fatalf("TryAcquire on a table never created, DisableAutoMigrate: %v, want ErrNoTable saying it does not exist", err)
+	}
+}
+
+// dropSchema drops schema and everything in it, as an operator would
+// while clients run: a DROP that takes its locks while a client's
+// statement takes the same ones in another order may end in a deadlock,
+// which the operator retries.
+func dropSchema(t *testing.T, schema string) {
+	t.Helper()
+	conn := pgtest.Conn(t)
+	for try := 1; ; try++ {
+		_, err := conn.Exec(testCtx(t), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		var pgErr *pgconn.PgError
+		if err == nil || try == 10 || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			if err != nil {
+				t.Fatalf("DROP SCHEMA %s (try %d): %v", schema, try, err)
+			}
+			return
+		}
 	}
 }

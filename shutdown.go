@@ -153,7 +153,7 @@ func (c *Client) releaseOrphans() error {
 		orphans, err = c.st.Orphans(ctx, c.db, c.id, names, shared)
 		return err
 	})
-	if c.tableLost(err) {
+	if c.tableLost(ctx, err) {
 		return nil // no table, no rows
 	}
 	if err != nil {
