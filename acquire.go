@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strconv"
+
+	"github.com/pglease/pglease/internal/store"
 )
 
 // TryAcquire makes one attempt to acquire name (with [WithSlots], one on
@@ -83,10 +85,29 @@ func (c *Client) acquireName(ctx context.Context, name string, o leaseOptions, w
 	if o.slots > 1 {
 		o.semaphore = name
 	}
-	a := &acquisition{c: c, name: name, names: o.names(name), o: o, wait: wait}
-	leases, err := a.run(ctx)
+	leases, err := c.runAcquisition(ctx, func() *acquisition {
+		return &acquisition{c: c, name: name, names: o.names(name), o: o, wait: wait}
+	})
 	if err != nil {
 		return nil, err
 	}
 	return leases[0], nil
+}
+
+// runAcquisition runs an acquisition that newAcq builds, and, when it
+// found the lease table gone (tableLost: dropped, or lost in a failover or
+// a restore) or one of its functions missing, checks the table again and
+// runs a new one once: with auto-migration the check creates what is
+// missing, and the call acquires rather than fails; with
+// Config.DisableAutoMigrate the check fails at once with ErrNoTable (or
+// ErrSchema naming the missing functions).
+func (c *Client) runAcquisition(ctx context.Context, newAcq func() *acquisition) ([]*Lease, error) {
+	leases, err := newAcq().run(ctx)
+	if err == nil || ctx.Err() != nil || !c.tableLost(ctx, err) && store.Classify(err) != store.KindMissingFunction {
+		return leases, err
+	}
+	if err := c.ensureSchema(ctx); err != nil {
+		return nil, c.closedErr(err)
+	}
+	return newAcq().run(ctx)
 }

@@ -47,6 +47,9 @@ type Client struct {
 	// readOK: the table exists and its rows are readable (Get, List),
 	// checked without changing anything
 	readOK bool
+	// lostTable: a statement found the table missing after it had been
+	// checked (tableLost); cleared once the table is checked again
+	lostTable bool
 
 	mu     sync.Mutex
 	closed bool
@@ -253,7 +256,9 @@ func DDL(table string) (string, error) {
 
 // Migrate creates the lease table and its sequence when missing and checks
 // the layout of an existing table. Clients do this before their first
-// acquisition unless [Config.DisableAutoMigrate] is set;
+// acquisition, and again before the next one once they found their table
+// gone (its leases then end at once), unless [Config.DisableAutoMigrate] is
+// set;
 // [Client.ForceRelease], [Client.RequestStepDown] and [Client.Cleanup] do
 // it only for a table that exists (they never create one: [ErrNoTable]),
 // and [Client.Get] and [Client.List] never do. Any number of clients may migrate at once, each spelling the table
@@ -275,7 +280,11 @@ func (c *Client) Migrate(ctx context.Context) error {
 	if err := c.st.EnsureSchema(ctx, c.db); err != nil {
 		return opError("create the lease table "+c.st.Names.QualifiedTable(), err)
 	}
-	c.ready = true
+	if c.lostTable {
+		c.cfg.Logger.WarnContext(ctx, "pglease: the lease table had disappeared (dropped, or lost in a failover or a restore) and was migrated again, created anew if no other client had done so first;"+
+			" a new token sequence starts at the server clock in microseconds, above the tokens the lost one handed out", "table", c.st.Names.QualifiedTable())
+	}
+	c.ready, c.lostTable = true, false
 	return nil
 }
 
@@ -291,13 +300,82 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 	if c.cfg.DisableAutoMigrate {
 		c.schema.Lock()
 		defer c.schema.Unlock()
+		// A missing table is reported as such (lost after use, or never
+		// created), rather than as a table of another layout.
+		if exists, err := c.st.CheckReadable(ctx, c.db); err == nil && !exists {
+			if c.lostTable {
+				return c.lostTableError()
+			}
+			return errorf("%w: %s does not exist: create it with 'pglease migrate' (or Client.Migrate, or the statements of DDL in a migration) as a role that may; this client does not, as Config.DisableAutoMigrate is set",
+				ErrNoTable, c.st.Names.QualifiedTable())
+		}
 		if err := c.st.CheckShape(ctx, c.db); err != nil {
 			return opError("check the lease table "+c.st.Names.QualifiedTable(), err)
 		}
-		c.ready = true
+		c.ready, c.lostTable = true, false
 		return nil
 	}
 	return c.Migrate(ctx)
+}
+
+// tableLost reports whether err says that the lease table (its schema, or
+// its waiters table) does not exist, or that one of its functions does
+// not exist while the table does not either (a statement that looked the
+// function up just before a DROP SCHEMA committed). If so, and the client
+// had checked the table, it was lost since: dropped, or missing on a new
+// primary after a failover or in a restored database. The client then
+// forgets its check, so that its next call checks the table again: with
+// auto-migration it creates it anew (its token sequence seeded above the
+// tokens the lost one handed out: see SeedSequence in
+// internal/store/queries.sql), and with [Config.DisableAutoMigrate] the
+// call fails at once with lostTableError. A function missing beside the
+// table makes the client forget its check too (the next call reinstalls
+// the functions, or reports them missing), but is no loss.
+func (c *Client) tableLost(ctx context.Context, err error) bool {
+	switch store.Classify(err) {
+	case store.KindMissing:
+	case store.KindMissingFunction:
+		c.forgetCheck(false)
+		exists, cerr := c.st.CheckReadable(ctx, c.db)
+		if cerr != nil || exists {
+			return false
+		}
+	default:
+		return false
+	}
+	c.forgetCheck(true)
+	return true
+}
+
+// forgetCheck makes the client check its table again at its next call;
+// lost: the table was found gone.
+func (c *Client) forgetCheck(lost bool) {
+	c.schema.Lock()
+	defer c.schema.Unlock()
+	if !c.ready && !c.readOK {
+		return
+	}
+	c.ready, c.readOK = false, false
+	if lost {
+		c.lostTable = true
+		c.cfg.Logger.WarnContext(c.bg, "pglease: the lease table (or its schema, or its waiters table) no longer exists: it was dropped, or lost in a failover or a restore; the client checks it again at its next call",
+			"table", c.st.Names.QualifiedTable(), "auto_migrate", !c.cfg.DisableAutoMigrate)
+	}
+}
+
+// lostTableError is the error of a call of a client with
+// Config.DisableAutoMigrate that found its lease table gone after it had
+// used it (tableLost).
+func (c *Client) lostTableError() error {
+	return errorf("%w: %s no longer exists: it was dropped, or lost in a failover or a restore, and the leases held in it ended with it; "+
+		"recreate it with 'pglease migrate' (or Client.Migrate) as a role that owns its schema; this client does not, as Config.DisableAutoMigrate is set",
+		ErrNoTable, c.st.Names.QualifiedTable())
+}
+
+// lostTableCause is the cause of the end of a lease whose row was in a
+// lost table.
+func (c *Client) lostTableCause() error {
+	return &lostError{why: "the lease table " + c.st.Names.QualifiedTable() + " no longer exists (dropped, or lost in a failover or a restore), and the lease's row went with it"}
 }
 
 // goBackground runs fn on a goroutine that Close waits for. Once Close has
@@ -482,7 +560,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 	}
 	rec, ok, err := c.st.ForceRelease(ctx, c.db, name)
 	if err != nil {
-		return Info{}, c.existingError("force-release", err)
+		return Info{}, c.existingError(ctx, "force-release", err)
 	}
 	if !ok {
 		return Info{}, errorf("%w: %q", ErrNoLease, name)
@@ -503,7 +581,7 @@ func (c *Client) Cleanup(ctx context.Context) (int64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, c.existingError("clean up", err)
+		return 0, c.existingError(ctx, "clean up", err)
 	}
 	return n, nil
 }
@@ -562,16 +640,13 @@ func (c *Client) read(ctx context.Context, what string, fn func() error) error {
 	if err != nil || !exists {
 		return err
 	}
-	if err := c.retry(ctx, fn); err != nil && !tableMissing(err) {
+	// A table dropped after the check: for a read, no table means no
+	// leases.
+	if err := c.retry(ctx, fn); err != nil && !c.tableLost(ctx, err) {
 		return opError(what, err)
 	}
 	return nil
 }
-
-// tableMissing reports a read that failed because the table (or its
-// schema) does not exist, such as one dropped after it was checked: for a
-// read, no table means no leases.
-func tableMissing(err error) bool { return store.Classify(err) == store.KindMissing }
 
 // prepare checks that the client is open and its table usable.
 func (c *Client) prepare(ctx context.Context) error {
@@ -610,8 +685,8 @@ func (c *Client) prepareExisting(ctx context.Context) error {
 
 // existingError is opError for the calls of prepareExisting: a table
 // dropped after the check is [ErrNoTable] too.
-func (c *Client) existingError(op string, err error) error {
-	if tableMissing(err) {
+func (c *Client) existingError(ctx context.Context, op string, err error) error {
+	if c.tableLost(ctx, err) {
 		return c.noTable()
 	}
 	return opError(op, err)

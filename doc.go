@@ -38,7 +38,12 @@
 //     not paused (GC, SIGSTOP, VM freeze) for longer than the safety margin.
 //   - Fencing. Every acquisition gets a token from a sequence: strictly
 //     greater than every token any earlier holder of the name received, across
-//     releases, expiry, cleanup and restarts of the database or clients.
+//     releases, expiry, cleanup and restarts of the database or clients, and
+//     across the loss of the table (dropped, or lost in a failover or a
+//     restore) as long as the server clock does not run back and the lost
+//     table handed out fewer than a million tokens a second on average: a
+//     new token sequence starts at the server clock in microseconds (see
+//     docs/FAILURE-MODES.md, "A lost table").
 //     Renewal never changes the token, so a lost renewal reply is simply
 //     retried. [Lease.Guard] checks the token inside the caller's own
 //     transaction and locks the row until commit, so a stale holder's write

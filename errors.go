@@ -64,7 +64,11 @@ var (
 	// [Client.RequestStepDown] and [Client.Cleanup] when the lease table
 	// (or its schema) does not exist: they act on rows that are there and
 	// never create the table, so a mistyped table name is reported rather
-	// than created. Nothing was changed.
+	// than created. Nothing was changed. It is also returned by the calls
+	// of a client with [Config.DisableAutoMigrate] that need the table
+	// when it does not exist: never created, or gone since the client
+	// used it (dropped, or lost in a failover or a restore), until it is
+	// created ('pglease migrate', [Client.Migrate]).
 	ErrNoTable = errors.New("pglease: no lease table")
 )
 
@@ -281,7 +285,7 @@ func opError(op string, err error) error {
 	case store.KindPrivilege:
 		hint = " (the role lacks a privilege on the lease table or its sequence: grant it, or have a role that owns them create the table; see docs/OPERATIONS.md)"
 	case store.KindMissing:
-		hint = " (the lease table or its schema is missing: create it with Client.Migrate, which clients do on their own unless Config.DisableAutoMigrate is set)"
+		hint = " (the lease table or its schema does not exist: it was never created, or was dropped, or lost in a failover or a restore; create it with Client.Migrate, which a client does before its first acquisition, and again before the next one once it found the table lost, unless Config.DisableAutoMigrate is set)"
 	case store.KindAuth:
 		hint = " (authentication failed: check the user and password)"
 	case store.KindNoDatabase:

@@ -327,6 +327,11 @@ func (l *Lease) removeRow(ctx context.Context, report bool) error {
 	start := time.Now()
 	for {
 		err := c.releaseRow(ctx, l)
+		if c.tableLost(ctx, err) {
+			// The row went with the table: the lease is released all
+			// the same, and nobody holds the name by it.
+			err = nil
+		}
 		if err == nil {
 			if report {
 				l.reportEnd(Event{Kind: EventReleased, Latency: time.Since(start), Context: caller})
@@ -422,6 +427,10 @@ func (l *Lease) guard(ctx context.Context, q store.Querier) error {
 	switch {
 	case ended != nil:
 		return errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, ended)
+	case l.c.tableLost(ctx, err):
+		// The row went with the table: the lease is lost.
+		l.lose(l.c.lostTableCause())
+		return errorf("%w: %q token %d: %w", ErrNotHeld, l.name, l.token, l.err())
 	case errors.Is(err, store.ErrNotHeld):
 		// The server says the row is gone or has another token: the
 		// lease is lost, whatever the renewals last saw.

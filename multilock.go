@@ -224,8 +224,9 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 // acquireSet runs the acquisition engine for a set (names sorted), once
 // (TryAcquireAll) or until ctx ends (AcquireAll).
 func (c *Client) acquireSet(ctx context.Context, names []string, o leaseOptions, wait bool) (*LeaseSet, error) {
-	a := &acquisition{c: c, names: names, set: true, o: o, wait: wait}
-	leases, err := a.run(ctx)
+	leases, err := c.runAcquisition(ctx, func() *acquisition {
+		return &acquisition{c: c, names: names, set: true, o: o, wait: wait}
+	})
 	if err != nil {
 		return nil, err
 	}

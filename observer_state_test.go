@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,12 +122,14 @@ func TestFailedReleaseIsReportedWithItsError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The delete cannot succeed without its table; the error is not
-	// retryable.
-	pgtest.Exec(t, fmt.Sprintf("DROP TABLE %s CASCADE", c.cfg.Table))
+	// A trigger refuses the delete; the error is not retryable. (Without
+	// its table a release succeeds: the row went with the table.)
+	schema, _, _ := strings.Cut(c.cfg.Table, ".")
+	pgtest.Exec(t, fmt.Sprintf(`CREATE FUNCTION %[1]s.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+		CREATE TRIGGER refuse BEFORE DELETE ON %[2]s FOR EACH ROW EXECUTE FUNCTION %[1]s.refuse()`, schema, c.cfg.Table))
 	relErr := l.Release(ctx)
-	if relErr == nil {
-		t.Fatal("Release succeeded without a table")
+	if relErr == nil || !strings.Contains(relErr.Error(), "refused") {
+		t.Fatalf("Release with a trigger that refuses the delete: %v", relErr)
 	}
 	e := log.await(t, "the failed release to be reported", is(EventReleased, "doomed"))
 	if e.Err == nil || e.Err.Error() != relErr.Error() {

@@ -137,6 +137,14 @@ func (c *Client) renew(ctx context.Context, leases []*Lease) (lost []*Lease, err
 		res, err = c.st.Renew(ctx, q, batch, c.id)
 		return err
 	})
+	if c.tableLost(ctx, err) {
+		// The table is gone, and every row in it: the leases are lost,
+		// and renewing them until their deadlines would only fail.
+		for _, l := range live {
+			l.lose(c.lostTableCause())
+		}
+		return live, nil
+	}
 	if err != nil {
 		return nil, err
 	}

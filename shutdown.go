@@ -153,6 +153,9 @@ func (c *Client) releaseOrphans() error {
 		orphans, err = c.st.Orphans(ctx, c.db, c.id, names, shared)
 		return err
 	})
+	if c.tableLost(ctx, err) {
+		return nil // no table, no rows
+	}
 	if err != nil {
 		return opError(fmt.Sprintf("release the rows acquisitions of %q whose replies were lost may have been granted (they expire after their TTL)",
 			append(names, shared...)), err)

@@ -39,7 +39,7 @@ func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 		return err
 	})
 	if err != nil {
-		return c.existingError("request a step-down", err)
+		return c.existingError(ctx, "request a step-down", err)
 	}
 	if !ok {
 		return errorf("%w: nothing holds %q, so nobody was asked to step down", ErrNoLease, name)

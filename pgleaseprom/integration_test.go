@@ -163,17 +163,19 @@ func TestWithClient(t *testing.T) {
 		t.Fatalf("is_leader{leader} = %v after the term, want 0", got)
 	}
 
-	// A release that cannot delete its row (the table is dropped; the
-	// error is not retryable) still ends the lease for the gauge.
+	// A release that cannot delete its row (a trigger refuses the delete;
+	// the error is not retryable) still ends the lease for the gauge.
 	doomed, err := c.TryAcquire(ctx, "doomed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	log.await(t, "the acquisition of doomed", is(pglease.EventAcquired, "doomed"))
-	pgtest.Exec(t, "DROP TABLE "+table+" CASCADE")
+	schema := table[:len(table)-len(".leases")]
+	pgtest.Exec(t, fmt.Sprintf(`CREATE FUNCTION %[1]s.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+		CREATE TRIGGER refuse BEFORE DELETE ON %[2]s FOR EACH ROW EXECUTE FUNCTION %[1]s.refuse()`, schema, table))
 	relErr := doomed.Release(ctx)
 	if relErr == nil {
-		t.Fatal("Release succeeded without a table")
+		t.Fatal("Release succeeded though a trigger refused its delete")
 	}
 	e := log.await(t, "the failed release", is(pglease.EventReleased, "doomed"))
 	if e.Err == nil {

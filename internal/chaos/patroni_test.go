@@ -139,6 +139,19 @@ func haSuite(t *testing.T, sync bool, plan []string, rounds int, tally *haTally)
 	for _, r := range runs {
 		r.waitBeliefs(10)
 	}
+	// The runs' tables (leases, fence) were created on the primary just
+	// now: before any fault, every replica must have them, or the first
+	// failover could promote a node without them (with asynchronous
+	// replication nothing else makes sure of it). WaitHealthy checks that
+	// every replica has replayed the primary's WAL.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	began := time.Now()
+	if err := c.WaitHealthy(ctx); err != nil {
+		cancel()
+		t.Fatalf("the cluster was not healthy once the tables were created: %v\n%s", err, c.Logs())
+	}
+	cancel()
+	t.Logf("every replica had replayed the tables' creation %v after the holders made progress", time.Since(began).Round(time.Millisecond))
 	var faults []Fault
 	for round := range rounds {
 		for _, name := range plan {

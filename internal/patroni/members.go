@@ -124,7 +124,11 @@ func (n *Node) writable(ctx context.Context) error {
 
 // WaitHealthy waits until every node runs, one is the leader and accepts
 // writes, every replica streams on the leader's timeline without lag, and
-// (with Sync) one of them is the synchronous standby.
+// (with Sync) one of them is the synchronous standby. "Without lag" is
+// checked on the servers themselves, not only as Patroni reports it (from
+// positions it stores every loop_wait): every replica has replayed the
+// WAL the leader had written when asked, so that what was committed
+// before WaitHealthy returns (a test's tables) is on every node.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	var last string
 	for {
@@ -135,6 +139,8 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 			last = why
 		} else if err := leader.writable(ctx); err != nil {
 			last = err.Error()
+		} else if err := c.replayed(ctx, leader); err != nil {
+			last = err.Error()
 		} else {
 			return nil
 		}
@@ -144,6 +150,49 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// replayed checks that every node but the leader has replayed the WAL
+// the leader had written when asked.
+func (c *Cluster) replayed(ctx context.Context, leader *Node) error {
+	var lsn string
+	if err := leader.query(ctx, `SELECT pg_current_wal_lsn()::text`, nil, &lsn); err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		if n == leader {
+			continue
+		}
+		var ok bool
+		var at *string
+		if err := n.query(ctx, `SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false), pg_last_wal_replay_lsn()::text`, []any{lsn}, &ok, &at); err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%s has replayed the WAL up to %v, the leader %s had written up to %s", n.Name, ptrOr(at, "nothing"), leader.Name, lsn)
+		}
+	}
+	return nil
+}
+
+func ptrOr(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// query runs one query on a short direct connection to the node's
+// PostgreSQL and scans its row into dest.
+func (n *Node) query(ctx context.Context, sql string, args []any, dest ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, n.DSN())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 }
 
 // unhealthy returns the leader of a healthy cluster, or says what is

@@ -32,6 +32,11 @@ const (
 	KindNoDatabase         // the database does not exist (3D000)
 	KindLockTableFull      // the server's lock table is full (53200)
 	KindLockTimeout        // a lock wait outlived lock_timeout (55P03)
+	// KindMissingFunction: a function does not exist (42883), such as one
+	// of the table's, dropped alone or with its schema (a statement that
+	// found the schema just before a DROP SCHEMA committed reports the
+	// function missing, not the schema).
+	KindMissingFunction
 )
 
 // Classify returns the kind of err; KindOther for anything not listed,
@@ -50,6 +55,8 @@ func Classify(err error) Kind {
 		return KindLockTableFull
 	case "55P03":
 		return KindLockTimeout
+	case "42883":
+		return KindMissingFunction
 	}
 	return KindOther
 }

@@ -36,6 +36,23 @@ CREATE SCHEMA IF NOT EXISTS {{schema}}
 -- name: CreateSequence
 CREATE SEQUENCE IF NOT EXISTS {{seq}} AS bigint MINVALUE 1 NO CYCLE
 
+-- name: SeedSequence
+-- Run just after CreateSequence (by a migration that created the sequence,
+-- and in the exported DDL): a sequence that has handed out nothing starts
+-- at the server clock, in microseconds since the Unix epoch, so that a
+-- table created again after its predecessor was lost (dropped, or missing
+-- on a new primary or a restored database) hands out tokens above every
+-- token the lost one handed out, as long as the server clock did not run
+-- back and the lost table handed out fewer than a million tokens a second
+-- on average since the Unix epoch. The sequence is marked used (is_called),
+-- so that its first token is the clock plus one, the token state
+-- (TokenState) reads the seed, and running this again (the DDL twice)
+-- changes nothing. A sequence that has handed out tokens is never touched
+-- (never moved backwards), and the seed never goes below its value.
+SELECT setval('{{seq}}', greatest((extract(epoch FROM clock_timestamp()) * 1000000)::bigint, "last_value"), true)
+  FROM {{seq}}
+ WHERE NOT "is_called"
+
 -- name: CreateTable
 CREATE TABLE IF NOT EXISTS {{table}} (
     "name"          text        NOT NULL,

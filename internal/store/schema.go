@@ -21,7 +21,7 @@ func (s *Store) DDL() string {
 		b.WriteString(s.Q.CreateSchema + ";\n\n")
 	}
 	b.WriteString(s.Q.RefuseNewer + ";\n\n")
-	for _, st := range []string{s.Q.CreateSequence, s.Q.CreateTable, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex,
+	for _, st := range []string{s.Q.CreateSequence, s.Q.SeedSequence, s.Q.CreateTable, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex,
 		s.Q.CreateWaiters, s.Q.UpgradeWaiters, s.Q.CreateIncarnation, s.Q.CreateIncarnationFunction,
 		s.Q.CreateAcquire, s.Q.CreateRelease, s.Q.CreateAcquireShared, s.Q.CreateFence, s.Q.CreateFenceTrigger} {
 		b.WriteString(st + ";\n\n")
@@ -208,7 +208,8 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 			stmts = append(stmts, s.Q.CreateSchema)
 		}
 		if !ex.seq {
-			stmts = append(stmts, s.Q.CreateSequence)
+			// Seeded at the server clock: see SeedSequence.
+			stmts = append(stmts, s.Q.CreateSequence, s.Q.SeedSequence)
 		}
 		if !ex.table {
 			stmts = append(stmts, s.Q.CreateTable, s.Q.CreateSemaphoreIndex)

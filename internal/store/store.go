@@ -197,6 +197,7 @@ type Queries struct {
 	AcquireAllLocks, AcquireAll                               string // multi.go
 	RefuseNewer, SequenceShape                                string // schema.go
 	MigrationLockTimeout, MigrationBlockers                   string
+	SeedSequence                                              string
 }
 
 // fragments are the parts of statements that queries.sql names like
@@ -273,7 +274,7 @@ func Build(n Names) Queries {
 		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),
-		TokenState: get("TokenState"), LockTable: get("LockTable"), RepairSequence: get("RepairSequence"),
+		TokenState: get("TokenState"), LockTable: get("LockTable"), RepairSequence: get("RepairSequence"), SeedSequence: get("SeedSequence"),
 		CreateAcquire: get("CreateAcquire"), CreateRelease: get("CreateRelease"),
 		CreateAcquireShared: get("CreateAcquireShared"), AcquireShared: get("AcquireShared"),
 		CreateFence: get("CreateFence"), CreateFenceTrigger: get("CreateFenceTrigger"),
