@@ -24,6 +24,9 @@ type Figures struct {
 	Allowed    int
 	Slow       []string // within the slack, over the specification's bound
 	Stale      [2]int   // stale guarded writes: rejected, attempted
+	Upgrades   int      // sequences that began with agents of the previous release
+	Fenced     int      // their sets the fence refused after the upgrade
+	InFlight   int      // their single acquisitions the fence refused, in flight across the upgrade
 }
 
 // Add counts one sequence.
@@ -52,6 +55,11 @@ func (f *Figures) Add(h *History, r Report) {
 	f.Slow = append(f.Slow, r.Slow...)
 	f.Stale[0] += r.StaleRejected
 	f.Stale[1] += r.StaleAttempts
+	if h.Upgrade != 0 {
+		f.Upgrades++
+	}
+	f.Fenced += r.Fenced
+	f.InFlight += r.FencedInFlight
 }
 
 // String is the summary: totals, then one line of latencies per topology.
@@ -63,6 +71,8 @@ func (f *Figures) String() string {
 	skipped, n := countList(f.Unmeasured)
 	fmt.Fprintf(&b, "  names freed with a waiter: %d measured, %d not (%s); overlaps in the documented window %d; stale guarded writes rejected %d of %d\n",
 		f.Measured, n, skipped, f.Allowed, f.Stale[0], f.Stale[1])
+	fmt.Fprintf(&b, "  upgrades under agents of the previous release: %d sequences, %d of their sets refused by the fence, %d of their single acquisitions (in flight across the upgrade)\n",
+		f.Upgrades, f.Fenced, f.InFlight)
 	var topos []Topology
 	for t := range f.Latencies {
 		topos = append(topos, t)
