@@ -520,3 +520,19 @@ func TestCheckUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// A name a killed plain holder's row still holds on the server leaves no
+// room for a waiter until it expires: a release of another shared holder
+// beside it is not measured (seed 463608: measured as a 2.3 s hand-off,
+// the killed holder's row expiring then).
+func TestCheckAKilledHoldersRowLeavesNoRoom(t *testing.T) {
+	b := newHist()
+	b.acquire(1, CmdTry, Shared, "c#0", 1, 100, 110)
+	s := b.acquire(2, CmdTry, Shared, "c#1", 2, 120, 130)
+	b.acquire(3, CmdAcquire, Plain, "c", 3, 150, 3200)
+	b.fault(FaultKill, 1, 160, 190)
+	b.release(s, 890, 900)
+	if r := Check(b.h, bounds); !r.OK() || r.Unmeasured["no room: other holders"] != 2 {
+		t.Fatalf("a release beside a killed shared holder's row: %v, unmeasured %v", r.Violations, r.Unmeasured)
+	}
+}

@@ -354,6 +354,11 @@ func (c *checker) measure(o opening) {
 			others = append(others, l)
 		}
 	}
+	for _, l := range h.Leases {
+		if l.Resource == o.res && !slices.Contains(o.freed, l) && c.lingers(l, o.from) {
+			others = append(others, l)
+		}
+	}
 	slots := o.slots
 	for _, l := range others {
 		// (Shared leases, slots 0, leave no room for an exclusive waiter;
@@ -392,6 +397,18 @@ func (c *checker) measure(o opening) {
 	default:
 		c.skip("a new attempt took it first")
 	}
+}
+
+// lingers reports whether l's row may still be held on the server at t
+// though its holder is dead: a lease its process's SIGKILL ended, not
+// bound to a session that ended with it (a plain lease, or an old agent's
+// fast-failover one), lives on until it expires, within a TTL of the kill.
+func (c *checker) lingers(l *Lease, t int64) bool {
+	p := c.h.proc(l.Proc)
+	if p.Killed == 0 || p.Killed > t || l.Start() > p.Killed || c.h.end(l) < p.Killed {
+		return false
+	}
+	return (!l.Session || p.Old) && t < p.Killed+int64(c.h.TTL)
 }
 
 // doubleDeath reports whether o is a holder's SIGKILL in the instant
