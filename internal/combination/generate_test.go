@@ -63,7 +63,12 @@ func (g *generator) next(s *sequence) Step {
 			// the name.
 			g.upgraded = true
 			i := slices.IndexFunc(g.plan, func(st Step) bool { return st.Do == DoAwait }) + 1
-			g.plan = slices.Insert(g.plan, i, Step{Do: DoUpgrade})
+			up := []Step{{Do: DoUpgrade}}
+			if g.chance(0.5) {
+				// An old agent's set, which the fence refuses from now on.
+				up = append(up, Step{Do: DoTryAll, Agent: g.rng.IntN(g.old), Names: []string{"a", "c"}})
+			}
+			g.plan = slices.Insert(g.plan, i, up...)
 		}
 	}
 	st := g.plan[0]
