@@ -252,7 +252,11 @@ func shrinkTo(t *testing.T, cfg config, h *History, want Violation, budget time.
 			break
 		}
 	}
-	return fmt.Sprintf("shortest sequence found that shows a %q violation (%d steps, %d runs):\n%s", want.Kind, len(steps), runs, Listing(steps))
+	with := ""
+	if cfg.Old > 0 {
+		with = fmt.Sprintf(", with config.Old = %d (the regression cases' upgrading)", cfg.Old)
+	}
+	return fmt.Sprintf("shortest sequence found that shows a %q violation (%d steps, %d runs%s):\n%s", want.Kind, len(steps), runs, with, Listing(steps))
 }
 
 // save writes a history for the external linearizability checker when

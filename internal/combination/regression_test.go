@@ -148,7 +148,8 @@ var regressions = []struct {
 		// a plain waiter left. It is a race (the holder's death must be
 		// seen before the waiter's; the holder is killed first): with
 		// engine.go of 8f6eb93 about 1 round in 5 took 10.0 s, and the
-		// case (four runs) failed 3 times of 3; now 15-270 ms.
+		// case (four runs) failed 3 times of 3; now 14-300 ms (with
+		// -race).
 		// The waiters' clients have held a fast-failover lease before, so
 		// that they queue on the server from their first attempt, and the
 		// second comes 300 ms after the first has queued, so that it
