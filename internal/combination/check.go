@@ -59,8 +59,11 @@ type Report struct {
 	// FencedInFlight counts their single acquisitions refused by the
 	// fence: in flight across the upgrade (see fenced).
 	FencedInFlight int
-	Measured       int            // openings with a waiter, measured
-	Unmeasured     map[string]int // openings with a waiter, not measured, by why
+	// Open describes the measured take-overs of an open gap, held to the
+	// expiry bound, that fast failover's bound would have failed.
+	Open       []string
+	Measured   int            // openings with a waiter, measured
+	Unmeasured map[string]int // openings with a waiter, not measured, by why
 }
 
 // OK reports whether no property was violated.

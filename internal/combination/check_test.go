@@ -463,7 +463,16 @@ func TestCheckDoubleDeath(t *testing.T) {
 		}
 	}
 
-	b := newHist()
+	// Open: the first waiter had no session (it never asked for fast
+	// failover): the expiry bound, and counted.
+	b, w := build(Fast)
+	b.h.Ops[1].Mode = Plain
+	w.Acq.Ret = ms(4000)
+	if r := Check(b.h, bounds); !r.OK() || len(r.Open) != 1 {
+		t.Errorf("a double death with a first waiter without a session, taken over at the row's expiry: %v, open %v", r.Violations, r.Open)
+	}
+
+	b = newHist()
 	h := b.acquire(1, CmdTry, Plain, "y", 1, 100, 110)
 	b.op(2, CmdAcquire, Plain, []string{"y"}, 200, -1)
 	b.acquire(3, CmdAcquire, Plain, "y", 2, 210, 5500)

@@ -27,6 +27,7 @@ type Figures struct {
 	Upgrades   int      // sequences that began with agents of the previous release
 	Fenced     int      // their sets the fence refused after the upgrade
 	InFlight   int      // their single acquisitions the fence refused, in flight across the upgrade
+	Open       []string // take-overs of an open gap over fast failover's bound (held to the expiry bound)
 }
 
 // Add counts one sequence.
@@ -60,6 +61,7 @@ func (f *Figures) Add(h *History, r Report) {
 	}
 	f.Fenced += r.Fenced
 	f.InFlight += r.FencedInFlight
+	f.Open = append(f.Open, r.Open...)
 }
 
 // String is the summary: totals, then one line of latencies per topology.
@@ -90,6 +92,10 @@ func (f *Figures) String() string {
 	fmt.Fprintf(&b, "  %-14s %-18s %-29s %s\n", "event", "holder had it by", "waiters", "latency to the waiter's return")
 	for _, t := range topos {
 		fmt.Fprintf(&b, "  %-14s %-18s %-29s %s\n", t.Event, t.HolderGot, t.Waiters, Stats(f.Latencies[t]))
+	}
+	fmt.Fprintf(&b, "  open (held to the expiry bound), over fast failover's: %d\n", len(f.Open))
+	for _, s := range f.Open {
+		fmt.Fprintf(&b, "    %s\n", s)
 	}
 	fmt.Fprintf(&b, "  over the specification's bound, within the slack: %d\n", len(f.Slow))
 	for _, s := range f.Slow {

@@ -276,6 +276,7 @@ func (c *checker) measure(o opening) {
 		}
 	}
 	var ws []*Op
+	open := false
 	if o.kind == EvFast {
 		// The bound applies to every lease acquired WithFastFailover,
 		// however it was had, and to every waiter that takes it over
@@ -290,11 +291,19 @@ func (c *checker) measure(o opening) {
 			fast = fast && l.Session && !h.proc(l.Proc).Old
 		}
 		ws = c.waiters(o)
-		if !fast || len(ws) == 0 || (c.doubleDeath(o) && slices.ContainsFunc(ws, func(w *Op) bool { return h.proc(w.Proc).Old })) {
+		dead := c.doubleDeath(o)
+		if !fast || len(ws) == 0 || (len(dead) > 0 && slices.ContainsFunc(ws, func(w *Op) bool { return h.proc(w.Proc).Old })) {
 			// (A waiter of the previous release behind a first waiter that
 			// died with the holder takes over at its poll: that release
 			// lacks the look again of issue 41 item 8. The expiry bound.)
 			o.kind = EvExpiry
+		} else if slices.ContainsFunc(dead, c.sessionless) {
+			// Open: a first waiter that died with the holder and whose
+			// client had no dedicated session (it never asked for fast
+			// failover) cannot be seen dead; the waiters left take the
+			// name once its place in the queue goes stale, about a TTL
+			// later. Held to the expiry bound, and counted.
+			o.kind, open = EvExpiry, true
 		}
 	}
 	if o.kind != EvFast {
@@ -374,6 +383,10 @@ func (c *checker) measure(o opening) {
 		d := time.Duration(max(first.Start()-o.at, 0))
 		c.r.Measured++
 		c.r.Latencies = append(c.r.Latencies, Latency{topo, d})
+		if open && d > c.b.FastFailover+c.b.FastFailoverSlack {
+			c.r.Open = append(c.r.Open, fmt.Sprintf("fast-failover of %q at %s (%s) with the first waiter, without a session, killed too: a waiter (%s) held it %v later (%s)",
+				o.res, c.ts(o.at), c.freedBy(o), c.owner(first.Proc), d.Round(time.Millisecond), c.waitList(ws)))
+		}
 		switch {
 		case d > bound:
 			c.violate("liveness of "+o.kind, first.Start(), "%s of %q at %s (%s): a waiter (%s) held it only %v later; the bound is %v (%s)",
@@ -411,12 +424,13 @@ func (c *checker) lingers(l *Lease, t int64) bool {
 	return (!l.Session || p.Old) && t < p.Killed+int64(c.h.TTL)
 }
 
-// doubleDeath reports whether o is a holder's SIGKILL in the instant
-// another process waiting for o's resource was killed too.
-func (c *checker) doubleDeath(o opening) bool {
+// doubleDeath returns, when o is a holder's SIGKILL, the other processes
+// waiting for o's resource killed in the same instant.
+func (c *checker) doubleDeath(o opening) []int {
 	if o.fault == nil || o.fault.Kind != FaultKill {
-		return false
+		return nil
 	}
+	var out []int
 	for i := range c.h.Faults {
 		f := &c.h.Faults[i]
 		if f == o.fault || f.Kind != FaultKill || f.Start != o.fault.Start {
@@ -424,12 +438,25 @@ func (c *checker) doubleDeath(o opening) bool {
 		}
 		for _, w := range c.h.Ops {
 			if w.Proc == f.Proc && (w.Kind == CmdAcquire || w.Kind == CmdAll) && slices.Contains(w.Names, o.res) &&
-				w.Called() < o.from && !w.Returned(o.from) {
-				return true
+				w.Called() < o.from && !w.Returned(o.from) && !slices.Contains(out, f.Proc) {
+				out = append(out, f.Proc)
 			}
 		}
 	}
-	return false
+	return out
+}
+
+// sessionless reports whether proc's client never asked for fast failover
+// before it was killed: it had no dedicated session, whose locks tell
+// other clients it lives.
+func (c *checker) sessionless(proc int) bool {
+	killed := c.h.proc(proc).Killed
+	for _, o := range c.h.Ops {
+		if o.Proc == proc && (o.Kind == CmdAcquire || o.Kind == CmdTry) && o.Mode.Fast() && o.Called() < killed {
+			return false
+		}
+	}
+	return true
 }
 
 // skip counts an opening that was not measured, and why.
