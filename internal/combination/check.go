@@ -54,7 +54,14 @@ type Report struct {
 	Latencies       []Latency
 	// Slow describes the measured latencies above the specification's
 	// bound but within the slack.
-	Slow       []string
+	Slow   []string
+	Fenced int // sets of the previous release's agents refused by the fence
+	// FencedInFlight counts their single acquisitions refused by the
+	// fence: in flight across the upgrade (see fenced).
+	FencedInFlight int
+	// Open describes the measured take-overs of an open gap, held to the
+	// expiry bound, that fast failover's bound would have failed.
+	Open       []string
 	Measured   int            // openings with a waiter, measured
 	Unmeasured map[string]int // openings with a waiter, not measured, by why
 }
@@ -332,6 +339,14 @@ func (c *checker) errors() {
 			if e.Matches("NotAcquired") || e.Matches("SlotsMismatch") || c.otherKindHeld(o) {
 				continue
 			}
+			if c.fenced(o) {
+				if o.Kind == CmdAll || o.Kind == CmdTryAll {
+					c.r.Fenced++
+				} else {
+					c.r.FencedInFlight++
+				}
+				continue
+			}
 		case CmdGuard:
 			if e.Matches("NotHeld") || e.Matches("LeaseLost") {
 				continue
@@ -398,6 +413,20 @@ func (c *checker) closes() {
 				c.owner(o.Proc), c.ts(o.Ret), g.Row, g.Token, what)
 		}
 	}
+}
+
+// fencedMsg is what this version's fence answers an earlier release's
+// acquisition by a statement of its own (a set): refused, nothing written.
+const fencedMsg = "a client of an earlier pglease release may not acquire leases"
+
+// fenced reports whether o is an acquisition of an agent of the previous
+// release, returned after the table's upgrade began, refused by this
+// version's fence with the error that says to upgrade (an older release,
+// fenced): a set, a statement of its own, always; a single name when its
+// statement was in flight across the upgrade, waiting inside the earlier
+// version's function, whose body then writes without the mark.
+func (c *checker) fenced(o *Op) bool {
+	return c.h.proc(o.Proc).Old && c.h.Upgrade != 0 && o.Ret >= c.h.Upgrade && strings.Contains(o.Err.Msg, fencedMsg)
 }
 
 // otherKindHeld reports whether a row of another kind than o asks for (a

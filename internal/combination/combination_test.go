@@ -23,6 +23,10 @@ const (
 	// EnvShrink bounds the time spent shrinking a failing seed, in
 	// seconds (default 45; 300 with PGLEASE_SOAK; 0: do not shrink).
 	EnvShrink = "PGLEASE_COMBO_SHRINK"
+	// EnvUpgrade set to 1 makes every sequence begin with agents of the
+	// previous release and upgrade the table under them, set to 0 none
+	// (default: one sequence in four, as the seed chooses).
+	EnvUpgrade = "PGLEASE_COMBO_UPGRADE"
 )
 
 // TestCombination runs random sequences of modes, topologies and faults,
@@ -43,8 +47,25 @@ func TestCombination(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			g := newGenerator(seed, short.Agents)
+			cfg := short
+			switch os.Getenv(EnvUpgrade) {
+			case "1":
+				g.old = 2
+			case "0":
+				g.old = 0
+			}
+			if g.old > 0 {
+				if _, took, err := oldAgentBinary(); err != nil {
+					t.Logf("seed %d: no upgrade under agents of release %s, which cannot be built here: %v", seed, oldRelease, err)
+					g.old = 0
+				} else {
+					cfg.Old = g.old
+					t.Logf("seed %d: begins with %d agents of release %s (schema version 8), upgraded under them (the agent's build took %v, once per run)",
+						seed, cfg.Old, oldRelease, took.Round(time.Millisecond))
+				}
+			}
 			n := 0
-			h, rep := runSequence(t, short, func(s *sequence) (Step, bool) {
+			h, rep := runSequence(t, cfg, func(s *sequence) (Step, bool) {
 				n++
 				return g.next(s), n <= steps
 			})
@@ -59,7 +80,7 @@ func TestCombination(t *testing.T) {
 			}
 			t.Errorf("seed %d: %s", seed, failure(h, rep))
 			if shrinkFor > 0 {
-				t.Log(shrink(t, h, rep, shrunk, shrinkFor))
+				t.Log(shrink(t, cfg, h, rep, shrunk, shrinkFor))
 			}
 		})
 	}
@@ -152,6 +173,9 @@ func failure(h *History, rep Report) string {
 		}
 		fmt.Fprintf(&b, "  %s\n", v)
 	}
+	if h.Upgrade != 0 {
+		fmt.Fprintf(&b, "(config.Old: agents of release %s in the first slots created the table; the others arrived with the upgrade)\n", oldRelease)
+	}
 	b.WriteString("the sequence (after its agents connected and created the table at once):\n")
 	b.WriteString(steplist(h))
 	return b.String()
@@ -171,7 +195,7 @@ func steplist(h *History) string {
 // earlier sequence of the run was shrunk for (the first three), for a
 // shorter sequence that shows it too, sharing the time budget between
 // them.
-func shrink(t *testing.T, h *History, rep Report, shrunk map[string]bool, budget time.Duration) string {
+func shrink(t *testing.T, cfg config, h *History, rep Report, shrunk map[string]bool, budget time.Duration) string {
 	var firsts []Violation
 	for _, v := range rep.Violations {
 		if !shrunk[v.Kind] && len(firsts) < 3 {
@@ -184,7 +208,7 @@ func shrink(t *testing.T, h *History, rep Report, shrunk map[string]bool, budget
 	}
 	var out []string
 	for _, v := range firsts {
-		out = append(out, shrinkTo(t, h, v, budget/time.Duration(len(firsts))))
+		out = append(out, shrinkTo(t, cfg, h, v, budget/time.Duration(len(firsts))))
 	}
 	return strings.Join(out, "\n")
 }
@@ -193,12 +217,12 @@ func shrink(t *testing.T, h *History, rep Report, shrunk map[string]bool, budget
 // want's kind: first the prefix up to the step in which want happened,
 // then with chunks of steps dropped, halving the chunk, as long as the
 // time allows. Each try runs the steps again against a new table.
-func shrinkTo(t *testing.T, h *History, want Violation, budget time.Duration) string {
+func shrinkTo(t *testing.T, cfg config, h *History, want Violation, budget time.Duration) string {
 	deadline := time.Now().Add(budget)
 	runs := 0
 	fails := func(steps []Step) bool {
 		runs++
-		_, r := runSteps(t, short, steps)
+		_, r := runSteps(t, cfg, steps)
 		return slices.ContainsFunc(r.Violations, func(v Violation) bool { return v.Kind == want.Kind })
 	}
 	steps := executed(h)
@@ -228,7 +252,11 @@ func shrinkTo(t *testing.T, h *History, want Violation, budget time.Duration) st
 			break
 		}
 	}
-	return fmt.Sprintf("shortest sequence found that shows a %q violation (%d steps, %d runs):\n%s", want.Kind, len(steps), runs, Listing(steps))
+	with := ""
+	if cfg.Old > 0 {
+		with = fmt.Sprintf(", with config.Old = %d (the regression cases' upgrading)", cfg.Old)
+	}
+	return fmt.Sprintf("shortest sequence found that shows a %q violation (%d steps, %d runs%s):\n%s", want.Kind, len(steps), runs, with, Listing(steps))
 }
 
 // save writes a history for the external linearizability checker when

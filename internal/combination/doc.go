@@ -15,6 +15,29 @@
 // every agent opens its client, then all create the table at once, half of
 // them spelling it "leases" under a search_path, half "schema.leases".
 //
+// One sequence in four begins as a rolling upgrade does: two agents of
+// the previous release (commit 23c8c33, schema version 8: its own
+// combination test binary, built once per run from git archive, kept in
+// the temporary directory for later runs, and left out with a log line
+// where the history is missing, as in a shallow clone) open their
+// clients and create the table at version 8, hold and wait on names; then
+// (DoUpgrade) the agents of this version arrive in the other slots and
+// migrate the table under them. The old agents go on with every step
+// but a shutdown (the earlier agent does not report its Close); a killed
+// one is replaced by an agent of this version, as a replica restarted
+// after its upgrade would be. The checker holds old and new agents alike
+// to every property, with what the upgrade documents: an old agent's
+// set, a statement of its own, is refused by this version's fence with
+// an error that says to upgrade ("an older release, fenced"), and so is
+// its single acquisition whose statement was in flight across the
+// migration (waiting inside the earlier version's function, whose body
+// writes without the fence's mark); a fast-failover lease of an old
+// agent is taken over at its expiry (its row carries the earlier form
+// of the server incarnation), so it is held to the expiry bound, as is
+// an old agent's wait behind a first waiter that died with the holder
+// (the earlier release looks again only at its poll there).
+// PGLEASE_COMBO_UPGRADE=1 makes every sequence an upgrade, =0 none.
+//
 // Then come the steps ([Step]): acquisitions in every mode (plain, fast
 // failover, slots of 2 or 3, fast-failover slots, shared leases plain or
 // fast-failover, now and then with a maximum hold, sets of names with
@@ -24,6 +47,10 @@
 // register table (with a lease that is held, or one that has ended),
 // reads of the registers, and faults: pg_terminate_backend of an agent's
 // client's backends, SIGKILL of an agent (a new process takes its place),
+// SIGKILL of a name's holder and of the first waiter for it in another
+// process in the same instant (a holder and the first waiter in its queue
+// dying together, as when one node ran both; new processes take both
+// places),
 // a shutdown in the middle of a call (the agent starts a blocking
 // acquisition of a name in any mode or of a set and, a moment after its
 // statement left, gets SIGTERM: it cuts every call's context and closes
@@ -95,11 +122,21 @@
 //     partition, or a restart for fast-failover leases) TTL +
 //     PollInterval from the fault.
 //
-// A freed name is not measured when another fault hit a waiter, the
-// server, or the holder (unless the event is the holder's SIGKILL: however
-// it got and kept its lease, its death must be noticed) from 2 s before
-// the event until the take-over (a woken waiter that cannot act holds the
-// others up, as documented), when
+// A waiter killed by the event's instant is no waiter: its locks and its
+// place in the queue free with it, so when a holder and the first waiter
+// die together the waiters left are measured, against the bound of the
+// holder's death (fast failover's for a fast-failover holder, the expiry
+// bound for a plain one). Open: when the first waiter's client never asked
+// for fast failover (it has no dedicated session, whose locks would tell
+// that it died), the waiters left take the name only once its place in the
+// queue goes stale, about a TTL after the kill; such a take-over is held
+// to the expiry bound and listed in the figures ("open"). A freed name is not measured when another fault
+// hit a waiter, the server, or the holder (unless the event is the
+// holder's SIGKILL: however it got and kept its lease, its death must be
+// noticed) from 2 s before the event until the take-over (a woken waiter
+// that cannot act holds the others up, as documented; a waiter killed
+// after the event too: a release that woke it leaves the others to their
+// next look, a known gap), when
 // other holders leave no room, when a new attempt took it first, or when
 // every waiter gave up; the figures count these.
 //

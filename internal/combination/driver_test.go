@@ -37,6 +37,11 @@ type config struct {
 	// OneByOne opens the agents' clients one after another instead of
 	// all at once (a regression case about something else).
 	OneByOne bool
+	// Old is how many agent slots (the first ones) start as agents of the
+	// previous release (oldRelease), which create the table at its schema
+	// version; the other slots stay empty until a DoUpgrade step, when
+	// agents of this version arrive and migrate the table under them.
+	Old int
 }
 
 // short is the configuration of every sequence: a TTL long enough that a
@@ -86,6 +91,7 @@ type agentProc struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	proxy   *pgtest.Proxy
+	old     bool // an agent of the previous release (see config.Old)
 	exited  chan struct{}
 	errLog  string
 	delayed int64 // when its traffic began to be delayed (0: it is not)
@@ -104,28 +110,42 @@ func newSequence(t *testing.T, cfg config) *sequence {
 	s.admin = pgtest.Pool(t)
 	s.h = &History{TTL: cfg.TTL, Poll: cfg.Poll, Begin: now()}
 	s.agents = make([]*agentProc, cfg.Agents)
+	var first []int
 	for i := range s.agents {
-		s.agents[i] = s.spawn(i)
+		switch {
+		case cfg.Old == 0:
+			s.agents[i] = s.spawn(i)
+		case i < cfg.Old:
+			s.agents[i] = s.spawnAs(i, oldAgent(t))
+		default:
+			continue // arrives with the upgrade
+		}
+		first = append(first, i)
 	}
 	t.Cleanup(s.kill) // if the test stops before finish
-	// Every client connects, then every one creates the table at once
-	// (or one after the other: OneByOne).
+	s.open(first)
+	return s
+}
+
+// open has the agents of slots connect, then every one create the table
+// at once (or one after the other: OneByOne), trying again after a
+// failure.
+func (s *sequence) open(slots []int) {
 	for _, cmd := range []string{CmdOpen, CmdMigrate} {
 		var ops []*Op
-		for _, a := range s.agents {
-			ops = append(ops, s.send(a, Command{Op: cmd}, nil))
-			if cfg.OneByOne {
+		for _, i := range slots {
+			ops = append(ops, s.send(s.agents[i], Command{Op: cmd}, nil))
+			if s.cfg.OneByOne {
 				s.waitReply(ops[len(ops)-1])
 			}
 		}
 		for i, o := range ops {
 			s.waitReply(o)
 			if o.Err != nil {
-				s.start(s.agents[i])
+				s.start(s.agents[slots[i]])
 			}
 		}
 	}
-	return s
 }
 
 // start opens an agent's client and creates the table, trying again after
@@ -145,14 +165,28 @@ func (s *sequence) start(a *agentProc) {
 	}
 }
 
-// spawn starts the agent process of a slot.
+// spawn starts the agent process of a slot: of the previous release
+// while the sequence awaits its upgrade (a replica restarted before its
+// upgrade), else of this version.
 func (s *sequence) spawn(slot int) *agentProc {
 	s.mu.Lock()
+	before := s.cfg.Old > 0 && s.h.Upgrade == 0
+	s.mu.Unlock()
+	if before {
+		return s.spawnAs(slot, oldAgent(s.t))
+	}
+	return s.spawnAs(slot, "")
+}
+
+// spawnAs starts the agent process of a slot: the binary bin (an earlier
+// release's test binary, see oldAgent), or this test binary if bin is "".
+func (s *sequence) spawnAs(slot int, bin string) *agentProc {
+	s.mu.Lock()
 	s.nextPID++
-	p := &Proc{ID: s.nextPID, Agent: slot, Start: now()}
+	p := &Proc{ID: s.nextPID, Agent: slot, Start: now(), Old: bin != ""}
 	s.mu.Unlock()
 	p.Owner = fmt.Sprintf("combo-%s-a%dp%d", s.schema[len(s.schema)-min(len(s.schema), 8):], slot, p.ID)
-	a := &agentProc{slot: slot, p: p, exited: make(chan struct{})}
+	a := &agentProc{slot: slot, p: p, old: bin != "", exited: make(chan struct{})}
 	a.proxy = pgtest.NewProxy(s.t, pgtest.HostPort(s.t, s.base))
 	dsn := a.proxy.DSN(s.base)
 	p.Table = s.schema + ".leases"
@@ -172,7 +206,10 @@ func (s *sequence) spawn(slot int) *agentProc {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	a.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	if bin == "" {
+		bin = os.Args[0]
+	}
+	a.cmd = exec.Command(bin, "-test.run=^$")
 	a.cmd.Env = append(os.Environ(), EnvAgent+"="+string(b))
 	a.cmd.Stderr = ef
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -343,7 +380,7 @@ func (s *sequence) agentOf(proc int) *agentProc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.agents {
-		if a.p.ID == proc {
+		if a != nil && a.p.ID == proc {
 			return a
 		}
 	}
@@ -353,12 +390,14 @@ func (s *sequence) agentOf(proc int) *agentProc {
 // finish stops the agents (each closes its client, which releases what it
 // holds), reads the register's log and returns the history.
 func (s *sequence) finish() *History {
-	for _, a := range s.agents {
+	s.mu.Lock()
+	agents := slices.DeleteFunc(slices.Clone(s.agents), func(a *agentProc) bool { return a == nil })
+	s.mu.Unlock()
+	for _, a := range agents {
 		s.delay(a, 0)
 	}
 	s.mu.Lock()
 	s.h.End = now()
-	agents := slices.Clone(s.agents)
 	s.mu.Unlock()
 	for _, a := range agents {
 		_ = a.cmd.Process.Signal(syscall.SIGCONT)
@@ -405,7 +444,7 @@ func (s *sequence) kill() {
 	agents := slices.Clone(s.agents)
 	s.mu.Unlock()
 	for _, a := range agents {
-		if !a.dead() {
+		if a != nil && !a.dead() {
 			_ = a.cmd.Process.Kill()
 			<-a.exited
 		}

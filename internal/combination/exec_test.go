@@ -35,6 +35,9 @@ func (s *sequence) step(st Step) {
 	case DoRestart:
 		s.restart(st.Name)
 		return
+	case DoUpgrade:
+		s.upgrade()
+		return
 	case DoStatsReset:
 		// Routine in some monitoring setups; up to schema version 8 it
 		// changed the server incarnation of every fast-failover row not
@@ -78,9 +81,17 @@ func (s *sequence) step(st Step) {
 	case DoStepDown:
 		s.stepDown(a, st.Name)
 	case DoKill:
-		s.killAgent(a)
+		s.killAgents(a)
+	case DoDoubleKill:
+		if w := s.firstWaiter(st.Name, a.p.ID); w != nil {
+			s.killAgents(a, w) // the holder first: its death seen first is the harder order
+		} else {
+			s.killAgents(a)
+		}
 	case DoShutdown:
-		s.shutdown(a, st)
+		if !a.old { // (an old agent does not report its Close)
+			s.shutdown(a, st)
+		}
 	case DoPause, DoPartition:
 		s.cut(a, st)
 	case DoTerminate:
@@ -142,25 +153,57 @@ func (s *sequence) stepDown(a *agentProc, name string) {
 	}
 }
 
-// killAgent SIGKILLs the agent's process, starts another in its slot and
-// waits for the take-over of what it held.
-func (s *sequence) killAgent(a *agentProc) {
-	held := s.heldResources(a.p.ID)
-	s.delay(a, 0)
+// killAgents SIGKILLs the agents' processes in the same instant, starts
+// another in each slot and waits for the take-over of what they held.
+func (s *sequence) killAgents(as ...*agentProc) {
+	var held []string
+	for _, a := range as {
+		for _, r := range s.heldResources(a.p.ID) {
+			if !slices.Contains(held, r) {
+				held = append(held, r)
+			}
+		}
+		s.delay(a, 0)
+	}
 	start := now()
 	s.mu.Lock()
-	a.p.Killed = start
+	for _, a := range as {
+		a.p.Killed = start
+	}
 	s.mu.Unlock()
-	_ = a.cmd.Process.Kill()
-	<-a.exited
-	s.fault(FaultKill, a.p.ID, start)
-	a.proxy.Close()
-	next := s.spawn(a.slot)
-	s.mu.Lock()
-	s.agents[a.slot] = next
-	s.mu.Unlock()
-	s.start(next)
+	for _, a := range as {
+		_ = a.cmd.Process.Kill()
+	}
+	for _, a := range as {
+		<-a.exited
+		s.fault(FaultKill, a.p.ID, start)
+		a.proxy.Close()
+	}
+	for _, a := range as {
+		next := s.spawn(a.slot)
+		s.mu.Lock()
+		s.agents[a.slot] = next
+		s.mu.Unlock()
+		s.start(next)
+	}
 	s.awaitTakeovers(held, start)
+}
+
+// firstWaiter returns the agent of the oldest blocking acquisition of
+// resource still waiting in a live process other than proc's, or nil.
+func (s *sequence) firstWaiter(resource string, proc int) *agentProc {
+	s.mu.Lock()
+	var first *Op
+	for _, o := range s.h.Ops {
+		if o.Proc != proc && s.pending(o, resource) && (first == nil || o.Sent < first.Sent) {
+			first = o
+		}
+	}
+	s.mu.Unlock()
+	if first == nil {
+		return nil
+	}
+	return s.agentOf(first.Proc)
 }
 
 // shutdown shuts the agent down as a service does, in the middle of a
@@ -337,11 +380,11 @@ func (s *sequence) target(st Step) *agentProc {
 			}
 		}
 	default:
-		return s.agents[st.Agent%len(s.agents)]
+		return s.agents[st.Agent%len(s.agents)] // nil: its agent has not arrived yet
 	}
 	for _, l := range cands {
 		for _, a := range s.agents {
-			if a.p.ID == l.Proc {
+			if a != nil && a.p.ID == l.Proc {
 				return a
 			}
 		}

@@ -24,6 +24,10 @@ type Figures struct {
 	Allowed    int
 	Slow       []string // within the slack, over the specification's bound
 	Stale      [2]int   // stale guarded writes: rejected, attempted
+	Upgrades   int      // sequences that began with agents of the previous release
+	Fenced     int      // their sets the fence refused after the upgrade
+	InFlight   int      // their single acquisitions the fence refused, in flight across the upgrade
+	Open       []string // take-overs of an open gap over fast failover's bound (held to the expiry bound)
 }
 
 // Add counts one sequence.
@@ -52,6 +56,12 @@ func (f *Figures) Add(h *History, r Report) {
 	f.Slow = append(f.Slow, r.Slow...)
 	f.Stale[0] += r.StaleRejected
 	f.Stale[1] += r.StaleAttempts
+	if h.Upgrade != 0 {
+		f.Upgrades++
+	}
+	f.Fenced += r.Fenced
+	f.InFlight += r.FencedInFlight
+	f.Open = append(f.Open, r.Open...)
 }
 
 // String is the summary: totals, then one line of latencies per topology.
@@ -63,6 +73,8 @@ func (f *Figures) String() string {
 	skipped, n := countList(f.Unmeasured)
 	fmt.Fprintf(&b, "  names freed with a waiter: %d measured, %d not (%s); overlaps in the documented window %d; stale guarded writes rejected %d of %d\n",
 		f.Measured, n, skipped, f.Allowed, f.Stale[0], f.Stale[1])
+	fmt.Fprintf(&b, "  upgrades under agents of the previous release: %d sequences, %d of their sets refused by the fence, %d of their single acquisitions (in flight across the upgrade)\n",
+		f.Upgrades, f.Fenced, f.InFlight)
 	var topos []Topology
 	for t := range f.Latencies {
 		topos = append(topos, t)
@@ -80,6 +92,10 @@ func (f *Figures) String() string {
 	fmt.Fprintf(&b, "  %-14s %-18s %-29s %s\n", "event", "holder had it by", "waiters", "latency to the waiter's return")
 	for _, t := range topos {
 		fmt.Fprintf(&b, "  %-14s %-18s %-29s %s\n", t.Event, t.HolderGot, t.Waiters, Stats(f.Latencies[t]))
+	}
+	fmt.Fprintf(&b, "  open (held to the expiry bound), over fast failover's: %d\n", len(f.Open))
+	for _, s := range f.Open {
+		fmt.Fprintf(&b, "    %s\n", s)
 	}
 	fmt.Fprintf(&b, "  over the specification's bound, within the slack: %d\n", len(f.Slow))
 	for _, s := range f.Slow {

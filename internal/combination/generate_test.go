@@ -2,6 +2,7 @@ package combination
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/pglease/pglease/internal/pgtest"
@@ -27,6 +28,11 @@ type generator struct {
 	agents   int
 	restarts int // left: at most one per sequence, and only on a cluster of our own
 	plan     []Step
+	// old is how many agents of the previous release the sequence begins
+	// with (config.Old; 0: none), upgraded whether DoUpgrade is planned:
+	// until then the steps go to the old agents only.
+	old      int
+	upgraded bool
 }
 
 func newGenerator(seed uint64, agents int) *generator {
@@ -39,6 +45,11 @@ func newGenerator(seed uint64, agents int) *generator {
 	g.home["b"] = g.pickMode(Slots2, Slots3, FastSlots2, FastSlots3)
 	g.home["c"] = g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3, Shared, FastShared)
 	g.home["d"] = g.pickMode(Shared, FastShared)
+	if g.chance(0.25) {
+		// An upgrade under agents of the previous release: two of them
+		// create the table, hold and wait; then the others arrive.
+		g.old = 2
+	}
 	return g
 }
 
@@ -46,6 +57,19 @@ func newGenerator(seed uint64, agents int) *generator {
 func (g *generator) next(s *sequence) Step {
 	for len(g.plan) == 0 {
 		g.plan = g.episode(s)
+		if g.old > 0 && !g.upgraded {
+			// The agents of this version arrive once the old agents'
+			// waiters of the first episode are queued, before what frees
+			// the name.
+			g.upgraded = true
+			i := slices.IndexFunc(g.plan, func(st Step) bool { return st.Do == DoAwait }) + 1
+			up := []Step{{Do: DoUpgrade}}
+			if g.chance(0.5) {
+				// An old agent's set, which the fence refuses from now on.
+				up = append(up, Step{Do: DoTryAll, Agent: g.rng.IntN(g.old), Names: []string{"a", "c"}})
+			}
+			g.plan = slices.Insert(g.plan, i, up...)
+		}
 	}
 	st := g.plan[0]
 	g.plan = g.plan[1:]
@@ -54,7 +78,12 @@ func (g *generator) next(s *sequence) Step {
 
 func (g *generator) chance(p float64) bool { return g.rng.Float64() < p }
 
-func (g *generator) agent() int { return g.rng.IntN(g.agents) }
+func (g *generator) agent() int {
+	if g.old > 0 && !g.upgraded {
+		return g.rng.IntN(g.old)
+	}
+	return g.rng.IntN(g.agents)
+}
 
 func (g *generator) pickMode(ms ...Mode) Mode { return ms[g.rng.IntN(len(ms))] }
 
@@ -117,10 +146,14 @@ func (g *generator) episode(s *sequence) []Step {
 		out = append(out, Step{Do: DoTry, Agent: g.agent(), Name: name, Mode: mode, Hold: g.hold()})
 	}
 	w, one := g.agent(), g.chance(0.35)
+	var waiting []int // the waiters' agents, each once
 	for range 1 + g.rng.IntN(3) {
 		a := w
 		if !one {
 			a = g.agent()
+		}
+		if !slices.Contains(waiting, a) {
+			waiting = append(waiting, a)
 		}
 		wm := mode
 		switch {
@@ -143,7 +176,7 @@ func (g *generator) episode(s *sequence) []Step {
 		slow = g.agent()
 		out = append(out, Step{Do: DoDelay, Agent: slow, For: g.ms(20, 150)})
 	}
-	out = append(out, g.resetBefore(g.opening(name, mode, false), mode)...)
+	out = append(out, g.resetBefore(g.opening(name, mode, false, len(waiting)), mode)...)
 	if g.chance(0.75) {
 		// The new holder, however it got the name, is freed in turn.
 		if g.chance(0.5) {
@@ -152,7 +185,7 @@ func (g *generator) episode(s *sequence) []Step {
 		if g.chance(0.5) {
 			out = append(out, Step{Do: DoGuard, Agent: Holder, Name: name})
 		}
-		out = append(out, g.resetBefore(g.opening(name, mode, true), mode)...)
+		out = append(out, g.resetBefore(g.opening(name, mode, true, len(waiting)), mode)...)
 	}
 	if slow >= 0 {
 		out = append(out, Step{Do: DoDelay, Agent: slow})
@@ -182,8 +215,11 @@ func (g *generator) resetBefore(op Step, m Mode) []Step {
 }
 
 // opening is an event that frees name: fast-failover names see more of
-// the faults that end a session, the more so for a second holder.
-func (g *generator) opening(name string, m Mode, second bool) Step {
+// the faults that end a session, the more so for a second holder. With
+// waiters in two agents or more, the holder and the first waiter may die
+// together (the one left takes over: fast failover's bound for a
+// fast-failover holder, the expiry bound for a plain one).
+func (g *generator) opening(name string, m Mode, second bool, waiting int) Step {
 	type choice struct {
 		w  int
 		st Step
@@ -204,6 +240,13 @@ func (g *generator) opening(name string, m Mode, second bool) Step {
 		cs[2].w, cs[3].w, cs[4].w = 60, 30, 20
 	case m.Fast():
 		cs[2].w, cs[3].w, cs[4].w = 30, 15, 10
+	}
+	if waiting >= 2 {
+		w := 8
+		if m.Fast() {
+			w = 30
+		}
+		cs = append(cs, choice{w, Step{Do: DoDoubleKill, Agent: Holder, Name: name}})
 	}
 	if g.restarts > 0 {
 		cs = append(cs, choice{4, Step{Do: DoRestart, Name: [...]string{"fast", "immediate"}[g.rng.IntN(2)]}})

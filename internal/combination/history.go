@@ -12,12 +12,16 @@ import (
 type History struct {
 	TTL, Poll  time.Duration
 	Begin, End int64 // End: when the driver began stopping the agents
-	Ops        []*Op
-	Leases     []*Lease // in the order the driver heard of them
-	Faults     []Fault
-	Procs      []*Proc
-	Contended  []Contention
-	Steps      []StepRun
+	// Upgrade is when agents of this version began to migrate a table an
+	// earlier release's agents had created (0: no upgrade; see
+	// config.Old).
+	Upgrade   int64
+	Ops       []*Op
+	Leases    []*Lease // in the order the driver heard of them
+	Faults    []Fault
+	Procs     []*Proc
+	Contended []Contention
+	Steps     []StepRun
 	// Log is the committed writes in commit order (the register's log).
 	Log []LoggedWrite
 }
@@ -105,6 +109,7 @@ type Proc struct {
 	Start  int64
 	Killed int64 // 0: not killed
 	Closed int64 // when a shutdown called its client's Close (0: none)
+	Old    bool  // an agent of the previous release (oldRelease)
 }
 
 // Fault kinds.

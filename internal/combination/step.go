@@ -82,6 +82,17 @@ const (
 	// cuts the context of every call in flight and closes its client at
 	// once; a new process takes its place.
 	DoShutdown Action = "shutdown"
+	// DoDoubleKill SIGKILLs, in the same instant, the holder of Name
+	// (Agent, as a rule Holder) and the process of the first live waiter
+	// for Name in another process (the oldest blocking acquisition of it
+	// still waiting): a holder and the first waiter in its queue that die
+	// together, as when one node ran both. New processes take both places.
+	DoDoubleKill Action = "double-kill"
+	// DoUpgrade brings agents of this version into the slots that agents
+	// of the previous release left empty (a sequence with config.Old):
+	// they open their clients and migrate the table to this version at
+	// once, under the old agents, which go on.
+	DoUpgrade Action = "upgrade"
 )
 
 // Targets a Step's Agent may name instead of an agent, found when the
@@ -143,6 +154,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("restart the server (%s)", s.Name)
 	case DoStatsReset:
 		return "reset the server's statistics"
+	case DoUpgrade:
+		return "agents of this version arrive and migrate the table"
 	case DoShutdown:
 		what := fmt.Sprintf("[%s]", strings.Join(s.Names, " "))
 		if len(s.Names) == 1 {
@@ -153,6 +166,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s %s for %v", s.Do, s.agent(), s.For)
 	case DoKill, DoTerminate, DoReset:
 		return fmt.Sprintf("%s %s", s.Do, s.agent())
+	case DoDoubleKill:
+		return fmt.Sprintf("kill %s and the first waiter for %s at once", s.agent(), s.Name)
 	case DoDelay:
 		if s.For == 0 {
 			return fmt.Sprintf("%s: no more delay", s.agent())
@@ -202,8 +217,10 @@ var actionIdent = map[Action]string{
 	DoGuard: "Guard", DoStaleGuard: "StaleGuard", DoRead: "Read", DoStepDown: "StepDown",
 	DoAwait: "Await", DoSleep: "Sleep", DoKill: "Kill", DoPause: "Pause", DoPartition: "Partition",
 	DoTerminate: "Terminate", DoRestart: "Restart", DoDelay: "Delay", DoStatsReset: "StatsReset",
-	DoReset:    "Reset",
-	DoShutdown: "Shutdown",
+	DoReset:      "Reset",
+	DoShutdown:   "Shutdown",
+	DoDoubleKill: "DoubleKill",
+	DoUpgrade:    "Upgrade",
 }
 
 var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3", "Shared", "FastShared"}
