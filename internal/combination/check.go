@@ -59,7 +59,9 @@ type Report struct {
 	// FencedInFlight counts their single acquisitions refused by the
 	// fence: in flight across the upgrade (see fenced).
 	FencedInFlight int
-	// Open describes the measured take-overs of an open gap, held to the
+	// Open describes the measured take-overs after a double death whose
+	// first waiter, a wait without fast failover, may have taken the name
+	// before it died (a plain lease, which lives until it expires), held to the
 	// expiry bound, that fast failover's bound would have failed.
 	Open       []string
 	Measured   int            // openings with a waiter, measured

@@ -463,13 +463,14 @@ func TestCheckDoubleDeath(t *testing.T) {
 		}
 	}
 
-	// Open: the first waiter had no session (it never asked for fast
-	// failover): the expiry bound, and counted.
+	// The first waiter asked for no fast failover: it may have taken the
+	// name before it died, a plain lease that lives until it expires: the
+	// expiry bound, and counted.
 	b, w := build(Fast)
 	b.h.Ops[1].Mode = Plain
 	w.Acq.Ret = ms(4000)
 	if r := Check(b.h, bounds); !r.OK() || len(r.Open) != 1 {
-		t.Errorf("a double death with a first waiter without a session, taken over at the row's expiry: %v, open %v", r.Violations, r.Open)
+		t.Errorf("a double death with a plain first waiter, taken over at the row's expiry: %v, open %v", r.Violations, r.Open)
 	}
 
 	b = newHist()

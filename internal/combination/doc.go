@@ -126,11 +126,13 @@
 // place in the queue free with it, so when a holder and the first waiter
 // die together the waiters left are measured, against the bound of the
 // holder's death (fast failover's for a fast-failover holder, the expiry
-// bound for a plain one). Open: when the first waiter's client never asked
-// for fast failover (it has no dedicated session, whose locks would tell
-// that it died), the waiters left take the name only once its place in the
-// queue goes stale, about a TTL after the kill; such a take-over is held
-// to the expiry bound and listed in the figures ("open"). A freed name is not measured when another fault
+// bound for a plain one). When the first waiter asked for no fast failover,
+// it may have taken the name in the moment between the two SIGKILLs (it
+// watches the holder's session and acts as soon as that ends; the grant's
+// statement runs on after its process died): a plain lease, which lives
+// until it expires, about a TTL after the kill, as a killed plain holder's
+// does; such a take-over is held to the expiry bound and listed in the
+// figures. A freed name is not measured when another fault
 // hit a waiter, the server, or the holder (unless the event is the
 // holder's SIGKILL: however it got and kept its lease, its death must be
 // noticed) from 2 s before the event until the take-over (a woken waiter

@@ -27,7 +27,7 @@ type Figures struct {
 	Upgrades   int      // sequences that began with agents of the previous release
 	Fenced     int      // their sets the fence refused after the upgrade
 	InFlight   int      // their single acquisitions the fence refused, in flight across the upgrade
-	Open       []string // take-overs of an open gap over fast failover's bound (held to the expiry bound)
+	Open       []string // take-overs after a double death whose first waiter, without fast failover, may have taken the name before it died (held to the expiry bound), over fast failover's bound
 }
 
 // Add counts one sequence.
@@ -93,7 +93,7 @@ func (f *Figures) String() string {
 	for _, t := range topos {
 		fmt.Fprintf(&b, "  %-14s %-18s %-29s %s\n", t.Event, t.HolderGot, t.Waiters, Stats(f.Latencies[t]))
 	}
-	fmt.Fprintf(&b, "  open (held to the expiry bound), over fast failover's: %d\n", len(f.Open))
+	fmt.Fprintf(&b, "  a plain first waiter's grant outlived it (held to the expiry bound), over fast failover's: %d\n", len(f.Open))
 	for _, s := range f.Open {
 		fmt.Fprintf(&b, "    %s\n", s)
 	}

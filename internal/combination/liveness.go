@@ -298,11 +298,14 @@ func (c *checker) measure(o opening) {
 			// lacks the look again of issue 41 item 8. The expiry bound.)
 			o.kind = EvExpiry
 		} else if slices.ContainsFunc(dead, c.sessionless) {
-			// Open: a first waiter that died with the holder and whose
-			// client had no dedicated session (it never asked for fast
-			// failover) cannot be seen dead; the waiters left take the
-			// name once its place in the queue goes stale, about a TTL
-			// later. Held to the expiry bound, and counted.
+			// A first waiter without fast failover, killed with the
+			// holder, may have taken the name in the moment between the
+			// two SIGKILLs (it watches the holder's session, and acts as
+			// soon as that ends): its row, a plain lease, then lives on
+			// until it expires, as a killed plain holder's does (seen:
+			// the grant's statement ran after the holder's session
+			// ended, and the waiter's process died before the reply).
+			// Held to the expiry bound, and counted.
 			o.kind, open = EvExpiry, true
 		}
 	}
@@ -384,7 +387,7 @@ func (c *checker) measure(o opening) {
 		c.r.Measured++
 		c.r.Latencies = append(c.r.Latencies, Latency{topo, d})
 		if open && d > c.b.FastFailover+c.b.FastFailoverSlack {
-			c.r.Open = append(c.r.Open, fmt.Sprintf("fast-failover of %q at %s (%s) with the first waiter, without a session, killed too: a waiter (%s) held it %v later (%s)",
+			c.r.Open = append(c.r.Open, fmt.Sprintf("fast-failover of %q at %s (%s) with the first waiter, a wait without fast failover, killed too: a waiter (%s) held it %v later (%s)",
 				o.res, c.ts(o.at), c.freedBy(o), c.owner(first.Proc), d.Round(time.Millisecond), c.waitList(ws)))
 		}
 		switch {
@@ -447,8 +450,8 @@ func (c *checker) doubleDeath(o opening) []int {
 }
 
 // sessionless reports whether proc's client never asked for fast failover
-// before it was killed: it had no dedicated session, whose locks tell
-// other clients it lives.
+// before it was killed: a lease it was granted in its last moment is a
+// plain one, which outlives it until it expires.
 func (c *checker) sessionless(proc int) bool {
 	killed := c.h.proc(proc).Killed
 	for _, o := range c.h.Ops {
