@@ -257,7 +257,8 @@ func DDL(table string) (string, error) {
 // Migrate creates the lease table and its sequence when missing and checks
 // the layout of an existing table. Clients do this before their first
 // acquisition, and again before the next one once they found their table
-// gone (its leases then end at once), unless [Config.DisableAutoMigrate] is
+// gone (its leases in it end when it finds that, at its next renewal at the
+// latest), unless [Config.DisableAutoMigrate] is
 // set;
 // [Client.ForceRelease], [Client.RequestStepDown] and [Client.Cleanup] do
 // it only for a table that exists (they never create one: [ErrNoTable]),

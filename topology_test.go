@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -413,11 +414,13 @@ func TestFastFailoverAfterAnExpiryTakeoverFromALiveSession(t *testing.T) {
 	_ = lc.Release(ctx)
 }
 
-// The holder and the first waiter die together (one node: one process,
-// SIGKILLed): the second waiter takes over at once. It used to wait for its
-// fallback poll: queued behind the first, it watched no session, and the
-// name was promised to a waiter that was gone.
-func TestFastFailoverWhenTheHolderAndTheFirstWaiterDieTogether(t *testing.T) {
+// secondWaiterBehindANode runs a process (a node) in which one client holds
+// "ff" with fast failover (TTL a minute) and another waits for it, first in
+// line, and a client of this process that waits second, until it watches
+// the holder's session. It returns that client, the node, the holder's
+// token and where the second waiter's outcome arrives.
+func secondWaiterBehindANode(t *testing.T) (*Client, *exec.Cmd, int64, <-chan outcome) {
+	t.Helper()
 	ctx := testCtx(t)
 	c := ffClients(t, 1)[0]
 	if err := c.Migrate(ctx); err != nil {
@@ -431,6 +434,16 @@ func TestFastFailoverWhenTheHolderAndTheFirstWaiterDieTogether(t *testing.T) {
 		defer c.mu.Unlock()
 		return len(c.watchers) > 0
 	})
+	return c, node, token, got
+}
+
+// The holder and the first waiter die together (one node: one process,
+// SIGKILLed): the second waiter takes over at once. It used to wait for its
+// fallback poll: queued behind the first, it watched no session, and the
+// name was promised to a waiter that was gone.
+func TestFastFailoverWhenTheHolderAndTheFirstWaiterDieTogether(t *testing.T) {
+	ctx := testCtx(t)
+	_, node, token, got := secondWaiterBehindANode(t)
 	killed := time.Now()
 	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -450,18 +463,7 @@ func TestFastFailoverWhenTheHolderAndTheFirstWaiterDieTogether(t *testing.T) {
 // first's death. It used to wait for its fallback poll.
 func TestFastFailoverWhenTheFirstWaiterDiesJustAfterTheHolder(t *testing.T) {
 	ctx := testCtx(t)
-	c := ffClients(t, 1)[0]
-	if err := c.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	node, _ := startHolderEnv(t, c.cfg.Table, "ff", time.Minute, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_FIRST_WAITER=1")
-	got := waitFor(ctx, c, "ff", ffOpts...)
-	waitQueued(t, c, c, "ff")
-	pgtest.WaitFor(t, patience, "the second waiter to watch the holder's session", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.watchers) > 0
-	})
+	c, node, _, got := secondWaiterBehindANode(t)
 	if err := node.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

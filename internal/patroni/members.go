@@ -105,15 +105,8 @@ func (c *Cluster) WaitPrimary(ctx context.Context, not ...*Node) (*Node, error) 
 
 // writable checks that the node's PostgreSQL is a primary.
 func (n *Node) writable(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, n.DSN())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
 	var standby bool
-	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
+	if err := n.query(ctx, `SELECT pg_is_in_recovery()`, nil, &standby); err != nil {
 		return err
 	}
 	if standby {

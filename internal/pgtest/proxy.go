@@ -152,15 +152,20 @@ func (p *Proxy) Conns() int {
 	return len(p.conns)
 }
 
-// ResetAll abruptly closes (RST) all current connections.
-func (p *Proxy) ResetAll() {
+// current returns the connections the proxy carries now.
+func (p *Proxy) current() []*proxyConn {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	cs := make([]*proxyConn, 0, len(p.conns))
 	for c := range p.conns {
 		cs = append(cs, c)
 	}
-	p.mu.Unlock()
-	for _, c := range cs {
+	return cs
+}
+
+// ResetAll abruptly closes (RST) all current connections.
+func (p *Proxy) ResetAll() {
+	for _, c := range p.current() {
 		c.reset()
 	}
 }
@@ -174,13 +179,7 @@ func (p *Proxy) ResetAll() {
 // say) or the proxy closes. Nothing is forwarded on such a connection any
 // more; Conns counts it until its server side closes.
 func (p *Proxy) ResetClients() {
-	p.mu.Lock()
-	cs := make([]*proxyConn, 0, len(p.conns))
-	for c := range p.conns {
-		cs = append(cs, c)
-	}
-	p.mu.Unlock()
-	for _, c := range cs {
+	for _, c := range p.current() {
 		c.orphan.Store(true)
 		resetConn(c.client)
 	}
