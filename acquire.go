@@ -51,7 +51,7 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 	if err := checkName(name); err != nil {
 		return leaseOptions{}, err
 	}
-	o, err := c.leaseOptions(opts)
+	o, err := c.leaseOptions(entryAcquire, opts)
 	if err != nil {
 		return o, err
 	}

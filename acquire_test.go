@@ -166,7 +166,7 @@ func givingUpLeavesNothingBehind(t *testing.T, opts []Option) {
 	a := testClient(t, Config{})
 	events := newEventLog()
 	b, proxy := proxiedClient(t, Config{Table: a.cfg.Table, Observer: events})
-	o, err := a.leaseOptions(opts)
+	o, err := a.leaseOptions(entryAcquire, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

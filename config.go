@@ -315,7 +315,7 @@ func (cfg Config) Validate(opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	_, err = resolveOptions(&full, nil, opts)
+	_, err = resolveOptions(&full, nil, entryAcquire, opts)
 	return err
 }
 
@@ -363,7 +363,7 @@ func (cfg Config) Plan(name string, opts ...Option) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	o, err := resolveOptions(&full, nil, opts)
+	o, err := resolveOptions(&full, nil, entryAcquire, opts)
 	if err != nil {
 		return Plan{}, err
 	}

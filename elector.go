@@ -72,9 +72,7 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, c
 	if lead == nil {
 		return nil, invalid(kindArgument, "NewElector: lead function is nil")
 	}
-	if o, err := c.leaseOptions(cfg.LeaseOptions); err != nil {
-		return nil, err
-	} else if err := o.checkElector(); err != nil {
+	if _, err := c.leaseOptions(entryElector, cfg.LeaseOptions); err != nil {
 		return nil, err
 	}
 	for _, d := range []struct {

@@ -16,11 +16,11 @@ const maxSetNames = 64
 // of them is held elsewhere (or by another goroutine of this client)
 // nothing is acquired, and the error is a *[HeldError] matching
 // [ErrNotAcquired] that names the first such name and its holder (the
-// message lists the others). [WithTTL], [WithMinHold] and [WithMetadata]
-// apply to every lease of the set; [WithSlots] and [WithFastFailover] do
-// not apply and are refused with an *[InvalidError], as are an empty
-// set, duplicate names and more than 64 names. ctx bounds this call only,
-// never the leases.
+// message lists the others). [WithTTL], [WithMinHold], [WithMaxHold] and
+// [WithMetadata] apply to every lease of the set; [WithSlots],
+// [WithShared] and [WithFastFailover] do not apply and are refused with an
+// *[InvalidError], as are an empty set, duplicate names and more than 64
+// names. ctx bounds this call only, never the leases.
 func (c *Client) TryAcquireAll(ctx context.Context, names []string, opts ...Option) (*LeaseSet, error) {
 	sorted, o, err := c.beginAll(ctx, names, opts)
 	if err != nil {
@@ -204,16 +204,9 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 			return nil, leaseOptions{}, invalid(kindArgument, "name %q appears more than once in the set", name)
 		}
 	}
-	o, err := c.leaseOptions(opts)
-	switch {
-	case err != nil:
+	o, err := c.leaseOptions(entrySet, opts)
+	if err != nil {
 		return nil, o, err
-	case o.slots > 1:
-		return nil, o, invalid(kindArgument, "WithSlots does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)")
-	case o.session:
-		return nil, o, invalid(kindArgument, "WithFastFailover is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies")
-	case o.shared:
-		return nil, o, invalid(kindArgument, "WithShared does not apply to a set of leases: a set's leases are exclusive (acquire shared leases one by one with Acquire)")
 	}
 	if err := c.prepare(ctx); err != nil {
 		return nil, o, c.closedErr(err)

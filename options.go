@@ -19,6 +19,9 @@ type leaseOptions struct {
 	session      bool          // WithFastFailover
 	shared       bool          // WithShared
 	slots        int
+	// used: the options given, as the columns of the call rules tell
+	// them apart (see optionRules).
+	used [numOptionIDs]bool
 	// semaphore: the name whose slots are acquired (slots > 1), set by
 	// the acquisition itself.
 	semaphore string
@@ -40,7 +43,7 @@ func WithTTL(ttl time.Duration) Option {
 		if err := checkTTL(ttl); err != nil {
 			return err
 		}
-		o.ttl = ttl
+		o.ttl, o.used[optTTL] = ttl, true
 		return nil
 	}}
 }
@@ -58,7 +61,7 @@ func WithMinHold(d time.Duration) Option {
 		if err := wholeMillis(kindArgument, "minimum hold", d); err != nil {
 			return err
 		}
-		o.minHold = d
+		o.minHold, o.used[optMinHold] = d, true
 		return nil
 	}}
 }
@@ -84,7 +87,7 @@ func WithMaxHold(d time.Duration) Option {
 		if err := wholeMillis(kindArgument, "maximum hold", d); err != nil {
 			return err
 		}
-		o.maxHold = d
+		o.maxHold, o.used[optMaxHold] = d, true
 		return nil
 	}}
 }
@@ -111,7 +114,7 @@ func WithMetadata(v map[string]any) Option {
 		if len(b) > maxMetadataBytes {
 			return invalid(kindArgument, "metadata is %d bytes encoded, the maximum is %d", len(b), maxMetadataBytes)
 		}
-		o.metadata = b
+		o.metadata, o.used[optMetadata] = b, true
 		return nil
 	}}
 }
@@ -122,7 +125,7 @@ func WithMetadata(v map[string]any) Option {
 // connection of the client's own to PostgreSQL ([ErrSessionUnavailable]
 // otherwise).
 func WithFastFailover() Option {
-	return Option{func(o *leaseOptions) error { o.session = true; return nil }}
+	return Option{func(o *leaseOptions) error { o.session, o.used[optFastFailover] = true, true; return nil }}
 }
 
 // WithSlots makes the name a counting semaphore: up to n holders at once
@@ -145,7 +148,7 @@ func WithSlots(n int) Option {
 		if n < 1 || n > maxSlots {
 			return invalid(kindArgument, "slots must be between 1 and %d, got %d", maxSlots, n)
 		}
-		o.slots = n
+		o.slots, o.used[optSlots] = n, n > 1
 		return nil
 	}}
 }
@@ -170,7 +173,7 @@ func WithSlots(n int) Option {
 // slot counts do. WithShared cannot be combined with WithSlots, nor used
 // by [Client.AcquireAll] or an [Elector] (an *[InvalidError]).
 func WithShared() Option {
-	return Option{func(o *leaseOptions) error { o.shared = true; return nil }}
+	return Option{func(o *leaseOptions) error { o.shared, o.used[optShared] = true, true; return nil }}
 }
 
 // names returns the names of the lease rows an acquisition of name with
@@ -186,26 +189,15 @@ func (o leaseOptions) names(name string) []string {
 	return names
 }
 
-func (c *Client) leaseOptions(opts []Option) (leaseOptions, error) {
-	return resolveOptions(&c.cfg, c.meta, opts)
-}
-
-// checkElector refuses the options an election cannot use: WithSlots
-// (more than one slot), since an election has one leader.
-func (o leaseOptions) checkElector() error {
-	if o.shared {
-		return invalid(kindArgument, "NewElector: WithShared does not apply: an election has one leader")
-	}
-	if o.slots > 1 {
-		return invalid(kindArgument, "NewElector: WithSlots(%d) does not apply: an election has one leader (use Acquire or Run with WithSlots for up to %d holders at once)",
-			o.slots, o.slots)
-	}
-	return nil
+// leaseOptions resolves the options of a call of e (see resolveOptions).
+func (c *Client) leaseOptions(e entry, opts []Option) (leaseOptions, error) {
+	return resolveOptions(&c.cfg, c.meta, e, opts)
 }
 
 // resolveOptions applies opts to the defaults of cfg (already validated)
-// and checks the result.
-func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, error) {
+// and checks the result: the options' timing here, then that they ask for
+// one kind of lease and that the call e takes them (checkOptions).
+func resolveOptions(cfg *Config, meta []byte, e entry, opts []Option) (leaseOptions, error) {
 	o := leaseOptions{ttl: cfg.TTL, metadata: meta, called: time.Now()}
 	for _, opt := range opts {
 		if opt.apply == nil {
@@ -220,14 +212,11 @@ func resolveOptions(cfg *Config, meta []byte, opts []Option) (leaseOptions, erro
 		// longer hold than TTL would need renewals nobody sends.
 		return o, invalid(kindArgument, "minimum hold %s exceeds the TTL %s", o.minHold, o.ttl)
 	}
-	if o.shared && o.slots > 1 {
-		return o, invalid(kindArgument, "WithShared and WithSlots(%d) do not combine: a name is either a semaphore or shared/exclusive leases", o.slots)
-	}
 	if o.maxHold > 0 && o.minHold > o.maxHold {
 		return o, invalid(kindArgument, "minimum hold %s exceeds the maximum hold %s", o.minHold, o.maxHold)
 	}
 	if err := cfg.checkTiming(o.ttl); err != nil {
 		return o, err
 	}
-	return o, nil
+	return o, checkOptions(e, &o)
 }

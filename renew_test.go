@@ -67,7 +67,7 @@ func partitionedHolderLosesFirst(t *testing.T, opts ...Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o, _ := holder.leaseOptions(opts); o.session && !l.FastFailover() {
+	if o, _ := holder.leaseOptions(entryAcquire, opts); o.session && !l.FastFailover() {
 		t.Fatal("lease not session-bound")
 	}
 	acquired := make(chan time.Time, 1)

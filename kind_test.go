@@ -1,0 +1,192 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// The options each call takes, as the documentation states them: the
+// columns (one option each, with a valid value) and, per row of calls,
+// the columns it refuses. Every other cell is allowed.
+var (
+	ruleColumns = []struct {
+		name string
+		opt  Option
+	}{
+		{"WithTTL", WithTTL(20 * time.Second)},
+		{"WithMinHold", WithMinHold(time.Second)},
+		{"WithMaxHold", WithMaxHold(time.Minute)},
+		{"WithMetadata", WithMetadata(map[string]any{"job": "rules"})},
+		{"WithFastFailover", WithFastFailover()},
+		{"WithSlots", WithSlots(3)},
+		{"WithShared", WithShared()},
+	}
+	ruleRefusals = map[string][]string{
+		"Acquire":    nil,                                             // and TryAcquire, Run, TryRun
+		"AcquireAll": {"WithFastFailover", "WithSlots", "WithShared"}, // and TryAcquireAll
+		"NewElector": {"WithSlots", "WithShared"},
+	}
+)
+
+// ruleCall is a public call that takes options, in the row of rules it
+// belongs to. call acquires with opts under names starting with prefix
+// and releases what it got; it returns the call's error.
+type ruleCall struct {
+	name, row string
+	call      func(ctx context.Context, c *Client, prefix string, opts []Option) error
+}
+
+var ruleCalls = []ruleCall{
+	{"Acquire", "Acquire", func(ctx context.Context, c *Client, prefix string, opts []Option) error {
+		l, err := c.Acquire(ctx, prefix, opts...)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		return err
+	}},
+	{"TryAcquire", "Acquire", func(ctx context.Context, c *Client, prefix string, opts []Option) error {
+		l, err := c.TryAcquire(ctx, prefix, opts...)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		return err
+	}},
+	{"Run", "Acquire", func(ctx context.Context, c *Client, prefix string, opts []Option) error {
+		return c.Run(ctx, prefix, ran, opts...)
+	}},
+	{"TryRun", "Acquire", func(ctx context.Context, c *Client, prefix string, opts []Option) error {
+		return c.TryRun(ctx, prefix, ran, opts...)
+	}},
+	{"AcquireAll", "AcquireAll", func(ctx context.Context, c *Client, prefix string, opts []Option) error {
+		s, err := c.AcquireAll(ctx, []string{prefix + "-a", prefix + "-b"}, opts...)
+		if err == nil {
+			err = s.Release(ctx)
+		}
+		return err
+	}},
+	{"TryAcquireAll", "AcquireAll", func(ctx context.Context, c *Client, prefix string, opts []Option) error {
+		s, err := c.TryAcquireAll(ctx, []string{prefix + "-a", prefix + "-b"}, opts...)
+		if err == nil {
+			err = s.Release(ctx)
+		}
+		return err
+	}},
+	{"NewElector", "NewElector", func(ctx context.Context, c *Client, prefix string, opts []Option) error {
+		elected := make(chan struct{})
+		e, err := c.NewElector(prefix, func(ctx context.Context) error {
+			close(elected)
+			<-ctx.Done()
+			return nil
+		}, ElectorConfig{LeaseOptions: opts})
+		if err != nil {
+			return err
+		}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- e.Run(rctx) }()
+		select {
+		case <-elected:
+		case err := <-done:
+			stop()
+			return errors.Join(errors.New("Run returned before it was elected"), err)
+		case <-time.After(patience):
+			stop()
+			<-done
+			return errors.New("not elected")
+		}
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}},
+}
+
+// ran is a Run's function: the lease was acquired.
+func ran(context.Context) error { return nil }
+
+// Every cell of the call × option rules, walked through the public calls:
+// a refused option is an *InvalidError of kind "argument" naming it,
+// returned before anything is written (no row of the lease or waiters
+// table); an allowed one is accepted (the lease, the set or the elected
+// term is had, and released). WithShared with WithSlots is refused by
+// every call.
+func TestCallOptionRules(t *testing.T) {
+	ctx := testCtx(t)
+	c := testClient(t, Config{})
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	written := func(prefix string) (rows, waiters int) {
+		t.Helper()
+		rows = pgtest.Value[int](t, `SELECT count(*) FROM `+c.st.Names.QualifiedTable()+
+			` WHERE starts_with("name", $1) OR starts_with("semaphore", $1)`, prefix)
+		waiters = pgtest.Value[int](t, `SELECT count(*) FROM `+c.st.Names.QualifiedWaiters()+` WHERE starts_with("name", $1)`, prefix)
+		return rows, waiters
+	}
+	type cell struct {
+		option string
+		opts   []Option
+		refuse bool
+		says   string // what the refusal's message says
+	}
+	for _, call := range ruleCalls {
+		var cells []cell
+		for _, col := range ruleColumns {
+			cells = append(cells, cell{col.name, []Option{col.opt}, slices.Contains(ruleRefusals[call.row], col.name), col.name})
+		}
+		cells = append(cells, cell{"WithShared+WithSlots", []Option{WithShared(), WithSlots(2)}, true, "do not combine"})
+		for _, cl := range cells {
+			t.Run(call.name+"/"+cl.option, func(t *testing.T) {
+				prefix := strings.ToLower(call.name + "-" + strings.ReplaceAll(cl.option, "+", "-"))
+				err := call.call(ctx, c, prefix, cl.opts)
+				if !cl.refuse {
+					if err != nil {
+						t.Fatalf("%s with %s: %v, want it accepted", call.name, cl.option, err)
+					}
+					return
+				}
+				var ie *InvalidError
+				if !errors.As(err, &ie) || ie.Kind != kindArgument || !strings.HasPrefix(err.Error(), "pglease: invalid argument: ") ||
+					!strings.Contains(err.Error(), cl.says) {
+					t.Fatalf("%s with %s: %v, want an *InvalidError of kind %q saying %q", call.name, cl.option, err, kindArgument, cl.says)
+				}
+				if rows, waiters := written(prefix); rows != 0 || waiters != 0 {
+					t.Fatalf("%s with %s was refused after writing %d lease row(s) and %d waiter row(s)", call.name, cl.option, rows, waiters)
+				}
+			})
+		}
+	}
+}
+
+// The rules that checkOptions applies (optionRules) are the documented
+// ones TestCallOptionRules walks: the same columns in the same order, the
+// same refused cells, and a reason for each.
+func TestOptionRulesAsDocumented(t *testing.T) {
+	if len(ruleColumns) != int(numOptionIDs) {
+		t.Fatalf("%d columns of rules, the test walks %d", numOptionIDs, len(ruleColumns))
+	}
+	for i, col := range ruleColumns {
+		if optionNames[i] != col.name {
+			t.Fatalf("column %d is %s, the test walks %s there", i, optionNames[i], col.name)
+		}
+	}
+	rows := map[entry]string{entryAcquire: "Acquire", entrySet: "AcquireAll", entryElector: "NewElector"}
+	if len(rows) != int(numEntries) {
+		t.Fatalf("%d rows of rules, the test knows %d", numEntries, len(rows))
+	}
+	for e, row := range rows {
+		for i, why := range optionRules[e].cells {
+			want := slices.Contains(ruleRefusals[row], optionNames[i])
+			if refused := why != allowed; refused != want {
+				t.Errorf("%s with %s: refused %v (%q), documented %v", row, optionNames[i], refused, why, want)
+			}
+		}
+	}
+}
