@@ -16,7 +16,7 @@ import (
 // have been acquired twice: a row of this client's whose reply was lost is
 // recognised and freed. ctx bounds this call only, never the lease.
 // name must be a lease name (see [Config.Plan]). A semaphore whose live slots record another
-// slot count fails with a *[SlotsError] (see [WithSlots]).
+// slot count fails with a *[KindError] (see [WithSlots]).
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	o, err := c.begin(ctx, name, opts)
 	if err != nil {
@@ -33,7 +33,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 // matches both [ErrNotAcquired] and ctx.Err(), and nothing of the attempt
 // is left behind. ctx bounds this call only, never the lease. A
 // semaphore whose live slots record another slot count fails at once with
-// a *[SlotsError] (see [WithSlots]): waiting would not end the mismatch.
+// a *[KindError] (see [WithSlots]): waiting would not end the mismatch.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lease, error) {
 	o, err := c.begin(ctx, name, opts)
 	if err != nil {

@@ -242,7 +242,7 @@ func (a *acquisition) sharedStatement(name string) func(context.Context) reply {
 // refusal handles a reply that granted nothing. A single name's row of
 // this client's is an orphan, freed (errOrphan: the caller tries again); a
 // name of another kind (a semaphore and a plain lease) refuses at once (a
-// *SlotsError). Otherwise the names are held: refusal reports each holder
+// *KindError). Otherwise the names are held: refusal reports each holder
 // (EventContended, and EventAlert when its heartbeat is old) and returns
 // nil.
 func (a *acquisition) refusal(ctx context.Context, r reply) error {
@@ -266,11 +266,7 @@ func (a *acquisition) refusal(ctx context.Context, r reply) error {
 	for _, n := range r.rows {
 		if n.SlotsMismatch != 0 {
 			// Not retryable: the acquisition loop returns it at once.
-			want := max(a.o.slots, 1)
-			if a.o.shared {
-				want = 0
-			}
-			return &SlotsError{Name: cmp.Or(a.o.semaphore, n.name), Want: want, Have: max(n.SlotsMismatch, 0)}
+			return &KindError{Name: cmp.Or(a.o.semaphore, n.name), Want: a.o.kind().String(), Have: clashKind(n.SlotsMismatch).String()}
 		}
 	}
 	for _, n := range r.rows {

@@ -12,7 +12,7 @@ import (
 
 // Every error pglease returns says "pglease: " once, at its start, and
 // matches one of these sentinels with errors.Is, is one of the error types
-// below (*[InvalidError], *[SlotsError]; errors.As finds them), or wraps a
+// below (*[InvalidError], *[KindError]; errors.As finds them), or wraps a
 // driver error. A condition that always carries data is its type alone; a
 // sentinel names a condition, with or without a type beside it
 // (*[HeldError] describes the holder of an [ErrNotAcquired] when it was
@@ -153,37 +153,40 @@ func (e *HeldError) Error() string {
 // Is reports whether target is ErrNotAcquired.
 func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 
-// SlotsError is returned when a name is asked for as another kind of lease
-// than the one its live rows hold (held, or kept for a minimum hold): a
-// name is one kind of lease, a plain one or a semaphore of one slot count
-// ([WithSlots]), for every client at a time: a semaphore's slot with
-// another slot count than its live slots record, a slot of a semaphore
-// whose name a plain lease holds, or a plain lease (a set's included) on
-// the name of a semaphore with live slots. A plain lease counts as 1 slot.
-// Nothing was acquired, and waiting does not help while those leases are
-// held; the kind can change once every lease of the name has been
-// released (or has expired).
-type SlotsError struct {
+// KindError is returned when a name is asked for as another kind of lease
+// than the one its live leases hold (held, or kept for a minimum hold).
+// The kinds of a name's live leases must go together, whichever clients
+// hold them: plain (exclusive) leases and shared leases ([WithShared]) do,
+// as a writer and its readers do; a semaphore ([WithSlots]) goes with
+// neither, nor with a semaphore of another slot count, which would let
+// more holders in than the smaller count allows. Nothing was acquired,
+// and waiting does not help while those leases are held: the clients of
+// the name disagree, which is a misconfiguration, not contention. The kind
+// can change once every lease of the name has been released (or has
+// expired).
+type KindError struct {
 	// Name is the name asked for (a semaphore's, without a slot suffix).
 	Name string
-	// Want is the slot count asked for, Have the one the live leases of
-	// the name hold (1: a plain lease; 0: shared leases, [WithShared]).
-	Want, Have int
+	// Want is the kind this acquisition asked for, Have the kind of the
+	// name's live leases, each one of:
+	//
+	//	"plain lease"           neither WithSlots(n > 1) nor WithShared; a set's leases
+	//	"shared lease"          WithShared
+	//	"semaphore of N slots"  WithSlots(N), N > 1
+	//
+	// A kind with a size is written "<kind> of <size> <unit>", and a kind
+	// added later is named the same way. They are words rather than codes or
+	// counts because a program has nothing to compute from them: the caller
+	// knows what it asked for, and the fix is to make every client of the
+	// name ask for the same kind, not to adopt the one found (which would
+	// hide the disagreement); what to show is the message.
+	Want, Have string
 }
 
 // Error says what went wrong and what to do.
-func (e *SlotsError) Error() string {
-	kind := func(n int) string {
-		switch n {
-		case 0:
-			return "shared leases"
-		case 1:
-			return "a plain lease"
-		}
-		return fmt.Sprintf("a semaphore of %d slots", n)
-	}
-	return fmt.Sprintf("pglease: %q is held as %s; this client asked for %s: use the same kind (WithSlots, WithShared) on every client of a name, or wait until its leases are released",
-		e.Name, kind(e.Have), kind(e.Want))
+func (e *KindError) Error() string {
+	return fmt.Sprintf("pglease: %q is held as a %s, and this client asked for a %s: use the same kind of lease (WithSlots, WithShared) on every client of a name, or wait until its leases are released",
+		e.Name, e.Have, e.Want)
 }
 
 // IsRetryable reports whether err is transient (connection lost, server

@@ -12,9 +12,9 @@ import (
 
 // Every client of a semaphore must ask for the same number of slots: the
 // count is recorded with each slot, and a client asking for another while
-// any slot is held gets a *SlotsError at once, rather than letting more
-// holders in than the smaller count allows.
-func ExampleSlotsError() {
+// any slot is held gets a *KindError at once, naming both kinds, rather
+// than letting more holders in than the smaller count allows.
+func ExampleKindError() {
 	ctx := context.Background()
 	client, err := pglease.Open(ctx, os.Getenv("DATABASE_URL"), pglease.Config{})
 	if err != nil {
@@ -27,8 +27,9 @@ func ExampleSlotsError() {
 		log.Fatal(err)
 	}
 	_, err = client.TryAcquire(ctx, "example-uploads", pglease.WithSlots(5))
-	var se *pglease.SlotsError
-	fmt.Println(errors.As(err, &se), se.Want, se.Have)
+	var ke *pglease.KindError
+	fmt.Printf("%t Want=%q Have=%q\n", errors.As(err, &ke), ke.Want, ke.Have)
+	fmt.Println(err)
 
 	// Once every slot is released, the next client may use another count.
 	l.Release(ctx)
@@ -40,7 +41,8 @@ func ExampleSlotsError() {
 	_, err = client.TryAcquire(ctx, "example-uploads#0")
 	fmt.Println(errors.As(err, new(*pglease.InvalidError)))
 	// Output:
-	// true 5 3
+	// true Want="semaphore of 5 slots" Have="semaphore of 3 slots"
+	// pglease: "example-uploads" is held as a semaphore of 3 slots, and this client asked for a semaphore of 5 slots: use the same kind of lease (WithSlots, WithShared) on every client of a name, or wait until its leases are released
 	// true
 	// true
 }

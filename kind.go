@@ -2,7 +2,63 @@ package pglease
 
 import "fmt"
 
-// The rules of which options each call takes.
+// The kinds of lease where callers meet them: the words a *KindError names
+// them by, the one translation of the store's code for a kind, and the
+// rules of which options each call takes.
+
+// leaseKind is a kind of lease as a *KindError names it: a word and, for a
+// kind with a size, its size and what the size counts ("semaphore of 3
+// slots"; a quota would be "quota of 10 units").
+type leaseKind struct {
+	word string
+	size int    // 0: a kind without a size
+	unit string // what size counts
+}
+
+var (
+	plainKind  = leaseKind{word: "plain lease"}
+	sharedKind = leaseKind{word: "shared lease"}
+)
+
+func semaphoreKind(slots int) leaseKind {
+	return leaseKind{word: "semaphore", size: slots, unit: "slots"}
+}
+
+// String is the kind as KindError.Want and Have give it.
+func (k leaseKind) String() string {
+	if k.size == 0 {
+		return k.word
+	}
+	return fmt.Sprintf("%s of %d %s", k.word, k.size, k.unit)
+}
+
+// kind is the kind of lease an acquisition with these options asks for (a
+// set's leases are plain ones).
+func (o leaseOptions) kind() leaseKind {
+	switch {
+	case o.shared:
+		return sharedKind
+	case o.slots > 1:
+		return semaphoreKind(o.slots)
+	}
+	return plainKind
+}
+
+// clashKind is the kind of the live leases that refused an acquisition,
+// read from the store's code for it (AcquireResult.SlotsMismatch, a set's
+// NameResult.Clash; 0, no clash, never reaches here): 1 a plain lease
+// (a row of the name without a semaphore), -1 shared leases (slot count 0
+// in their rows), n > 1 a semaphore of n slots. It is the only Go code that
+// reads the code.
+func clashKind(code int) leaseKind {
+	switch {
+	case code == 1:
+		return plainKind
+	case code > 1:
+		return semaphoreKind(code)
+	}
+	return sharedKind
+}
 
 // entry is a row of the option rules: the calls that take options.
 type entry int

@@ -190,3 +190,29 @@ func TestOptionRulesAsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// A kind is named the same way wherever it is met: what an acquisition
+// asks for and what the store reports as refusing it.
+func TestKindNames(t *testing.T) {
+	for _, tc := range []struct {
+		got  leaseKind
+		want string
+	}{
+		{leaseOptions{}.kind(), "plain lease"},
+		{leaseOptions{slots: 1}.kind(), "plain lease"},
+		{leaseOptions{slots: 3}.kind(), "semaphore of 3 slots"},
+		{leaseOptions{shared: true}.kind(), "shared lease"},
+		{clashKind(1), "plain lease"},
+		{clashKind(-1), "shared lease"},
+		{clashKind(3), "semaphore of 3 slots"},
+		{leaseKind{word: "quota", size: 10, unit: "units"}, "quota of 10 units"},
+	} {
+		if tc.got.String() != tc.want {
+			t.Errorf("%+v is %q, want %q", tc.got, tc.got, tc.want)
+		}
+	}
+	err := &KindError{Name: "pool", Want: "plain lease", Have: "semaphore of 3 slots"}
+	if got, want := err.Error(), `pglease: "pool" is held as a semaphore of 3 slots, and this client asked for a plain lease: use the same kind of lease (WithSlots, WithShared) on every client of a name, or wait until its leases are released`; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+}

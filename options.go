@@ -137,7 +137,7 @@ func WithFastFailover() Option {
 //
 // n is recorded in every slot row, and every client of a semaphore must
 // use the same n: while any slot is live (held, or kept for its minimum
-// hold), an acquisition with another n fails at once with a *[SlotsError]
+// hold), an acquisition with another n fails at once with a *[KindError]
 // rather than let more than the smaller n hold. A name is one kind of
 // lease: a plain lease on NAME (n = 1, or a set's) and slots of NAME
 // refuse each other the same way. Once every lease of NAME has been
@@ -169,7 +169,7 @@ func WithSlots(n int) Option {
 // a client without a session, which cannot queue, holds them back all the
 // same: see "Shared leases" in the package documentation). Fast failover, a minimum
 // and maximum hold apply to either kind. A semaphore ([WithSlots]) and
-// shared leases of one name refuse each other with a *[SlotsError], as two
+// shared leases of one name refuse each other with a *[KindError], as two
 // slot counts do. WithShared cannot be combined with WithSlots, nor used
 // by [Client.AcquireAll] or an [Elector] (an *[InvalidError]).
 func WithShared() Option {

@@ -28,30 +28,29 @@ func slotColumns(t *testing.T, c *Client, name string) (semaphore string, slots 
 	return semaphore, slots
 }
 
-// wantSlotsError fails unless err is a *SlotsError for name, want and
-// have that nothing treats as retryable or as a held lease.
-func wantSlotsError(t *testing.T, what string, err error, name string, want, have int) {
+// wantKindError fails unless err is a *KindError for name, want and have
+// (the kinds by name) that nothing treats as retryable or as a held lease,
+// whose message names both kinds and what to use.
+func wantKindError(t *testing.T, what string, err error, name string, want, have string) {
 	t.Helper()
-	var se *SlotsError
-	if !errors.As(err, &se) {
-		t.Fatalf("%s: %v, want a *SlotsError", what, err)
+	var ke *KindError
+	if !errors.As(err, &ke) {
+		t.Fatalf("%s: %v, want a *KindError", what, err)
 	}
-	if se.Name != name || se.Want != want || se.Have != have {
-		t.Fatalf("%s: %+v, want {Name:%q Want:%d Have:%d}", what, *se, name, want, have)
+	if ke.Name != name || ke.Want != want || ke.Have != have {
+		t.Fatalf("%s: %+v, want {Name:%q Want:%q Have:%q}", what, *ke, name, want, have)
 	}
 	if IsRetryable(err) || errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("%s: %v is retryable (%v) or a held lease (%v)", what, err, IsRetryable(err), errors.Is(err, ErrNotAcquired))
 	}
-	kind := func(n int) string {
-		if n == 1 {
-			return "a plain lease"
+	msg := err.Error()
+	for _, s := range []string{fmt.Sprintf("%q", name), "held as a " + have, "asked for a " + want, "WithSlots"} {
+		if !strings.Contains(msg, s) {
+			t.Fatalf("%s: message %q does not say %s", what, msg, s)
 		}
-		return fmt.Sprintf("%d slots", n)
 	}
-	for _, s := range []string{fmt.Sprintf("%q", name), kind(have), kind(want), "WithSlots"} {
-		if !strings.Contains(err.Error(), s) {
-			t.Fatalf("%s: message %q does not say %s", what, err, s)
-		}
+	if strings.Count(msg, "pglease: ") != 1 || !strings.HasPrefix(msg, "pglease: ") {
+		t.Fatalf("%s: message %q does not begin with \"pglease: \" once", what, msg)
 	}
 }
 
@@ -92,7 +91,7 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	// A name is one kind of lease: no slot of job while a plain lease
 	// holds it.
 	_, err = b.TryAcquire(ctx, "job", with(WithSlots(3))...)
-	wantSlotsError(t, "TryAcquire of a slot of a name a plain lease holds", err, "job", 3, 1)
+	wantKindError(t, "TryAcquire of a slot of a name a plain lease holds", err, "job", "semaphore of 3 slots", "plain lease")
 	if err := plain.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +106,7 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	before := rows(t, a).Count()
 
 	_, err = b.TryAcquire(ctx, "job", with(WithSlots(5))...)
-	wantSlotsError(t, "TryAcquire with 5 slots", err, "job", 5, 3)
+	wantKindError(t, "TryAcquire with 5 slots", err, "job", "semaphore of 5 slots", "semaphore of 3 slots")
 	// A blocking Acquire does not wait: the mismatch would outlast any
 	// wait of a client that never releases. Bounded by patience, a wait
 	// would end in the context's error instead.
@@ -118,7 +117,7 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	if waited != nil {
 		t.Fatalf("Acquire with 5 slots waited until its context ended: %v", err)
 	}
-	wantSlotsError(t, "Acquire with 5 slots", err, "job", 5, 3)
+	wantKindError(t, "Acquire with 5 slots", err, "job", "semaphore of 5 slots", "semaphore of 3 slots")
 	if n := rows(t, a).Count(); n != before {
 		t.Fatalf("the refused acquisitions left %d rows, want %d", n, before)
 	}
@@ -131,14 +130,14 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 	// Nor a plain lease on a semaphore's name, waiting or not, alone or
 	// in a set.
 	_, err = b.TryAcquire(ctx, "job", opts...)
-	wantSlotsError(t, "TryAcquire of a plain lease on a semaphore's name", err, "job", 1, 3)
+	wantKindError(t, "TryAcquire of a plain lease on a semaphore's name", err, "job", "plain lease", "semaphore of 3 slots")
 	actx, cancel = context.WithTimeout(ctx, patience)
 	_, err = b.Acquire(actx, "job", opts...)
 	cancel()
-	wantSlotsError(t, "Acquire of a plain lease on a semaphore's name", err, "job", 1, 3)
+	wantKindError(t, "Acquire of a plain lease on a semaphore's name", err, "job", "plain lease", "semaphore of 3 slots")
 	if len(opts) == 0 {
 		_, err = a.TryAcquireAll(ctx, []string{"job", "other"})
-		wantSlotsError(t, "TryAcquireAll of a semaphore's name", err, "job", 1, 3)
+		wantKindError(t, "TryAcquireAll of a semaphore's name", err, "job", "plain lease", "semaphore of 3 slots")
 	}
 	if n := rows(t, a).Count(); n != before {
 		t.Fatalf("the refused acquisitions left %d rows, want %d", n, before)
@@ -174,7 +173,7 @@ func semaphoreRefusesAnotherSlotCount(t *testing.T, opts []Option) {
 		}
 	}
 	_, err = a.TryAcquire(ctx, "job", with(WithSlots(3))...)
-	wantSlotsError(t, "TryAcquire with 3 slots while 5 are held", err, "job", 3, 5)
+	wantKindError(t, "TryAcquire with 3 slots while 5 are held", err, "job", "semaphore of 3 slots", "semaphore of 5 slots")
 
 	// A slot that expired (its holder gone) no longer counts: only live
 	// slot rows are compared. (A late renewal never revives a row.)
@@ -205,7 +204,7 @@ func TestSemaphoreOnDatabaseSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.TryAcquire(ctx, "sql", WithSlots(4))
-	wantSlotsError(t, "TryAcquire with 4 slots on database/sql", err, "sql", 4, 3)
+	wantKindError(t, "TryAcquire with 4 slots on database/sql", err, "sql", "semaphore of 4 slots", "semaphore of 3 slots")
 	l, err := c.TryAcquire(ctx, "sql", WithSlots(3))
 	if err != nil {
 		t.Fatalf("TryAcquire with the same 3 slots on database/sql: %v", err)
@@ -265,7 +264,7 @@ func TestSemaphoreMismatchedContendersNeverMix(t *testing.T) {
 			case r.err == nil:
 				held[r.slots] = append(held[r.slots], r.l.Name())
 				leases = append(leases, r.l)
-			case errors.As(r.err, new(*SlotsError)):
+			case errors.As(r.err, new(*KindError)):
 				mismatches++
 			case errors.Is(r.err, ErrNotAcquired):
 			default:

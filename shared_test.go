@@ -274,7 +274,7 @@ func TestSharedLeasesWithinOneClient(t *testing.T) {
 }
 
 // A name is one kind of lease: a semaphore and shared leases of one name
-// refuse each other with a *SlotsError naming both kinds, and the options
+// refuse each other with a *KindError naming both kinds, and the options
 // that do not combine are refused before anything is sent.
 func TestSharedLeasesAndSemaphoresRefuseEachOther(t *testing.T) {
 	ctx := testCtx(t)
@@ -283,10 +283,10 @@ func TestSharedLeasesAndSemaphoresRefuseEachOther(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var se *SlotsError
+	var ke *KindError
 	for range 12 { // the slots in random order: pool#0, the shared lease's row, is hit first now and then
-		if _, err := c.TryAcquire(ctx, "pool", WithSlots(3)); !errors.As(err, &se) || se.Have != 0 || se.Want != 3 ||
-			!strings.Contains(err.Error(), "shared leases") {
+		if _, err := c.TryAcquire(ctx, "pool", WithSlots(3)); !errors.As(err, &ke) || ke.Have != "shared lease" || ke.Want != "semaphore of 3 slots" ||
+			!strings.Contains(err.Error(), "held as a shared lease") {
 			t.Fatalf("slots beside shared leases: %v", err)
 		}
 	}
@@ -303,7 +303,7 @@ func TestSharedLeasesAndSemaphoresRefuseEachOther(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire(ctx, "pool", WithShared()); !errors.As(err, &se) || se.Have != 3 || se.Want != 0 {
+	if _, err := c.Acquire(ctx, "pool", WithShared()); !errors.As(err, &ke) || ke.Have != "semaphore of 3 slots" || ke.Want != "shared lease" {
 		t.Fatalf("a shared lease beside slots: %v", err)
 	}
 	_ = slot.Release(ctx)

@@ -102,7 +102,7 @@ func (g *generator) ms(lo, hi int) time.Duration {
 
 // mode is the mode of a step on name: mostly its home mode; sometimes
 // with or without fast failover, another slot count (which the library
-// refuses with a SlotsError while slots are held), or another kind (a
+// refuses with a KindError while slots are held), or another kind (a
 // lease on the name beside a semaphore of that name, which it must
 // refuse too).
 func (g *generator) mode(name string) Mode {

@@ -131,8 +131,10 @@ func describe(err error) *ErrInfo {
 			e.Is = append(e.Is, s.name)
 		}
 	}
-	// The error types, by the same names.
-	if errors.As(err, new(*pglease.SlotsError)) {
+	// The error types, by the same names. A *KindError keeps the label
+	// "SlotsMismatch", which the agents of earlier releases send (the
+	// upgrade runs mix them with this one's).
+	if errors.As(err, new(*pglease.KindError)) {
 		e.Is = append(e.Is, "SlotsMismatch")
 	}
 	if errors.As(err, new(*pglease.InvalidError)) {

@@ -317,27 +317,25 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		var held *pglease.HeldError
-		var slots *pglease.SlotsError
+		var kind *pglease.KindError
 		switch {
 		case signalled:
 			return 128 + sigNum(sig)
 		case errors.As(err, &held):
 			fmt.Fprintln(e.stderr, e.redact(held.Error()))
 			return o.conflict
-		case errors.As(err, &slots):
+		case errors.As(err, &kind):
 			// Not a conflict: waiting would not end it, and the conflict
 			// code must never hide a misconfiguration.
-			kind := func(n int) string {
-				switch n {
-				case 0:
-					return "shared leases (--shared)"
-				case 1:
-					return "a plain lease (no --slots)"
-				}
-				return fmt.Sprintf("a semaphore of --slots %d", n)
+			flags := "no --slots"
+			switch {
+			case o.shared:
+				flags = "--shared"
+			case o.slots > 1:
+				flags = fmt.Sprintf("--slots %d", o.slots)
 			}
-			return e.runFailure(fmt.Errorf("%s is held as %s; this run asked for %s: use the same --slots for every run of %s (--shared runs and plain runs of a name go together, a semaphore's do not), or wait until its leases are released",
-				quoteArg(slots.Name), kind(slots.Have), kind(slots.Want), quoteArg(slots.Name)))
+			return e.runFailure(fmt.Errorf("%s is held as a %s; this run asked for a %s (%s): use the same --slots for every run of %s (--shared runs and plain runs of a name go together, a semaphore's do not), or wait until its leases are released",
+				quoteArg(kind.Name), kind.Have, kind.Want, flags, quoteArg(kind.Name)))
 		case o.wait && errors.Is(err, context.DeadlineExceeded):
 			// Acquire only matches a *HeldError when it saw the lease held;
 			// otherwise every attempt failed.

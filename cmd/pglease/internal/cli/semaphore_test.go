@@ -17,14 +17,14 @@ func TestRunSlotsMismatchAndReservedSlotNames(t *testing.T) {
 	holdLease(t, env, table, "pool", "--slots", "2")
 
 	code, _, stderr := run(t, env, "run", "pool", "--table", table, "--slots", "3", "--wait", "--", "true")
-	if code != 125 || !strings.Contains(stderr, "held as a semaphore of --slots 2") || !strings.Contains(stderr, "--slots 3") ||
+	if code != 125 || !strings.Contains(stderr, "held as a semaphore of 2 slots") || !strings.Contains(stderr, "--slots 3") ||
 		!strings.Contains(stderr, "same --slots") {
 		t.Fatalf("run --slots 3 while 2 slots are held: exit %d, stderr %q; want 125 naming both counts and what to do", code, stderr)
 	}
 	// A name is one kind of lease: a plain run of a semaphore's name is
 	// refused the same way.
 	code, _, stderr = run(t, env, "run", "pool", "--table", table, "--wait", "--", "true")
-	if code != 125 || !strings.Contains(stderr, "held as a semaphore of --slots 2") || !strings.Contains(stderr, "a plain lease") {
+	if code != 125 || !strings.Contains(stderr, "held as a semaphore of 2 slots") || !strings.Contains(stderr, "a plain lease") {
 		t.Fatalf("a plain run while 2 slots are held: exit %d, stderr %q; want 125 naming both kinds", code, stderr)
 	}
 	if code, _, stderr := run(t, env, "run", "pool", "--table", table, "--slots", "2", "--", "true"); code != 0 {

@@ -186,7 +186,7 @@ func TestRunSlots(t *testing.T) {
 	}
 	// Another N while slots are held would let more than the smaller N
 	// in: refused, as pglease's own failure.
-	if code, _, stderr := run(t, env, "run", "pool", "--slots", "3", "--table", table, "--", "true"); code != 125 || !strings.Contains(stderr, "held as a semaphore of --slots 2") {
+	if code, _, stderr := run(t, env, "run", "pool", "--slots", "3", "--table", table, "--", "true"); code != 125 || !strings.Contains(stderr, "held as a semaphore of 2 slots") {
 		t.Fatalf("--slots 3 while 2 slots are held: exit %d, want 125: %s", code, stderr)
 	}
 }
