@@ -35,8 +35,8 @@ type Elector struct {
 // an *[InvalidError].
 type ElectorConfig struct {
 	// LeaseOptions apply to every term's lease ([WithTTL],
-	// [WithFastFailover]…). [WithSlots] is refused with an
-	// *[InvalidError], as an election has one leader.
+	// [WithFastFailover]…). [WithSlots] and [WithShared] are refused
+	// with an *[InvalidError], as an election has one leader.
 	LeaseOptions []Option
 	// StepDownHoldOff is how long the elector stays out of the election
 	// after it stepped down at a request ([Client.RequestStepDown]), or
