@@ -16,7 +16,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// A good citizen of the database (SPEC §1.9): while clients wait or hold,
+// A good citizen of the database: while clients wait or hold,
 // none of their snapshots or transactions lives longer than a bound, so
 // VACUUM removes the rows deleted before it and CREATE INDEX CONCURRENTLY
 // on another table is not held up. A statement that blocks on the server

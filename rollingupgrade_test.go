@@ -29,7 +29,7 @@ var earlierReleases = []struct {
 // built from git history, through a rolling upgrade: it holds leases on a
 // table of its own schema version, a client of this version migrates the
 // table under it, and the older client goes on. None of its statements
-// may break mutual exclusion (SPEC §2): its single acquisitions go through
+// may break mutual exclusion: its single acquisitions go through
 // the server functions the migration replaced and follow this version's
 // rules; its sets (TryAcquireAll, a statement of its own) are refused
 // with an error that says to upgrade; its leases from before the upgrade

@@ -14,7 +14,7 @@ import (
 	"github.com/pglease/pglease/internal/store"
 )
 
-// Fast failover in every topology of holders and waiters (SPEC §3.5): when
+// Fast failover in every topology of holders and waiters: when
 // a session-bound holder's session ends, a fast-failover waiter takes the
 // name over at once, however the holder got it and however many clients
 // wait. The waiters' fallback poll is an hour and the TTL a minute, so a

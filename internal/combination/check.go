@@ -91,7 +91,7 @@ type checker struct {
 	got map[*Lease]string // how each lease was had (the event its acquisition waited through)
 }
 
-// Check holds a history to the properties of SPEC §1 and the liveness
+// Check holds a history to pglease's guarantees and the liveness
 // bounds: critical sections of one name never overlap beyond what the
 // name admits (a plain lease on x excludes every slot x#i of a semaphore
 // x and every shared lease x#i of x, a semaphore admits at most its slot

@@ -1,7 +1,7 @@
-// Package combination is pglease's combination test (SPEC §1.7 and §6):
-// seeded, random sequences of modes, topologies and faults against a real
-// server, each checked against the properties of SPEC §1 and the liveness
-// bounds.
+// Package combination is pglease's combination test: seeded, random
+// sequences of modes, topologies and faults against a real server, each
+// checked against pglease's guarantees (which hold for every mode mixed
+// with every other on one table) and the liveness bounds.
 //
 // # How a sequence runs
 //

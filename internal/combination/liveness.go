@@ -279,8 +279,7 @@ func (c *checker) measure(o opening) {
 	open := false
 	if o.kind == EvFast {
 		// The bound applies to every lease acquired WithFastFailover,
-		// however it was had, and to every waiter that takes it over
-		// (SPEC §3.5).
+		// however it was had, and to every waiter that takes it over.
 		fast := true
 		for _, l := range o.freed {
 			// (A fast-failover row of a client of the previous release

@@ -15,7 +15,8 @@ import (
 const (
 	// demoFailoverPromise bounds a takeover after the holder's pglease was
 	// SIGKILLed: its session ends and a waiter takes over within a second
-	// (SPEC §3.5), timed here until the next job started.
+	// (fast failover notices a dead session within about 200 ms at worst),
+	// timed here until the next job started.
 	demoFailoverPromise = time.Second
 	// demoHandoffPromise bounds the time from a job's end to the next
 	// job's start: the lease is released at once and a waiter starts its
@@ -23,7 +24,7 @@ const (
 	// that and below the fallback poll, which a lost wake-up would wait for.
 	demoHandoffPromise = time.Second
 	// demoGonePromise bounds how long a job outlives its SIGKILLed pglease
-	// (SPEC §4: the group is killed within a second).
+	// (its supervisor kills the group within milliseconds: docs/CLI.md).
 	demoGonePromise = time.Second
 )
 
