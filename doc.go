@@ -144,7 +144,7 @@
 // what was refused. A lease held elsewhere is a *[HeldError] matching
 // [ErrNotAcquired]; an acquisition whose context ended also matches
 // ctx.Err(). A name asked for as another kind of lease than its live leases
-// hold is a *[SlotsError], returned at once. Database errors name what
+// hold is a *[KindError], returned at once. Database errors name what
 // pglease was doing and, where the server said why (a missing privilege,
 // table or database), what to do about it.
 //
@@ -170,7 +170,7 @@
 //     two do not combine; [Client.NewElector] refuses both (*[InvalidError]).
 //   - A name is one kind at a time, for every client: a plain lease (a set's
 //     too), a semaphore of one slot count, or shared leases. The others are
-//     refused with a *[SlotsError], atomically, and nothing is written. Once
+//     refused with a *[KindError], atomically, and nothing is written. Once
 //     every lease of the name has ended, another kind may take it.
 //   - Set: sets asked for in any order never deadlock, and a waiting set
 //     holds nothing. A set does not queue, so against steady single-name
