@@ -18,11 +18,11 @@ import (
 )
 
 // connect opens the dedicated connection (which listens for notifications
-// only on demand: see listen.go). shared reports a connection whose server
+// only on demand: see listen.go). proxied reports a connection whose server
 // backend other clients share (a transaction-pooling proxy): it cannot
 // hold session-bound leases. live reports one that holds the client lock
 // and bell 0: the client's waits may queue, and its releases ring.
-func (s *session) connect() (_ dconn, shared, live bool, _ error) {
+func (s *session) connect() (_ dconn, proxied, live bool, _ error) {
 	c := s.c
 	ctx, cancel := context.WithTimeout(c.bg, c.connectBudget())
 	defer cancel()
@@ -54,18 +54,18 @@ func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 		return nil, false, false, err
 	}
 	if pid != pc.PgConn().PID() {
-		shared = true
+		proxied = true
 	} else if err := c.st.SessionSettings(ctx, store.Pgx(pc), c.cfg.StatementTimeout, sessionLockTimeout); err != nil {
 		_ = pc.Close(ctx)
 		return nil, false, false, err
 	}
-	if !shared {
+	if !proxied {
 		if live, err = s.clientLock(ctx, pc); err != nil {
 			_ = pc.Close(ctx)
 			return nil, false, false, err
 		}
 	}
-	return pgxConn{pc}, shared, live, nil
+	return pgxConn{pc}, proxied, live, nil
 }
 
 // clientLock takes the session lock and the client lock on a new dedicated

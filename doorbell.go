@@ -6,8 +6,8 @@ package pglease
 // store.Bells bell locks, keyed by the client id; a release that wakes the
 // first waiter rings: the session takes the next bell and frees the one it
 // held (ringBell). A waiting client watches the holder's bell on a
-// connection of its own (a bellWatcher per holder client, shared by all
-// its waits on that holder's names): it blocks on the bell held, and each
+// connection of its own (one bellWatcher per holder client, for all its
+// waits on that holder's names): it blocks on the bell held, and each
 // time the server grants it, it wakes those waits and blocks on the next.
 // The server wakes the watchers of that bell and no other backend, where
 // a notification makes it signal every listening backend of the database.

@@ -64,8 +64,8 @@ func (c *Client) acquireSharedInSession(args store.SharedArgs) (acquireResult, s
 	var epoch uint64
 	err = s.run(c.bg, &sessOp{timeout: c.cfg.StatementTimeout + time.Second, res: make(chan error, 1),
 		fn: func(ctx context.Context, q store.Querier, st *sessState) error {
-			if st.shared {
-				return errShared
+			if st.proxied {
+				return errProxied
 			}
 			epoch = st.epoch
 			if err := c.bindable(ctx, q, st, args.TTL); err != nil {
@@ -96,8 +96,8 @@ type sessAcquire struct {
 
 // acquireOne runs one session-bound acquisition by itself.
 func (c *Client) acquireOne(ctx context.Context, q store.Querier, st *sessState, a *sessAcquire) error {
-	if st.shared {
-		return errShared
+	if st.proxied {
+		return errProxied
 	}
 	a.epoch = st.epoch
 	if err := c.bindable(ctx, q, st, a.args.TTL); err != nil {
@@ -209,8 +209,8 @@ func (c *Client) sessionLost(epoch uint64, err error) {
 // the very session that holds the lease (by backend pid), not the holder's
 // client: a client whose session ended and that opened another at once
 // would otherwise keep the watcher waiting on the new session. A client
-// runs at most one watcher per holder session, shared by all its waits on
-// names that session holds, and stops it when the last of them leaves; a
+// runs at most one watcher per holder session, for all its waits on names
+// that session holds, and stops it when the last of them leaves; a
 // wait watches for the holders of at most maxWatched names (the slots of a
 // semaphore).
 type sessionWatcher struct {

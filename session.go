@@ -41,9 +41,9 @@ type session struct {
 	conns     uint64
 	keepalive time.Duration // TTL the current connection's keepalive covers
 	locked    bool          // the current connection holds its session lock
-	// shared: the connection's server backend is not its own (a
+	// proxied: the connection's server backend is not its own (a
 	// transaction-pooling proxy); it cannot hold session-bound leases.
-	shared bool
+	proxied bool
 	// live: the connection holds the client lock, so this client's waits
 	// queue (queueArgs), unless Config.DisableNotify; belled: it holds a
 	// bell, bell (see Ring); ringing: a ring is queued (ringBell).
@@ -82,8 +82,8 @@ type sessState struct {
 	bell      *int
 	keepalive *time.Duration
 	// locked: the connection holds its session lock (see bindable).
-	locked *bool
-	shared bool
+	locked  *bool
+	proxied bool
 }
 
 // sessionWatch is the dedicated connection's context watcher. pgx closes a
@@ -226,9 +226,9 @@ func (s *session) loop() {
 	for c.bg.Err() == nil {
 		if conn == nil {
 			var err error
-			var shared bool
+			var proxied bool
 			var live bool
-			conn, shared, live, err = s.connect()
+			conn, proxied, live, err = s.connect()
 			if err != nil {
 				s.mu.Lock()
 				s.lastErr = err
@@ -246,7 +246,7 @@ func (s *session) loop() {
 			s.conns++
 			s.epoch = s.conns
 			s.keepalive, s.locked = 0, false
-			s.shared = shared
+			s.proxied = proxied
 			s.live, s.belled, s.bell, s.listening = live && !c.cfg.DisableNotify, live, 0, false
 			s.sock = nil
 			if pc, ok := conn.(pgxConn); ok {
@@ -263,7 +263,7 @@ func (s *session) loop() {
 			op = s.ops[0]
 			s.ops = s.ops[1:]
 		}
-		if pc, ok := conn.(pgxConn); ok && op != nil && op.acquire != nil && !s.shared {
+		if pc, ok := conn.(pgxConn); ok && op != nil && op.acquire != nil && !s.proxied {
 			if batch := s.takeBatch(op, c.batchLimit()); len(batch) > 1 {
 				st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, belled: s.belled, bell: &s.bell}
 				s.mu.Unlock()
@@ -284,7 +284,7 @@ func (s *session) loop() {
 			}
 			s.stop = cancel
 		}
-		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, shared: s.shared, belled: s.belled, bell: &s.bell}
+		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, proxied: s.proxied, belled: s.belled, bell: &s.bell}
 		s.mu.Unlock()
 
 		if op != nil {
