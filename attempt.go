@@ -376,7 +376,7 @@ func detached[R any](c *Client, ctx context.Context, run func(context.Context) R
 		defer c.calls.end()
 		var r R
 		sctx, cancel := context.WithTimeout(c.calls.ctx, c.cfg.StatementTimeout)
-		b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
+		b := retryRead.start()
 		for try := 0; ; try++ {
 			r = run(sctx)
 			if err := failed(r); err == nil || try == 2 || !store.ConnectionFailed(err) || sctx.Err() != nil {

@@ -591,7 +591,7 @@ func (c *Client) Cleanup(ctx context.Context) (int64, error) {
 // (a server restart leaves stale connections in the pool; the first use of
 // each fails): reads, and deletes of expired rows. At most three tries.
 func (c *Client) retry(ctx context.Context, fn func() error) error {
-	b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
+	b := retryRead.start()
 	for try := 0; ; try++ {
 		err := fn()
 		if err == nil || try == 2 || !store.ConnectionFailed(err) || ctx.Err() != nil {

@@ -5,7 +5,6 @@ package pglease
 
 import (
 	"context"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"time"
@@ -208,19 +207,6 @@ func (c *Client) namedConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
 	cfg.RuntimeParams["application_name"] = appName(c.cfg.Owner)
 	return cfg
 }
-
-// backoff yields jittered, exponentially growing delays.
-type backoff struct{ min, max, cur time.Duration }
-
-func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max, cur: min} }
-
-func (b *backoff) next() time.Duration {
-	d := b.cur
-	b.cur = min(b.cur*2, b.max)
-	return d/2 + rand.N(d/2+1)
-}
-
-func (b *backoff) reset() { b.cur = b.min }
 
 // connectPgx opens a plain pgx connection used for one purpose.
 func connectPgx(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration) (pgxConn, error) {

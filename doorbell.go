@@ -41,15 +41,6 @@ const bellLinger = 30 * time.Second
 // than this (and each waiting watcher costs one statement per period).
 const watchTimeout = 20 * time.Second
 
-// bellProbeMin and bellProbeMax bound the backoff with which a watcher
-// looks again for the bell of a holder that holds none (a client's session
-// starts with its first wait, or its first renewal, a third of the TTL
-// after its first acquisition).
-const (
-	bellProbeMin = time.Second
-	bellProbeMax = 30 * time.Second
-)
-
 // maxBells bounds the bell watchers of a client, and so the connections
 // its waits hold: the waits on names of further holders listen for
 // notifications.
@@ -234,7 +225,7 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 	defer conn.close()
 	q := conn.querier()
 	expect := -1
-	b := newBackoff(bellProbeMin, bellProbeMax)
+	b := probeBell.start()
 	for {
 		if hook := testHookBell.Load(); hook != nil {
 			(*hook)(w.holder)

@@ -117,7 +117,7 @@ func (e *Elector) Run(ctx context.Context) error {
 				return err
 			}
 			select { // transient: Acquire already retried; pause before campaigning again
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(campaignPause):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -305,8 +305,8 @@ func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, e
 		}
 		if recheck > 0 { // just after a release a successor may be acquiring
 			wait = min(wait, recheck)
-			recheck = min(recheck*2, time.Second)
-			if recheck >= time.Second {
+			recheck = min(recheck*2, recheckLargest)
+			if recheck >= recheckLargest {
 				recheck = 0
 			}
 		}
@@ -319,7 +319,7 @@ func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, e
 			t.Stop()
 			return
 		case <-woken.ch:
-			recheck = 10 * time.Millisecond
+			recheck = recheckFirst
 		case <-t.C:
 		}
 		t.Stop()

@@ -78,7 +78,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		}
 	}
 	if a.set {
-		a.local = newBackoff(5*time.Millisecond, 500*time.Millisecond)
+		a.local = retrySetLocal.start()
 	} else if len(a.names) == 1 {
 		if err := a.takeMine(ctx); err != nil {
 			return nil, err
@@ -86,7 +86,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	}
 	var h holders
 	defer h.stop(c)
-	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	b := retryAcquire.start()
 	var last error
 	retries := 0
 	for {
@@ -331,7 +331,7 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 			// ended too (one node running both), and nothing wakes this
 			// wait then: look again soon, with backoff.
 			if a.promised == nil {
-				a.promised = newBackoff(promisedLookMin, a.c.cfg.PollInterval)
+				a.promised = newBackoff(promisedLookFirst, a.c.cfg.PollInterval)
 			}
 			wait = a.promised.next()
 		} else if a.promised != nil {
@@ -436,12 +436,6 @@ func heldError(r nameReply) error {
 func holderGone(r nameReply) bool {
 	return r.OtherToken == 0 || r.OtherRemaining <= 0 || r.HolderInSession && !r.HolderWatchable
 }
-
-// promisedLookMin is the first pause of a wait queued behind a waiter to
-// which a free name is promised (see holderGone): the backoff doubles up
-// to the fallback poll, so that a wait behind a waiter that died looks
-// again within about a second.
-const promisedLookMin = 40 * time.Millisecond
 
 // queuedError describes a name whose lease waiters of other clients are
 // queued for ahead of this one (it may be free, promised to the first).

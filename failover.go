@@ -282,7 +282,7 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 			conn.close()
 		}
 	}()
-	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	b := reconnectWatcher.start()
 	timedOut := false
 	for {
 		if !timedOut {

@@ -323,7 +323,7 @@ func (l *Lease) removeRow(ctx context.Context, report bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	c := l.c
-	b := newBackoff(20*time.Millisecond, 500*time.Millisecond)
+	b := retryRelease.start()
 	start := time.Now()
 	for {
 		err := c.releaseRow(ctx, l)

@@ -25,7 +25,7 @@ func (c *Client) startRenewer(l *Lease) {
 // them is due (a third of its TTL after its last renewal, by default), so
 // the load on the server grows with clients, not leases.
 func (c *Client) renewLoop() {
-	b := newBackoff(100*time.Millisecond, time.Second)
+	b := retryRenew.start()
 	var retryAt time.Time
 	for {
 		// While this round computes, nextDue is unknown: every new lease

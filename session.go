@@ -216,7 +216,7 @@ func (s *session) loop() {
 	defer close(s.done)
 	c := s.c
 	var conn dconn
-	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
+	backoff := reconnectSession.start()
 	defer func() {
 		if conn != nil {
 			conn.close()
