@@ -5,16 +5,35 @@ package pglease
 
 import (
 	"context"
+	"database/sql"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/store"
 )
+
+// connection is the part of a Client that owns its connections beyond
+// the pool (Client.db): the pool to close when Open made it, the
+// database/sql handle of NewFromDB, the dedicated session and the
+// settings its connections (and the watchers') are opened with.
+type connection struct {
+	ownPool *pgxpool.Pool // closed by Close when Open created it
+	sqlDB   *sql.DB       // set by NewFromDB
+	// sess is the dedicated session, created on first use by
+	// Client.session (under mu), then never changed: read without a lock.
+	sess atomic.Pointer[session]
+
+	mu  sync.Mutex
+	cfg *pgx.ConnConfig // the dedicated connection's settings; learnt from sqlDB's driver when not given
+}
 
 // connect opens the dedicated connection (which listens for notifications
 // only on demand: see listen.go). proxied reports a connection whose server
@@ -23,14 +42,14 @@ import (
 // and bell 0: the client's waits may queue, and its releases ring.
 func (s *session) connect() (_ dconn, proxied, live bool, _ error) {
 	c := s.c
-	ctx, cancel := context.WithTimeout(c.bg, c.connectBudget())
+	ctx, cancel := context.WithTimeout(c.life.bg, c.connectBudget())
 	defer cancel()
 	cfg, err := c.dedicatedConfig(ctx)
 	if err != nil {
 		return nil, false, false, err
 	}
 	if cfg == nil { // database/sql with a driver other than pgx
-		sc, err := c.sqlDB.Conn(ctx)
+		sc, err := c.conn.sqlDB.Conn(ctx)
 		if err != nil {
 			return nil, false, false, err
 		}
@@ -130,8 +149,8 @@ func (s *session) endEarlierSession(ctx context.Context, q store.Querier) bool {
 }
 
 func (c *Client) connectTimeout() time.Duration {
-	if c.connCfg != nil && c.connCfg.ConnectTimeout > 0 {
-		return c.connCfg.ConnectTimeout
+	if c.conn.cfg != nil && c.conn.cfg.ConnectTimeout > 0 {
+		return c.conn.cfg.ConnectTimeout
 	}
 	if c.cfg.ConnectTimeout > 0 {
 		return c.cfg.ConnectTimeout
@@ -146,9 +165,9 @@ func (c *Client) connectTimeout() time.Duration {
 // that accepts TCP but never answers) use it all up, and the host that is
 // now the primary would never be tried.
 func (c *Client) connectBudget() time.Duration {
-	c.mu.Lock()
-	cfg := c.connCfg
-	c.mu.Unlock()
+	c.conn.mu.Lock()
+	cfg := c.conn.cfg
+	c.conn.mu.Unlock()
 	return c.connectTimeout() * time.Duration(hostCount(cfg))
 }
 
@@ -168,13 +187,13 @@ func hostCount(cfg *pgx.ConnConfig) int {
 // dedicatedConfig returns the pgx settings of the dedicated connection, or
 // nil when the client wraps a database/sql handle of another driver.
 func (c *Client) dedicatedConfig(ctx context.Context) (*pgx.ConnConfig, error) {
-	c.mu.Lock()
-	cfg := c.connCfg
-	c.mu.Unlock()
-	if cfg != nil || c.sqlDB == nil {
+	c.conn.mu.Lock()
+	cfg := c.conn.cfg
+	c.conn.mu.Unlock()
+	if cfg != nil || c.conn.sqlDB == nil {
 		return c.namedConfig(cfg), nil
 	}
-	conn, err := c.sqlDB.Conn(ctx)
+	conn, err := c.conn.sqlDB.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -188,9 +207,9 @@ func (c *Client) dedicatedConfig(ctx context.Context) (*pgx.ConnConfig, error) {
 	if err != nil || cfg == nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.connCfg = cfg
-	c.mu.Unlock()
+	c.conn.mu.Lock()
+	c.conn.cfg = cfg
+	c.conn.mu.Unlock()
 	return c.namedConfig(cfg), nil
 }
 

@@ -146,13 +146,17 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	e.term, e.resign = l, cancel
 	e.elected(l)
 	e.mu.Unlock()
-	go func() {
+	// Through the client's door for goroutines, so that Close waits for
+	// it: it returns once the term ends, and Close ends the term's lease
+	// before it waits. Once Close waits, it starts no more, and the term
+	// (its lease ended by Close) needs no watch.
+	e.c.life.goBackground(func() {
 		select {
 		case <-l.StepDownRequested():
 			cancel(ErrStepDown)
 		case <-tctx.Done():
 		}
-	}()
+	})
 	stopWatch := context.AfterFunc(tctx, func() { e.termEnded(l, tctx) })
 	err := e.callLead(tctx)
 	// Read before cancel(nil) ends the term's context: an error of lead
@@ -259,7 +263,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 		close(out)
 		return out
 	}
-	started := e.c.goBackground(func() {
+	started := e.c.life.goBackground(func() {
 		defer close(out)
 		var last Info
 		first := true
@@ -289,7 +293,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 // to seen (an empty Info when nobody leads) and skips failed reads. It
 // returns when ctx ends or the client closes.
 func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, error), seen func(Info)) {
-	woken, unsubscribe := e.c.hub.subscribe(e.name)
+	woken, unsubscribe := e.c.wake.hub.subscribe(e.name)
 	defer unsubscribe()
 	defer e.c.needNotifications()()
 	recheck := time.Duration(0)
@@ -315,7 +319,7 @@ func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, e
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-e.c.bg.Done():
+		case <-e.c.life.bg.Done():
 			t.Stop()
 			return
 		case <-woken.ch:

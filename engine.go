@@ -67,7 +67,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		// One subscription for the whole wait, taken before the first
 		// attempt: a release between an attempt and the pause still wakes
 		// the pause.
-		sub, unsubscribe := c.hub.subscribe(a.names...)
+		sub, unsubscribe := c.wake.hub.subscribe(a.names...)
 		defer unsubscribe()
 		a.w = &waiting{sub: sub, queue: !a.set && len(a.names) == 1 && !a.o.shared, shared: a.o.shared}
 		defer a.w.stop(c, a.name)
@@ -124,8 +124,8 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			err = gaveUp(ctx, last)
 			fallthrough
-		case c.bg.Err() != nil, !IsRetryable(err), !a.wait && (retries >= 2 || !redo(err)):
-			if c.bg.Err() != nil && ctx.Err() == nil {
+		case c.life.bg.Err() != nil, !IsRetryable(err), !a.wait && (retries >= 2 || !redo(err)):
+			if c.life.bg.Err() != nil && ctx.Err() == nil {
 				err = ErrClosed
 			}
 			return a.fail(err)
@@ -164,7 +164,7 @@ func (a *acquisition) takeMine(ctx context.Context) error {
 	if !a.wait {
 		return c.localHolder(a.name)
 	}
-	mine := c.getSlot(a.name)
+	mine := c.reg.getSlot(a.name)
 	select {
 	case <-mine.tok:
 		a.mine = mine
@@ -172,7 +172,7 @@ func (a *acquisition) takeMine(ctx context.Context) error {
 	case <-ctx.Done():
 		c.putSlot(a.name, mine, false)
 		return gaveUp(ctx, c.localHolder(a.name))
-	case <-c.bg.Done():
+	case <-c.life.bg.Done():
 		c.putSlot(a.name, mine, false)
 		return ErrClosed
 	}
@@ -301,7 +301,7 @@ func (a *acquisition) localWait(name string) time.Duration {
 		return c.cfg.PollInterval
 	}
 	d := a.local.next()
-	if l := c.heldLease(name); l != nil {
+	if l := c.reg.lease(name); l != nil {
 		return time.Until(l.Deadline())
 	}
 	return d
@@ -415,7 +415,7 @@ func (a *acquisition) refusedAll(rep reply, r *roundResult) {
 // localHolder describes name, held by another goroutine of this client
 // (by a lease, or by an attempt or a wait).
 func (c *Client) localHolder(name string) error {
-	l := c.heldLease(name)
+	l := c.reg.lease(name)
 	info := Info{Name: name, Owner: c.cfg.Owner}
 	if l != nil {
 		info.Token, info.TTL = l.token, l.ttl
@@ -460,12 +460,12 @@ func (a *acquisition) pause(ctx context.Context, delay time.Duration, last error
 		a.w.woke(time.Now())
 	case <-t.C:
 	case <-ctx.Done():
-	case <-c.bg.Done():
+	case <-c.life.bg.Done():
 	}
 	switch {
 	case ctx.Err() != nil:
 		return gaveUp(ctx, last)
-	case c.bg.Err() != nil:
+	case c.life.bg.Err() != nil:
 		return ErrClosed
 	}
 	return nil
@@ -495,7 +495,8 @@ func (a *acquisition) doorbell(r *roundResult, since time.Time, delay time.Durat
 	if !w.queue || !r.refused {
 		return delay
 	}
-	if r.bellOf != "" && (w.bell == r.bellOf || !c.sess.isListening()) {
+	s := c.conn.sess.Load() // a wait starts it (run)
+	if r.bellOf != "" && (w.bell == r.bellOf || !s.isListening()) {
 		// (A wait does not begin to watch a bell while its session listens
 		// already, for other waits, an observer or a holder, or for 30 s
 		// after: the release's notification reaches it, and a bell would
@@ -510,7 +511,7 @@ func (a *acquisition) doorbell(r *roundResult, since time.Time, delay time.Durat
 		}
 	} else {
 		w.unwatch(c, a.name)
-		if !r.queued && (c.sess.isLive() || !c.sess.connected()) {
+		if !r.queued && (s.isLive() || !s.connected()) {
 			// The attempt did not queue as the session was not up yet: it
 			// wakes every wait once it is, and the wait decides then.
 			return delay
