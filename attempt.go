@@ -67,10 +67,10 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 	}
 	// Close waits for the attempt to hand out or give back what its reply
 	// grants (and for the statement itself, should ctx end first: detached).
-	if !c.calls.begin() {
+	if !c.life.calls.begin() {
 		return nil, reply{}, ErrClosed
 	}
-	defer c.calls.end()
+	defer c.life.calls.end()
 	// Even if a statement that failed with its connection committed, the
 	// retry cannot acquire twice: it finds the rows as this client's own,
 	// and frees them (errOrphan) or, for a set, takes them over; should
@@ -87,7 +87,7 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		}
 		if r.err != nil && !store.FromServer(r.err) {
 			unsure.Store(true)
-			c.calls.unknown(unit, a.o.shared)
+			c.life.calls.unknown(unit, a.o.shared)
 		}
 		return r
 	}
@@ -212,7 +212,7 @@ func (a *acquisition) sharedStatement(name string) func(context.Context) reply {
 	c, o := a.c, a.o
 	args := store.SharedArgs{AcquireArgs: store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold,
 		Session: o.session, Metadata: o.metadata, Client: c.id}}
-	for _, l := range c.heldLeases() {
+	for _, l := range c.reg.leases() {
 		if l.sharedOf == name {
 			args.Mine = append(args.Mine, l.name)
 		}
@@ -311,7 +311,7 @@ func (c *Client) giveUp(leases []*Lease, cause error) {
 	for _, l := range leases {
 		l.slot = nil
 		if err := c.releaseRow(ctx, l); err != nil {
-			c.calls.unknown([]string{l.name}, false) // for Close to try again
+			c.life.calls.unknown([]string{l.name}, false) // for Close to try again
 		}
 		l.end(cause)
 	}
@@ -329,7 +329,7 @@ func (c *Client) orphan(name string, r store.AcquireResult) bool {
 	}
 	// A shared lease's row ("name#i") holds no local slot: a slot attempt
 	// of a semaphore of the same name may find it, and must not free it.
-	l := c.heldLease(name)
+	l := c.reg.lease(name)
 	return l == nil || l.token != r.OtherToken
 }
 
@@ -364,15 +364,15 @@ func detached[R any](c *Client, ctx context.Context, run func(context.Context) R
 	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
 	ch := make(chan R, 1)
 	done := make(chan struct{})
-	if !c.calls.begin() {
+	if !c.life.calls.begin() {
 		return r, nil, ErrClosed
 	}
-	started := c.goBackground(func() {
+	started := c.life.goBackground(func() {
 		defer close(done)
-		defer c.calls.end()
+		defer c.life.calls.end()
 		var r R
-		sctx, cancel := context.WithTimeout(c.calls.ctx, c.cfg.StatementTimeout)
-		b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
+		sctx, cancel := context.WithTimeout(c.life.calls.ctx, c.cfg.StatementTimeout)
+		b := retryRead.start()
 		for try := 0; ; try++ {
 			r = run(sctx)
 			if err := failed(r); err == nil || try == 2 || !store.ConnectionFailed(err) || sctx.Err() != nil {
@@ -391,7 +391,7 @@ func detached[R any](c *Client, ctx context.Context, run func(context.Context) R
 		undo(r) // the caller gave up
 	})
 	if !started {
-		c.calls.end()
+		c.life.calls.end()
 		return r, nil, ErrClosed
 	}
 	select {

@@ -48,7 +48,7 @@ func startWaitersOfEveryTopology(t *testing.T, ctx context.Context) *waitersOfEv
 	client := func() *Client {
 		c := testClient(t, cfg)
 		cfg.Table = c.cfg.Table
-		c.watchTimeout = testWatchTimeout
+		c.wake.watchTimeout = testWatchTimeout
 		return c
 	}
 
@@ -96,9 +96,9 @@ func startWaitersOfEveryTopology(t *testing.T, ctx context.Context) *waitersOfEv
 		return bellArmed(w1, h1.id) && bellArmed(w3, h3.id)
 	})
 	pgtest.WaitFor(t, patience, "the fast-failover waiter to watch the holder's session", func() bool {
-		w2.mu.Lock()
-		defer w2.mu.Unlock()
-		return len(w2.watchers) > 0
+		w2.wake.mu.Lock()
+		defer w2.wake.mu.Unlock()
+		return len(w2.wake.watchers) > 0
 	})
 	app := appName(owner)
 	pgtest.WaitFor(t, patience, "the three watchers to block on the server", func() bool {
@@ -300,14 +300,14 @@ func listenFirst(t *testing.T, c *Client) {
 // bellState describes how w waits for h: for a test that failed to see it
 // watch h's bell.
 func bellState(w, h *Client) string {
-	w.mu.Lock()
-	b := w.bells[h.id]
+	w.wake.mu.Lock()
+	b := w.wake.bells[h.id]
 	state := "no watcher"
 	if b != nil {
 		state = fmt.Sprintf("watcher armed %v, quiet %v, failed %v, waits %v", b.armed, b.quiet, b.failed, b.names)
 	}
-	w.mu.Unlock()
-	return fmt.Sprintf("%s; waiter listening %v, live %v; holder live %v", state, listening(w), w.sess.isLive(), h.sess.isLive())
+	w.wake.mu.Unlock()
+	return fmt.Sprintf("%s; waiter listening %v, live %v; holder live %v", state, listening(w), w.conn.sess.Load().isLive(), h.conn.sess.Load().isLive())
 }
 
 // countWatchTimeouts counts the watch timeouts of one kind ("bell",
@@ -331,7 +331,7 @@ func TestAWaitOnTheDoorbellThatTimedOutStillWakesAtTheRing(t *testing.T) {
 	ctx := testCtx(t)
 	cs := ffClients(t, 2)
 	h, w := cs[0], cs[1]
-	w.watchTimeout = 200 * time.Millisecond
+	w.wake.watchTimeout = 200 * time.Millisecond
 	timeouts := countWatchTimeouts(t, "bell")
 	l, err := h.Acquire(ctx, "bell") // a wait: the holder has a session, and a bell
 	if err != nil {
@@ -358,7 +358,7 @@ func TestAWatchOfASessionThatTimedOutStillSeesItEnd(t *testing.T) {
 	ctx := testCtx(t)
 	cs := ffClients(t, 2)
 	h, w := cs[0], cs[1]
-	w.watchTimeout = 200 * time.Millisecond
+	w.wake.watchTimeout = 200 * time.Millisecond
 	timeouts := countWatchTimeouts(t, "session")
 	l := mustTry(t, h, "ff")
 	listenFirst(t, w)
@@ -383,7 +383,7 @@ func TestReleasesRacingWatchTimeoutsAreNotMissed(t *testing.T) {
 	defer cancel()
 	cs := ffClients(t, 2)
 	for _, c := range cs {
-		c.watchTimeout = time.Millisecond
+		c.wake.watchTimeout = time.Millisecond
 	}
 	timeouts := countWatchTimeouts(t, "bell")
 	l, err := cs[0].Acquire(ctx, "race")

@@ -8,68 +8,64 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/store"
 )
+
+// The parts of a Client and their locks. A Client is a facade over parts
+// that each own their state and the mutex that guards it; a method that
+// touches one part only is that part's. A goroutine that needs two of
+// these locks takes them in this order, and never the other way round:
+//
+//	wake.mu      bell and session watchers (wakeups.go)
+//	reg.mu       held leases, local slots, step-down hearers (registry.go)
+//	conn.mu      the dedicated session's creation, its settings (connect.go)
+//	schema.mu    what is known of the table (client.go)
+//	renewer.mu   the renew loop's kick and schedule (renew.go)
+//	session.mu, Lease.mu, Elector.mu
+//	hub.mu, eventQueue.mu, inflight.mu
+//	life.mu      closed, and the door for goroutines (lifecycle.go)
+//
+// (wake.mu is Client.wake.mu, and so on.) The four part locks at the top
+// are never held together; each of them may be held while taking a lock
+// below it (register holds reg.mu while it reads the session's epoch, arms
+// the lease, kicks the renewer and starts the renew loop). life.mu is a
+// leaf: nothing is taken under it. No lock is held across a statement,
+// except schema.mu while the table is checked or migrated (nothing else is
+// taken under it). docs/ARCHITECTURE.md lists the nestings that exist.
 
 // Client acquires and keeps leases in one lease table. It is safe for
 // concurrent use. Create it with [Open], [NewFromPool] or [NewFromDB]; no
 // goroutine runs until the first lease is acquired or waited for. Close it
 // to release its leases and stop its goroutines.
 type Client struct {
-	// The client's resources, which the acquisition engine (engine.go),
-	// the leases and the recipes on top (LeaseSet, Elector, step-down)
-	// use through its methods: the pool, the dedicated session and its
-	// notifications, the renewer, the held leases and their local slots,
-	// and the background goroutines.
-	cfg     Config
-	st      *store.Store
-	db      store.DB      // statements that need no session: acquire, release, admin
-	ownPool *pgxpool.Pool // closed by Close when Open created it
-	sqlDB   *sql.DB       // set by NewFromDB
-	connCfg *pgx.ConnConfig
-	events  *eventQueue
-	meta    []byte // default lease metadata
-	id      string // random id of this client, recorded with its leases
+	cfg    Config
+	st     *store.Store
+	db     store.DB // statements that need no session: acquire, release, admin
+	id     string   // random id of this client, recorded with its leases
+	meta   []byte   // default lease metadata
+	events *eventQueue
 
-	bg     context.Context // lifetime of background work
-	stop   context.CancelFunc
-	wg     sync.WaitGroup // background goroutines, started by goBackground
-	wgMu   sync.Mutex     // orders wg.Add before Close's wg.Wait
-	wgDone bool           // under wgMu: Close waits; nothing more may start
-	hub    hub            // routes notifications to local waiters (notify.go)
-	calls  inflight       // acquisition statements in flight (shutdown.go)
-	sess   *session       // dedicated connection, created lazily (session.go)
-	schema sync.Mutex
-	ready  bool // schema checked
+	life    lifecycle   // closed, background context and goroutines, statements in flight
+	conn    connection  // the pool's owner, the dedicated session and its settings
+	schema  schemaState // what is known of the table
+	reg     registry    // held leases, local slots, step-down hearers
+	renewer renewer     // the renew loop's kick and schedule
+	wake    wakeups     // notifications and the watchers of holders
+}
+
+// schemaState is what a client knows of its table. Its fields are
+// guarded by mu, which is held while the table is checked or migrated.
+type schemaState struct {
+	mu    sync.Mutex
+	ready bool // schema checked
 	// readOK: the table exists and its rows are readable (Get, List),
 	// checked without changing anything
 	readOK bool
 	// lostTable: a statement found the table missing after it had been
 	// checked (tableLost); cleared once the table is checked again
 	lostTable bool
-
-	mu     sync.Mutex
-	closed bool
-	held   map[string]*Lease     // the leases handed out (register, forget)
-	locals map[string]*localSlot // localmutex.go
-	// watchers: session watchers by holder session (backend pid), shared
-	// by local waiters (failover.go)
-	watchers map[int32]*sessionWatcher
-	// bells: bell watchers by holder client id, shared by local waiters
-	// (doorbell.go)
-	bells map[string]*bellWatcher
-	// listenLinger: see listen.go; hearing: the held leases whose
-	// holders hear step-down requests (Lease.StepDownRequested)
-	listenLinger time.Duration
-	// watchTimeout: how long one statement of a watcher waits on the
-	// server (see watchTimeout in doorbell.go; tests shorten it)
-	watchTimeout time.Duration
-	hearing      int
-	renewer      chan struct{} // kicks the renew loop; nil until started (renew.go)
-	nextDue      time.Time     // when the renew loop will next renew
 }
 
 // register hands leases just granted to the client: it holds them, arms
@@ -77,53 +73,32 @@ type Client struct {
 // client is closed, and (errSessionGone) when the session a session-bound
 // lease is bound to ended after the commit: sessionLost, which checks the
 // held leases after the session's epoch changed, ran without it.
+//
+// All of it is one critical section of reg.mu, which is what makes it
+// safe: Close marks the client closed before it takes (under reg.mu) the
+// leases to release, so a lease is either refused here or released by
+// Close; the session's epoch changes before sessionLost reads the held
+// leases (under reg.mu), so a session-bound lease is either refused here
+// or ended by sessionLost; and the renew loop is started while Close
+// cannot have begun to wait for the client's goroutines (it waits only
+// after it took the leases), so it starts.
 func (c *Client) register(leases []*Lease) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	c.reg.mu.Lock()
+	defer c.reg.mu.Unlock()
+	if c.life.isClosed() {
 		return ErrClosed
 	}
 	for _, l := range leases {
-		if l.session && c.sess.currentEpoch() != l.epoch {
+		if l.session && c.conn.sess.Load().currentEpoch() != l.epoch {
 			return errSessionGone
 		}
 	}
 	for _, l := range leases {
-		c.held[l.name] = l
+		c.reg.held[l.name] = l
 		l.arm()
 		c.startRenewer(l)
 	}
 	return nil
-}
-
-// forget drops l, which has ended, from the leases the client holds.
-func (c *Client) forget(l *Lease) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.held[l.name] == l {
-		delete(c.held, l.name)
-		if l.hearStepDown {
-			c.hearing--
-		}
-	}
-}
-
-// heldLease returns the client's lease of name, or nil.
-func (c *Client) heldLease(name string) *Lease {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.held[name]
-}
-
-// heldLeases returns the leases the client holds.
-func (c *Client) heldLeases() []*Lease {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]*Lease, 0, len(c.held))
-	for _, l := range c.held {
-		out = append(out, l)
-	}
-	return out
 }
 
 // Open connects to the database named by dsn (a URL or key=value string;
@@ -172,8 +147,8 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 		return nil, errorf("connect: %w (is the server running and the DSN right?)", err)
 	}
 	c := newClient(cfg, st, store.Pgx(pool))
-	c.ownPool = pool
-	c.connCfg = pcfg.ConnConfig.Copy()
+	c.conn.ownPool = pool
+	c.conn.cfg = pcfg.ConnConfig.Copy()
 	return c, nil
 }
 
@@ -194,7 +169,7 @@ func NewFromPool(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := newClient(cfg, st, store.Pgx(pool))
-	c.connCfg = pool.Config().ConnConfig.Copy()
+	c.conn.cfg = pool.Config().ConnConfig.Copy()
 	return c, nil
 }
 
@@ -212,22 +187,22 @@ func NewFromDB(db *sql.DB, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := newClient(cfg, st, store.SQL(db, func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) }))
-	c.sqlDB = db
+	c.conn.sqlDB = db
 	return c, nil
 }
 
 func newClient(cfg Config, st *store.Store, db store.DB) *Client {
-	c := &Client{cfg: cfg, st: st, db: db, held: map[string]*Lease{}, locals: map[string]*localSlot{}, watchers: map[int32]*sessionWatcher{}, bells: map[string]*bellWatcher{}, listenLinger: listenLinger, watchTimeout: watchTimeout, meta: defaultMetadata(), id: randomID()}
-	c.bg, c.stop = context.WithCancel(context.Background())
-	c.events = &eventQueue{obs: cfg.Observer, client: c.id, start: c.goBackground, onPanic: func(r any) {
-		c.cfg.Logger.ErrorContext(c.bg, "pglease: observer panicked", "panic", r)
+	c := &Client{cfg: cfg, st: st, db: db, meta: defaultMetadata(), id: randomID()}
+	c.life.init()
+	c.reg.init()
+	c.wake.init()
+	c.events = &eventQueue{obs: cfg.Observer, client: c.id, start: c.life.goBackground, onPanic: func(r any) {
+		c.cfg.Logger.ErrorContext(c.life.bg, "pglease: observer panicked", "panic", r)
 	}}
-	c.hub.init()
 	st.OnBlocked = func(e *store.BlockedError) {
-		c.cfg.Logger.WarnContext(c.bg, "pglease: the migration of the lease table gave up on a lock that other sessions hold, so that other statements do not queue behind it; it is tried again",
+		c.cfg.Logger.WarnContext(c.life.bg, "pglease: the migration of the lease table gave up on a lock that other sessions hold, so that other statements do not queue behind it; it is tried again",
 			"table", e.Table, "attempt", e.Attempts, "blockers", e.Blockers)
 	}
-	c.calls.init()
 	return c
 }
 
@@ -273,38 +248,38 @@ func DDL(table string) (string, error) {
 // tries again, with growing pauses, until ctx ends; its error then names
 // those sessions and matches ctx's error.
 func (c *Client) Migrate(ctx context.Context) error {
-	if err := c.checkOpen(); err != nil {
+	if err := c.life.checkOpen(); err != nil {
 		return err
 	}
-	c.schema.Lock()
-	defer c.schema.Unlock()
+	c.schema.mu.Lock()
+	defer c.schema.mu.Unlock()
 	if err := c.st.EnsureSchema(ctx, c.db); err != nil {
 		return opError("create the lease table "+c.st.Names.QualifiedTable(), err)
 	}
-	if c.lostTable {
+	if c.schema.lostTable {
 		c.cfg.Logger.WarnContext(ctx, "pglease: the lease table had disappeared (dropped, or lost in a failover or a restore) and was migrated again, created anew if no other client had done so first;"+
 			" a new token sequence starts at the server clock in microseconds, above the tokens the lost one handed out", "table", c.st.Names.QualifiedTable())
 	}
-	c.ready, c.lostTable = true, false
+	c.schema.ready, c.schema.lostTable = true, false
 	return nil
 }
 
 // ensureSchema runs Migrate once per client (or only checks the table when
 // auto-migration is off).
 func (c *Client) ensureSchema(ctx context.Context) error {
-	c.schema.Lock()
-	ready := c.ready
-	c.schema.Unlock()
+	c.schema.mu.Lock()
+	ready := c.schema.ready
+	c.schema.mu.Unlock()
 	if ready {
 		return nil
 	}
 	if c.cfg.DisableAutoMigrate {
-		c.schema.Lock()
-		defer c.schema.Unlock()
+		c.schema.mu.Lock()
+		defer c.schema.mu.Unlock()
 		// A missing table is reported as such (lost after use, or never
 		// created), rather than as a table of another layout.
 		if exists, err := c.st.CheckReadable(ctx, c.db); err == nil && !exists {
-			if c.lostTable {
+			if c.schema.lostTable {
 				return c.lostTableError()
 			}
 			return errorf("%w: %s does not exist: create it with 'pglease migrate' (or Client.Migrate, or the statements of DDL in a migration) as a role that may; this client does not, as Config.DisableAutoMigrate is set",
@@ -313,7 +288,7 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 		if err := c.st.CheckShape(ctx, c.db); err != nil {
 			return opError("check the lease table "+c.st.Names.QualifiedTable(), err)
 		}
-		c.ready, c.lostTable = true, false
+		c.schema.ready, c.schema.lostTable = true, false
 		return nil
 	}
 	return c.Migrate(ctx)
@@ -351,15 +326,15 @@ func (c *Client) tableLost(ctx context.Context, err error) bool {
 // forgetCheck makes the client check its table again at its next call;
 // lost: the table was found gone.
 func (c *Client) forgetCheck(lost bool) {
-	c.schema.Lock()
-	defer c.schema.Unlock()
-	if !c.ready && !c.readOK {
+	c.schema.mu.Lock()
+	defer c.schema.mu.Unlock()
+	if !c.schema.ready && !c.schema.readOK {
 		return
 	}
-	c.ready, c.readOK = false, false
+	c.schema.ready, c.schema.readOK = false, false
 	if lost {
-		c.lostTable = true
-		c.cfg.Logger.WarnContext(c.bg, "pglease: the lease table (or its schema, or its waiters table) no longer exists: it was dropped, or lost in a failover or a restore; the client checks it again at its next call",
+		c.schema.lostTable = true
+		c.cfg.Logger.WarnContext(c.life.bg, "pglease: the lease table (or its schema, or its waiters table) no longer exists: it was dropped, or lost in a failover or a restore; the client checks it again at its next call",
 			"table", c.st.Names.QualifiedTable(), "auto_migrate", !c.cfg.DisableAutoMigrate)
 	}
 }
@@ -379,38 +354,13 @@ func (c *Client) lostTableCause() error {
 	return &lostError{why: "the lease table " + c.st.Names.QualifiedTable() + " no longer exists (dropped, or lost in a failover or a restore), and the lease's row went with it"}
 }
 
-// goBackground runs fn on a goroutine that Close waits for. Once Close has
-// begun waiting it starts nothing and returns false.
-func (c *Client) goBackground(fn func()) bool {
-	c.wgMu.Lock()
-	defer c.wgMu.Unlock()
-	if c.wgDone {
-		return false
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		fn()
-	}()
-	return true
-}
-
 // closedErr reports a failure caused by Close (a cancelled statement, a
 // closed pool) as [ErrClosed].
 func (c *Client) closedErr(err error) error {
-	if err != nil && !errors.Is(err, ErrClosed) && c.bg.Err() != nil {
+	if err != nil && !errors.Is(err, ErrClosed) && c.life.bg.Err() != nil {
 		return ErrClosed
 	}
 	return err
-}
-
-func (c *Client) checkOpen() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	return nil
 }
 
 // Close releases every lease the client holds, and what its acquisitions
@@ -428,17 +378,11 @@ func (c *Client) checkOpen() error {
 // itself 15 s). An error names what Close could not release; those rows
 // expire after their TTL. Close is idempotent.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.life.close() {
 		return nil
 	}
-	c.closed = true
-	leases := make([]*Lease, 0, len(c.held))
-	for _, l := range c.held {
-		leases = append(leases, l)
-	}
-	c.mu.Unlock()
+	// Closed first: register refuses leases from now on (see register).
+	leases := c.reg.leases()
 
 	var errs []error
 	var wg sync.WaitGroup
@@ -454,21 +398,14 @@ func (c *Client) Close() error {
 			}
 		}()
 	}
-	c.calls.drain(releaseTimeout, c.stop)
+	c.life.calls.drain(releaseTimeout, c.life.stop)
 	wg.Wait()
 	if err := c.releaseOrphans(); err != nil {
 		errs = append(errs, err)
 	}
-	c.stop()
-	c.wgMu.Lock()
-	c.wgDone = true
-	c.wgMu.Unlock()
-	c.wg.Wait()
-	if c.sess != nil {
-		c.sess.wait()
-	}
-	if c.ownPool != nil {
-		c.ownPool.Close()
+	c.life.stopAndWait() // the session loop too
+	if c.conn.ownPool != nil {
+		c.conn.ownPool.Close()
 	}
 	return errors.Join(errs...)
 }
@@ -591,7 +528,7 @@ func (c *Client) Cleanup(ctx context.Context) (int64, error) {
 // (a server restart leaves stale connections in the pool; the first use of
 // each fails): reads, and deletes of expired rows. At most three tries.
 func (c *Client) retry(ctx context.Context, fn func() error) error {
-	b := newBackoff(20*time.Millisecond, 200*time.Millisecond)
+	b := retryRead.start()
 	for try := 0; ; try++ {
 		err := fn()
 		if err == nil || try == 2 || !store.ConnectionFailed(err) || ctx.Err() != nil {
@@ -609,12 +546,12 @@ func (c *Client) retry(ctx context.Context, fn func() error) error {
 // that its table can be read; exists is false when there is no table.
 // After a full check (ready) or a first successful one, it sends nothing.
 func (c *Client) readable(ctx context.Context) (exists bool, err error) {
-	if err := c.checkOpen(); err != nil {
+	if err := c.life.checkOpen(); err != nil {
 		return false, err
 	}
-	c.schema.Lock()
-	ok := c.ready || c.readOK
-	c.schema.Unlock()
+	c.schema.mu.Lock()
+	ok := c.schema.ready || c.schema.readOK
+	c.schema.mu.Unlock()
 	if ok {
 		return true, nil
 	}
@@ -626,9 +563,9 @@ func (c *Client) readable(ctx context.Context) (exists bool, err error) {
 		return false, opError("check the lease table "+c.st.Names.QualifiedTable(), err)
 	}
 	if exists {
-		c.schema.Lock()
-		c.readOK = true
-		c.schema.Unlock()
+		c.schema.mu.Lock()
+		c.schema.readOK = true
+		c.schema.mu.Unlock()
 	}
 	return exists, nil
 }
@@ -651,7 +588,7 @@ func (c *Client) read(ctx context.Context, what string, fn func() error) error {
 
 // prepare checks that the client is open and its table usable.
 func (c *Client) prepare(ctx context.Context) error {
-	if err := c.checkOpen(); err != nil {
+	if err := c.life.checkOpen(); err != nil {
 		return err
 	}
 	return c.ensureSchema(ctx)
@@ -662,12 +599,12 @@ func (c *Client) prepare(ctx context.Context) error {
 // is [ErrNoTable], never created, so that a mistyped table name changes
 // nothing. A table that exists is checked, or upgraded, as by prepare.
 func (c *Client) prepareExisting(ctx context.Context) error {
-	if err := c.checkOpen(); err != nil {
+	if err := c.life.checkOpen(); err != nil {
 		return err
 	}
-	c.schema.Lock()
-	ready := c.ready
-	c.schema.Unlock()
+	c.schema.mu.Lock()
+	ready := c.schema.ready
+	c.schema.mu.Unlock()
 	if !ready {
 		var exists bool
 		err := c.retry(ctx, func() (err error) {

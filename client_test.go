@@ -228,7 +228,7 @@ func TestOpenKeepsTheDSNsIdleTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := c.ownPool.Config().MaxConnIdleTime; got != 0 {
+	if got := c.conn.ownPool.Config().MaxConnIdleTime; got != 0 {
 		t.Fatalf("pool's idle time %v, want the DSN's 0", got)
 	}
 	if _, err := c.TryAcquire(ctx, "dsn-idle"); err != nil {

@@ -5,33 +5,51 @@ package pglease
 
 import (
 	"context"
-	"math/rand/v2"
+	"database/sql"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/store"
 )
 
+// connection is the part of a Client that owns its connections beyond
+// the pool (Client.db): the pool to close when Open made it, the
+// database/sql handle of NewFromDB, the dedicated session and the
+// settings its connections (and the watchers') are opened with.
+type connection struct {
+	ownPool *pgxpool.Pool // closed by Close when Open created it
+	sqlDB   *sql.DB       // set by NewFromDB
+	// sess is the dedicated session, created on first use by
+	// Client.session (under mu), then never changed: read without a lock.
+	sess atomic.Pointer[session]
+
+	mu  sync.Mutex
+	cfg *pgx.ConnConfig // the dedicated connection's settings; learnt from sqlDB's driver when not given
+}
+
 // connect opens the dedicated connection (which listens for notifications
-// only on demand: see listen.go). shared reports a connection whose server
+// only on demand: see listen.go). proxied reports a connection whose server
 // backend other clients share (a transaction-pooling proxy): it cannot
 // hold session-bound leases. live reports one that holds the client lock
 // and bell 0: the client's waits may queue, and its releases ring.
-func (s *session) connect() (_ dconn, shared, live bool, _ error) {
+func (s *session) connect() (_ dconn, proxied, live bool, _ error) {
 	c := s.c
-	ctx, cancel := context.WithTimeout(c.bg, c.connectBudget())
+	ctx, cancel := context.WithTimeout(c.life.bg, c.connectBudget())
 	defer cancel()
 	cfg, err := c.dedicatedConfig(ctx)
 	if err != nil {
 		return nil, false, false, err
 	}
 	if cfg == nil { // database/sql with a driver other than pgx
-		sc, err := c.sqlDB.Conn(ctx)
+		sc, err := c.conn.sqlDB.Conn(ctx)
 		if err != nil {
 			return nil, false, false, err
 		}
@@ -54,18 +72,18 @@ func (s *session) connect() (_ dconn, shared, live bool, _ error) {
 		return nil, false, false, err
 	}
 	if pid != pc.PgConn().PID() {
-		shared = true
+		proxied = true
 	} else if err := c.st.SessionSettings(ctx, store.Pgx(pc), c.cfg.StatementTimeout, sessionLockTimeout); err != nil {
 		_ = pc.Close(ctx)
 		return nil, false, false, err
 	}
-	if !shared {
+	if !proxied {
 		if live, err = s.clientLock(ctx, pc); err != nil {
 			_ = pc.Close(ctx)
 			return nil, false, false, err
 		}
 	}
-	return pgxConn{pc}, shared, live, nil
+	return pgxConn{pc}, proxied, live, nil
 }
 
 // clientLock takes the session lock and the client lock on a new dedicated
@@ -131,8 +149,8 @@ func (s *session) endEarlierSession(ctx context.Context, q store.Querier) bool {
 }
 
 func (c *Client) connectTimeout() time.Duration {
-	if c.connCfg != nil && c.connCfg.ConnectTimeout > 0 {
-		return c.connCfg.ConnectTimeout
+	if c.conn.cfg != nil && c.conn.cfg.ConnectTimeout > 0 {
+		return c.conn.cfg.ConnectTimeout
 	}
 	if c.cfg.ConnectTimeout > 0 {
 		return c.cfg.ConnectTimeout
@@ -147,9 +165,9 @@ func (c *Client) connectTimeout() time.Duration {
 // that accepts TCP but never answers) use it all up, and the host that is
 // now the primary would never be tried.
 func (c *Client) connectBudget() time.Duration {
-	c.mu.Lock()
-	cfg := c.connCfg
-	c.mu.Unlock()
+	c.conn.mu.Lock()
+	cfg := c.conn.cfg
+	c.conn.mu.Unlock()
 	return c.connectTimeout() * time.Duration(hostCount(cfg))
 }
 
@@ -169,13 +187,13 @@ func hostCount(cfg *pgx.ConnConfig) int {
 // dedicatedConfig returns the pgx settings of the dedicated connection, or
 // nil when the client wraps a database/sql handle of another driver.
 func (c *Client) dedicatedConfig(ctx context.Context) (*pgx.ConnConfig, error) {
-	c.mu.Lock()
-	cfg := c.connCfg
-	c.mu.Unlock()
-	if cfg != nil || c.sqlDB == nil {
+	c.conn.mu.Lock()
+	cfg := c.conn.cfg
+	c.conn.mu.Unlock()
+	if cfg != nil || c.conn.sqlDB == nil {
 		return c.namedConfig(cfg), nil
 	}
-	conn, err := c.sqlDB.Conn(ctx)
+	conn, err := c.conn.sqlDB.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -189,9 +207,9 @@ func (c *Client) dedicatedConfig(ctx context.Context) (*pgx.ConnConfig, error) {
 	if err != nil || cfg == nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.connCfg = cfg
-	c.mu.Unlock()
+	c.conn.mu.Lock()
+	c.conn.cfg = cfg
+	c.conn.mu.Unlock()
 	return c.namedConfig(cfg), nil
 }
 
@@ -208,19 +226,6 @@ func (c *Client) namedConfig(cfg *pgx.ConnConfig) *pgx.ConnConfig {
 	cfg.RuntimeParams["application_name"] = appName(c.cfg.Owner)
 	return cfg
 }
-
-// backoff yields jittered, exponentially growing delays.
-type backoff struct{ min, max, cur time.Duration }
-
-func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max, cur: min} }
-
-func (b *backoff) next() time.Duration {
-	d := b.cur
-	b.cur = min(b.cur*2, b.max)
-	return d/2 + rand.N(d/2+1)
-}
-
-func (b *backoff) reset() { b.cur = b.min }
 
 // connectPgx opens a plain pgx connection used for one purpose.
 func connectPgx(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration) (pgxConn, error) {

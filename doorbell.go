@@ -6,8 +6,8 @@ package pglease
 // store.Bells bell locks, keyed by the client id; a release that wakes the
 // first waiter rings: the session takes the next bell and frees the one it
 // held (ringBell). A waiting client watches the holder's bell on a
-// connection of its own (a bellWatcher per holder client, shared by all
-// its waits on that holder's names): it blocks on the bell held, and each
+// connection of its own (one bellWatcher per holder client, for all its
+// waits on that holder's names): it blocks on the bell held, and each
 // time the server grants it, it wakes those waits and blocks on the next.
 // The server wakes the watchers of that bell and no other backend, where
 // a notification makes it signal every listening backend of the database.
@@ -32,7 +32,7 @@ import (
 const bellLinger = 30 * time.Second
 
 // watchTimeout bounds each statement with which a watcher waits on the
-// server (a holder's bell, a holder's session: Client.watchTimeout, which
+// server (a holder's bell, a holder's session: wakeups.watchTimeout, which
 // tests shorten): it is the lock_timeout of the watchers' connections. A
 // statement that waits holds a snapshot, which keeps VACUUM from removing
 // any row deleted after it was taken, in the whole database, and keeps
@@ -41,22 +41,13 @@ const bellLinger = 30 * time.Second
 // than this (and each waiting watcher costs one statement per period).
 const watchTimeout = 20 * time.Second
 
-// bellProbeMin and bellProbeMax bound the backoff with which a watcher
-// looks again for the bell of a holder that holds none (a client's session
-// starts with its first wait, or its first renewal, a third of the TTL
-// after its first acquisition).
-const (
-	bellProbeMin = time.Second
-	bellProbeMax = 30 * time.Second
-)
-
 // maxBells bounds the bell watchers of a client, and so the connections
 // its waits hold: the waits on names of further holders listen for
 // notifications.
 const maxBells = 16
 
 // bellWatcher watches one holder client's bell for this client's waits.
-// Its fields are guarded by c.mu.
+// Its fields are guarded by wakeups.mu.
 type bellWatcher struct {
 	holder string
 	names  map[string]int // the waits per name
@@ -85,28 +76,29 @@ type bellWatcher struct {
 // and the wait listens for notifications meanwhile; or no watcher could
 // start, and the wait is not registered).
 func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.bells[holder]
+	wk := &c.wake
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	w := wk.bells[holder]
 	if w != nil && w.failed {
 		if time.Now().Before(w.retryAt) {
 			return false, false
 		}
-		delete(c.bells, holder)
+		delete(wk.bells, holder)
 		w = nil
 	}
 	if w == nil {
-		if len(c.bells) >= maxBells {
-			c.pruneBells()
+		if len(wk.bells) >= maxBells {
+			wk.pruneBells()
 		}
-		if c.closed || len(c.bells) >= maxBells {
+		if c.life.isClosed() || len(wk.bells) >= maxBells {
 			return false, false
 		}
 		w = &bellWatcher{holder: holder, names: map[string]int{}, again: make(chan struct{}, 1), done: make(chan struct{})}
 		var ctx context.Context
-		ctx, w.cancel = context.WithCancel(c.bg)
-		c.bells[holder] = w
-		if !c.goBackground(func() { c.runBell(ctx, w) }) {
+		ctx, w.cancel = context.WithCancel(c.life.bg)
+		wk.bells[holder] = w
+		if !c.life.goBackground(func() { c.runBell(ctx, w) }) {
 			close(w.done)
 		}
 	}
@@ -120,30 +112,30 @@ func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool
 }
 
 // watching reports whether a watcher of holder's bell runs.
-func (c *Client) watching(holder string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.bells[holder]
+func (wk *wakeups) watching(holder string) bool {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	w := wk.bells[holder]
 	return w != nil && !w.failed
 }
 
 // pruneBells forgets the holders found without a bell long enough ago to
-// be probed again. c.mu is held.
-func (c *Client) pruneBells() {
+// be probed again. wk.mu is held.
+func (wk *wakeups) pruneBells() {
 	now := time.Now()
-	for h, w := range c.bells {
+	for h, w := range wk.bells {
 		if w.failed && now.After(w.retryAt) {
-			delete(c.bells, h)
+			delete(wk.bells, h)
 		}
 	}
 }
 
 // unwatchBell drops a wait's interest in holder's bell; a watcher left
 // without waits lingers for bellLinger, then stops.
-func (c *Client) unwatchBell(holder, name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.bells[holder]
+func (wk *wakeups) unwatchBell(holder, name string) {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	w := wk.bells[holder]
 	if w == nil {
 		return
 	}
@@ -152,12 +144,12 @@ func (c *Client) unwatchBell(holder, name string) {
 	}
 	if len(w.names) == 0 && !w.failed && w.idle == nil {
 		w.idle = time.AfterFunc(bellLinger, func() {
-			c.mu.Lock()
-			stop := len(w.names) == 0 && c.bells[holder] == w
+			wk.mu.Lock()
+			stop := len(w.names) == 0 && wk.bells[holder] == w
 			if stop {
-				delete(c.bells, holder)
+				delete(wk.bells, holder)
 			}
-			c.mu.Unlock()
+			wk.mu.Unlock()
 			if stop {
 				w.cancel()
 			}
@@ -168,42 +160,42 @@ func (c *Client) unwatchBell(holder, name string) {
 // rang records a ring (or the arming) of w's bell and wakes its waits: they
 // look again. It reports whether w has waits left; one without any
 // disarms, so that rings wake it no more (see runBell).
-func (c *Client) rang(w *bellWatcher, armed bool) bool {
-	c.mu.Lock()
+func (wk *wakeups) rang(w *bellWatcher, armed bool) bool {
+	wk.mu.Lock()
 	w.rang = time.Now()
 	w.armed = (armed || w.armed) && len(w.names) > 0
 	w.quiet = false
-	c.mu.Unlock()
-	return c.wakeWaits(w.names)
+	wk.mu.Unlock()
+	return wk.wakeWaits(w.names)
 }
 
-// wakeWaits wakes the local waits of names (a watcher's, guarded by c.mu,
+// wakeWaits wakes the local waits of names (a watcher's, guarded by wk.mu,
 // which is not held), as a targeted notification would, and reports
 // whether there were any.
-func (c *Client) wakeWaits(names map[string]int) bool {
-	c.mu.Lock()
+func (wk *wakeups) wakeWaits(names map[string]int) bool {
+	wk.mu.Lock()
 	list := make([]string, 0, len(names))
 	for n := range names {
 		list = append(list, n)
 	}
-	c.mu.Unlock()
+	wk.mu.Unlock()
 	for _, n := range list {
-		c.hub.notify(n, true)
+		wk.hub.notify(n, true)
 	}
 	return len(list) > 0
 }
 
 // bellGone marks w failed (its connection or a statement failed) and wakes
 // its waits, which then listen for notifications.
-func (c *Client) bellGone(w *bellWatcher) {
-	c.mu.Lock()
+func (wk *wakeups) bellGone(w *bellWatcher) {
+	wk.mu.Lock()
 	w.failed, w.retryAt = true, time.Now().Add(bellLinger)
 	if w.idle != nil {
 		w.idle.Stop()
 		w.idle = nil
 	}
-	c.mu.Unlock()
-	_ = c.rang(w, false)
+	wk.mu.Unlock()
+	_ = wk.rang(w, false)
 }
 
 // runBell is a watcher's loop. It probes which bell the holder holds and
@@ -227,14 +219,14 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 	conn, err := c.watchConn(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.bellGone(w)
+			c.wake.bellGone(w)
 		}
 		return
 	}
 	defer conn.close()
 	q := conn.querier()
 	expect := -1
-	b := newBackoff(bellProbeMin, bellProbeMax)
+	b := probeBell.start()
 	for {
 		if hook := testHookBell.Load(); hook != nil {
 			(*hook)(w.holder)
@@ -242,14 +234,14 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 		k, ok, err := c.st.ProbeBell(ctx, q, w.holder)
 		if err != nil {
 			if ctx.Err() == nil {
-				c.bellGone(w)
+				c.wake.bellGone(w)
 			}
 			return
 		}
 		if !ok {
 			// No bell now: the waits listen; look again later.
 			expect = -1
-			if !c.noBell(w) {
+			if !c.wake.noBell(w) {
 				select { // no waits: until one comes
 				case <-w.again:
 				case <-ctx.Done():
@@ -265,17 +257,17 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 			continue
 		}
 		b.reset()
-		waits := k != expect && c.rang(w, true) || k == expect && c.hasWaits(w)
+		waits := k != expect && c.wake.rang(w, true) || k == expect && c.wake.hasWaits(w)
 		if waits {
 			rang, err := c.awaitBell(ctx, q, w, k)
 			if err != nil {
 				if ctx.Err() == nil {
-					c.bellGone(w)
+					c.wake.bellGone(w)
 				}
 				return
 			}
 			expect = (k + 1) % store.Bells
-			waits = rang && c.rang(w, false)
+			waits = rang && c.wake.rang(w, false)
 		}
 		if !waits {
 			expect = -1
@@ -310,7 +302,7 @@ func (c *Client) awaitBell(ctx context.Context, q store.Querier, w *bellWatcher,
 		if hook := testHookWatchTimeout.Load(); hook != nil {
 			(*hook)("bell")
 		}
-		if !c.hasWaits(w) {
+		if !c.wake.hasWaits(w) {
 			return false, nil
 		}
 	}
@@ -318,22 +310,22 @@ func (c *Client) awaitBell(ctx context.Context, q store.Querier, w *bellWatcher,
 
 // noBell records that w's holder holds no bell now, waking the waits (they
 // listen) when it did, and reports whether w has waits.
-func (c *Client) noBell(w *bellWatcher) bool {
-	c.mu.Lock()
+func (wk *wakeups) noBell(w *bellWatcher) bool {
+	wk.mu.Lock()
 	was := !w.quiet
 	w.quiet, w.armed = true, false
 	waits := len(w.names) > 0
-	c.mu.Unlock()
+	wk.mu.Unlock()
 	if was && waits {
-		c.wakeWaits(w.names)
+		wk.wakeWaits(w.names)
 	}
 	return waits
 }
 
 // hasWaits reports whether w has waits, and disarms it when not.
-func (c *Client) hasWaits(w *bellWatcher) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (wk *wakeups) hasWaits(w *bellWatcher) bool {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
 	if len(w.names) == 0 {
 		w.armed = false
 	}
@@ -362,7 +354,7 @@ func (c *Client) dialWatch(ctx context.Context, cfg *pgx.ConnConfig) (*pgxConn, 
 	if err != nil {
 		return nil, err
 	}
-	if err := c.st.SessionSettings(ctx, pc.querier(), 0, c.watchTimeout); err != nil {
+	if err := c.st.SessionSettings(ctx, pc.querier(), 0, c.wake.watchTimeout); err != nil {
 		pc.close()
 		return nil, err
 	}
@@ -373,9 +365,7 @@ func (c *Client) dialWatch(ctx context.Context, cfg *pgx.ConnConfig) (*pgxConn, 
 // waiter (see Ring in session.sql): in the background, on the dedicated
 // session, once for all the releases that came before it ran.
 func (c *Client) ringBell() {
-	c.mu.Lock()
-	s := c.sess
-	c.mu.Unlock()
+	s := c.conn.sess.Load()
 	if s == nil { // no session, no bell
 		return
 	}
@@ -391,15 +381,15 @@ func (c *Client) ringBell() {
 		s.ringing = false
 		s.mu.Unlock()
 	}
-	c.goBackground(func() {
-		err := s.do(c.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
+	c.life.goBackground(func() {
+		err := s.do(c.life.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
 			done() // a release after this rings again
 			if !st.belled {
 				return nil
 			}
 			k, err := c.st.Ring(ctx, q, c.id, *st.bell)
 			*st.bell = k
-			if err != nil && c.bg.Err() == nil {
+			if err != nil && c.life.bg.Err() == nil {
 				c.cfg.Logger.WarnContext(ctx, "pglease: could not ring the doorbell; the first waiter looks again at its expiry timer or fallback poll", "err", err)
 			}
 			return err
@@ -421,10 +411,10 @@ var testHookWatchTimeout atomic.Pointer[func(watch string)]
 // bellRang reports, for a wait already watching holder's bell, whether a
 // ring came after since (see watchBell), and false when the holder rings
 // no bell now, or the watcher stopped.
-func (c *Client) bellRang(holder string, since time.Time) (again, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.bells[holder]
+func (wk *wakeups) bellRang(holder string, since time.Time) (again, ok bool) {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	w := wk.bells[holder]
 	if w == nil || w.failed {
 		return false, false
 	}

@@ -9,9 +9,9 @@ import (
 
 // bellArmed reports whether c watches holder's doorbell, armed.
 func bellArmed(c *Client, holder string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.bells[holder]
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	w := c.wake.bells[holder]
 	return w != nil && w.armed && !w.quiet && !w.failed
 }
 
@@ -97,7 +97,7 @@ func TestAWaiterOfAHolderWithoutABellListens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.sess != nil {
+	if h.conn.sess.Load() != nil {
 		t.Fatal("a client with DisableNotify opened a session")
 	}
 	got := waitFor(ctx, w, "quiet")
@@ -118,7 +118,7 @@ func TestAWaiterOfAHolderWithoutABellListens(t *testing.T) {
 func TestAnIdleClientStopsListening(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
-	c.listenLinger = 200 * time.Millisecond
+	c.wake.listenLinger = 200 * time.Millisecond
 	l, err := c.Acquire(ctx, "idle")
 	if err != nil {
 		t.Fatal(err)

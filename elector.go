@@ -115,7 +115,7 @@ func (e *Elector) Run(ctx context.Context) error {
 				return err
 			}
 			select { // transient: Acquire already retried; pause before campaigning again
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(campaignPause):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -144,13 +144,17 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	e.term, e.resign = l, cancel
 	e.elected(l)
 	e.mu.Unlock()
-	go func() {
+	// Through the client's door for goroutines, so that Close waits for
+	// it: it returns once the term ends, and Close ends the term's lease
+	// before it waits. Once Close waits, it starts no more, and the term
+	// (its lease ended by Close) needs no watch.
+	e.c.life.goBackground(func() {
 		select {
 		case <-l.StepDownRequested():
 			cancel(ErrStepDown)
 		case <-tctx.Done():
 		}
-	}()
+	})
 	stopWatch := context.AfterFunc(tctx, func() { e.termEnded(l, tctx) })
 	err := e.callLead(tctx)
 	// Read before cancel(nil) ends the term's context: an error of lead
@@ -257,7 +261,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 		close(out)
 		return out
 	}
-	started := e.c.goBackground(func() {
+	started := e.c.life.goBackground(func() {
 		defer close(out)
 		var last Info
 		first := true
@@ -287,7 +291,7 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 // to seen (an empty Info when nobody leads) and skips failed reads. It
 // returns when ctx ends or the client closes.
 func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, error), seen func(Info)) {
-	woken, unsubscribe := e.c.hub.subscribe(e.name)
+	woken, unsubscribe := e.c.wake.hub.subscribe(e.name)
 	defer unsubscribe()
 	defer e.c.needNotifications()()
 	recheck := time.Duration(0)
@@ -303,8 +307,8 @@ func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, e
 		}
 		if recheck > 0 { // just after a release a successor may be acquiring
 			wait = min(wait, recheck)
-			recheck = min(recheck*2, time.Second)
-			if recheck >= time.Second {
+			recheck = min(recheck*2, recheckLargest)
+			if recheck >= recheckLargest {
 				recheck = 0
 			}
 		}
@@ -313,11 +317,11 @@ func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, e
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-e.c.bg.Done():
+		case <-e.c.life.bg.Done():
 			t.Stop()
 			return
 		case <-woken.ch:
-			recheck = 10 * time.Millisecond
+			recheck = recheckFirst
 		case <-t.C:
 		}
 		t.Stop()

@@ -88,7 +88,7 @@ func (e *Elector) watchLeaders(ctx context.Context) (stop func()) {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	started := e.c.goBackground(func() {
+	started := e.c.life.goBackground(func() {
 		defer close(done)
 		var gen uint64 // the generation when the reading began
 		read := func(ctx context.Context) (Info, error) {

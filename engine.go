@@ -67,7 +67,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		// One subscription for the whole wait, taken before the first
 		// attempt: a release between an attempt and the pause still wakes
 		// the pause.
-		sub, unsubscribe := c.hub.subscribe(a.names...)
+		sub, unsubscribe := c.wake.hub.subscribe(a.names...)
 		defer unsubscribe()
 		a.w = &waiting{sub: sub, queue: !a.set && len(a.names) == 1 && !a.o.shared, shared: a.o.shared}
 		defer a.w.stop(c, a.name)
@@ -78,7 +78,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		}
 	}
 	if a.set {
-		a.local = newBackoff(5*time.Millisecond, 500*time.Millisecond)
+		a.local = retrySetLocal.start()
 	} else if len(a.names) == 1 {
 		if err := a.takeMine(ctx); err != nil {
 			return nil, err
@@ -86,7 +86,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	}
 	var h holders
 	defer h.stop(c)
-	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	b := retryAcquire.start()
 	var last error
 	retries := 0
 	for {
@@ -124,8 +124,8 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			err = gaveUp(ctx, last)
 			fallthrough
-		case c.bg.Err() != nil, !IsRetryable(err), !a.wait && (retries >= 2 || !redo(err)):
-			if c.bg.Err() != nil && ctx.Err() == nil {
+		case c.life.bg.Err() != nil, !IsRetryable(err), !a.wait && (retries >= 2 || !redo(err)):
+			if c.life.bg.Err() != nil && ctx.Err() == nil {
 				err = ErrClosed
 			}
 			return a.fail(err)
@@ -164,7 +164,7 @@ func (a *acquisition) takeMine(ctx context.Context) error {
 	if !a.wait {
 		return c.localHolder(a.name)
 	}
-	mine := c.getSlot(a.name)
+	mine := c.reg.getSlot(a.name)
 	select {
 	case <-mine.tok:
 		a.mine = mine
@@ -172,7 +172,7 @@ func (a *acquisition) takeMine(ctx context.Context) error {
 	case <-ctx.Done():
 		c.putSlot(a.name, mine, false)
 		return gaveUp(ctx, c.localHolder(a.name))
-	case <-c.bg.Done():
+	case <-c.life.bg.Done():
 		c.putSlot(a.name, mine, false)
 		return ErrClosed
 	}
@@ -301,7 +301,7 @@ func (a *acquisition) localWait(name string) time.Duration {
 		return c.cfg.PollInterval
 	}
 	d := a.local.next()
-	if l := c.heldLease(name); l != nil {
+	if l := c.reg.lease(name); l != nil {
 		return time.Until(l.Deadline())
 	}
 	return d
@@ -331,7 +331,7 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 			// ended too (one node running both), and nothing wakes this
 			// wait then: look again soon, with backoff.
 			if a.promised == nil {
-				a.promised = newBackoff(promisedLookMin, a.c.cfg.PollInterval)
+				a.promised = newBackoff(promisedLookFirst, a.c.cfg.PollInterval)
 			}
 			wait = a.promised.next()
 		} else if a.promised != nil {
@@ -415,7 +415,7 @@ func (a *acquisition) refusedAll(rep reply, r *roundResult) {
 // localHolder describes name, held by another goroutine of this client
 // (by a lease, or by an attempt or a wait).
 func (c *Client) localHolder(name string) error {
-	l := c.heldLease(name)
+	l := c.reg.lease(name)
 	info := Info{Name: name, Owner: c.cfg.Owner}
 	if l != nil {
 		info.Token, info.TTL = l.token, l.ttl
@@ -436,12 +436,6 @@ func heldError(r nameReply) error {
 func holderGone(r nameReply) bool {
 	return r.OtherToken == 0 || r.OtherRemaining <= 0 || r.HolderInSession && !r.HolderWatchable
 }
-
-// promisedLookMin is the first pause of a wait queued behind a waiter to
-// which a free name is promised (see holderGone): the backoff doubles up
-// to the fallback poll, so that a wait behind a waiter that died looks
-// again within about a second.
-const promisedLookMin = 40 * time.Millisecond
 
 // queuedError describes a name whose lease waiters of other clients are
 // queued for ahead of this one (it may be free, promised to the first).
@@ -466,12 +460,12 @@ func (a *acquisition) pause(ctx context.Context, delay time.Duration, last error
 		a.w.woke(time.Now())
 	case <-t.C:
 	case <-ctx.Done():
-	case <-c.bg.Done():
+	case <-c.life.bg.Done():
 	}
 	switch {
 	case ctx.Err() != nil:
 		return gaveUp(ctx, last)
-	case c.bg.Err() != nil:
+	case c.life.bg.Err() != nil:
 		return ErrClosed
 	}
 	return nil
@@ -501,7 +495,8 @@ func (a *acquisition) doorbell(r *roundResult, since time.Time, delay time.Durat
 	if !w.queue || !r.refused {
 		return delay
 	}
-	if r.bellOf != "" && (w.bell == r.bellOf || !c.sess.isListening()) {
+	s := c.conn.sess.Load() // a wait starts it (run)
+	if r.bellOf != "" && (w.bell == r.bellOf || !s.isListening()) {
 		// (A wait does not begin to watch a bell while its session listens
 		// already, for other waits, an observer or a holder, or for 30 s
 		// after: the release's notification reaches it, and a bell would
@@ -516,7 +511,7 @@ func (a *acquisition) doorbell(r *roundResult, since time.Time, delay time.Durat
 		}
 	} else {
 		w.unwatch(c, a.name)
-		if !r.queued && (c.sess.isLive() || !c.sess.connected()) {
+		if !r.queued && (s.isLive() || !s.connected()) {
 			// The attempt did not queue as the session was not up yet: it
 			// wakes every wait once it is, and the wait decides then.
 			return delay

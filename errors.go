@@ -214,7 +214,7 @@ func (e *lostError) Is(target error) bool {
 func sessionEnded(why string) *lostError { return &lostError{why: why, session: true} }
 
 // The internal errors below never reach a caller on their own: an
-// acquisition retries after the first three (see redo), errShared is
+// acquisition retries after the first three (see redo), errProxied is
 // wrapped in ErrSessionUnavailable, errRowBusy is retryable, and the last
 // two are causes of contexts.
 var (
@@ -228,9 +228,10 @@ var (
 	// session ended before the lease was registered, so a waiter may
 	// already hold it.
 	errSessionGone = errors.New("the database session ended right after the acquisition; the lease was given up (retry)")
-	// errShared: WithFastFailover was asked for on a connection whose
-	// server backend is shared with other clients.
-	errShared = errorf("%w: WithFastFailover needs a database session of its own, and this client's connection reaches a server backend shared with other clients (a transaction- or statement-pooling proxy such as PgBouncer answered for it); connect fast-failover clients to PostgreSQL directly (or through a plain TCP proxy), or use plain leases", ErrSessionUnavailable)
+	// errProxied: WithFastFailover was asked for on a connection that
+	// reaches the server through a pooling proxy, whose server backend
+	// other clients use too.
+	errProxied = errorf("%w: WithFastFailover needs a database session of its own, and this client's connection reaches a server backend shared with other clients (a transaction- or statement-pooling proxy such as PgBouncer answered for it); connect fast-failover clients to PostgreSQL directly (or through a plain TCP proxy), or use plain leases", ErrSessionUnavailable)
 	// errRowBusy: a renewal skipped a lease whose row a guarded
 	// transaction holds locked; it is still held and is renewed again
 	// shortly.

@@ -42,7 +42,7 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64
 	}
 	args.LockTimeout = acquireLockTimeout
 	a := &sessAcquire{args: args}
-	err = s.run(c.bg, &sessOp{timeout: c.cfg.StatementTimeout + time.Second, acquire: a, res: make(chan error, 1),
+	err = s.run(c.life.bg, &sessOp{timeout: c.cfg.StatementTimeout + time.Second, acquire: a, res: make(chan error, 1),
 		fn: func(ctx context.Context, q store.Querier, st *sessState) error { return c.acquireOne(ctx, q, st, a) }})
 	if err != nil { // the operation may not have run yet
 		return acquireResult{}, 0, err
@@ -62,10 +62,10 @@ func (c *Client) acquireSharedInSession(args store.SharedArgs) (acquireResult, s
 	var res acquireResult
 	var row string
 	var epoch uint64
-	err = s.run(c.bg, &sessOp{timeout: c.cfg.StatementTimeout + time.Second, res: make(chan error, 1),
+	err = s.run(c.life.bg, &sessOp{timeout: c.cfg.StatementTimeout + time.Second, res: make(chan error, 1),
 		fn: func(ctx context.Context, q store.Querier, st *sessState) error {
-			if st.shared {
-				return errShared
+			if st.proxied {
+				return errProxied
 			}
 			epoch = st.epoch
 			if err := c.bindable(ctx, q, st, args.TTL); err != nil {
@@ -96,8 +96,8 @@ type sessAcquire struct {
 
 // acquireOne runs one session-bound acquisition by itself.
 func (c *Client) acquireOne(ctx context.Context, q store.Querier, st *sessState, a *sessAcquire) error {
-	if st.shared {
-		return errShared
+	if st.proxied {
+		return errProxied
 	}
 	a.epoch = st.epoch
 	if err := c.bindable(ctx, q, st, a.args.TTL); err != nil {
@@ -194,7 +194,7 @@ func (c *Client) sessionAvailable(ctx context.Context) (bool, error) {
 
 // sessionLost ends every session-bound lease of a connection that failed.
 func (c *Client) sessionLost(epoch uint64, err error) {
-	for _, l := range c.heldLeases() {
+	for _, l := range c.reg.leases() {
 		if l.session && l.epoch == epoch {
 			l.lose(sessionEnded("its database session ended: " + err.Error()))
 		}
@@ -209,12 +209,12 @@ func (c *Client) sessionLost(epoch uint64, err error) {
 // the very session that holds the lease (by backend pid), not the holder's
 // client: a client whose session ended and that opened another at once
 // would otherwise keep the watcher waiting on the new session. A client
-// runs at most one watcher per holder session, shared by all its waits on
-// names that session holds, and stops it when the last of them leaves; a
+// runs at most one watcher per holder session, for all its waits on names
+// that session holds, and stops it when the last of them leaves; a
 // wait watches for the holders of at most maxWatched names (the slots of a
 // semaphore).
 type sessionWatcher struct {
-	names  map[string]int // under c.mu: the waits per name
+	names  map[string]int // under wakeups.mu: the waits per name
 	again  chan struct{}  // wait for the holder's session again
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -228,35 +228,36 @@ const maxWatched = 16
 // starting it if needed, and makes it wake the waiters of name when that
 // session ends.
 func (c *Client) watchSession(holder int32, name string) *sessionWatcher {
-	c.mu.Lock()
-	w := c.watchers[holder]
+	wk := &c.wake
+	wk.mu.Lock()
+	w := wk.watchers[holder]
 	if w == nil {
 		w = &sessionWatcher{names: map[string]int{}, again: make(chan struct{}, 1), done: make(chan struct{})}
 		var ctx context.Context
-		ctx, w.cancel = context.WithCancel(c.bg)
-		c.watchers[holder] = w
-		if !c.goBackground(func() { c.runWatcher(ctx, holder, w) }) {
+		ctx, w.cancel = context.WithCancel(c.life.bg)
+		wk.watchers[holder] = w
+		if !c.life.goBackground(func() { c.runWatcher(ctx, holder, w) }) {
 			close(w.done)
 		}
 	}
 	w.names[name]++
-	c.mu.Unlock()
+	wk.mu.Unlock()
 	w.rearm()
 	return w
 }
 
 // unwatchSession drops a wait's interest in name from holder's watcher,
 // stopping the watcher after the last.
-func (c *Client) unwatchSession(holder int32, name string, w *sessionWatcher) {
-	c.mu.Lock()
+func (wk *wakeups) unwatchSession(holder int32, name string, w *sessionWatcher) {
+	wk.mu.Lock()
 	if w.names[name]--; w.names[name] <= 0 {
 		delete(w.names, name)
 	}
 	last := len(w.names) == 0
-	if last && c.watchers[holder] == w {
-		delete(c.watchers, holder)
+	if last && wk.watchers[holder] == w {
+		delete(wk.watchers, holder)
 	}
-	c.mu.Unlock()
+	wk.mu.Unlock()
 	if last {
 		w.cancel()
 		<-w.done
@@ -282,7 +283,7 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 			conn.close()
 		}
 	}()
-	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	b := reconnectWatcher.start()
 	timedOut := false
 	for {
 		if !timedOut {
@@ -328,7 +329,7 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 			continue
 		}
 		b.reset()
-		c.wakeWaits(w.names)
+		c.wake.wakeWaits(w.names)
 	}
 }
 
@@ -372,7 +373,7 @@ func (h *holders) follow(c *Client, inSession []heldBy, wait bool, delay time.Du
 			// A new holder: watch its session once it has held the name
 			// for watchAfter (look again then).
 			if cur.w != nil {
-				c.unwatchSession(cur.holder, hb.name, cur.w)
+				c.wake.unwatchSession(cur.holder, hb.name, cur.w)
 				h.watchers--
 			}
 			if h.watched == nil {
@@ -398,7 +399,7 @@ func (h *holders) follow(c *Client, inSession []heldBy, wait bool, delay time.Du
 func (h *holders) stop(c *Client) {
 	for name, wt := range h.watched {
 		if wt.w != nil {
-			c.unwatchSession(wt.holder, name, wt.w)
+			c.wake.unwatchSession(wt.holder, name, wt.w)
 		}
 	}
 }

@@ -101,7 +101,7 @@ func TestFastFailoverSessionBoundsDeadPeerDetection(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	var idle, user, idleSession string
-	err = c.sess.do(ctx, time.Second, func(ctx context.Context, q store.Querier, _ *sessState) error {
+	err = c.conn.sess.Load().do(ctx, time.Second, func(ctx context.Context, q store.Querier, _ *sessState) error {
 		return q.Query(ctx, `SELECT current_setting('tcp_keepalives_idle'), current_setting('tcp_user_timeout'), current_setting('idle_session_timeout')`, nil,
 			func(r store.Row) error { return r.Scan(&idle, &user, &idleSession) })
 	})
@@ -127,7 +127,7 @@ func TestSessionEndingBeforeRegistrationEndsTheLease(t *testing.T) {
 		}
 		fired = true
 		pgtest.TerminateBackends(t, "pglease register-race")
-		if !pgtest.Eventually(patience, func() bool { return c.sess.currentEpoch() != epoch }) {
+		if !pgtest.Eventually(patience, func() bool { return c.conn.sess.Load().currentEpoch() != epoch }) {
 			t.Error("the client did not notice its session ending")
 		}
 	}
@@ -172,7 +172,7 @@ func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 	}
 	defer b.Release(ctx)
 	rows(t, c).LockRow("b")
-	epoch := c.sess.currentEpoch()
+	epoch := c.conn.sess.Load().currentEpoch()
 	d0 := a.Deadline()
 	// Keep asking for the locked row, for longer than a's deadline.
 	for end := d0.Add(500 * time.Millisecond); time.Now().Before(end); {
@@ -187,7 +187,7 @@ func TestBlockedFastFailoverAcquireKeepsSessionAndRenewals(t *testing.T) {
 	if !a.Deadline().After(d0) {
 		t.Fatal("no renewal while acquisitions waited for a row lock")
 	}
-	if e := c.sess.currentEpoch(); e != epoch {
+	if e := c.conn.sess.Load().currentEpoch(); e != epoch {
 		t.Fatalf("the session was re-opened (epoch %d → %d)", epoch, e)
 	}
 	if _, err := holder.TryAcquire(ctx, "a", WithFastFailover()); !errors.Is(err, ErrNotAcquired) {

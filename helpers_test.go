@@ -212,9 +212,9 @@ func rows(t testing.TB, c *Client) *pgtest.Leases {
 func waitSubscribed(t testing.TB, c *Client, name string, n int) {
 	t.Helper()
 	pgtest.WaitFor(t, patience, fmt.Sprintf("%d waiter(s) of %q to subscribe", n, name), func() bool {
-		c.hub.mu.Lock()
-		defer c.hub.mu.Unlock()
-		return len(c.hub.subs[name]) >= n
+		c.wake.hub.mu.Lock()
+		defer c.wake.hub.mu.Unlock()
+		return len(c.wake.hub.subs[name]) >= n
 	})
 }
 

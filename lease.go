@@ -33,9 +33,9 @@ type Lease struct {
 
 	stepDown     chan struct{} // closed when a step-down is requested of it
 	stepDownOnce sync.Once
-	// hearStepDown (under c.mu): StepDownRequested was called while the
-	// client held the lease, so it listens for step-down requests until
-	// it ends (listen.go; counted in Client.hearing).
+	// hearStepDown (under registry.mu): StepDownRequested was called
+	// while the client held the lease, so it listens for step-down
+	// requests until it ends (listen.go; counted in registry.hearing).
 	hearStepDown bool
 
 	mu       sync.Mutex
@@ -220,7 +220,7 @@ func (l *Lease) endHold() {
 	}
 	l.c.cfg.Logger.WarnContext(l.ctx, "pglease: lease ended at its maximum hold", "name", l.name, "token", l.token, "max_hold", l.maxHold)
 	l.reportEnd(Event{Kind: EventLost, Err: cause})
-	if !l.c.goBackground(func() { _ = l.freeRow(context.Background()) }) && l.slot != nil {
+	if !l.c.life.goBackground(func() { _ = l.freeRow(context.Background()) }) && l.slot != nil {
 		l.c.putSlot(l.name, l.slot, true) // closing: the row expires
 	}
 }
@@ -241,7 +241,7 @@ func (l *Lease) end(cause error) bool {
 		(*hook)(l)
 	}
 	l.cancel(cause)
-	l.c.forget(l)
+	l.c.reg.forget(l)
 	return true
 }
 
@@ -323,7 +323,7 @@ func (l *Lease) removeRow(ctx context.Context, report bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	c := l.c
-	b := newBackoff(20*time.Millisecond, 500*time.Millisecond)
+	b := retryRelease.start()
 	start := time.Now()
 	for {
 		err := c.releaseRow(ctx, l)

@@ -19,31 +19,10 @@ import (
 )
 
 // listenLinger is how long the session keeps listening after the client
-// last needed notifications (Client.listenLinger, which tests shorten): a
+// last needed notifications (wakeups.listenLinger, which tests shorten): a
 // client that holds leases on and off, or waits often, does not LISTEN and
 // UNLISTEN at every turn.
 const listenLinger = 30 * time.Second
-
-// hearsStepDowns reports whether the client holds a lease whose holder
-// asked to hear step-down requests (Lease.StepDownRequested).
-func (c *Client) hearsStepDowns() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.hearing > 0
-}
-
-// hearStepDowns counts l, if the client holds it, among the leases whose
-// holders hear step-down requests, and reports whether it was not yet.
-func (c *Client) hearStepDowns(l *Lease) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if l.hearStepDown || c.held[l.name] != l {
-		return false
-	}
-	l.hearStepDown = true
-	c.hearing++
-	return true
-}
 
 // needNotifications counts a wait or an observer of the client among
 // those that listen for notifications, when the client has a dedicated
@@ -51,9 +30,7 @@ func (c *Client) hearStepDowns(l *Lease) bool {
 // session listen (it wakes every wait once it does, as a reconnect does: a
 // notification sent before may have been missed).
 func (c *Client) needNotifications() (done func()) {
-	c.mu.Lock()
-	s := c.sess
-	c.mu.Unlock()
+	s := c.conn.sess.Load()
 	if s == nil { // no session, no notifications: the caller polls
 		return func() {}
 	}
@@ -110,14 +87,14 @@ func (s *session) listenChange(stepDowns bool) (int, time.Duration) {
 			return +1, 0
 		}
 		if stepDowns && s.listeners == 0 {
-			return 0, c.listenLinger // to look again once such leases end
+			return 0, c.wake.listenLinger // to look again once such leases end
 		}
 		return 0, 0
 	}
 	if !s.listening {
 		return 0, 0
 	}
-	if left := s.wanted.Add(c.listenLinger).Sub(now); left > 0 {
+	if left := s.wanted.Add(c.wake.listenLinger).Sub(now); left > 0 {
 		return 0, left
 	}
 	return -1, 0
@@ -135,7 +112,7 @@ func (s *session) listen(conn dconn, start bool) error {
 		s.mu.Unlock()
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+	ctx, cancel := context.WithTimeout(c.life.bg, c.cfg.StatementTimeout)
 	defer cancel()
 	stmts := []string{"UNLISTEN *"}
 	if start {
@@ -150,7 +127,7 @@ func (s *session) listen(conn dconn, start bool) error {
 	s.listening = start
 	s.mu.Unlock()
 	if start {
-		c.hub.notifyAll()
+		c.wake.hub.notifyAll()
 		c.pendingStepDowns(conn.querier())
 	}
 	return nil

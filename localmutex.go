@@ -3,29 +3,41 @@ package pglease
 // localSlot makes a name a mutex between the goroutines of one client: the
 // goroutine holding tok is the only one contending for or holding the name.
 // Channel receivers queue in FIFO order, so local waiters are served in
-// turn and only the first of them queries the server.
+// turn and only the first of them queries the server. The slots are the
+// registry's (guarded by registry.mu), as is refs.
 type localSlot struct {
 	tok  chan struct{}
 	refs int
 }
 
-func (c *Client) getSlot(name string) *localSlot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.locals[name]
+// getSlot returns name's local slot, with a reference more.
+func (r *registry) getSlot(name string) *localSlot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.locals[name]
 	if s == nil {
 		s = &localSlot{tok: make(chan struct{}, 1)}
 		s.tok <- struct{}{}
-		c.locals[name] = s
+		r.locals[name] = s
 	}
 	s.refs++
 	return s
 }
 
+// dropSlot drops a reference to name's local slot s.
+func (r *registry) dropSlot(name string, s *localSlot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.refs--
+	if s.refs == 0 && r.locals[name] == s {
+		delete(r.locals, name)
+	}
+}
+
 // tryTake takes the name's local slot if no other goroutine of this client
 // holds it, and returns it, or nil.
 func (c *Client) tryTake(name string) *localSlot {
-	s := c.getSlot(name)
+	s := c.reg.getSlot(name)
 	select {
 	case <-s.tok:
 		return s
@@ -44,15 +56,10 @@ func (c *Client) putSlot(name string, s *localSlot, holding bool) {
 	if holding {
 		s.tok <- struct{}{}
 		if _, slot := slotSuffix(name); slot {
-			c.hub.notify(name, true)
+			c.wake.hub.notify(name, true)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s.refs--
-	if s.refs == 0 && c.locals[name] == s {
-		delete(c.locals, name)
-	}
+	c.reg.dropSlot(name, s)
 }
 
 // takeAll takes the local slots of every one of names if no other

@@ -145,7 +145,7 @@ func (s *LeaseSet) memberEnded(l *Lease) {
 	if len(ended) == 0 {
 		return
 	}
-	if !s.c.goBackground(func() { _ = deleteRows(context.Background(), ended) }) {
+	if !s.c.life.goBackground(func() { _ = deleteRows(context.Background(), ended) }) {
 		// Close has begun waiting; the pool may be closing, and past the
 		// TTL expiry frees the rows.
 		_ = deleteRows(context.Background(), ended)

@@ -373,9 +373,9 @@ func TestCancelledAcquireAllLeavesNothingHeld(t *testing.T) {
 	if r, ok := rows(t, c).Get("a"); ok {
 		t.Fatalf("row of a after the cancelled wait: %+v", r)
 	}
-	c.hub.mu.Lock()
-	subs := len(c.hub.subs)
-	c.hub.mu.Unlock()
+	c.wake.hub.mu.Lock()
+	subs := len(c.wake.hub.subs)
+	c.wake.hub.mu.Unlock()
 	if subs != 0 {
 		t.Errorf("%d names still subscribed", subs)
 	}

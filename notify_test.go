@@ -27,7 +27,7 @@ func TestWaiterWakesOnReleaseWithoutPolling(t *testing.T) {
 		got <- l2
 	}()
 	log.await(t, "the waiter to find the name held", is(EventContended, "n"))
-	pgtest.WaitFor(t, patience, "the waiter's client to listen", func() bool { return b.sess.currentEpoch() != 0 })
+	pgtest.WaitFor(t, patience, "the waiter's client to listen", func() bool { return b.conn.sess.Load().currentEpoch() != 0 })
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestDroppedListenerIsRecovered(t *testing.T) {
 		Observer: observerFunc(func(e Event) {
 			if e.Kind == EventContended && e.Name == "n" {
 				select {
-				case contended <- b.sess.currentEpoch():
+				case contended <- b.conn.sess.Load().currentEpoch():
 				default:
 				}
 			}
@@ -68,7 +68,7 @@ func TestDroppedListenerIsRecovered(t *testing.T) {
 	pgtest.Receive(t, contended, "the waiter to find the name held")
 	var before uint64
 	pgtest.WaitFor(t, patience, "the waiter's client to listen", func() bool {
-		before = b.sess.currentEpoch()
+		before = b.conn.sess.Load().currentEpoch()
 		return before != 0
 	})
 	if n := pgtest.TerminateBackends(t, "pglease listener-victim"); n == 0 {

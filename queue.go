@@ -57,12 +57,12 @@ func (w *waiting) listen(c *Client) {
 // and stays registered with the watcher, which wakes it when the bell
 // comes).
 func (w *waiting) watch(c *Client, holder, name string, since time.Time) (again, ok bool) {
-	if holder == w.bell && c.watching(holder) {
-		again, ok = c.bellRang(holder, since)
+	if holder == w.bell && c.wake.watching(holder) {
+		again, ok = c.wake.bellRang(holder, since)
 	} else {
 		w.unwatch(c, name)
 		again, ok = c.watchBell(holder, name, since)
-		if ok || c.watching(holder) {
+		if ok || c.wake.watching(holder) {
 			w.bell = holder // registered, if only to hear when the bell comes
 		}
 	}
@@ -75,7 +75,7 @@ func (w *waiting) watch(c *Client, holder, name string, since time.Time) (again,
 
 func (w *waiting) unwatch(c *Client, name string) {
 	if w.bell != "" {
-		c.unwatchBell(w.bell, name)
+		c.wake.unwatchBell(w.bell, name)
 		w.bell = ""
 	}
 }
@@ -168,14 +168,14 @@ func (c *Client) leaveQueue(w *waiting, name string, then func()) {
 	}
 	w.queued, w.polling = false, false
 	inflight := w.inflight
-	if !c.goBackground(func() {
+	if !c.life.goBackground(func() {
 		defer then()
 		if inflight != nil {
 			<-inflight
 		}
-		ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+		ctx, cancel := context.WithTimeout(c.life.bg, c.cfg.StatementTimeout)
 		defer cancel()
-		if err := c.st.Unqueue(ctx, c.db, c.id, name); err != nil && c.bg.Err() == nil {
+		if err := c.st.Unqueue(ctx, c.db, c.id, name); err != nil && c.life.bg.Err() == nil {
 			c.cfg.Logger.WarnContext(ctx, "pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", name, "err", err)
 		}
 	}) {

@@ -271,7 +271,7 @@ func TestWaiterWokenInVainLooksAgainFromItsLatestWakeUp(t *testing.T) {
 	// the one woken by a release (in vain), 6 the look once that
 	// promise would hold.
 	wokenInVain(t, "vain-twice", 6, func(waiter *Client, attempts *atomic.Int32) {
-		waiter.hub.notifyAll()
+		waiter.wake.hub.notifyAll()
 		pgtest.WaitFor(t, patience, "the look after the listener's wake-up", func() bool { return attempts.Load() >= 4 })
 	})
 }

@@ -2,38 +2,56 @@ package pglease
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/pglease/pglease/internal/store"
 )
 
+// renewer is the part of a Client that owns the renew loop's kick and
+// its schedule. Its fields are guarded by mu.
+type renewer struct {
+	mu      sync.Mutex
+	kick    chan struct{} // kicks the renew loop; nil until it starts
+	nextDue time.Time     // when the loop will next renew; zero while it computes that
+}
+
+// setDue records when the loop will next renew.
+func (r *renewer) setDue(due time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextDue = due
+}
+
 // startRenewer starts the renewal loop once, and tells it about a new
-// lease that needs renewing before the loop's next round; c.mu is held.
+// lease that needs renewing before the loop's next round. register calls
+// it with reg.mu held, having found the client open: Close has not begun
+// to wait for the client's goroutines (see register), so the loop starts.
 func (c *Client) startRenewer(l *Lease) {
-	if c.renewer == nil {
-		// The client is open (c.mu is held and the caller checked), so
-		// Close has not begun waiting and the loop starts.
-		c.renewer = make(chan struct{}, 1)
-		c.goBackground(c.renewLoop)
+	r := &c.renewer
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.kick == nil {
+		kick := make(chan struct{}, 1)
+		r.kick = kick
+		c.life.goBackground(func() { c.renewLoop(kick) })
 	}
-	if c.nextDue.IsZero() || l.sent.Add(c.renewEvery(l.ttl)).Before(c.nextDue) {
-		wake(c.renewer)
+	if r.nextDue.IsZero() || l.sent.Add(c.renewEvery(l.ttl)).Before(r.nextDue) {
+		wake(r.kick)
 	}
 }
 
 // renewLoop renews every held lease with one statement when the first of
 // them is due (a third of its TTL after its last renewal, by default), so
 // the load on the server grows with clients, not leases.
-func (c *Client) renewLoop() {
-	b := newBackoff(100*time.Millisecond, time.Second)
+func (c *Client) renewLoop(kick <-chan struct{}) {
+	b := retryRenew.start()
 	var retryAt time.Time
 	for {
 		// While this round computes, nextDue is unknown: every new lease
 		// kicks the loop, and the kick waits in the channel.
-		c.mu.Lock()
-		c.nextDue = time.Time{}
-		c.mu.Unlock()
-		leases := c.heldLeases()
+		c.renewer.setDue(time.Time{})
+		leases := c.reg.leases()
 		var due time.Time
 		for _, l := range leases {
 			l.mu.Lock()
@@ -46,9 +64,7 @@ func (c *Client) renewLoop() {
 		if !retryAt.IsZero() && (due.IsZero() || retryAt.Before(due)) {
 			due = retryAt
 		}
-		c.mu.Lock()
-		c.nextDue = due
-		c.mu.Unlock()
+		c.renewer.setDue(due)
 		var timer <-chan time.Time
 		var t *time.Timer
 		if !due.IsZero() {
@@ -57,15 +73,15 @@ func (c *Client) renewLoop() {
 		}
 		fired := false
 		select {
-		case <-c.bg.Done():
-		case <-c.renewer: // leases changed: recompute
+		case <-c.life.bg.Done():
+		case <-kick: // leases changed: recompute
 		case <-timer:
 			fired = true
 		}
 		if t != nil {
 			t.Stop()
 		}
-		if c.bg.Err() != nil {
+		if c.life.bg.Err() != nil {
 			return
 		}
 		if !fired {
@@ -74,11 +90,11 @@ func (c *Client) renewLoop() {
 		if len(leases) == 0 {
 			continue
 		}
-		if _, err := c.renew(c.bg, leases); err != nil {
-			if c.bg.Err() != nil {
+		if _, err := c.renew(c.life.bg, leases); err != nil {
+			if c.life.bg.Err() != nil {
 				return
 			}
-			c.cfg.Logger.WarnContext(c.bg, "pglease: renewal failed; retrying", "err", err, "leases", len(leases))
+			c.cfg.Logger.WarnContext(c.life.bg, "pglease: renewal failed; retrying", "err", err, "leases", len(leases))
 			retryAt = time.Now().Add(b.next())
 			continue
 		}

@@ -183,9 +183,9 @@ func TestShortLeaseRenewedBesideLongLease(t *testing.T) {
 	}
 	defer long.Release(ctx)
 	pgtest.WaitFor(t, patience, "the renew loop to settle on the long lease", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return !c.nextDue.IsZero()
+		c.renewer.mu.Lock()
+		defer c.renewer.mu.Unlock()
+		return !c.renewer.nextDue.IsZero()
 	})
 	short, err := c.TryAcquire(ctx, "short", WithTTL(time.Second))
 	if err != nil {

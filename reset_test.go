@@ -44,19 +44,19 @@ func TestAClientResetOnItsSideOnlyRingsItsBellAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := h.sess
+	s := h.conn.sess.Load()
 	pgtest.WaitFor(t, patience, "the holder's session to take its client lock", s.isLive)
 	epoch := s.currentEpoch()
 	got := waitFor(ctx, w, "reset")
 	pgtest.WaitFor(t, patience, "the waiter to watch the holder's doorbell", func() bool { return bellArmed(w, h.id) })
-	waiterEpoch := w.sess.currentEpoch()
+	waiterEpoch := w.conn.sess.Load().currentEpoch()
 
 	proxy.ResetClients()
 	reconnected(t, s, epoch)
 	if !s.isLive() {
 		t.Fatal("the holder's reconnected session does not hold its client lock")
 	}
-	if e := w.sess.currentEpoch(); e != waiterEpoch {
+	if e := w.conn.sess.Load().currentEpoch(); e != waiterEpoch {
 		t.Fatalf("the waiter's session was ended too (epoch %d, was %d)", e, waiterEpoch)
 	}
 	before := l.Deadline()

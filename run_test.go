@@ -96,9 +96,7 @@ func TestTryRunReportsLossWhileRunning(t *testing.T) {
 
 // heldLease returns the lease c holds on name, as its renewals see it.
 func heldLease(c *Client, name string) *Lease {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.held[name]
+	return c.reg.lease(name)
 }
 
 // passDeadline makes l's local deadline pass while its deadline timer

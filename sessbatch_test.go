@@ -50,10 +50,10 @@ func stallSession(t *testing.T, c *Client) (resume func()) {
 // queuedAcquisitions returns the names of the acquisitions queued on c's
 // session, in order.
 func queuedAcquisitions(c *Client) []string {
-	c.sess.mu.Lock()
-	defer c.sess.mu.Unlock()
+	c.conn.sess.Load().mu.Lock()
+	defer c.conn.sess.Load().mu.Unlock()
 	var names []string
-	for _, op := range c.sess.ops {
+	for _, op := range c.conn.sess.Load().ops {
 		if op.acquire != nil {
 			names = append(names, op.acquire.args.Name)
 		}
@@ -164,7 +164,7 @@ func TestConcurrentFastFailoverAcquisitionsAreBatched(t *testing.T) {
 		}
 		l := r.l
 		leases = append(leases, l)
-		if causeOf(l.Context()) != nil || !l.FastFailover() || l.epoch != c.sess.currentEpoch() {
+		if causeOf(l.Context()) != nil || !l.FastFailover() || l.epoch != c.conn.sess.Load().currentEpoch() {
 			t.Errorf("%s: err %v, session-bound %v, epoch %d", l.Name(), causeOf(l.Context()), l.FastFailover(), l.epoch)
 		}
 		if prev, dup := tokens[l.Token()]; dup {

@@ -41,9 +41,9 @@ type session struct {
 	conns     uint64
 	keepalive time.Duration // TTL the current connection's keepalive covers
 	locked    bool          // the current connection holds its session lock
-	// shared: the connection's server backend is not its own (a
+	// proxied: the connection's server backend is not its own (a
 	// transaction-pooling proxy); it cannot hold session-bound leases.
-	shared bool
+	proxied bool
 	// live: the connection holds the client lock, so this client's waits
 	// queue (queueArgs), unless Config.DisableNotify; belled: it holds a
 	// bell, bell (see Ring); ringing: a ring is queued (ringBell).
@@ -82,8 +82,8 @@ type sessState struct {
 	bell      *int
 	keepalive *time.Duration
 	// locked: the connection holds its session lock (see bindable).
-	locked *bool
-	shared bool
+	locked  *bool
+	proxied bool
 }
 
 // sessionWatch is the dedicated connection's context watcher. pgx closes a
@@ -147,17 +147,25 @@ func (s *sqlConn) close()      { _ = s.c.Close() }
 func (s *sqlConn) alive() bool { return !s.dead }
 
 // session returns the client's session, starting it on first use.
+// Its loop starts through goBackground, under conn.mu with the client
+// found open; should Close have begun to wait for the client's goroutines
+// meanwhile, the session is left done, and its operations fail with
+// ErrClosed.
 func (c *Client) session() (*session, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	c.conn.mu.Lock()
+	defer c.conn.mu.Unlock()
+	if c.life.isClosed() {
 		return nil, ErrClosed
 	}
-	if c.sess == nil {
-		c.sess = &session{c: c, kick: make(chan struct{}, 1), done: make(chan struct{})}
-		go c.sess.loop()
+	if s := c.conn.sess.Load(); s != nil {
+		return s, nil
 	}
-	return c.sess, nil
+	s := &session{c: c, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	c.conn.sess.Store(s)
+	if !c.life.goBackground(s.loop) {
+		close(s.done)
+	}
+	return s, nil
 }
 
 // do runs fn on the dedicated connection and waits for it, or for ctx. fn
@@ -196,8 +204,6 @@ func (s *session) run(ctx context.Context, op *sessOp) error {
 	}
 }
 
-func (s *session) wait() { <-s.done }
-
 // isLive reports whether the current connection lets this client's waits
 // queue (see session.live).
 func (s *session) isLive() bool {
@@ -216,28 +222,28 @@ func (s *session) loop() {
 	defer close(s.done)
 	c := s.c
 	var conn dconn
-	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
+	backoff := reconnectSession.start()
 	defer func() {
 		if conn != nil {
 			conn.close()
 		}
 		s.failOps(ErrClosed)
 	}()
-	for c.bg.Err() == nil {
+	for c.life.bg.Err() == nil {
 		if conn == nil {
 			var err error
-			var shared bool
+			var proxied bool
 			var live bool
-			conn, shared, live, err = s.connect()
+			conn, proxied, live, err = s.connect()
 			if err != nil {
 				s.mu.Lock()
 				s.lastErr = err
 				s.mu.Unlock()
-				c.cfg.Logger.WarnContext(c.bg, "pglease: dedicated connection failed; retrying", "err", err)
+				c.cfg.Logger.WarnContext(c.life.bg, "pglease: dedicated connection failed; retrying", "err", err)
 				s.failOps(err)
 				select {
 				case <-time.After(backoff.next()):
-				case <-c.bg.Done():
+				case <-c.life.bg.Done():
 				}
 				continue
 			}
@@ -246,7 +252,7 @@ func (s *session) loop() {
 			s.conns++
 			s.epoch = s.conns
 			s.keepalive, s.locked = 0, false
-			s.shared = shared
+			s.proxied = proxied
 			s.live, s.belled, s.bell, s.listening = live && !c.cfg.DisableNotify, live, 0, false
 			s.sock = nil
 			if pc, ok := conn.(pgxConn); ok {
@@ -254,16 +260,16 @@ func (s *session) loop() {
 			}
 			s.lastErr = nil
 			s.mu.Unlock()
-			c.hub.notifyAll() // notifications may have been missed while down
+			c.wake.hub.notifyAll() // notifications may have been missed while down
 		}
-		stepDowns := c.hearsStepDowns()
+		stepDowns := c.reg.hearsStepDowns()
 		s.mu.Lock()
 		var op *sessOp
 		if len(s.ops) > 0 {
 			op = s.ops[0]
 			s.ops = s.ops[1:]
 		}
-		if pc, ok := conn.(pgxConn); ok && op != nil && op.acquire != nil && !s.shared {
+		if pc, ok := conn.(pgxConn); ok && op != nil && op.acquire != nil && !s.proxied {
 			if batch := s.takeBatch(op, c.batchLimit()); len(batch) > 1 {
 				st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, belled: s.belled, bell: &s.bell}
 				s.mu.Unlock()
@@ -278,17 +284,17 @@ func (s *session) loop() {
 			var linger time.Duration
 			change, linger = s.listenChange(stepDowns)
 			if linger > 0 {
-				wctx, cancel = context.WithTimeout(c.bg, linger)
+				wctx, cancel = context.WithTimeout(c.life.bg, linger)
 			} else {
-				wctx, cancel = context.WithCancel(c.bg)
+				wctx, cancel = context.WithCancel(c.life.bg)
 			}
 			s.stop = cancel
 		}
-		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, shared: s.shared, belled: s.belled, bell: &s.bell}
+		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, proxied: s.proxied, belled: s.belled, bell: &s.bell}
 		s.mu.Unlock()
 
 		if op != nil {
-			ctx, cancel := context.WithTimeoutCause(c.bg, op.timeout, errOverdue)
+			ctx, cancel := context.WithTimeoutCause(c.life.bg, op.timeout, errOverdue)
 			err := op.fn(ctx, conn.querier(), st)
 			cancel()
 			if sc, ok := conn.(*sqlConn); ok && err != nil && store.Retryable(err) {
@@ -309,10 +315,10 @@ func (s *session) loop() {
 				if !conn.alive() {
 					conn = s.lost(conn, err)
 				} else {
-					c.cfg.Logger.WarnContext(c.bg, "pglease: could not change what the dedicated connection listens for; trying again", "err", err)
+					c.cfg.Logger.WarnContext(c.life.bg, "pglease: could not change what the dedicated connection listens for; trying again", "err", err)
 					select {
 					case <-time.After(backoff.next()):
-					case <-c.bg.Done():
+					case <-c.life.bg.Done():
 					}
 				}
 				continue
@@ -327,7 +333,7 @@ func (s *session) loop() {
 		case err == nil && channel == c.stepDownChannel():
 			c.stepDownNotified(payload)
 		case err == nil:
-			c.hub.notify(payload, channel != c.st.Names.Channel)
+			c.wake.hub.notify(payload, channel != c.st.Names.Channel)
 		case wctx.Err() != nil && conn.alive():
 			// interrupted for an operation or by Close
 		default:
@@ -365,7 +371,7 @@ func (s *session) takeBatch(op *sessOp, limit int) []*sessOp {
 // (behind urgent operations) to run one by one, each with its own result.
 // It returns the connection, or nil when it failed.
 func (s *session) runBatch(conn pgxConn, st *sessState, batch []*sessOp) dconn {
-	ctx, cancel := context.WithTimeoutCause(s.c.bg, batch[0].timeout, errOverdue)
+	ctx, cancel := context.WithTimeoutCause(s.c.life.bg, batch[0].timeout, errOverdue)
 	err := s.c.acquireBatch(ctx, conn.c, st, batch)
 	cancel()
 	if hook := testHookBatch.Load(); hook != nil {
@@ -417,10 +423,10 @@ func (s *session) lost(conn dconn, err error) dconn {
 	s.mu.Unlock()
 	s.c.sessionLost(epoch, err)
 	conn.close()
-	if s.c.bg.Err() == nil {
-		s.c.cfg.Logger.WarnContext(s.c.bg, "pglease: dedicated connection lost; reconnecting", "err", err)
+	if s.c.life.bg.Err() == nil {
+		s.c.cfg.Logger.WarnContext(s.c.life.bg, "pglease: dedicated connection lost; reconnecting", "err", err)
 	}
-	s.c.hub.notifyAll()
+	s.c.wake.hub.notifyAll()
 	return nil
 }
 

@@ -57,12 +57,12 @@ func TestRenewalsContinueAfterBackendsAreTerminated(t *testing.T) {
 	}
 	for range 3 {
 		log.await(t, "a renewal", is(EventRenewed, "t")) // the session is up
-		before := c.sess.currentEpoch()
+		before := c.conn.sess.Load().currentEpoch()
 		if n := pgtest.TerminateBackends(t, "pglease terminate-me%"); n == 0 {
 			t.Fatal("no backend of the client to terminate")
 		}
 		pgtest.WaitFor(t, patience, "the dedicated connection to reconnect", func() bool {
-			e := c.sess.currentEpoch()
+			e := c.conn.sess.Load().currentEpoch()
 			return e != 0 && e != before
 		})
 		log.skip()
@@ -90,7 +90,7 @@ func TestOverdueSessionStatementEndsSessionBoundLeasesFirst(t *testing.T) {
 	proxy.Blackhole(true)
 	defer proxy.Blackhole(false)
 	var stillHeld bool
-	err = c.sess.do(ctx, 200*time.Millisecond, func(ctx context.Context, q store.Querier, _ *sessState) error {
+	err = c.conn.sess.Load().do(ctx, 200*time.Millisecond, func(ctx context.Context, q store.Querier, _ *sessState) error {
 		err := q.Query(ctx, "SELECT 1", nil, func(store.Row) error { return nil })
 		stillHeld = causeOf(l.Context()) == nil // the socket is closed by now
 		return err
@@ -117,20 +117,20 @@ func TestRetryableErrorsKeepTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	epoch := c.sess.currentEpoch()
+	epoch := c.conn.sess.Load().currentEpoch()
 	for _, stmt := range []string{
 		"SELECT pg_sleep(2)", // the session's statement_timeout: 57014
 		"DO $$BEGIN RAISE EXCEPTION 'test' USING ERRCODE = '40P01'; END$$",
 		"DO $$BEGIN RAISE EXCEPTION 'test' USING ERRCODE = '55P03'; END$$",
 	} {
-		err := c.sess.do(ctx, 5*time.Second, func(ctx context.Context, q store.Querier, _ *sessState) error {
+		err := c.conn.sess.Load().do(ctx, 5*time.Second, func(ctx context.Context, q store.Querier, _ *sessState) error {
 			return q.Query(ctx, stmt, nil, func(store.Row) error { return nil })
 		})
 		if !store.Retryable(err) {
 			t.Fatalf("%s: %v, want a retryable error", stmt, err)
 		}
 	}
-	if e := c.sess.currentEpoch(); e != epoch {
+	if e := c.conn.sess.Load().currentEpoch(); e != epoch {
 		t.Fatalf("the session was re-opened (epoch %d → %d)", epoch, e)
 	}
 	if err := causeOf(l.Context()); err != nil {
@@ -153,12 +153,12 @@ func TestSessionEpochsAreNeverReused(t *testing.T) {
 		if err := l.Renew(ctx); err != nil { // (re)connects the session
 			t.Fatal(err)
 		}
-		before := c.sess.currentEpoch()
+		before := c.conn.sess.Load().currentEpoch()
 		seen[before] = true
 		pgtest.TerminateBackends(t, "pglease epoch-victim")
 		var e uint64
 		pgtest.WaitFor(t, patience, fmt.Sprintf("a new connection after terminating epoch %d", before), func() bool {
-			e = c.sess.currentEpoch()
+			e = c.conn.sess.Load().currentEpoch()
 			return e != 0 && e != before
 		})
 		if seen[e] {

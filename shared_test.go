@@ -542,7 +542,7 @@ func TestAPollingWriterLeavesWhenItGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = warm.Release(ctx)
-	pgtest.WaitFor(t, patience, "the writer's dedicated connection", w.sess.connected)
+	pgtest.WaitFor(t, patience, "the writer's dedicated connection", w.conn.sess.Load().connected)
 	wctx, cancel := context.WithCancel(ctx)
 	gave := make(chan error, 1)
 	go func() {

@@ -142,7 +142,7 @@ func (f *inflight) drain(bound time.Duration, cut func()) {
 // whose reply was lost was granted. It is bounded by releaseTimeout; its
 // error names what may stay held until its TTL.
 func (c *Client) releaseOrphans() error {
-	names, shared := c.calls.all()
+	names, shared := c.life.calls.all()
 	if len(names)+len(shared) == 0 {
 		return nil
 	}
@@ -188,7 +188,7 @@ func (c *Client) releaseOrphan(ctx context.Context, o store.Orphan) error {
 // statement with an unknown outcome asked for (names, or shared leases of
 // them) and no lease of the client holds (see sweep).
 func (c *Client) sweepLater(names []string, shared bool) {
-	c.goBackground(func() {
+	c.life.goBackground(func() {
 		for _, name := range names {
 			c.sweep(asked{name, shared})
 		}
@@ -203,11 +203,11 @@ func (c *Client) sweepLater(names []string, shared bool) {
 // statement was granted, which its undo releases too). A failure leaves
 // the row to the next attempt on the name, to Close, or to its TTL.
 func (c *Client) sweep(a asked) {
-	if !a.shared && c.heldLease(a.name) != nil {
-		c.calls.swept(a, c.calls.mark(a)) // the one row of the name is the lease's
+	if !a.shared && c.reg.lease(a.name) != nil {
+		c.life.calls.swept(a, c.life.calls.mark(a)) // the one row of the name is the lease's
 		return
 	}
-	slot := c.getSlot(a.name)
+	slot := c.reg.getSlot(a.name)
 	t := time.NewTimer(c.cfg.StatementTimeout)
 	defer t.Stop()
 	select {
@@ -215,13 +215,13 @@ func (c *Client) sweep(a asked) {
 	case <-t.C:
 		c.putSlot(a.name, slot, false) // the holder's next attempt finds the row
 		return
-	case <-c.bg.Done():
+	case <-c.life.bg.Done():
 		c.putSlot(a.name, slot, false) // Close releases it
 		return
 	}
 	defer c.putSlot(a.name, slot, true)
-	seq := c.calls.mark(a)
-	ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+	seq := c.life.calls.mark(a)
+	ctx, cancel := context.WithTimeout(c.life.bg, c.cfg.StatementTimeout)
 	defer cancel()
 	names, shared := []string{a.name}, []string(nil)
 	if a.shared {
@@ -236,12 +236,12 @@ func (c *Client) sweep(a asked) {
 		return
 	}
 	for _, o := range orphans {
-		if l := c.heldLease(o.Name); l != nil && l.token == o.Token {
+		if l := c.reg.lease(o.Name); l != nil && l.token == o.Token {
 			continue // a shared lease of the client's
 		}
 		if err := c.releaseOrphan(ctx, o); err != nil {
 			return
 		}
 	}
-	c.calls.swept(a, seq)
+	c.life.calls.swept(a, seq)
 }

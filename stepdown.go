@@ -56,7 +56,7 @@ func (c *Client) RequestStepDown(ctx context.Context, name string) error {
 func (l *Lease) StepDownRequested() <-chan struct{} {
 	if !l.c.cfg.DisableNotify {
 		// The session listens for requests while the lease is held.
-		if s, err := l.c.session(); err == nil && l.c.hearStepDowns(l) { // fails only once the client is closed
+		if s, err := l.c.session(); err == nil && l.c.reg.hearStepDowns(l) { // fails only once the client is closed
 			s.poke()
 		}
 	}
@@ -75,7 +75,7 @@ func (c *Client) stepDownNotified(payload string) {
 	if !ok || err != nil {
 		return
 	}
-	if l := c.heldLease(name); l != nil && l.token == token {
+	if l := c.reg.lease(name); l != nil && l.token == token {
 		l.requestStepDown()
 	}
 }
@@ -84,7 +84,7 @@ func (c *Client) stepDownNotified(payload string) {
 // leases while it was not listening (before its dedicated connection was
 // up, or while it was down), on that connection once it listens.
 func (c *Client) pendingStepDowns(q store.Querier) {
-	held := c.heldLeases()
+	held := c.reg.leases()
 	if len(held) == 0 {
 		return
 	}
@@ -92,7 +92,7 @@ func (c *Client) pendingStepDowns(q store.Querier) {
 	for _, l := range held {
 		tokens[l.name] = l.token
 	}
-	ctx, cancel := context.WithTimeout(c.bg, c.cfg.StatementTimeout)
+	ctx, cancel := context.WithTimeout(c.life.bg, c.cfg.StatementTimeout)
 	defer cancel()
 	names, err := c.st.StepDownsRequested(ctx, q, tokens)
 	if err != nil {

@@ -60,7 +60,7 @@ func TestFastFailoverTakeoverTimes(t *testing.T) {
 			}
 			got := waitAll(t, cs[0], cs[1:], "ff")
 			rows(t, cs[0]).SetExpiry("ff", -time.Second)
-			cs[1].hub.notify("ff", true) // as its expiry timer would
+			cs[1].wake.hub.notify("ff", true) // as its expiry timer would
 			return receiveLease(t, got[0], "the expiry take-over"), got[1:]
 		}, 3},
 		{"after a step-down, 2 waiting clients", func(t *testing.T, cs []*Client) (*Lease, []<-chan outcome) {

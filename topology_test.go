@@ -163,7 +163,7 @@ func TestFastFailoverAfterAnExpiryTakeover(t *testing.T) {
 	// notify. The first waiter's expiry timer is a minute away, so wake
 	// it as its timer would.
 	rows(t, a).SetExpiry("ff", -time.Second)
-	b.hub.notify("ff", true)
+	b.wake.hub.notify("ff", true)
 	lb := receiveLease(t, gotB, "the first waiter to take the expired lease over")
 	endSession(t, lb)
 	lc := receiveLease(t, gotC, "the second waiter to take over when the new holder's session ended")
@@ -330,11 +330,11 @@ func TestWatcherStartingAfterTheHoldersClientReconnectedTakesOver(t *testing.T) 
 	if holder := pgtest.Receive(t, armed, "the waiter to start watching the holder's doorbell"); holder != h.id {
 		t.Fatalf("watching client %s's doorbell, the holder is %s", holder, h.id)
 	}
-	epoch := h.sess.currentEpoch()
+	epoch := h.conn.sess.Load().currentEpoch()
 	endSession(t, l)
 	pgtest.WaitFor(t, patience, "the holder's client to open a new session", func() bool {
 		s, err := h.session()
-		return err == nil && s.isLive() && h.sess.currentEpoch() != epoch
+		return err == nil && s.isLive() && h.conn.sess.Load().currentEpoch() != epoch
 	})
 	close(proceed)
 	nl := receiveLease(t, got, "the waiter to take over (its poll is an hour, the TTL a minute)")
@@ -430,9 +430,9 @@ func secondWaiterBehindANode(t *testing.T) (*Client, *exec.Cmd, int64, <-chan ou
 	got := waitFor(ctx, c, "ff", ffOpts...)
 	waitQueued(t, c, c, "ff")
 	pgtest.WaitFor(t, patience, "the second waiter to watch the holder's session", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.watchers) > 0
+		c.wake.mu.Lock()
+		defer c.wake.mu.Unlock()
+		return len(c.wake.watchers) > 0
 	})
 	return c, node, token, got
 }

@@ -1,0 +1,38 @@
+package pglease
+
+import (
+	"sync"
+	"time"
+)
+
+// wakeups is the part of a Client that wakes its local waits: the hub
+// that routes notifications to them (notify.go, with its own mutex), the
+// bell watchers (doorbell.go) and the session watchers (failover.go) of
+// the holders they wait on, and the settings of how long listening
+// lingers (listen.go) and how long a watcher's statement waits. mu guards
+// the two maps and the fields of every bellWatcher, and each
+// sessionWatcher's names.
+type wakeups struct {
+	hub hub
+
+	mu sync.Mutex
+	// bells: bell watchers by holder client id, for all the local waits
+	// on that holder's names (doorbell.go)
+	bells map[string]*bellWatcher
+	// watchers: session watchers by holder session (backend pid), for
+	// all the local waits on names that session holds (failover.go)
+	watchers map[int32]*sessionWatcher
+
+	// Set when the client is made (tests shorten them before its first
+	// use), then only read.
+	listenLinger time.Duration // see listenLinger in listen.go
+	watchTimeout time.Duration // see watchTimeout in doorbell.go
+}
+
+func (wk *wakeups) init() {
+	wk.hub.init()
+	wk.bells = map[string]*bellWatcher{}
+	wk.watchers = map[int32]*sessionWatcher{}
+	wk.listenLinger = listenLinger
+	wk.watchTimeout = watchTimeout
+}
