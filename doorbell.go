@@ -1,8 +1,8 @@
 package pglease
 
 // Doorbells: how a waiter first in the queue learns of a release without
-// listening for notifications (see "Waiting" in the package
-// documentation). Every client's dedicated session holds one of
+// listening for notifications (see "Doorbells" in
+// docs/DESIGN-WAITING.md). Every client's dedicated session holds one of
 // store.Bells bell locks, keyed by the client id; a release that wakes the
 // first waiter rings: the session takes the next bell and frees the one it
 // held (ringBell). A waiting client watches the holder's bell on a

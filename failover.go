@@ -4,7 +4,7 @@ package pglease
 // the holder's dedicated database session: its row records the session's
 // backend pid, whose session lock (SessionLock in session.sql) the session
 // holds for as long as it lives, and any attempt takes the row over once
-// that lock is free (see "Fast failover" in the package documentation).
+// that lock is free (see docs/DESIGN-FAST-FAILOVER.md).
 // This file holds what only such leases do: the session-bound acquisition,
 // the watchers through which waiters learn at once that a holder's session
 // ended, and ending the leases of a session that failed.

@@ -3,11 +3,11 @@ package pglease
 // Listening on demand: the dedicated session listens for notifications
 // only while the client needs them, since the server signals every
 // listening backend of the database at every NOTIFY, whatever its channel
-// (see "Waiting" in the package documentation). A client needs them while
-// it holds a lease whose holder listens for step-down requests
+// (see "Listening on demand" in docs/DESIGN-WAITING.md). A client needs
+// them while it holds a lease whose holder listens for step-down requests
 // (Lease.StepDownRequested, which an Elector calls) or has a wait or an
-// observer that does not watch a doorbell; it stops listenLinger after
-// the last need.
+// observer that does not watch a doorbell; it stops listenLinger after the
+// last need.
 
 import (
 	"context"

@@ -1,7 +1,7 @@
 package pglease
 
 // The server's queue of waiters, as a blocked acquisition of a single name
-// uses it (see "Waiting" in the package documentation): an attempt of a
+// uses it (see docs/DESIGN-WAITING.md): an attempt of a
 // wait registers it, a release wakes the first waiter with a targeted
 // notification, and a wait that gives up leaves.
 
@@ -145,7 +145,8 @@ func (c *Client) queueArgs(w *waiting, args *store.AcquireArgs) {
 }
 
 // fairAfter is how long the first queued waiter may be overtaken once its
-// turn began (see "Waiting" in the package documentation).
+// turn began (see "Turns, bursts and the promise" in
+// docs/DESIGN-WAITING.md).
 const fairAfter = store.FairAfter
 
 // queueTTL is how long a registration in the queue stays fresh: a waiter

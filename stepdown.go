@@ -18,10 +18,12 @@ import (
 // for itself.
 //
 // The request is recorded on the lease's row and sent to the holder's
-// client as a notification, which it hears at once when it listens (every
-// client that renews a lease does, unless [Config.DisableNotify] is set);
-// a lost notification is made up for by the holder's next renewal, at most
-// a renewal interval later. A new acquisition of the name clears the
+// client as a notification, which it hears at once when it listens (a
+// client listens while it holds a lease whose holder watches
+// [Lease.StepDownRequested], as an [Elector] does, unless
+// [Config.DisableNotify] is set); otherwise, or when the notification is
+// lost, the holder learns of it at its next renewal, at most a renewal
+// interval later. A new acquisition of the name clears the
 // request. RequestStepDown returns once the request is recorded, not once
 // the holder has let go, an error matching [ErrNoLease] when nothing
 // holds name, and [ErrNoTable] when there is no table (it never creates
