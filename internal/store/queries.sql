@@ -416,13 +416,13 @@ SELECT set_config('idle_in_transaction_session_timeout',
 
 -- name: Head
 -- Not a statement: the first live waiter of an exclusive lease queued for
--- $1 (shared waiters hear the table's channel instead) (its client, when
--- its turn began if it was woken before, and when it queued), once the row
--- was deleted (del), spliced in for {{head}}; lockns holds the
--- advisory-lock namespace.
+-- the name {{.name}} (shared waiters hear the table's channel instead) (its
+-- client, when its turn began if it was woken before, and when it queued),
+-- once the row was deleted (del), spliced in for {{head(name)}}; lockns
+-- holds the advisory-lock namespace.
 SELECT w."client", w."notified_at", w."since"
   FROM {{waiters}} AS w
- WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text AND NOT w."shared"
+ WHERE EXISTS (SELECT 1 FROM del) AND w."name" = {{.name}} AND NOT w."shared"
    AND CASE WHEN w."expires_at" > now()
             THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended((SELECT v FROM lockns) || w."client", 1))
             ELSE false END
@@ -500,7 +500,7 @@ WITH del AS (
 ), lockns AS (
     SELECT $3::text AS v
 ), head AS MATERIALIZED (
-    {{head}}
+    {{head($1::text)}}
 ), reader AS MATERIALIZED (
     -- The name of a shared lease (see CreateRelease).
     SELECT d."semaphore" AS "name" FROM del AS d WHERE d."slots" = 0

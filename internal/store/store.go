@@ -202,7 +202,8 @@ type Queries struct {
 
 // fragments are the parts of statements that queries.sql names like
 // statements and other statements splice in, by placeholder.
-var fragments = map[string]string{"Record": "{{record}}", "Head": "{{head}}", "First": "{{first}}", "Durable": "{{durable}}"}
+// (Those that take arguments are macros: see fragmentMacros.)
+var fragments = map[string]string{"Record": "{{record}}", "First": "{{first}}", "Durable": "{{durable}}"}
 
 // render returns a function that renders one statement of the embedded
 // files (queries.sql, functions.sql, session.sql) for the given names.
@@ -213,6 +214,7 @@ func render(n Names) func(name string) string {
 		pairs = append(pairs, placeholder, stmts[name])
 	}
 	splice := strings.NewReplacer(pairs...) // first, so fragments get identifiers too
+	macros := sqlMacros(stmts)              // then the macros, whose text gets them too
 	r := strings.NewReplacer(
 		"{{table}}", n.QualifiedTable(),
 		// nextval takes the sequence as text; quote it once more as a literal.
@@ -238,7 +240,7 @@ func render(n Names) func(name string) string {
 		if !ok {
 			panic("store: the SQL files lack statement " + name) // a build defect, caught by tests
 		}
-		return r.Replace(splice.Replace(s))
+		return r.Replace(expand(splice.Replace(s), macros))
 	}
 }
 
