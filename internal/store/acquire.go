@@ -107,12 +107,7 @@ func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Ro
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
-	var sem, slots any // NULL for a plain lease
-	if a.Semaphore != "" {
-		sem, slots = a.Semaphore, a.Slots
-	}
-	args = []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
-		a.Queued, a.QueueTTL.Milliseconds(), a.FairAfter.Milliseconds(), a.inBatch, sem, slots}
+	args = acquireParams.args(acquireCall{AcquireArgs: a, meta: string(meta), ns: ns})
 	scan = func(row Row) error {
 		return row.Scan(&r.Acquired, &r.Token, &sess, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
 			&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch, &r.HolderSession)
@@ -165,8 +160,7 @@ func (s *Store) AcquireShared(ctx context.Context, q Querier, a SharedArgs) (Acq
 		return r, "", err
 	}
 	rows := 0
-	err = q.Query(ctx, s.Q.AcquireShared, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session,
-		string(meta), ns, a.Client, a.LockTimeout.Milliseconds(), a.Queued, a.QueueTTL.Milliseconds(), a.inBatch, string(list)},
+	err = q.Query(ctx, s.Q.AcquireShared, sharedParams.args(sharedCall{SharedArgs: a, meta: string(meta), ns: ns, mine: string(list)}),
 		func(rw Row) error {
 			rows++
 			return rw.Scan(&r.Acquired, &r.Token, &sess, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
@@ -210,7 +204,7 @@ func (s *Store) Release(ctx context.Context, q Querier, name string, token int64
 	if err != nil {
 		return ReleaseResult{}, err
 	}
-	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()},
+	err = q.Query(ctx, s.Q.Release, releaseParams.args(releaseCall{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()}),
 		func(r Row) error { return r.Scan(&n, &notified, &nowait) })
 	// The release function notifies the first waiter's channel and the
 	// table's together, and only so, when it wakes the first waiter.

@@ -122,10 +122,7 @@
 -- session may have ended) is not written to at all there: no row lock, no
 -- token drawn; the attempt only reads.
 CREATE OR REPLACE FUNCTION {{acquire_fn}}(
-    p_name text, p_owner text, p_ttl_ms bigint, p_hold_ms bigint, p_session boolean,
-    p_metadata jsonb, p_ns text, p_client text, p_lock_timeout_ms integer,
-    p_queued boolean, p_queue_ttl_ms bigint, p_fair_ms bigint, p_in_batch boolean,
-    p_semaphore text, p_slots integer,
+{{acquire_params}}
     OUT o_acquired boolean, OUT o_token bigint, OUT o_session_bound boolean,
     OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
     OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,
@@ -393,7 +390,7 @@ $pglease$
 -- delays the next holder until the row expires. (Acquire and renew do
 -- wait: losing them could let two holders overlap.)
 CREATE OR REPLACE FUNCTION {{release_fn}}(
-    p_name text, p_token bigint, p_channel text, p_ns text, p_fair_ms bigint,
+{{release_params}}
     OUT o_released bigint, OUT o_notified bigint, OUT o_nowait bigint)
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
@@ -526,9 +523,7 @@ $pglease$
 -- promises are for exclusive waits: shared waiters hear the table's
 -- channel). Returns CreateAcquire's columns and the row written (o_name).
 CREATE OR REPLACE FUNCTION {{acquire_shared_fn}}(
-    p_name text, p_owner text, p_ttl_ms bigint, p_hold_ms bigint, p_session boolean,
-    p_metadata jsonb, p_ns text, p_client text, p_lock_timeout_ms integer,
-    p_queued boolean, p_queue_ttl_ms bigint, p_in_batch boolean, p_mine jsonb,
+{{acquire_shared_params}}
     OUT o_acquired boolean, OUT o_token bigint, OUT o_session_bound boolean,
     OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
     OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,

@@ -314,17 +314,15 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- name: Acquire
 -- One acquisition attempt: a call of the table's acquisition function (see
 -- CreateAcquire in functions.sql for the parameters, the rules and the
--- result), one statement in a transaction of its own or in a batch's.
-SELECT * FROM {{acquire_fn}}($1::text, $2::text, $3::bigint, $4::bigint, $5::boolean, $6::jsonb,
-                             $7::text, $8::text, $9::integer, $10::boolean, $11::bigint, $12::bigint,
-                             $13::boolean, $14::text, $15::integer)
+-- result), one statement in a transaction of its own or in a batch's. The
+-- calls of the functions are in named notation, their arguments listed
+-- once, in params.go ({{acquire_call}}: p_name => $1::text, …).
+SELECT * FROM {{acquire_fn}}({{acquire_call}})
 
 -- name: AcquireShared
 -- One attempt at a shared lease: a call of the table's shared acquisition
 -- function (CreateAcquireShared in functions.sql).
-SELECT * FROM {{acquire_shared_fn}}($1::text, $2::text, $3::bigint, $4::bigint, $5::boolean, $6::jsonb,
-                                    $7::text, $8::text, $9::integer, $10::boolean, $11::bigint,
-                                    $12::boolean, $13::jsonb)
+SELECT * FROM {{acquire_shared_fn}}({{acquire_shared_call}})
 
 -- name: Renew
 -- $1 a JSON object {name: token, …}, $2 the client's random id. Renews every
@@ -375,11 +373,10 @@ SELECT "name", false, false FROM (SELECT "name" FROM held EXCEPT SELECT "name" F
  WHERE (SELECT count(*) FROM upd) < (SELECT count(*) FROM held)
 
 -- name: Release
--- $1 name, $2 token, $3 notification channel, $4 advisory-lock namespace,
--- $5 how often a waiter may be woken (ms): a call of the table's release
+-- A call of the table's release
 -- function (CreateRelease in functions.sql), which deletes the row held
 -- with the token (or keeps it until its minimum hold) and wakes waiters.
-SELECT * FROM {{release_fn}}($1::text, $2::bigint, $3::text, $4::text, $5::bigint)
+SELECT * FROM {{release_fn}}({{release_call}})
 
 -- name: Guard
 -- Inside the caller's transaction: succeeds only while the lease is held
