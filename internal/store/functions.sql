@@ -79,7 +79,7 @@
 --
 -- A session-bound acquire (p_session) records its session in the row: the
 -- backend's pid, which holds that session's session lock (SessionLock, the
--- bigint key of seed 3 below) for as long as the session lives, and the
+-- key {{session_key(…)}}) for as long as the session lives, and the
 -- server incarnation. Any attempt, session-bound or not, may then take such
 -- a row over at once when that lock is free: the holder's session ended
 -- (the client died, or its connection failed, and a client whose
@@ -96,7 +96,7 @@
 -- p_fair_ms, it is promised to it: every attempt of another client that is not
 -- queued before it is refused (and a queued one keeps or takes its place).
 -- A waiter is live while its registration is fresh and its client's
--- dedicated session holds the client lock (the bigint key of seed 1 below,
+-- dedicated session holds the client lock (the key {{client_key(…)}},
 -- taken by ClientLock): a crashed waiter is passed over at once. An
 -- attempt that acquires nothing commits without waiting for its WAL flush
 -- (unless it shares a batch's transaction): losing it in a crash loses
@@ -137,9 +137,9 @@ BEGIN
         v_ok := set_config('lock_timeout', p_lock_timeout_ms::text, true) IS NULL;
     END IF;
     IF p_semaphore IS NOT NULL THEN
-        v_ok := pg_advisory_xact_lock(hashtext(p_ns || p_semaphore), hashtext(p_semaphore || p_ns)) IS NULL;
+        v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_semaphore)}}) IS NULL;
     END IF;
-    v_ok := pg_advisory_xact_lock(hashtext(p_ns || p_name), hashtext(p_name || p_ns)) IS NULL;
+    v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_name)}}) IS NULL;
 
     IF NOT p_queued AND p_semaphore IS NULL THEN
         -- The first path (see above).
@@ -199,9 +199,7 @@ BEGIN
                (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
                (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
                l."session_pid" AS "pid",
-               NOT (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-                    AND l."session_server" = (SELECT id FROM srv)
-                    AND pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || l."session_pid"::text, 3))) AS "alive"
+               NOT {{session_ended(p_ns, l."session_pid", l."session_server" = (SELECT id FROM srv))}} AS "alive"
           FROM {{table}} AS l
          WHERE p_semaphore IS NULL AND l."semaphore" = p_name AND l."slots" = 0
     ), reading AS MATERIALIZED (
@@ -258,9 +256,7 @@ BEGIN
          WHERE l."expires_at" <= now()
             -- A session-bound row whose session ended (see above): the row as
             -- it is now, not as of the statement's snapshot.
-            OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-                AND l."session_server" = (SELECT id FROM srv)
-                AND pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || l."session_pid"::text, 3)))
+            OR {{session_ended(p_ns, l."session_pid", l."session_server" = (SELECT id FROM srv))}}
         RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
     ), purged AS (
         -- Acquired over shared leases that ended (expired, or their sessions
@@ -310,7 +306,7 @@ BEGIN
                  WHERE p_session AND p_queued AND EXISTS (SELECT 1 FROM ins)
                    AND w."name" = p_name AND w."client" <> p_client AND NOT w."shared"
                    AND CASE WHEN w."expires_at" > now()
-                            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || w."client", 1))
+                            THEN NOT {{client_gone(p_ns, w."client")}}
                             ELSE false END
                  ORDER BY w."since", w."client"
                  LIMIT 1) AS w
@@ -325,8 +321,7 @@ BEGIN
          WHERE ahead.first IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reading)
            AND NOT EXISTS (SELECT 1 FROM old
                             WHERE old."remaining_ms" > 0
-                              AND NOT (old."session_bound" AND old."pid" <> pg_backend_pid()
-                                       AND pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || old."pid"::text, 3))))
+                              AND NOT {{session_ended(p_ns, old."pid", old."session_bound")}})
     ), nowait AS (
         SELECT set_config('synchronous_commit', 'off', true) AS ok
          WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT p_in_batch
@@ -359,7 +354,7 @@ BEGIN
            coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
            coalesce(old."heartbeat_ms", 0), coalesce(old."client", ''),
            CASE WHEN old."session_bound"
-                THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || old."pid"::text, 3))
+                THEN NOT {{session_gone(p_ns, old."pid")}}
                 ELSE false END,
            (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
       FROM (SELECT 1) AS one LEFT JOIN shown AS old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
@@ -439,7 +434,7 @@ BEGIN
           FROM (SELECT w."client" FROM {{waiters}} AS w
                  WHERE w."name" = v_shared AND NOT w."shared"
                    AND CASE WHEN w."expires_at" > now()
-                            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || w."client", 1))
+                            THEN NOT {{client_gone(p_ns, w."client")}}
                             ELSE false END
                  ORDER BY w."since", w."client"
                  LIMIT 1) AS w;
@@ -543,7 +538,7 @@ BEGIN
     IF p_lock_timeout_ms > 0 THEN
         v_ok := set_config('lock_timeout', p_lock_timeout_ms::text, true) IS NULL;
     END IF;
-    v_ok := pg_advisory_xact_lock(hashtext(p_ns || p_name), hashtext(p_name || p_ns)) IS NULL;
+    v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_name)}}) IS NULL;
     v_srv := {{server}};
     o_acquired := false; o_token := 0; o_session_bound := false; o_owner := '';
     o_other_token := 0; o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := '';
@@ -575,14 +570,13 @@ BEGIN
            l."expires_at" > now() AS "live"
       INTO h FROM {{table}} AS l WHERE l."name" = p_name;
     v_held := FOUND AND h."live"
-              AND NOT (h."session_bound" AND h."pid" <> pg_backend_pid()
-                       AND pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || h."pid"::text, 3)));
+              AND NOT {{session_ended(p_ns, h."pid", h."session_bound")}};
     IF NOT v_held THEN
         SELECT count(*) INTO o_ahead FROM {{waiters}} AS w
          WHERE w."name" = p_name AND NOT w."shared" AND w."client" <> p_client
            AND (NOT v_registered OR (w."since", w."client") < (v_since, p_client))
            AND CASE WHEN w."expires_at" > now()
-                    THEN w."polling" OR NOT pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || w."client", 1))
+                    THEN w."polling" OR NOT {{client_gone(p_ns, w."client")}}
                     ELSE false END;
     END IF;
     IF v_held OR o_ahead > 0 THEN
@@ -612,9 +606,7 @@ BEGIN
      WHERE NOT EXISTS (
             SELECT 1 FROM {{table}} AS l
              WHERE l."name" = p_name || '#' || i AND l."expires_at" > now()
-               AND NOT (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-                        AND l."session_server" = v_srv
-                        AND pg_try_advisory_xact_lock_shared(hashtextextended(p_ns || l."session_pid"::text, 3))));
+               AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}});
     INSERT INTO {{table}} AS l
         ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
          "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")

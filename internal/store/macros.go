@@ -1,6 +1,9 @@
 package store
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // A macro is a piece of SQL that takes arguments: a call {{name(a, b)}}
 // in an embedded file is replaced by the macro's text for those
@@ -15,10 +18,94 @@ type macro func(args []string) string
 // case).
 var fragmentMacros = map[string][]string{"Head": {"name"}}
 
-// sqlMacros are the macros the embedded files may call: the fragments
-// that take arguments (fragmentMacros).
+// The seeds of the advisory-lock keys, each of which locks one thing.
+// A key is hashtextextended(namespace || id, seed), a bigint; the
+// namespace is the table's (see LockNamespace), so tables never share
+// keys, and the seed keeps one table's kinds of keys apart. A name's own
+// lock is in the two-int4 key space instead (nameKey), which never meets
+// the bigint one.
+const (
+	// seedSchema keys the lock a migration holds on the schema it creates
+	// or changes objects in (SchemaLock); its id is the schema's name.
+	seedSchema = 0
+	// seedClient keys a client's client lock (ClientLock), held by its
+	// dedicated session for as long as it lives: its queued waits are
+	// live while the lock is held. The id is the client's random id.
+	seedClient = 1
+	// seedSession keys a session's session lock (SessionLock), held by a
+	// dedicated session for as long as it lives: it binds the session's
+	// session-bound rows, which record its pid, the id.
+	seedSession = 3
+	// seedBell keys bell 0 of a client's doorbell (Ring); bell i, from 0
+	// to 15, is seedBell+i. The id is the client's random id.
+	seedBell = 16
+)
+
+// keyMacros define each advisory-lock key and each probe of one once; the
+// embedded files call them with SQL expressions (see the seeds above):
+//
+//   - {{name_key(ns, name)}}: a name's lock (two int4 keys), which every
+//     acquisition of the name takes first, for the rest of its
+//     transaction;
+//   - {{schema_key(id)}}, {{client_key(ns, client)}}, {{session_key(ns,
+//     pid)}}, {{bell_key(ns, client, i)}}: the bigint keys of the seeds;
+//   - {{client_gone(ns, client)}}: true when the client lock is free (no
+//     dedicated session of the client lives), and then held shared until
+//     the transaction ends;
+//   - {{session_gone(ns, pid)}}: the same of a session lock;
+//   - {{session_ended(ns, pid, here)}}: the session of a session-bound
+//     row has ended: the row records a pid, not this backend's, of a
+//     session of this server incarnation (here: a condition on the row)
+//     whose session lock is free (a row of another incarnation is
+//     trusted no further than a plain row, see CreateAcquire).
+var keyMacros = map[string]macro{
+	"name_key": fixed(2, func(a []string) string {
+		return "hashtext(" + a[0] + " || " + a[1] + "), hashtext(" + a[1] + " || " + a[0] + ")"
+	}),
+	"schema_key": fixed(1, func(a []string) string {
+		return "hashtextextended(" + a[0] + ", " + strconv.Itoa(seedSchema) + ")"
+	}),
+	"client_key": fixed(2, func(a []string) string {
+		return "hashtextextended(" + a[0] + " || " + a[1] + ", " + strconv.Itoa(seedClient) + ")"
+	}),
+	"session_key": fixed(2, func(a []string) string {
+		return "hashtextextended(" + a[0] + " || " + a[1] + "::text, " + strconv.Itoa(seedSession) + ")"
+	}),
+	"bell_key": fixed(3, func(a []string) string {
+		if a[2] == "0" {
+			return "hashtextextended(" + a[0] + " || " + a[1] + ", " + strconv.Itoa(seedBell) + ")"
+		}
+		return "hashtextextended(" + a[0] + " || " + a[1] + ", " + strconv.Itoa(seedBell) + " + " + a[2] + ")"
+	}),
+	"client_gone": fixed(2, func(a []string) string {
+		return "pg_try_advisory_xact_lock_shared({{client_key(" + a[0] + ", " + a[1] + ")}})"
+	}),
+	"session_gone": fixed(2, func(a []string) string {
+		return "pg_try_advisory_xact_lock_shared({{session_key(" + a[0] + ", " + a[1] + ")}})"
+	}),
+	"session_ended": fixed(3, func(a []string) string {
+		return "(" + a[1] + " IS NOT NULL AND " + a[1] + " <> pg_backend_pid() AND " + a[2] +
+			" AND {{session_gone(" + a[0] + ", " + a[1] + ")}})"
+	}),
+}
+
+// fixed is a macro of n arguments.
+func fixed(n int, f func([]string) string) macro {
+	return func(args []string) string {
+		if len(args) != n {
+			panic("store: an SQL macro takes " + strconv.Itoa(n) + " arguments, not " + strconv.Itoa(len(args))) // a build defect, caught by tests
+		}
+		return f(args)
+	}
+}
+
+// sqlMacros are the macros the embedded files may call: keyMacros and the
+// fragments that take arguments (fragmentMacros).
 func sqlMacros(stmts map[string]string) map[string]macro {
 	macros := map[string]macro{}
+	for name, m := range keyMacros {
+		macros[name] = m
+	}
 	for name, params := range fragmentMacros {
 		macros[strings.ToLower(name)] = fragmentMacro(name, stmts[name], params)
 	}
