@@ -51,8 +51,9 @@
 -- commit must wait for its WAL flush if any of them acquired).
 -- p_semaphore the semaphore whose slot p_name is and p_slots its slot
 -- count (see WithSlots), both recorded in the row; NULL for a plain lease.
--- (The parameters, in order, with their types, are listed once, in
--- params.go, which renders the signature and the call.)
+-- (The parameters and the result columns, in order, with their types,
+-- are listed once, in params.go, which renders the signature, the call
+-- and the scan of the row.)
 --
 -- Returns one row: acquired?, the new token, and whether the new row is
 -- session-bound; acquired, the row taken over if any (its owner and token,
@@ -123,10 +124,7 @@
 -- token drawn; the attempt only reads.
 CREATE OR REPLACE FUNCTION {{acquire_fn}}(
 {{acquire_params}}
-    OUT o_acquired boolean, OUT o_token bigint, OUT o_session_bound boolean,
-    OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
-    OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,
-    OUT o_ahead bigint, OUT o_clash integer, OUT o_pid integer)
+{{acquire_result}})
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_ok boolean;
@@ -386,7 +384,7 @@ $pglease$
 -- wait: losing them could let two holders overlap.)
 CREATE OR REPLACE FUNCTION {{release_fn}}(
 {{release_params}}
-    OUT o_released bigint, OUT o_notified bigint, OUT o_nowait bigint)
+{{release_result}})
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_setting text;
@@ -519,10 +517,7 @@ $pglease$
 -- channel). Returns CreateAcquire's columns and the row written (o_name).
 CREATE OR REPLACE FUNCTION {{acquire_shared_fn}}(
 {{acquire_shared_params}}
-    OUT o_acquired boolean, OUT o_token bigint, OUT o_session_bound boolean,
-    OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
-    OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,
-    OUT o_ahead bigint, OUT o_clash integer, OUT o_pid integer, OUT o_name text)
+{{acquire_shared_result}})
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_ok boolean;

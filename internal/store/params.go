@@ -3,6 +3,7 @@ package store
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The parameters of the server-side functions (functions.sql), each
@@ -23,29 +24,18 @@ type param[C any] struct {
 	value     func(C) any
 }
 
-// signature is the parameters of a function, in order (its OUT
-// parameters, the result columns, are written in functions.sql).
+// signature is the parameters of a function, in order (its result
+// columns, OUT parameters, are columns below).
 type signature[C any] []param[C]
 
 // decl is the parameter list of CREATE FUNCTION, wrapped and indented as
-// the statement is.
+// the statement is; the result columns (OUT parameters) follow it.
 func (s signature[C]) decl() string {
-	var b strings.Builder
-	line := 4
-	b.WriteString("    ")
+	items := make([]string, len(s))
 	for i, p := range s {
-		item := p.name + " " + p.typ + ","
-		if line+len(item)+1 > 88 {
-			b.WriteString("\n    ")
-			line = 4
-		} else if i > 0 {
-			b.WriteByte(' ')
-			line++
-		}
-		b.WriteString(item)
-		line += len(item)
+		items[i] = p.name + " " + p.typ + ","
 	}
-	return b.String()
+	return wrap(items)
 }
 
 // call is the argument list of a call in named notation, each argument a
@@ -156,6 +146,119 @@ var releaseParams = signature[releaseCall]{
 	{"p_fair_ms", "bigint", func(c releaseCall) any { return c.fairAfter }},
 }
 
+// outParam is one result column of a function (an OUT parameter): its name,
+// its SQL type, and where a scan of the row puts its value.
+type outParam[R any] struct {
+	name, typ string
+	dest      func(*R) any
+}
+
+// outParams is the result columns of a function, in order.
+type outParams[R any] []outParam[R]
+
+// decl is the list of OUT parameters of CREATE FUNCTION, ending its
+// parameter list.
+func (cs outParams[R]) decl() string {
+	items := make([]string, len(cs))
+	for i, c := range cs {
+		items[i] = "OUT " + c.name + " " + c.typ + ","
+	}
+	items[len(items)-1] = strings.TrimSuffix(items[len(items)-1], ",")
+	return wrap(items)
+}
+
+// identity is the result columns as pg_get_function_arguments prints them
+// after the parameters: OUT o_acquired boolean, ….
+func (cs outParams[R]) identity() string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = "OUT " + c.name + " " + c.typ
+	}
+	return strings.Join(parts, ", ")
+}
+
+// dest is the scan destinations of a row into r, in column order.
+func (cs outParams[R]) dest(r *R) []any {
+	out := make([]any, len(cs))
+	for i, c := range cs {
+		out[i] = c.dest(r)
+	}
+	return out
+}
+
+// acquireRow is the row an acquisition function returns, as scanned.
+type acquireRow struct {
+	r           AcquireResult
+	remMS, hbMS int64
+	sess        bool   // o_session_bound: the new row's, or the holder's
+	name        string // o_name: the row a shared acquisition wrote
+}
+
+// result is the outcome the row describes.
+func (x *acquireRow) result() AcquireResult {
+	r := x.r
+	r.OtherRemaining = time.Duration(x.remMS) * time.Millisecond
+	r.OtherHeartbeatAge = time.Duration(x.hbMS) * time.Millisecond
+	if r.Acquired {
+		r.SessionBound = x.sess
+	} else {
+		r.HolderInSession = x.sess
+	}
+	return r
+}
+
+// acquireColumns are the result columns of CreateAcquire, which
+// CreateAcquireShared's begin with (see functions.sql for their meaning).
+var acquireColumns = outParams[acquireRow]{
+	{"o_acquired", "boolean", func(x *acquireRow) any { return &x.r.Acquired }},
+	{"o_token", "bigint", func(x *acquireRow) any { return &x.r.Token }},
+	{"o_session_bound", "boolean", func(x *acquireRow) any { return &x.sess }},
+	{"o_owner", "text", func(x *acquireRow) any { return &x.r.OtherOwner }},
+	{"o_other_token", "bigint", func(x *acquireRow) any { return &x.r.OtherToken }},
+	{"o_remaining_ms", "bigint", func(x *acquireRow) any { return &x.remMS }},
+	{"o_heartbeat_ms", "bigint", func(x *acquireRow) any { return &x.hbMS }},
+	{"o_client", "text", func(x *acquireRow) any { return &x.r.OtherClient }},
+	{"o_watchable", "boolean", func(x *acquireRow) any { return &x.r.HolderWatchable }},
+	{"o_ahead", "bigint", func(x *acquireRow) any { return &x.r.Ahead }},
+	{"o_clash", "integer", func(x *acquireRow) any { return &x.r.SlotsMismatch }},
+	{"o_pid", "integer", func(x *acquireRow) any { return &x.r.HolderSession }},
+}
+
+// sharedColumns are the result columns of CreateAcquireShared:
+// CreateAcquire's, and the row written.
+var sharedColumns = append(acquireColumns[:len(acquireColumns):len(acquireColumns)],
+	outParam[acquireRow]{"o_name", "text", func(x *acquireRow) any { return &x.name }})
+
+// releaseRow is the row of the release function.
+type releaseRow struct{ released, notified, nowait int64 }
+
+// releaseColumns are the result columns of CreateRelease.
+var releaseColumns = outParams[releaseRow]{
+	{"o_released", "bigint", func(x *releaseRow) any { return &x.released }},
+	{"o_notified", "bigint", func(x *releaseRow) any { return &x.notified }},
+	{"o_nowait", "bigint", func(x *releaseRow) any { return &x.nowait }},
+}
+
+// wrap joins items with spaces into lines of at most 88 characters,
+// indented by four.
+func wrap(items []string) string {
+	var b strings.Builder
+	line := 4
+	b.WriteString("    ")
+	for i, item := range items {
+		if line+len(item)+1 > 88 {
+			b.WriteString("\n    ")
+			line = 4
+		} else if i > 0 {
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(item)
+		line += len(item)
+	}
+	return b.String()
+}
+
 // orNull is v when ok, else nil (SQL NULL).
 func orNull(ok bool, v any) any {
 	if ok {
@@ -165,9 +268,12 @@ func orNull(ok bool, v any) any {
 }
 
 // signatures are the placeholders the signatures fill in the embedded
-// files: the parameter lists of CREATE FUNCTION and of the calls.
+// files: the parameter lists of CREATE FUNCTION (parameters, then result
+// columns) and of the calls.
 var signatures = []string{
 	"{{acquire_params}}", acquireParams.decl(), "{{acquire_call}}", acquireParams.call(),
 	"{{acquire_shared_params}}", sharedParams.decl(), "{{acquire_shared_call}}", sharedParams.call(),
 	"{{release_params}}", releaseParams.decl(), "{{release_call}}", releaseParams.call(),
+	"{{acquire_result}}", acquireColumns.decl(), "{{acquire_shared_result}}", sharedColumns.decl(),
+	"{{release_result}}", releaseColumns.decl(),
 }
