@@ -22,7 +22,7 @@ var fragmentMacros = map[string][]string{"Head": {"name"}}
 // A key is hashtextextended(namespace || id, seed), a bigint; the
 // namespace is the table's (see LockNamespace), so tables never share
 // keys, and the seed keeps one table's kinds of keys apart. A name's own
-// lock is in the two-int4 key space instead (nameKey), which never meets
+// lock is in the two-int4 key space instead ({{name_key(…)}}), which never meets
 // the bigint one.
 const (
 	// seedSchema keys the lock a migration holds on the schema it creates

@@ -11,7 +11,9 @@ import (
 // signature in CREATE FUNCTION ({{acquire_params}} and its siblings), the
 // call in named notation (queries.sql's {{acquire_call}}: p_name =>
 // $1::text, …), the argument types by which the catalog tells the function
-// from others of its name (AcquireProcedure), and the call's bind values.
+// from others of its name (AcquireProcedure), and the call's bind values;
+// the result columns, likewise, render the OUT parameters and give the
+// scan of the row.
 //
 // A change of a function's parameters is a new schema version: CREATE OR
 // REPLACE cannot change them (see functions.sql), and tables created
@@ -25,7 +27,7 @@ type param[C any] struct {
 }
 
 // signature is the parameters of a function, in order (its result
-// columns, OUT parameters, are columns below).
+// columns, the OUT parameters, are an outParams).
 type signature[C any] []param[C]
 
 // decl is the parameter list of CREATE FUNCTION, wrapped and indented as
@@ -57,8 +59,8 @@ func (s signature[C]) types() string {
 	return "(" + strings.Join(parts, ", ") + ")"
 }
 
-// identity is the parameters as pg_get_function_identity_arguments prints
-// them: p_name text, ….
+// identity is the parameters as pg_get_function_arguments prints them
+// before the result columns: p_name text, ….
 func (s signature[C]) identity() string {
 	parts := make([]string, len(s))
 	for i, p := range s {
