@@ -96,38 +96,22 @@ func (s *Store) Acquire(ctx context.Context, q Querier, a AcquireArgs) (AcquireR
 // Acquire and AcquireBatch: its SQL and arguments, the scan of its row, and
 // the result once scanned.
 func (s *Store) acquireStmt(a AcquireArgs) (sql string, args []any, scan func(Row) error, result func() AcquireResult, err error) {
-	var r AcquireResult
-	var remMS, hbMS int64
-	var sess bool
-	meta := a.Metadata
-	if len(meta) == 0 {
-		meta = []byte("{}")
-	}
 	ns, err := s.lockNS()
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
-	var sem, slots any // NULL for a plain lease
-	if a.Semaphore != "" {
-		sem, slots = a.Semaphore, a.Slots
+	var x acquireRow
+	scan = func(row Row) error { return row.Scan(acquireColumns.dest(&x)...) }
+	return s.Q.Acquire, acquireParams.args(acquireCall{AcquireArgs: a, meta: metadata(a.Metadata), ns: ns}), scan, x.result, nil
+}
+
+// metadata is a lease's metadata as the functions take it: a JSON object,
+// "{}" when none.
+func metadata(meta []byte) string {
+	if len(meta) == 0 {
+		return "{}"
 	}
-	args = []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session, string(meta), ns, a.Client, a.LockTimeout.Milliseconds(),
-		a.Queued, a.QueueTTL.Milliseconds(), a.FairAfter.Milliseconds(), a.inBatch, sem, slots}
-	scan = func(row Row) error {
-		return row.Scan(&r.Acquired, &r.Token, &sess, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
-			&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch, &r.HolderSession)
-	}
-	result = func() AcquireResult {
-		r.OtherRemaining = time.Duration(remMS) * time.Millisecond
-		r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond
-		if r.Acquired {
-			r.SessionBound = sess
-		} else {
-			r.HolderInSession = sess
-		}
-		return r
-	}
-	return s.Q.Acquire, args, scan, result, nil
+	return string(meta)
 }
 
 // SharedArgs are the arguments of a shared lease's acquisition attempt
@@ -144,17 +128,9 @@ type SharedArgs struct {
 // functions.sql). It returns the outcome, as Acquire does, and the row
 // acquired ("name#i").
 func (s *Store) AcquireShared(ctx context.Context, q Querier, a SharedArgs) (AcquireResult, string, error) {
-	var r AcquireResult
-	var remMS, hbMS int64
-	var sess bool
-	var row string
-	meta := a.Metadata
-	if len(meta) == 0 {
-		meta = []byte("{}")
-	}
 	ns, err := s.lockNS()
 	if err != nil {
-		return r, "", err
+		return AcquireResult{}, "", err
 	}
 	mine := a.Mine
 	if mine == nil {
@@ -162,30 +138,19 @@ func (s *Store) AcquireShared(ctx context.Context, q Querier, a SharedArgs) (Acq
 	}
 	list, err := json.Marshal(mine)
 	if err != nil {
-		return r, "", err
+		return AcquireResult{}, "", err
 	}
+	var x acquireRow
 	rows := 0
-	err = q.Query(ctx, s.Q.AcquireShared, []any{a.Name, a.Owner, a.TTL.Milliseconds(), a.MinHold.Milliseconds(), a.Session,
-		string(meta), ns, a.Client, a.LockTimeout.Milliseconds(), a.Queued, a.QueueTTL.Milliseconds(), a.inBatch, string(list)},
-		func(rw Row) error {
-			rows++
-			return rw.Scan(&r.Acquired, &r.Token, &sess, &r.OtherOwner, &r.OtherToken, &remMS, &hbMS, &r.OtherClient,
-				&r.HolderWatchable, &r.Ahead, &r.SlotsMismatch, &r.HolderSession, &row)
-		})
+	err = q.Query(ctx, s.Q.AcquireShared, sharedParams.args(sharedCall{SharedArgs: a, meta: metadata(a.Metadata), ns: ns, mine: string(list)}),
+		func(r Row) error { rows++; return r.Scan(sharedColumns.dest(&x)...) })
 	if err == nil && rows != 1 {
 		err = fmt.Errorf("store: the shared acquisition of %q returned %d rows (a pglease bug)", a.Name, rows)
 	}
 	if err != nil {
 		return AcquireResult{}, "", err
 	}
-	r.OtherRemaining = time.Duration(remMS) * time.Millisecond
-	r.OtherHeartbeatAge = time.Duration(hbMS) * time.Millisecond
-	if r.Acquired {
-		r.SessionBound = sess
-	} else {
-		r.HolderInSession = sess
-	}
-	return r, row, nil
+	return x.result(), x.name, nil
 }
 
 // FairAfter is how long the first queued waiter may be overtaken once its
@@ -205,16 +170,16 @@ const WakeEvery = 10 * time.Millisecond
 // release function (CreateRelease in functions.sql). It reports whether
 // the row was still ours.
 func (s *Store) Release(ctx context.Context, q Querier, name string, token int64) (ReleaseResult, error) {
-	var n, notified, nowait int64
 	ns, err := s.lockNS()
 	if err != nil {
 		return ReleaseResult{}, err
 	}
-	err = q.Query(ctx, s.Q.Release, []any{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()},
-		func(r Row) error { return r.Scan(&n, &notified, &nowait) })
+	var x releaseRow
+	err = q.Query(ctx, s.Q.Release, releaseParams.args(releaseCall{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()}),
+		func(r Row) error { return r.Scan(releaseColumns.dest(&x)...) })
 	// The release function notifies the first waiter's channel and the
 	// table's together, and only so, when it wakes the first waiter.
-	return ReleaseResult{Released: n > 0, WokeFirst: notified == 2}, err
+	return ReleaseResult{Released: x.released > 0, WokeFirst: x.notified == 2}, err
 }
 
 // ReleaseResult is the outcome of a release.

@@ -35,20 +35,25 @@
 -- look it up, TableExists, by its new argument types).
 
 -- name: CreateAcquire
--- $1 name, $2 owner, $3 ttl ms, $4 min-hold ms, $5 session-bound?,
--- $6 metadata json, $7 advisory-lock namespace, $8 the client's random id,
--- recorded in the metadata so that the client can recognise a row of its own
--- whose reply it never got, $9 lock_timeout ms for the rest of the
--- transaction (0 keeps the session's): a session-bound acquire runs on the
--- connection that also renews, and must not sit behind a row lock (a
--- guarded transaction) or a contender's acquisition.
--- $10 queued?: the attempt belongs to a blocked Acquire that waits in the
--- queue (the waiters table), $11 how long its registration stays fresh (ms),
--- $12 how long a waiter may be overtaken (ms), $13 whether
--- the call shares its transaction with others (a batch, whose commit
--- must wait for its WAL flush if any of them acquired). $14 the semaphore
--- whose slot $1 is and $15 its slot count (see WithSlots), both recorded in
--- the row; NULL for a plain lease.
+-- p_name the name, p_owner the owner, p_ttl_ms the ttl (ms), p_hold_ms
+-- the minimum hold (ms), p_session whether the row is session-bound,
+-- p_metadata the metadata (json), p_ns the advisory-lock namespace,
+-- p_client the client's random id, recorded in the metadata so that the
+-- client can recognise a row of its own whose reply it never got,
+-- p_lock_timeout_ms lock_timeout for the rest of the transaction (0 keeps
+-- the session's): a session-bound acquire runs on the connection that
+-- also renews, and must not sit behind a row lock (a guarded transaction)
+-- or a contender's acquisition.
+-- p_queued: the attempt belongs to a blocked Acquire that waits in the
+-- queue (the waiters table), p_queue_ttl_ms how long its registration
+-- stays fresh, p_fair_ms how long a waiter may be overtaken, p_in_batch
+-- whether the call shares its transaction with others (a batch, whose
+-- commit must wait for its WAL flush if any of them acquired).
+-- p_semaphore the semaphore whose slot p_name is and p_slots its slot
+-- count (see WithSlots), both recorded in the row; NULL for a plain lease.
+-- (The parameters and the result columns, in order, with their types,
+-- are listed once, in params.go, which renders the signature, the call
+-- and the scan of the row.)
 --
 -- Returns one row: acquired?, the new token, and whether the new row is
 -- session-bound; acquired, the row taken over if any (its owner and token,
@@ -73,9 +78,9 @@
 -- every row of the name committed before; none can commit between a check
 -- and the insert.
 --
--- A session-bound acquire ($5) records its session in the row: the
+-- A session-bound acquire (p_session) records its session in the row: the
 -- backend's pid, which holds that session's session lock (SessionLock, the
--- bigint key of seed 3 below) for as long as the session lives, and the
+-- key {{session_key(…)}}) for as long as the session lives, and the
 -- server incarnation. Any attempt, session-bound or not, may then take such
 -- a row over at once when that lock is free: the holder's session ended
 -- (the client died, or its connection failed, and a client whose
@@ -85,14 +90,14 @@
 -- reused meanwhile by another client's session, the row is taken for
 -- alive, and taken over when it expires.)
 --
--- The queue: blocked waiters register (a queued attempt, $10), and a
+-- The queue: blocked waiters register (a queued attempt, p_queued), and a
 -- release wakes the first live one alone (see Release). A free lease goes to
 -- whichever attempt comes first, so that a client may take a name again at
--- once (a burst), except that once a live waiter has been queued for $12
--- ms, it is promised to it: every attempt of another client that is not
+-- once (a burst), except that once a live waiter has been queued for
+-- p_fair_ms, it is promised to it: every attempt of another client that is not
 -- queued before it is refused (and a queued one keeps or takes its place).
 -- A waiter is live while its registration is fresh and its client's
--- dedicated session holds the client lock (the bigint key of seed 1 below,
+-- dedicated session holds the client lock (the key {{client_key(…)}},
 -- taken by ClientLock): a crashed waiter is passed over at once. An
 -- attempt that acquires nothing commits without waiting for its WAL flush
 -- (unless it shares a batch's transaction): losing it in a crash loses
@@ -118,53 +123,47 @@
 -- session may have ended) is not written to at all there: no row lock, no
 -- token drawn; the attempt only reads.
 CREATE OR REPLACE FUNCTION {{acquire_fn}}(
-    p_name text, p_owner text, p_ttl_ms bigint, p_hold_ms bigint, p_session boolean,
-    p_metadata jsonb, p_ns text, p_client text, p_lock_timeout_ms integer,
-    p_queued boolean, p_queue_ttl_ms bigint, p_fair_ms bigint, p_in_batch boolean,
-    p_semaphore text, p_slots integer,
-    OUT o_acquired boolean, OUT o_token bigint, OUT o_session_bound boolean,
-    OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
-    OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,
-    OUT o_ahead bigint, OUT o_clash integer, OUT o_pid integer)
+{{acquire_params}}
+{{acquire_result}})
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_ok boolean;
     v_setting text;
 BEGIN
     PERFORM set_config('pglease.writer', '{{version}}', true);
-    IF $9 > 0 THEN
-        v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
+    IF p_lock_timeout_ms > 0 THEN
+        v_ok := set_config('lock_timeout', p_lock_timeout_ms::text, true) IS NULL;
     END IF;
-    IF $14 IS NOT NULL THEN
-        v_ok := pg_advisory_xact_lock(hashtext($7 || $14), hashtext($14 || $7)) IS NULL;
+    IF p_semaphore IS NOT NULL THEN
+        v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_semaphore)}}) IS NULL;
     END IF;
-    v_ok := pg_advisory_xact_lock(hashtext($7 || $1), hashtext($1 || $7)) IS NULL;
+    v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_name)}}) IS NULL;
 
-    IF NOT $10 AND $14 IS NULL THEN
+    IF NOT p_queued AND p_semaphore IS NULL THEN
         -- The first path (see above).
         INSERT INTO {{table}} AS l
             ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
              "hold_until", "ttl", "session_pid", "session_server", "metadata")
-        SELECT $1, $2, nextval('{{seq}}'), now(), now(),
-               now() + $3 * interval '1 millisecond',
-               now() + $4 * interval '1 millisecond',
-               $3 * interval '1 millisecond',
-               CASE WHEN $5 THEN pg_backend_pid() END,
-               CASE WHEN $5 THEN {{server}} END,
-               $6 || jsonb_build_object('client', $8)
+        SELECT p_name, p_owner, nextval('{{seq}}'), now(), now(),
+               now() + p_ttl_ms * interval '1 millisecond',
+               now() + p_hold_ms * interval '1 millisecond',
+               p_ttl_ms * interval '1 millisecond',
+               CASE WHEN p_session THEN pg_backend_pid() END,
+               CASE WHEN p_session THEN {{server}} END,
+               p_metadata || jsonb_build_object('client', p_client)
          WHERE NOT EXISTS (SELECT 1 FROM {{table}} AS s
-                            WHERE s."semaphore" = $1 AND (s."expires_at" > now() OR s."slots" = 0))
+                            WHERE s."semaphore" = p_name AND (s."expires_at" > now() OR s."slots" = 0))
            AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
-                            WHERE w."name" = $1 AND w."client" <> $8)
+                            WHERE w."name" = p_name AND w."client" <> p_client)
         ON CONFLICT ("name") DO NOTHING
         RETURNING true, l."token", l."session_pid" IS NOT NULL, '', 0::bigint, 0::bigint, 0::bigint,
                   '', false, 0::bigint, 0, 0, {{durable}}
              INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
                   o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid, v_setting;
         IF FOUND THEN
-            IF $11 > 0 THEN
+            IF p_queue_ttl_ms > 0 THEN
                 -- A polling wait's registration (see polled below).
-                DELETE FROM {{waiters}} AS w WHERE w."name" = $1 AND w."client" = $8;
+                DELETE FROM {{waiters}} AS w WHERE w."name" = p_name AND w."client" = p_client;
             END IF;
             RETURN;
         END IF;
@@ -180,11 +179,11 @@ BEGIN
         -- or a plain lease on that name. (Through the semaphore index and
         -- the primary key: the cost does not grow with the table.)
         SELECT CASE WHEN l."slots" = 0 THEN -1 ELSE l."slots" END FROM {{table}} AS l
-         WHERE l."semaphore" = coalesce($14, $1) AND l."expires_at" > now()
-           AND (CASE WHEN $14 IS NULL THEN l."slots" <> 0 ELSE l."slots" <> $15 END)
+         WHERE l."semaphore" = coalesce(p_semaphore, p_name) AND l."expires_at" > now()
+           AND (CASE WHEN p_semaphore IS NULL THEN l."slots" <> 0 ELSE l."slots" <> p_slots END)
         UNION ALL
         SELECT 1 FROM {{table}} AS l
-         WHERE $14 IS NOT NULL AND l."name" = $14 AND l."semaphore" IS NULL
+         WHERE p_semaphore IS NOT NULL AND l."name" = p_semaphore AND l."semaphore" IS NULL
            AND l."expires_at" > now()
          LIMIT 1
     ), srv AS MATERIALIZED (
@@ -198,18 +197,16 @@ BEGIN
                (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
                (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
                l."session_pid" AS "pid",
-               NOT (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-                    AND l."session_server" = (SELECT id FROM srv)
-                    AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || l."session_pid"::text, 3))) AS "alive"
+               NOT {{session_ended(p_ns, l."session_pid", l."session_server" = (SELECT id FROM srv))}} AS "alive"
           FROM {{table}} AS l
-         WHERE $14 IS NULL AND l."semaphore" = $1 AND l."slots" = 0
+         WHERE p_semaphore IS NULL AND l."semaphore" = p_name AND l."slots" = 0
     ), reading AS MATERIALIZED (
         SELECT * FROM readers AS r WHERE r."live" AND r."alive"
     ), me AS MATERIALIZED (
         -- This wait's place in the queue: its first registration, or now.
         SELECT coalesce(r.since, now()) AS since, r.since IS NOT NULL AS registered
           FROM (SELECT) AS one LEFT JOIN {{waiters}} AS r
-            ON $10 AND r."name" = $1 AND r."client" = $8
+            ON p_queued AND r."name" = p_name AND r."client" = p_client
     ), ahead AS MATERIALIZED (
         -- n: the live waiters queued before this wait, when one of them keeps
         -- it from the lease: the first, once the lease is promised to it
@@ -218,9 +215,9 @@ BEGIN
         -- overtake, as a client taking the name again at once does). Else 0.
         SELECT coalesce(max(f.n) FILTER (WHERE f.due OR q.registered), 0) AS n,
                max(f."client") FILTER (WHERE f.due) AS first
-          FROM (SELECT $1 AS "name") AS n
-         CROSS JOIN (SELECT $8 AS "client", $7 AS "ns", me.since AS "since", me.registered,
-                            $12 * interval '1 millisecond' AS "fair" FROM me) AS q
+          FROM (SELECT p_name AS "name") AS n
+         CROSS JOIN (SELECT p_client AS "client", p_ns AS "ns", me.since AS "since", me.registered,
+                            p_fair_ms * interval '1 millisecond' AS "fair" FROM me) AS q
           LEFT JOIN LATERAL ({{first}}) AS f ON true
     ), old AS MATERIALIZED (
         SELECT l."owner", l."token", l."expires_at" > now() AS "live",
@@ -228,21 +225,21 @@ BEGIN
                (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
                (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
                l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid"
-          FROM {{table}} AS l WHERE l."name" = $1
+          FROM {{table}} AS l WHERE l."name" = p_name
     ), ins AS (
         -- Not for a live row that is not session-bound: it would refuse
         -- (ON CONFLICT) after locking it, and the attempt would write.
         INSERT INTO {{table}} AS l
             ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
              "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
-        SELECT $1, $2, nextval('{{seq}}'), now(), now(),
-               now() + $3 * interval '1 millisecond',
-               now() + $4 * interval '1 millisecond',
-               $3 * interval '1 millisecond',
-               CASE WHEN $5 THEN pg_backend_pid() END,
-               CASE WHEN $5 THEN (SELECT id FROM srv) END,
-               $6 || jsonb_build_object('client', $8),
-               $14, $15
+        SELECT p_name, p_owner, nextval('{{seq}}'), now(), now(),
+               now() + p_ttl_ms * interval '1 millisecond',
+               now() + p_hold_ms * interval '1 millisecond',
+               p_ttl_ms * interval '1 millisecond',
+               CASE WHEN p_session THEN pg_backend_pid() END,
+               CASE WHEN p_session THEN (SELECT id FROM srv) END,
+               p_metadata || jsonb_build_object('client', p_client),
+               p_semaphore, p_slots
         FROM ahead
         WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash) AND NOT EXISTS (SELECT 1 FROM reading)
           AND NOT EXISTS (SELECT 1 FROM old WHERE old."live" AND NOT old."session_bound")
@@ -257,9 +254,7 @@ BEGIN
          WHERE l."expires_at" <= now()
             -- A session-bound row whose session ended (see above): the row as
             -- it is now, not as of the statement's snapshot.
-            OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-                AND l."session_server" = (SELECT id FROM srv)
-                AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || l."session_pid"::text, 3)))
+            OR {{session_ended(p_ns, l."session_pid", l."session_server" = (SELECT id FROM srv))}}
         RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
     ), purged AS (
         -- Acquired over shared leases that ended (expired, or their sessions
@@ -272,21 +267,21 @@ BEGIN
         RETURNING 1
     ), queued AS (
         INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared")
-        SELECT $1, $8, me.since, now() + $11 * interval '1 millisecond', $2, false
-          FROM me WHERE $10 AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
+        SELECT p_name, p_client, me.since, now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, false
+          FROM me WHERE p_queued AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
         ON CONFLICT ("name", "client") DO UPDATE
            SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
                "polling" = false
         RETURNING 1
     ), polled AS (
-        -- A wait that cannot queue ($11 without $10: no session of its
+        -- A wait that cannot queue (p_queue_ttl_ms without p_queued: no session of its
         -- own) refused by shared holders: registered as polling, live
         -- while fresh, so that new shared leases of the name wait behind
         -- it (CreateAcquireShared) and readers taking turns cannot starve
         -- it. It keeps its place (since) while it keeps being refused.
         INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared", "polling")
-        SELECT $1, $8, now(), now() + $11 * interval '1 millisecond', $2, false, true
-         WHERE NOT $10 AND $11 > 0 AND $14 IS NULL
+        SELECT p_name, p_client, now(), now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, false, true
+         WHERE NOT p_queued AND p_queue_ttl_ms > 0 AND p_semaphore IS NULL
            AND NOT EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM reading)
         ON CONFLICT ("name", "client") DO UPDATE
            SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
@@ -294,8 +289,8 @@ BEGIN
         RETURNING 1
     ), dequeued AS (
         DELETE FROM {{waiters}} AS w
-         WHERE ($10 OR $11 > 0) AND EXISTS (SELECT 1 FROM ins)
-           AND w."client" = $8 AND w."name" = $1
+         WHERE (p_queued OR p_queue_ttl_ms > 0) AND EXISTS (SELECT 1 FROM ins)
+           AND w."client" = p_client AND w."name" = p_name
         RETURNING 1
     ), handed AS (
         -- A fast-failover lease handed to a queued waiter (by a release, or
@@ -304,12 +299,12 @@ BEGIN
         -- It was queued behind this one and did not watch the previous holder,
         -- and nothing else would tell it of the new one before its fallback
         -- poll: a crash of the new holder would wait for that poll.
-        SELECT pg_notify('pglease_' || w."client", $1) AS ok
+        SELECT pg_notify('pglease_' || w."client", p_name) AS ok
           FROM (SELECT w."client" FROM {{waiters}} AS w
-                 WHERE $5 AND $10 AND EXISTS (SELECT 1 FROM ins)
-                   AND w."name" = $1 AND w."client" <> $8 AND NOT w."shared"
+                 WHERE p_session AND p_queued AND EXISTS (SELECT 1 FROM ins)
+                   AND w."name" = p_name AND w."client" <> p_client AND NOT w."shared"
                    AND CASE WHEN w."expires_at" > now()
-                            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
+                            THEN NOT {{client_gone(p_ns, w."client")}}
                             ELSE false END
                  ORDER BY w."since", w."client"
                  LIMIT 1) AS w
@@ -319,16 +314,15 @@ BEGIN
         -- Refused a free lease promised to a waiter (or one whose holder's
         -- session ended): wake that waiter now rather than at its next look
         -- (see Release).
-        SELECT pg_notify('pglease_' || ahead.first, $1) AS ok
+        SELECT pg_notify('pglease_' || ahead.first, p_name) AS ok
           FROM ahead
          WHERE ahead.first IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reading)
            AND NOT EXISTS (SELECT 1 FROM old
                             WHERE old."remaining_ms" > 0
-                              AND NOT (old."session_bound" AND old."pid" <> pg_backend_pid()
-                                       AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || old."pid"::text, 3))))
+                              AND NOT {{session_ended(p_ns, old."pid", old."session_bound")}})
     ), nowait AS (
         SELECT set_config('synchronous_commit', 'off', true) AS ok
-         WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT $13
+         WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT p_in_batch
     ), shown AS MATERIALIZED (
         -- The holder a refusal reports: the name's own live row; else a live
         -- shared holder (one bound to a session first, for the waiter to
@@ -358,7 +352,7 @@ BEGIN
            coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
            coalesce(old."heartbeat_ms", 0), coalesce(old."client", ''),
            CASE WHEN old."session_bound"
-                THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || old."pid"::text, 3))
+                THEN NOT {{session_gone(p_ns, old."pid")}}
                 ELSE false END,
            (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
       FROM (SELECT 1) AS one LEFT JOIN shown AS old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
@@ -369,8 +363,9 @@ END
 $pglease$
 
 -- name: CreateRelease
--- $1 name, $2 token, $3 notification channel, $4 advisory-lock namespace,
--- $5 how often a waiter may be woken (ms). Returns the rows released or
+-- p_name the name, p_token the token, p_channel the notification channel,
+-- p_ns the advisory-lock namespace, p_fair_ms how often a waiter may be
+-- woken (ms). Returns the rows released or
 -- kept (0 or 1), the notifications sent, and 1 (the old statement's
 -- count of its nowait part).
 --
@@ -388,8 +383,8 @@ $pglease$
 -- delays the next holder until the row expires. (Acquire and renew do
 -- wait: losing them could let two holders overlap.)
 CREATE OR REPLACE FUNCTION {{release_fn}}(
-    p_name text, p_token bigint, p_channel text, p_ns text, p_fair_ms bigint,
-    OUT o_released bigint, OUT o_notified bigint, OUT o_nowait bigint)
+{{release_params}}
+{{release_result}})
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_setting text;
@@ -401,12 +396,12 @@ BEGIN
     o_notified := 0;
     o_nowait := 1;
     DELETE FROM {{table}} AS l
-     WHERE l."name" = $1 AND l."token" = $2 AND l."hold_until" <= now()
+     WHERE l."name" = p_name AND l."token" = p_token AND l."hold_until" <= now()
     RETURNING l."acquired_at",
               -- Whether a registration exists; when none does, the
               -- table's channel is notified here.
-              (SELECT CASE WHEN x.queue THEN true WHEN pg_notify($3, $1) IS NULL THEN false ELSE false END
-                 FROM (SELECT EXISTS (SELECT 1 FROM {{waiters}} AS w WHERE w."name" = $1) AS queue) AS x),
+              (SELECT CASE WHEN x.queue THEN true WHEN pg_notify(p_channel, p_name) IS NULL THEN false ELSE false END
+                 FROM (SELECT EXISTS (SELECT 1 FROM {{waiters}} AS w WHERE w."name" = p_name) AS queue) AS x),
               set_config('synchronous_commit', 'off', true),
               CASE WHEN l."slots" = 0 THEN l."semaphore" END
          INTO v_acquired_at, v_waiters, v_setting, v_shared;
@@ -418,7 +413,7 @@ BEGIN
         UPDATE {{table}} AS l
            SET "expires_at" = l."hold_until", "session_pid" = NULL, "session_server" = NULL,
                "metadata" = l."metadata" - 'client'
-         WHERE l."name" = $1 AND l."token" = $2 AND l."hold_until" > now();
+         WHERE l."name" = p_name AND l."token" = p_token AND l."hold_until" > now();
         GET DIAGNOSTICS o_released = ROW_COUNT;
         RETURN;
     END IF;
@@ -437,7 +432,7 @@ BEGIN
           FROM (SELECT w."client" FROM {{waiters}} AS w
                  WHERE w."name" = v_shared AND NOT w."shared"
                    AND CASE WHEN w."expires_at" > now()
-                            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($4 || w."client", 1))
+                            THEN NOT {{client_gone(p_ns, w."client")}}
                             ELSE false END
                  ORDER BY w."since", w."client"
                  LIMIT 1) AS w;
@@ -448,33 +443,33 @@ BEGIN
         RETURN;
     END IF;
     WITH del AS (
-        SELECT $1 AS "name", v_acquired_at AS "acquired_at"
+        SELECT p_name AS "name", v_acquired_at AS "acquired_at"
     ), lockns AS (
-        SELECT $4 AS v
+        SELECT p_ns AS v
     ), head AS MATERIALIZED (
-        {{head}}
+        {{head(p_name)}}
     ), wake AS MATERIALIZED (
         -- The first waiter is woken the first time, and again once the lease
-        -- is promised to it ($5 ms after its turn began: see marked); not in
+        -- is promised to it (p_fair_ms ms after its turn began: see marked); not in
         -- between, while the releasing client may take the name again at once
         -- (a burst) and a waiter woken in vain looks again by itself.
         SELECT h."client", h."since" FROM head AS h
-         WHERE h."notified_at" IS NULL OR h."notified_at" <= now() - $5 * interval '1 millisecond'
+         WHERE h."notified_at" IS NULL OR h."notified_at" <= now() - p_fair_ms * interval '1 millisecond'
     ), marked AS (
         -- Its turn began when it queued or when the lease now released was
         -- acquired, whichever is later: a waiter queued through a long hold is
-        -- promised the lease at once, one queued behind a burst $5 ms later.
+        -- promised the lease at once, one queued behind a burst p_fair_ms ms later.
         UPDATE {{waiters}} AS w SET "notified_at" = greatest(wake."since", del."acquired_at")
           FROM wake, del
-         WHERE w."name" = $1 AND w."client" = wake."client" AND w."notified_at" IS NULL
+         WHERE w."name" = p_name AND w."client" = wake."client" AND w."notified_at" IS NULL
     ), stale AS (
         DELETE FROM {{waiters}} AS w
-         WHERE w."name" = $1 AND w."expires_at" <= now()
+         WHERE w."name" = p_name AND w."expires_at" <= now()
     ), note AS (
         -- The table's channel when no live waiter was seen (waits that do not
         -- queue, or whose registration this statement could not see yet) or
         -- the first one is woken (observers: a hand-off is under way).
-        SELECT pg_notify($3, del."name") FROM del
+        SELECT pg_notify(p_channel, del."name") FROM del
          WHERE NOT EXISTS (SELECT 1 FROM head) OR EXISTS (SELECT 1 FROM wake)
         UNION ALL
         SELECT pg_notify('pglease_' || wake."client", del."name") FROM del, wake
@@ -490,10 +485,10 @@ $pglease$
 -- lowest i not held), with the name in "semaphore" and 0 in "slots" (a
 -- semaphore's slot rows record their count there, 1 or more), and a
 -- fencing token of its own; it is renewed, released (CreateRelease) and
--- guarded by that row as any lease is. $1 the name, $2 to $11 as
--- CreateAcquire's ($10 queued: the attempt registers, as a shared wait, in
--- the queue of the name), $12 whether the call shares its transaction, $13
--- the rows of the name's shared leases this client holds (a JSON array of
+-- guarded by that row as any lease is. p_name the name, p_owner to
+-- p_queue_ttl_ms as CreateAcquire's (p_queued: the attempt registers, as a
+-- shared wait, in the queue of the name), p_in_batch whether the call
+-- shares its transaction, p_mine the rows of the name's shared leases this client holds (a JSON array of
 -- names).
 --
 -- The rules, all under the name's advisory lock, the one every acquisition
@@ -521,13 +516,8 @@ $pglease$
 -- promises are for exclusive waits: shared waiters hear the table's
 -- channel). Returns CreateAcquire's columns and the row written (o_name).
 CREATE OR REPLACE FUNCTION {{acquire_shared_fn}}(
-    p_name text, p_owner text, p_ttl_ms bigint, p_hold_ms bigint, p_session boolean,
-    p_metadata jsonb, p_ns text, p_client text, p_lock_timeout_ms integer,
-    p_queued boolean, p_queue_ttl_ms bigint, p_in_batch boolean, p_mine jsonb,
-    OUT o_acquired boolean, OUT o_token bigint, OUT o_session_bound boolean,
-    OUT o_owner text, OUT o_other_token bigint, OUT o_remaining_ms bigint,
-    OUT o_heartbeat_ms bigint, OUT o_client text, OUT o_watchable boolean,
-    OUT o_ahead bigint, OUT o_clash integer, OUT o_pid integer, OUT o_name text)
+{{acquire_shared_params}}
+{{acquire_shared_result}})
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_ok boolean;
@@ -540,29 +530,29 @@ DECLARE
     h record;
 BEGIN
     PERFORM set_config('pglease.writer', '{{version}}', true);
-    IF $9 > 0 THEN
-        v_ok := set_config('lock_timeout', $9::text, true) IS NULL;
+    IF p_lock_timeout_ms > 0 THEN
+        v_ok := set_config('lock_timeout', p_lock_timeout_ms::text, true) IS NULL;
     END IF;
-    v_ok := pg_advisory_xact_lock(hashtext($7 || $1), hashtext($1 || $7)) IS NULL;
+    v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_name)}}) IS NULL;
     v_srv := {{server}};
     o_acquired := false; o_token := 0; o_session_bound := false; o_owner := '';
     o_other_token := 0; o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := '';
     o_watchable := false; o_ahead := 0; o_pid := 0; o_name := '';
-    IF NOT $12 THEN
+    IF NOT p_in_batch THEN
         -- Acquiring nothing, the commit need not wait for its WAL flush
         -- (raised again below, by {{durable}}, once it acquires).
         v_setting := set_config('synchronous_commit', 'off', true);
     END IF;
 
     o_clash := coalesce((SELECT l."slots" FROM {{table}} AS l
-                          WHERE l."semaphore" = $1 AND l."slots" <> 0 AND l."expires_at" > now()
+                          WHERE l."semaphore" = p_name AND l."slots" <> 0 AND l."expires_at" > now()
                           LIMIT 1), 0);
     IF o_clash <> 0 THEN
         RETURN;
     END IF;
 
     SELECT w."since" INTO v_since FROM {{waiters}} AS w
-     WHERE $10 AND w."name" = $1 AND w."client" = $8;
+     WHERE p_queued AND w."name" = p_name AND w."client" = p_client;
     v_registered := FOUND;
     IF NOT v_registered THEN
         v_since := now();
@@ -573,16 +563,15 @@ BEGIN
            (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
            l."session_pid" IS NOT NULL AND l."session_server" = v_srv AS "session_bound",
            l."expires_at" > now() AS "live"
-      INTO h FROM {{table}} AS l WHERE l."name" = $1;
+      INTO h FROM {{table}} AS l WHERE l."name" = p_name;
     v_held := FOUND AND h."live"
-              AND NOT (h."session_bound" AND h."pid" <> pg_backend_pid()
-                       AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || h."pid"::text, 3)));
+              AND NOT {{session_ended(p_ns, h."pid", h."session_bound")}};
     IF NOT v_held THEN
         SELECT count(*) INTO o_ahead FROM {{waiters}} AS w
-         WHERE w."name" = $1 AND NOT w."shared" AND w."client" <> $8
-           AND (NOT v_registered OR (w."since", w."client") < (v_since, $8))
+         WHERE w."name" = p_name AND NOT w."shared" AND w."client" <> p_client
+           AND (NOT v_registered OR (w."since", w."client") < (v_since, p_client))
            AND CASE WHEN w."expires_at" > now()
-                    THEN w."polling" OR NOT pg_try_advisory_xact_lock_shared(hashtextextended($7 || w."client", 1))
+                    THEN w."polling" OR NOT {{client_gone(p_ns, w."client")}}
                     ELSE false END;
     END IF;
     IF v_held OR o_ahead > 0 THEN
@@ -592,9 +581,9 @@ BEGIN
             o_session_bound := h."session_bound"; o_watchable := h."session_bound";
             o_pid := coalesce(h."pid", 0);
         END IF;
-        IF $10 THEN
+        IF p_queued THEN
             INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared")
-            VALUES ($1, $8, v_since, now() + $11 * interval '1 millisecond', $2, true)
+            VALUES (p_name, p_client, v_since, now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, true)
             ON CONFLICT ("name", "client") DO UPDATE
                SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = true,
                    "polling" = false;
@@ -602,30 +591,28 @@ BEGIN
         RETURN;
     END IF;
 
-    DELETE FROM {{table}} AS l WHERE l."name" = $1;
+    DELETE FROM {{table}} AS l WHERE l."name" = p_name;
     DELETE FROM {{table}} AS l
-     WHERE l."semaphore" = $1 AND l."slots" = 0 AND l."metadata" ->> 'client' = $8
-       AND l."name" NOT IN (SELECT jsonb_array_elements_text($13));
+     WHERE l."semaphore" = p_name AND l."slots" = 0 AND l."metadata" ->> 'client' = p_client
+       AND l."name" NOT IN (SELECT jsonb_array_elements_text(p_mine));
     SELECT min(i) INTO v_i
       FROM generate_series(0, (SELECT count(*) FROM {{table}} AS l
-                                WHERE l."semaphore" = $1 AND l."slots" = 0)::integer) AS i
+                                WHERE l."semaphore" = p_name AND l."slots" = 0)::integer) AS i
      WHERE NOT EXISTS (
             SELECT 1 FROM {{table}} AS l
-             WHERE l."name" = $1 || '#' || i AND l."expires_at" > now()
-               AND NOT (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-                        AND l."session_server" = v_srv
-                        AND pg_try_advisory_xact_lock_shared(hashtextextended($7 || l."session_pid"::text, 3))));
+             WHERE l."name" = p_name || '#' || i AND l."expires_at" > now()
+               AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}});
     INSERT INTO {{table}} AS l
         ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
          "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
-    VALUES ($1 || '#' || v_i, $2, nextval('{{seq}}'), now(), now(),
-            now() + $3 * interval '1 millisecond',
-            now() + $4 * interval '1 millisecond',
-            $3 * interval '1 millisecond',
-            CASE WHEN $5 THEN pg_backend_pid() END,
-            CASE WHEN $5 THEN v_srv END,
-            $6 || jsonb_build_object('client', $8),
-            $1, 0)
+    VALUES (p_name || '#' || v_i, p_owner, nextval('{{seq}}'), now(), now(),
+            now() + p_ttl_ms * interval '1 millisecond',
+            now() + p_hold_ms * interval '1 millisecond',
+            p_ttl_ms * interval '1 millisecond',
+            CASE WHEN p_session THEN pg_backend_pid() END,
+            CASE WHEN p_session THEN v_srv END,
+            p_metadata || jsonb_build_object('client', p_client),
+            p_name, 0)
     ON CONFLICT ("name") DO UPDATE
        SET "owner" = excluded."owner", "token" = excluded."token",
            "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
@@ -636,8 +623,8 @@ BEGIN
            "stepdown_at" = NULL
     RETURNING l."name", l."token", l."session_pid" IS NOT NULL INTO o_name, o_token, o_session_bound;
     o_acquired := true;
-    IF $10 THEN
-        DELETE FROM {{waiters}} AS w WHERE w."name" = $1 AND w."client" = $8;
+    IF p_queued THEN
+        DELETE FROM {{waiters}} AS w WHERE w."name" = p_name AND w."client" = p_client;
     END IF;
     v_setting := {{durable}};
 END

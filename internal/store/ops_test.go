@@ -39,6 +39,9 @@ func migrated(t *testing.T) (*Store, DB) {
 	t.Helper()
 	s := newStore(t, pgtest.Schema(t)+".leases")
 	db := Pgx(pgtest.Pool(t))
+	if createdBy703758e {
+		createV9Of703758e(t, s)
+	}
 	if err := s.EnsureSchema(testCtx(t), db); err != nil {
 		t.Fatal(err)
 	}

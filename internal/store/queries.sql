@@ -28,7 +28,11 @@
 --
 -- Advisory-lock keys are prefixed by the lock namespace ($ns below): the
 -- table's schema and name as the catalog resolves them, never as a user
--- spelled them, so every spelling of one table shares one key space.
+-- spelled them, so every spelling of one table shares one key space. Every
+-- key, and every probe of a session's or a client's lock, is written by a
+-- macro ({{name_key(ns, name)}}, {{session_ended(ns, pid, here)}}, …),
+-- which the renderer expands: each is defined once, with the seeds that
+-- tell the keys apart, in macros.go.
 
 -- name: CreateSchema
 CREATE SCHEMA IF NOT EXISTS {{schema}}
@@ -170,7 +174,7 @@ COMMENT ON TABLE {{table}} IS 'pglease lease table, schema version {{version}}'
 WITH s AS MATERIALIZED (
     SELECT CASE WHEN $1::text = '' THEN current_schema()::text ELSE $1::text END AS nsp
 ), l AS MATERIALIZED (
-    SELECT s.nsp, pg_advisory_xact_lock(hashtextextended('pglease schema "' || replace(s.nsp, '"', '""') || '"', 0))
+    SELECT s.nsp, pg_advisory_xact_lock({{schema_key('pglease schema "' || replace(s.nsp, '"', '""') || '"')}})
       FROM s
 )
 SELECT l.nsp, current_setting('search_path') FROM l
@@ -314,17 +318,15 @@ SELECT setval('{{seq}}', m) FROM (SELECT max("token") AS m FROM {{table}}) AS t
 -- name: Acquire
 -- One acquisition attempt: a call of the table's acquisition function (see
 -- CreateAcquire in functions.sql for the parameters, the rules and the
--- result), one statement in a transaction of its own or in a batch's.
-SELECT * FROM {{acquire_fn}}($1::text, $2::text, $3::bigint, $4::bigint, $5::boolean, $6::jsonb,
-                             $7::text, $8::text, $9::integer, $10::boolean, $11::bigint, $12::bigint,
-                             $13::boolean, $14::text, $15::integer)
+-- result), one statement in a transaction of its own or in a batch's. The
+-- calls of the functions are in named notation, their arguments listed
+-- once, in params.go ({{acquire_call}}: p_name => $1::text, …).
+SELECT * FROM {{acquire_fn}}({{acquire_call}})
 
 -- name: AcquireShared
 -- One attempt at a shared lease: a call of the table's shared acquisition
 -- function (CreateAcquireShared in functions.sql).
-SELECT * FROM {{acquire_shared_fn}}($1::text, $2::text, $3::bigint, $4::bigint, $5::boolean, $6::jsonb,
-                                    $7::text, $8::text, $9::integer, $10::boolean, $11::bigint,
-                                    $12::boolean, $13::jsonb)
+SELECT * FROM {{acquire_shared_fn}}({{acquire_shared_call}})
 
 -- name: Renew
 -- $1 a JSON object {name: token, …}, $2 the client's random id. Renews every
@@ -375,11 +377,10 @@ SELECT "name", false, false FROM (SELECT "name" FROM held EXCEPT SELECT "name" F
  WHERE (SELECT count(*) FROM upd) < (SELECT count(*) FROM held)
 
 -- name: Release
--- $1 name, $2 token, $3 notification channel, $4 advisory-lock namespace,
--- $5 how often a waiter may be woken (ms): a call of the table's release
+-- A call of the table's release
 -- function (CreateRelease in functions.sql), which deletes the row held
 -- with the token (or keeps it until its minimum hold) and wakes waiters.
-SELECT * FROM {{release_fn}}($1::text, $2::bigint, $3::text, $4::text, $5::bigint)
+SELECT * FROM {{release_fn}}({{release_call}})
 
 -- name: Guard
 -- Inside the caller's transaction: succeeds only while the lease is held
@@ -416,15 +417,15 @@ SELECT set_config('idle_in_transaction_session_timeout',
 
 -- name: Head
 -- Not a statement: the first live waiter of an exclusive lease queued for
--- $1 (shared waiters hear the table's channel instead) (its client, when
--- its turn began if it was woken before, and when it queued), once the row
--- was deleted (del), spliced in for {{head}}; lockns holds the
--- advisory-lock namespace.
+-- the name {{.name}} (shared waiters hear the table's channel instead) (its
+-- client, when its turn began if it was woken before, and when it queued),
+-- once the row was deleted (del), spliced in for {{head(name)}}; lockns
+-- holds the advisory-lock namespace.
 SELECT w."client", w."notified_at", w."since"
   FROM {{waiters}} AS w
- WHERE EXISTS (SELECT 1 FROM del) AND w."name" = $1::text AND NOT w."shared"
+ WHERE EXISTS (SELECT 1 FROM del) AND w."name" = {{.name}} AND NOT w."shared"
    AND CASE WHEN w."expires_at" > now()
-            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended((SELECT v FROM lockns) || w."client", 1))
+            THEN NOT {{client_gone((SELECT v FROM lockns), w."client")}}
             ELSE false END
  ORDER BY w."since", w."client"
  LIMIT 1
@@ -445,7 +446,7 @@ SELECT w."client",
   FROM {{waiters}} AS w
  WHERE w."name" = n."name" AND w."client" <> q."client" AND NOT w."shared"
    AND CASE WHEN w."expires_at" > now() AND (w."since", w."client") < (q."since", q."client")
-            THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended(q."ns" || w."client", 1))
+            THEN NOT {{client_gone(q."ns", w."client")}}
             ELSE false END
  ORDER BY w."since", w."client"
  LIMIT 1
@@ -500,7 +501,7 @@ WITH del AS (
 ), lockns AS (
     SELECT $3::text AS v
 ), head AS MATERIALIZED (
-    {{head}}
+    {{head($1::text)}}
 ), reader AS MATERIALIZED (
     -- The name of a shared lease (see CreateRelease).
     SELECT d."semaphore" AS "name" FROM del AS d WHERE d."slots" = 0
@@ -514,7 +515,7 @@ WITH del AS (
       CROSS JOIN LATERAL (SELECT w."client" FROM {{waiters}} AS w
                            WHERE w."name" = r."name" AND NOT w."shared"
                              AND CASE WHEN w."expires_at" > now()
-                                      THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($3::text || w."client", 1))
+                                      THEN NOT {{client_gone($3::text, w."client")}}
                                       ELSE false END
                            ORDER BY w."since", w."client"
                            LIMIT 1) AS w
@@ -593,7 +594,7 @@ SELECT w."name", coalesce(w."owner", ''), w."since",
  WHERE (jsonb_array_length($1::jsonb) = 0
         OR w."name" IN (SELECT jsonb_array_elements_text($1::jsonb)))
    AND CASE WHEN w."expires_at" > now()
-            THEN w."polling" OR NOT pg_try_advisory_xact_lock_shared(hashtextextended(ns.v || w."client", 1))
+            THEN w."polling" OR NOT {{client_gone(ns.v, w."client")}}
             ELSE false END
  ORDER BY w."name", w."since", w."client"
 
@@ -611,7 +612,7 @@ DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 -- transactions asking for overlapping sets in any order never wait for
 -- each other in a cycle. The locks are held until the transaction ends.
 -- It also marks the transaction as this version's writer (see CreateFence).
-SELECT pg_advisory_xact_lock(hashtext($2::text || u.n), hashtext(u.n || $2::text)),
+SELECT pg_advisory_xact_lock({{name_key($2::text, u.n)}}),
        set_config('pglease.writer', '{{version}}', true)
   FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS u(n, i)
  ORDER BY u.i
@@ -676,9 +677,7 @@ WITH names AS MATERIALIZED (
                                 NOT coalesce(l."expires_at" > now(), false) AS "rd"
                            FROM {{table}} AS s
                           WHERE s."semaphore" = n."name" AND s."slots" = 0 AND s."expires_at" > now()
-                            AND NOT (s."session_pid" IS NOT NULL AND s."session_pid" <> pg_backend_pid()
-                                     AND s."session_server" = (SELECT id FROM srv)
-                                     AND pg_try_advisory_xact_lock_shared(hashtextextended($6::text || s."session_pid"::text, 3)))
+                            AND NOT {{session_ended($6::text, s."session_pid", s."session_server" = (SELECT id FROM srv))}}
                           ORDER BY s."session_pid" IS NOT NULL DESC, s."expires_at" DESC
                           LIMIT 1) AS r ON true
 ), old AS MATERIALIZED (
@@ -694,7 +693,7 @@ WITH names AS MATERIALIZED (
                    coalesce(s."metadata" ->> 'client', '') AS "client",
                    coalesce(s."slots", 0) AS "clash",
                    CASE WHEN s."session_bound" AND s."expires_at" > now() AND s."pid" <> pg_backend_pid()
-                        THEN NOT pg_try_advisory_xact_lock_shared(hashtextextended($6::text || s."pid"::text, 3))
+                        THEN NOT {{session_gone($6::text, s."pid")}}
                    END AS "alive"
               FROM seen AS s) AS a
 ), ahead AS MATERIALIZED (
@@ -729,9 +728,7 @@ WITH names AS MATERIALIZED (
      WHERE l."expires_at" <= now() OR l."metadata" ->> 'client' = $7::text
         -- A session-bound row whose session ended (see old): the row as it
         -- is now, not as of the statement's snapshot.
-        OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-            AND l."session_server" = (SELECT id FROM srv)
-            AND pg_try_advisory_xact_lock_shared(hashtextextended($6::text || l."session_pid"::text, 3)))
+        OR {{session_ended($6::text, l."session_pid", l."session_server" = (SELECT id FROM srv))}}
     RETURNING l."name", l."token"
 ), purged AS (
     -- Shared leases of the names that ended: their rows go (see
@@ -740,9 +737,7 @@ WITH names AS MATERIALIZED (
      USING ok
      WHERE ok."all" AND l."slots" = 0 AND l."semaphore" IN (SELECT "name" FROM names)
        AND (l."expires_at" <= now()
-            OR (l."session_pid" IS NOT NULL AND l."session_pid" <> pg_backend_pid()
-                AND l."session_server" = (SELECT id FROM srv)
-                AND pg_try_advisory_xact_lock_shared(hashtextextended($6::text || l."session_pid"::text, 3))))
+            OR {{session_ended($6::text, l."session_pid", l."session_server" = (SELECT id FROM srv))}})
     RETURNING 1
 ), nudge AS (
     SELECT pg_notify('pglease_' || a.first, a."name") AS ok

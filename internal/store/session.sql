@@ -2,8 +2,8 @@
 -- renewals, and what the watchers of a waiting client run: the session lock,
 -- the client lock, the doorbell, notifications, session settings. Same
 -- conventions as queries.sql (advisory-lock keys are prefixed by the lock
--- namespace; seeds 1 and 3 key the client and session locks, 16 to 31 the
--- bells).
+-- namespace, and written by the macros {{client_key(…)}}, {{session_key(…)}}
+-- and {{bell_key(…)}}: their seeds are named once, in macros.go).
 
 -- name: SessionLock
 -- Taken once by each client's dedicated session, first, and held as long as
@@ -14,7 +14,7 @@
 -- session ended and that opened another is not mistaken for the holder. No
 -- other live session has the pid, so it never waits. It must be held before
 -- the session acquires anything session-bound. $1 namespace.
-SELECT pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
+SELECT pg_advisory_lock({{session_key($1::text, pg_backend_pid())}})
 
 -- name: ClientLock
 -- Taken once by each client's dedicated session, after SessionLock, and
@@ -24,8 +24,8 @@ SELECT pg_advisory_lock(hashtextextended($1::text || pg_backend_pid()::text, 3))
 -- earlier session of the same client that the server has not yet ended
 -- may still hold it (see EndEarlierSession); the session lives on without
 -- it if it cannot be had, and still has its session lock.
-SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1)),
-       pg_advisory_lock(hashtextextended($1::text || $2::text, 16))
+SELECT pg_advisory_lock({{client_key($1::text, $2::text)}}),
+       pg_advisory_lock({{bell_key($1::text, $2::text, 0)}})
 
 -- name: EndEarlierSession
 -- Ends the backends other than this one that hold client $2's client lock
@@ -46,7 +46,7 @@ SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 1)),
 -- namespace.
 SELECT l."pid", pg_terminate_backend(l."pid")
   FROM pg_locks AS l,
-       (SELECT hashtextextended($1::text || $2::text, 1) AS "key") AS k
+       (SELECT {{client_key($1::text, $2::text)}} AS "key") AS k
  WHERE l."locktype" = 'advisory' AND l."granted" AND l."objsubid" = 1
    AND l."mode" = 'ExclusiveLock' AND l."pid" <> pg_backend_pid()
    AND l."database" = (SELECT d."oid" FROM pg_database AS d WHERE d."datname" = current_database())
@@ -61,21 +61,21 @@ SELECT l."pid", pg_terminate_backend(l."pid")
 -- one held, which grants the shared waits of the waiters' watchers
 -- (AwaitBell) blocked on it, and no other backend. $1 namespace, $2
 -- client id, $3 the bell held, $4 the next.
-SELECT pg_advisory_lock(hashtextextended($1::text || $2::text, 16 + $4::int)),
-       pg_advisory_unlock(hashtextextended($1::text || $2::text, 16 + $3::int))
+SELECT pg_advisory_lock({{bell_key($1::text, $2::text, $4::int)}}),
+       pg_advisory_unlock({{bell_key($1::text, $2::text, $3::int)}})
 
 -- name: ProbeBell
 -- The bells client $2 holds now (none: its session is down, or it is of a
 -- version without bells; two, adjacent: it is ringing). Each probe is a
 -- shared lock that its transaction frees at once. $1 namespace.
 SELECT k FROM generate_series(0, 15) AS k
- WHERE NOT pg_try_advisory_xact_lock_shared(hashtextextended($1::text || $2::text, 16 + k))
+ WHERE NOT pg_try_advisory_xact_lock_shared({{bell_key($1::text, $2::text, k)}})
  ORDER BY k
 
 -- name: AwaitBell
 -- Blocks until bell $3 of client $2 is free (its next ring, or the end of
 -- its session), then lets go at once. $1 namespace.
-SELECT pg_advisory_xact_lock_shared(hashtextextended($1::text || $2::text, 16 + $3::int))
+SELECT pg_advisory_xact_lock_shared({{bell_key($1::text, $2::text, $3::int)}})
 
 -- name: Listen
 LISTEN {{channel}}
@@ -115,6 +115,6 @@ SELECT set_config('statement_timeout', $1::text, false),
 -- reused meanwhile by another client's dedicated session, the wait lasts
 -- as long as that one: the waiter's fallback poll and the row's expiry
 -- still apply.)
-SELECT pg_advisory_lock_shared(hashtextextended($2::text || $1::int::text, 3)),
-       pg_advisory_unlock_shared(hashtextextended($2::text || $1::int::text, 3))
+SELECT pg_advisory_lock_shared({{session_key($2::text, $1::int)}}),
+       pg_advisory_unlock_shared({{session_key($2::text, $1::int)}})
 

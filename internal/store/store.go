@@ -134,23 +134,15 @@ func (n Names) QualifiedSeq() string { return n.qualified(n.Seq) }
 // QualifiedWaiters is the waiters table's name as to_regclass reads it.
 func (n Names) QualifiedWaiters() string { return n.qualified(n.Waiters) }
 
-// The argument types of the functions (see functions.sql), by which the
-// catalog tells them from other functions of the same name.
-const (
-	acquireFuncArgs = "(text, text, bigint, bigint, boolean, jsonb, text, text, integer, boolean, bigint, bigint, boolean, text, integer)"
-	releaseFuncArgs = "(text, bigint, text, text, bigint)"
-	sharedFuncArgs  = "(text, text, bigint, bigint, boolean, jsonb, text, text, integer, boolean, bigint, boolean, jsonb)"
-)
-
 // AcquireProcedure is the acquisition function as to_regprocedure reads it.
-func (n Names) AcquireProcedure() string { return n.qualified(n.AcquireFunc) + acquireFuncArgs }
+func (n Names) AcquireProcedure() string { return n.qualified(n.AcquireFunc) + acquireParams.types() }
 
 // ReleaseProcedure is the release function as to_regprocedure reads it.
-func (n Names) ReleaseProcedure() string { return n.qualified(n.ReleaseFunc) + releaseFuncArgs }
+func (n Names) ReleaseProcedure() string { return n.qualified(n.ReleaseFunc) + releaseParams.types() }
 
 // SharedProcedure is the shared acquisition function as to_regprocedure
 // reads it.
-func (n Names) SharedProcedure() string { return n.qualified(n.SharedFunc) + sharedFuncArgs }
+func (n Names) SharedProcedure() string { return n.qualified(n.SharedFunc) + sharedParams.types() }
 
 // FenceProcedure is the fence's trigger function as to_regprocedure reads
 // it.
@@ -202,7 +194,8 @@ type Queries struct {
 
 // fragments are the parts of statements that queries.sql names like
 // statements and other statements splice in, by placeholder.
-var fragments = map[string]string{"Record": "{{record}}", "Head": "{{head}}", "First": "{{first}}", "Durable": "{{durable}}"}
+// (Those that take arguments are macros: see fragmentMacros.)
+var fragments = map[string]string{"Record": "{{record}}", "First": "{{first}}", "Durable": "{{durable}}"}
 
 // render returns a function that renders one statement of the embedded
 // files (queries.sql, functions.sql, session.sql) for the given names.
@@ -213,7 +206,8 @@ func render(n Names) func(name string) string {
 		pairs = append(pairs, placeholder, stmts[name])
 	}
 	splice := strings.NewReplacer(pairs...) // first, so fragments get identifiers too
-	r := strings.NewReplacer(
+	macros := sqlMacros(stmts)              // then the macros, whose text gets them too
+	r := strings.NewReplacer(append(signatures,
 		"{{table}}", n.QualifiedTable(),
 		// nextval takes the sequence as text; quote it once more as a literal.
 		"'{{seq}}'", "'"+strings.ReplaceAll(n.QualifiedSeq(), "'", "''")+"'",
@@ -232,13 +226,13 @@ func render(n Names) func(name string) string {
 		"{{incarnation}}", n.qualified(n.Incarnation),
 		"{{definer_options}}", definerOptions(n),
 		"{{fn_options}}", functionOptions(n),
-	)
+	)...)
 	return func(name string) string {
 		s, ok := stmts[name]
 		if !ok {
 			panic("store: the SQL files lack statement " + name) // a build defect, caught by tests
 		}
-		return r.Replace(splice.Replace(s))
+		return r.Replace(expand(splice.Replace(s), macros))
 	}
 }
 

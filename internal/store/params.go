@@ -1,0 +1,281 @@
+package store
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The parameters of the server-side functions (functions.sql), each
+// written once, here: their names, SQL types and order render the
+// signature in CREATE FUNCTION ({{acquire_params}} and its siblings), the
+// call in named notation (queries.sql's {{acquire_call}}: p_name =>
+// $1::text, …), the argument types by which the catalog tells the function
+// from others of its name (AcquireProcedure), and the call's bind values;
+// the result columns, likewise, render the OUT parameters and give the
+// scan of the row.
+//
+// A change of a function's parameters is a new schema version: CREATE OR
+// REPLACE cannot change them (see functions.sql), and tables created
+// earlier keep the old function until they are upgraded.
+
+// param is one parameter of a function: its name, its SQL type as the
+// server prints it (pg_get_function_arguments), and its value in a call.
+type param[C any] struct {
+	name, typ string
+	value     func(C) any
+}
+
+// signature is the parameters of a function, in order (its result
+// columns, the OUT parameters, are an outParams).
+type signature[C any] []param[C]
+
+// decl is the parameter list of CREATE FUNCTION, wrapped and indented as
+// the statement is; the result columns (OUT parameters) follow it.
+func (s signature[C]) decl() string {
+	items := make([]string, len(s))
+	for i, p := range s {
+		items[i] = p.name + " " + p.typ + ","
+	}
+	return wrap(items)
+}
+
+// call is the argument list of a call in named notation, each argument a
+// bind parameter cast to the parameter's type: p_name => $1::text, ….
+func (s signature[C]) call() string {
+	parts := make([]string, len(s))
+	for i, p := range s {
+		parts[i] = p.name + " => $" + strconv.Itoa(i+1) + "::" + p.typ
+	}
+	return strings.Join(parts, ", ")
+}
+
+// types is the argument types as to_regprocedure reads them: (text, …).
+func (s signature[C]) types() string {
+	parts := make([]string, len(s))
+	for i, p := range s {
+		parts[i] = p.typ
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// identity is the parameters as pg_get_function_arguments prints them
+// before the result columns: p_name text, ….
+func (s signature[C]) identity() string {
+	parts := make([]string, len(s))
+	for i, p := range s {
+		parts[i] = p.name + " " + p.typ
+	}
+	return strings.Join(parts, ", ")
+}
+
+// args is the bind values of a call, in order.
+func (s signature[C]) args(c C) []any {
+	out := make([]any, len(s))
+	for i, p := range s {
+		out[i] = p.value(c)
+	}
+	return out
+}
+
+// acquireCall is what a call of the acquisition function binds: the
+// attempt, its metadata ("{}" when none) and the lock namespace.
+type acquireCall struct {
+	AcquireArgs
+	meta, ns string
+}
+
+// acquireParams are CreateAcquire's parameters (see functions.sql for
+// their meaning).
+var acquireParams = signature[acquireCall]{
+	{"p_name", "text", func(c acquireCall) any { return c.Name }},
+	{"p_owner", "text", func(c acquireCall) any { return c.Owner }},
+	{"p_ttl_ms", "bigint", func(c acquireCall) any { return c.TTL.Milliseconds() }},
+	{"p_hold_ms", "bigint", func(c acquireCall) any { return c.MinHold.Milliseconds() }},
+	{"p_session", "boolean", func(c acquireCall) any { return c.Session }},
+	{"p_metadata", "jsonb", func(c acquireCall) any { return c.meta }},
+	{"p_ns", "text", func(c acquireCall) any { return c.ns }},
+	{"p_client", "text", func(c acquireCall) any { return c.Client }},
+	{"p_lock_timeout_ms", "integer", func(c acquireCall) any { return c.LockTimeout.Milliseconds() }},
+	{"p_queued", "boolean", func(c acquireCall) any { return c.Queued }},
+	{"p_queue_ttl_ms", "bigint", func(c acquireCall) any { return c.QueueTTL.Milliseconds() }},
+	{"p_fair_ms", "bigint", func(c acquireCall) any { return c.FairAfter.Milliseconds() }},
+	{"p_in_batch", "boolean", func(c acquireCall) any { return c.inBatch }},
+	{"p_semaphore", "text", func(c acquireCall) any { return orNull(c.Semaphore != "", c.Semaphore) }}, // NULL for a plain lease
+	{"p_slots", "integer", func(c acquireCall) any { return orNull(c.Semaphore != "", c.Slots) }},
+}
+
+// sharedCall is what a call of the shared acquisition function binds:
+// the attempt, its metadata, the lock namespace and the client's rows of
+// the name (a JSON array).
+type sharedCall struct {
+	SharedArgs
+	meta, ns, mine string
+}
+
+// sharedParams are CreateAcquireShared's parameters.
+var sharedParams = signature[sharedCall]{
+	{"p_name", "text", func(c sharedCall) any { return c.Name }},
+	{"p_owner", "text", func(c sharedCall) any { return c.Owner }},
+	{"p_ttl_ms", "bigint", func(c sharedCall) any { return c.TTL.Milliseconds() }},
+	{"p_hold_ms", "bigint", func(c sharedCall) any { return c.MinHold.Milliseconds() }},
+	{"p_session", "boolean", func(c sharedCall) any { return c.Session }},
+	{"p_metadata", "jsonb", func(c sharedCall) any { return c.meta }},
+	{"p_ns", "text", func(c sharedCall) any { return c.ns }},
+	{"p_client", "text", func(c sharedCall) any { return c.Client }},
+	{"p_lock_timeout_ms", "integer", func(c sharedCall) any { return c.LockTimeout.Milliseconds() }},
+	{"p_queued", "boolean", func(c sharedCall) any { return c.Queued }},
+	{"p_queue_ttl_ms", "bigint", func(c sharedCall) any { return c.QueueTTL.Milliseconds() }},
+	{"p_in_batch", "boolean", func(c sharedCall) any { return c.inBatch }},
+	{"p_mine", "jsonb", func(c sharedCall) any { return c.mine }},
+}
+
+// releaseCall is what a call of the release function binds.
+type releaseCall struct {
+	name      string
+	token     int64
+	channel   string // the table's notification channel
+	ns        string
+	fairAfter int64 // ms
+}
+
+// releaseParams are CreateRelease's parameters.
+var releaseParams = signature[releaseCall]{
+	{"p_name", "text", func(c releaseCall) any { return c.name }},
+	{"p_token", "bigint", func(c releaseCall) any { return c.token }},
+	{"p_channel", "text", func(c releaseCall) any { return c.channel }},
+	{"p_ns", "text", func(c releaseCall) any { return c.ns }},
+	{"p_fair_ms", "bigint", func(c releaseCall) any { return c.fairAfter }},
+}
+
+// outParam is one result column of a function (an OUT parameter): its name,
+// its SQL type, and where a scan of the row puts its value.
+type outParam[R any] struct {
+	name, typ string
+	dest      func(*R) any
+}
+
+// outParams is the result columns of a function, in order.
+type outParams[R any] []outParam[R]
+
+// decl is the list of OUT parameters of CREATE FUNCTION, ending its
+// parameter list.
+func (cs outParams[R]) decl() string {
+	items := make([]string, len(cs))
+	for i, c := range cs {
+		items[i] = "OUT " + c.name + " " + c.typ + ","
+	}
+	items[len(items)-1] = strings.TrimSuffix(items[len(items)-1], ",")
+	return wrap(items)
+}
+
+// identity is the result columns as pg_get_function_arguments prints them
+// after the parameters: OUT o_acquired boolean, ….
+func (cs outParams[R]) identity() string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = "OUT " + c.name + " " + c.typ
+	}
+	return strings.Join(parts, ", ")
+}
+
+// dest is the scan destinations of a row into r, in column order.
+func (cs outParams[R]) dest(r *R) []any {
+	out := make([]any, len(cs))
+	for i, c := range cs {
+		out[i] = c.dest(r)
+	}
+	return out
+}
+
+// acquireRow is the row an acquisition function returns, as scanned.
+type acquireRow struct {
+	r           AcquireResult
+	remMS, hbMS int64
+	sess        bool   // o_session_bound: the new row's, or the holder's
+	name        string // o_name: the row a shared acquisition wrote
+}
+
+// result is the outcome the row describes.
+func (x *acquireRow) result() AcquireResult {
+	r := x.r
+	r.OtherRemaining = time.Duration(x.remMS) * time.Millisecond
+	r.OtherHeartbeatAge = time.Duration(x.hbMS) * time.Millisecond
+	if r.Acquired {
+		r.SessionBound = x.sess
+	} else {
+		r.HolderInSession = x.sess
+	}
+	return r
+}
+
+// acquireColumns are the result columns of CreateAcquire, which
+// CreateAcquireShared's begin with (see functions.sql for their meaning).
+var acquireColumns = outParams[acquireRow]{
+	{"o_acquired", "boolean", func(x *acquireRow) any { return &x.r.Acquired }},
+	{"o_token", "bigint", func(x *acquireRow) any { return &x.r.Token }},
+	{"o_session_bound", "boolean", func(x *acquireRow) any { return &x.sess }},
+	{"o_owner", "text", func(x *acquireRow) any { return &x.r.OtherOwner }},
+	{"o_other_token", "bigint", func(x *acquireRow) any { return &x.r.OtherToken }},
+	{"o_remaining_ms", "bigint", func(x *acquireRow) any { return &x.remMS }},
+	{"o_heartbeat_ms", "bigint", func(x *acquireRow) any { return &x.hbMS }},
+	{"o_client", "text", func(x *acquireRow) any { return &x.r.OtherClient }},
+	{"o_watchable", "boolean", func(x *acquireRow) any { return &x.r.HolderWatchable }},
+	{"o_ahead", "bigint", func(x *acquireRow) any { return &x.r.Ahead }},
+	{"o_clash", "integer", func(x *acquireRow) any { return &x.r.SlotsMismatch }},
+	{"o_pid", "integer", func(x *acquireRow) any { return &x.r.HolderSession }},
+}
+
+// sharedColumns are the result columns of CreateAcquireShared:
+// CreateAcquire's, and the row written.
+var sharedColumns = append(acquireColumns[:len(acquireColumns):len(acquireColumns)],
+	outParam[acquireRow]{"o_name", "text", func(x *acquireRow) any { return &x.name }})
+
+// releaseRow is the row of the release function.
+type releaseRow struct{ released, notified, nowait int64 }
+
+// releaseColumns are the result columns of CreateRelease.
+var releaseColumns = outParams[releaseRow]{
+	{"o_released", "bigint", func(x *releaseRow) any { return &x.released }},
+	{"o_notified", "bigint", func(x *releaseRow) any { return &x.notified }},
+	{"o_nowait", "bigint", func(x *releaseRow) any { return &x.nowait }},
+}
+
+// wrap joins items with spaces into lines of at most 88 characters,
+// indented by four.
+func wrap(items []string) string {
+	var b strings.Builder
+	line := 4
+	b.WriteString("    ")
+	for i, item := range items {
+		if line+len(item)+1 > 88 {
+			b.WriteString("\n    ")
+			line = 4
+		} else if i > 0 {
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(item)
+		line += len(item)
+	}
+	return b.String()
+}
+
+// orNull is v when ok, else nil (SQL NULL).
+func orNull(ok bool, v any) any {
+	if ok {
+		return v
+	}
+	return nil
+}
+
+// signatures are the placeholders the signatures fill in the embedded
+// files: the parameter lists of CREATE FUNCTION (parameters, then result
+// columns) and of the calls.
+var signatures = []string{
+	"{{acquire_params}}", acquireParams.decl(), "{{acquire_call}}", acquireParams.call(),
+	"{{acquire_shared_params}}", sharedParams.decl(), "{{acquire_shared_call}}", sharedParams.call(),
+	"{{release_params}}", releaseParams.decl(), "{{release_call}}", releaseParams.call(),
+	"{{acquire_result}}", acquireColumns.decl(), "{{acquire_shared_result}}", sharedColumns.decl(),
+	"{{release_result}}", releaseColumns.decl(),
+}
