@@ -633,7 +633,7 @@ $pglease$
 -- name: CreateFence
 -- Schema version 9: the fence that keeps clients of earlier releases,
 -- still running during a rolling upgrade, from acquiring by statements of
--- their own (SPEC §2). Every acquisition of this version writes the lease
+-- their own. Every acquisition of this version writes the lease
 -- table with the setting pglease.writer at the table's schema version:
 -- the acquisition functions set it first, and a set's transaction sets it
 -- with its locks (AcquireAllLocks); for the rest of the transaction. An INSERT
