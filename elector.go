@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -21,6 +22,13 @@ type Elector struct {
 	name string
 	lead func(ctx context.Context) error
 	cfg  ElectorConfig // defaults filled in
+
+	// What NewElector read of its client, which the exported API does not
+	// give (recipes_test.go lists it): the poll interval, the logger, and
+	// the client's observer's queue (nil without an observer).
+	poll   time.Duration
+	log    *slog.Logger
+	report func(Event)
 
 	mu      sync.Mutex
 	running bool
@@ -72,7 +80,8 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, c
 	if lead == nil {
 		return nil, invalid(kindArgument, "NewElector: lead function is nil")
 	}
-	if _, err := c.leaseOptions(entryElector, cfg.LeaseOptions); err != nil {
+	o, err := c.leaseOptions(entryElector, cfg.LeaseOptions)
+	if err != nil {
 		return nil, err
 	}
 	for _, d := range []struct {
@@ -86,8 +95,15 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, c
 	if cfg.StepDownHoldOff == 0 {
 		cfg.StepDownHoldOff = c.cfg.PollInterval
 	}
+	if cfg.HealthTolerance == 0 { // every term's lease has the TTL o.ttl
+		cfg.HealthTolerance = renewFor(&c.cfg, o.ttl)
+	}
 	cfg.LeaseOptions = slices.Clone(cfg.LeaseOptions)
-	return &Elector{c: c, name: name, lead: lead, cfg: cfg}, nil
+	e := &Elector{c: c, name: name, lead: lead, cfg: cfg, poll: c.cfg.PollInterval, log: c.cfg.Logger}
+	if c.events != nil && c.events.obs != nil {
+		e.report = c.events.send
+	}
+	return e, nil
 }
 
 // Run campaigns until ctx ends or the client is closed, leading whenever
@@ -127,7 +143,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		switch why {
 		case errResigned:
-			e.yield(ctx, e.c.cfg.PollInterval)
+			e.yield(ctx, e.poll)
 		case ErrStepDown, ErrHoldLimit:
 			e.yield(ctx, e.cfg.StepDownHoldOff)
 		}
@@ -148,7 +164,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	// it: it returns once the term ends, and Close ends the term's lease
 	// before it waits. Once Close waits, it starts no more, and the term
 	// (its lease ended by Close) needs no watch.
-	e.c.life.goBackground(func() {
+	e.c.goBackground(func(context.Context) {
 		select {
 		case <-l.StepDownRequested():
 			cancel(ErrStepDown)
@@ -184,7 +200,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	e.demoted(l, why)
 	e.mu.Unlock()
 	if err != nil && !ended {
-		e.c.cfg.Logger.ErrorContext(ctx, "pglease: leader function failed", "name", e.name, "err", err)
+		e.log.ErrorContext(ctx, "pglease: leader function failed", "name", e.name, "err", err)
 	}
 	_ = l.Release(context.WithoutCancel(ctx))
 	return ending
@@ -193,7 +209,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 func (e *Elector) callLead(ctx context.Context) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			e.c.cfg.Logger.ErrorContext(ctx, "pglease: leader function panicked", "name", e.name, "panic", r)
+			e.log.ErrorContext(ctx, "pglease: leader function panicked", "name", e.name, "panic", r)
 			err = errors.New("pglease: leader function panicked")
 		}
 	}()
@@ -208,7 +224,7 @@ func (e *Elector) yield(ctx context.Context, d time.Duration) {
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	e.watch(wctx, e.leader, func(info Info) {
-		if info.Owner != "" && info.Owner != e.c.cfg.Owner {
+		if info.Owner != "" && info.Owner != e.c.Owner() {
 			cancel()
 		}
 	})
@@ -230,7 +246,7 @@ func (e *Elector) Resign() {
 func (e *Elector) IsLeader() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.term != nil && e.term.err() == nil
+	return e.term != nil && causeOf(e.term.Context()) == nil
 }
 
 // leader returns the current leader as the server sees it, or an error
@@ -257,11 +273,7 @@ func (e *Elector) leader(ctx context.Context) (Info, error) {
 // intermediate leaders, never the latest.
 func (e *Elector) Observe(ctx context.Context) <-chan Info {
 	out := make(chan Info, 1)
-	if _, err := e.c.session(); err != nil { // listener for release notifications
-		close(out)
-		return out
-	}
-	started := e.c.life.goBackground(func() {
+	started := e.c.goBackground(func(context.Context) {
 		defer close(out)
 		var last Info
 		first := true
@@ -291,13 +303,15 @@ func (e *Elector) Observe(ctx context.Context) <-chan Info {
 // to seen (an empty Info when nobody leads) and skips failed reads. It
 // returns when ctx ends or the client closes.
 func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, error), seen func(Info)) {
-	woken, unsubscribe := e.c.wake.hub.subscribe(e.name)
-	defer unsubscribe()
-	defer e.c.needNotifications()()
+	woken, stop := e.c.changes(e.name)
+	defer stop()
 	recheck := time.Duration(0)
 	for {
 		info, err := read(ctx)
-		wait := e.c.cfg.PollInterval
+		if errors.Is(err, ErrClosed) {
+			return // the client is closing (changes woke us when it did)
+		}
+		wait := e.poll
 		switch {
 		case err == nil:
 			wait = min(wait, info.Remaining+5*time.Millisecond)
@@ -317,10 +331,7 @@ func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, e
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-e.c.life.bg.Done():
-			t.Stop()
-			return
-		case <-woken.ch:
+		case <-woken:
 			recheck = recheckFirst
 		case <-t.C:
 		}

@@ -40,15 +40,15 @@ type electorEvents struct {
 // elected reports the start of l's term; e.mu is held.
 func (e *Elector) elected(l *Lease) {
 	e.events.gen++
-	e.c.events.send(Event{Kind: EventElected, Name: e.name, Owner: e.c.cfg.Owner, Token: l.token})
-	e.showLeader(e.c.cfg.Owner, l.token)
+	e.send(Event{Kind: EventElected, Name: e.name, Owner: e.c.Owner(), Token: l.Token()})
+	e.showLeader(e.c.Owner(), l.Token())
 }
 
 // demoted reports the end of l's term; e.mu is held. The leader last
 // reported stays this instance until a reading shows another, or nobody.
 func (e *Elector) demoted(l *Lease, why error) {
 	e.events.gen++
-	e.c.events.send(Event{Kind: EventDemoted, Name: e.name, Owner: e.c.cfg.Owner, Token: l.token, Err: why})
+	e.send(Event{Kind: EventDemoted, Name: e.name, Owner: e.c.Owner(), Token: l.Token(), Err: why})
 }
 
 // showLeader reports the leader if it differs from the one last reported;
@@ -59,7 +59,15 @@ func (e *Elector) showLeader(owner string, token int64) {
 		return
 	}
 	ev.shown, ev.owner, ev.token = true, owner, token
-	e.c.events.send(Event{Kind: EventLeaderChanged, Name: e.name, Owner: owner, Token: token})
+	e.send(Event{Kind: EventLeaderChanged, Name: e.name, Owner: owner, Token: token})
+}
+
+// send tells the client's observer, if it has one; e.mu is held, so that
+// the elector's events join the client's queue in the order they happened.
+func (e *Elector) send(ev Event) {
+	if e.report != nil {
+		e.report(ev)
+	}
 }
 
 // sawLeader reports a reading of the leader begun at generation gen,
@@ -70,7 +78,7 @@ func (e *Elector) showLeader(owner string, token int64) {
 func (e *Elector) sawLeader(gen uint64, info Info) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if gen != e.events.gen || e.term != nil || info.Owner == e.c.cfg.Owner {
+	if gen != e.events.gen || e.term != nil || info.Owner == e.c.Owner() {
 		return
 	}
 	e.showLeader(info.Owner, info.Token)
@@ -80,15 +88,12 @@ func (e *Elector) sawLeader(gen uint64, info Info) {
 // Run campaigns, if the client has an observer, and returns the function
 // that stops it and waits for it.
 func (e *Elector) watchLeaders(ctx context.Context) (stop func()) {
-	if q := e.c.events; q == nil || q.obs == nil {
-		return func() {}
-	}
-	if _, err := e.c.session(); err != nil { // listener for release notifications
+	if e.report == nil {
 		return func() {}
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	started := e.c.life.goBackground(func() {
+	started := e.c.goBackground(func(context.Context) {
 		defer close(done)
 		var gen uint64 // the generation when the reading began
 		read := func(ctx context.Context) (Info, error) {

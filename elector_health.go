@@ -73,17 +73,14 @@ func (e *Elector) check(now time.Time) error {
 	if l == nil {
 		return nil
 	}
-	tolerance := e.cfg.HealthTolerance
-	if tolerance == 0 {
-		tolerance = e.c.renewEvery(l.ttl)
-	}
+	tolerance := e.cfg.HealthTolerance // NewElector filled in the default
 	end, cause := l.Deadline(), error(&lostError{why: "no renewal succeeded before the local safety deadline"})
 	if h.term == l && h.ended.Before(end) {
 		end, cause = h.ended, h.cause
 	}
 	if late := now.Sub(end); late > tolerance {
 		return errorf("elector %q: the lead function of the term with token %d has not returned %s after the term ended (tolerance %s): %w",
-			e.name, l.token, late.Round(time.Millisecond), tolerance, cause)
+			e.name, l.Token(), late.Round(time.Millisecond), tolerance, cause)
 	}
 	return nil
 }

@@ -17,18 +17,18 @@ import (
 // if the lease was lost while fn ran (fn may then have overlapped with the
 // next holder; see [Lease.Guard]).
 func (c *Client) TryRun(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	return c.run(ctx, "TryRun", c.TryAcquire, name, fn, opts)
+	return runWith(ctx, "TryRun", c.TryAcquire, name, fn, opts)
 }
 
 // Run waits until name is acquired (or ctx ends, see [Client.Acquire]), then
 // runs fn as [Client.TryRun] does.
 func (c *Client) Run(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	return c.run(ctx, "Run", c.Acquire, name, fn, opts)
+	return runWith(ctx, "Run", c.Acquire, name, fn, opts)
 }
 
-// run acquires name with acquire (Acquire or TryAcquire) and runs fn
+// runWith acquires name with acquire (Acquire or TryAcquire) and runs fn
 // under the lease.
-func (c *Client) run(ctx context.Context, call string, acquire func(context.Context, string, ...Option) (*Lease, error),
+func runWith(ctx context.Context, call string, acquire func(context.Context, string, ...Option) (*Lease, error),
 	name string, fn func(ctx context.Context) error, opts []Option) error {
 	if fn == nil {
 		return invalid(kindArgument, "%s: fn is nil", call)
@@ -44,12 +44,12 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 	fctx, end := withLease(ctx, l)
 	defer func() {
 		end(nil)
-		lost := l.err()
+		lost := causeOf(l.Context())
 		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		if errors.Is(lost, ErrLeaseLost) || errors.Is(lost, ErrClosed) {
-			err = errors.Join(err, errorf("%q ended while the function ran: %w", l.name, lost))
+			err = errors.Join(err, errorf("%q ended while the function ran: %w", l.Name(), lost))
 		}
 	}()
 	return fn(fctx)
@@ -61,7 +61,8 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 // local deadline itself.
 func withLease(ctx context.Context, l *Lease) (context.Context, context.CancelCauseFunc) {
 	inner, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.Context(), func() { cancel(l.err()) })
+	lctx := l.Context()
+	stop := context.AfterFunc(lctx, func() { cancel(causeOf(lctx)) })
 	return boundContext{inner, l, cancel}, func(cause error) {
 		stop()
 		cancel(cause)
@@ -84,7 +85,7 @@ func (c boundContext) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	if err := c.l.err(); err != nil {
+	if err := causeOf(c.l.Context()); err != nil {
 		c.cancel(err) // idempotent: the first cause wins
 	}
 	return c.Context.Err()
