@@ -92,65 +92,131 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	for {
 		began := time.Now()
 		r := a.round(ctx)
-		if r.leases != nil {
-			// A shared lease does not keep the name's local slot: other
-			// goroutines of this client may share the name too. It goes
-			// back once the wait left the queue, so that the next local
-			// waiter's registration is not undone by this one's.
-			then := func() {}
-			if a.o.shared && a.mine != nil {
-				then = func() { c.putSlot(a.name, a.mine, true) }
-			}
-			if a.w != nil {
-				a.w.polling = false // the acquisition deleted its registration
-			}
-			if r.dequeued {
-				then()
-			} else {
-				c.leaveQueue(a.w, a.name, then)
-			}
-			return r.leases, nil
-		}
+		n := classify(ctx, c.life.bg, &r, a.wait, retries, last)
 		var delay time.Duration
-		switch err := r.err; {
-		case err == nil:
+		switch n.action {
+		case done:
+			return a.done(&r)
+		case fail:
+			return a.fail(n.err)
+		case retryNow:
+			retries++
+		case backOff:
+			retries++
+			delay = b.next()
+			if a.set {
+				c.cfg.Logger.WarnContext(ctx, "pglease: acquire of a set failed; retrying", "names", a.names, "err", r.err, "in", delay)
+			} else {
+				c.cfg.Logger.WarnContext(ctx, "pglease: acquire failed; retrying", "name", a.name, "err", r.err, "in", delay)
+			}
+		case wait:
 			b.reset()
-			last = r.held
 			delay = a.expiryWait(r.soonest)
 			if a.w != nil {
 				delay = a.w.lookAgain(delay, time.Now(), r.behind)
 				delay = a.doorbell(&r, began, delay)
 			}
-		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-			err = gaveUp(ctx, last)
-			fallthrough
-		case c.life.bg.Err() != nil, !IsRetryable(err), !a.wait && (retries >= 2 || !redo(err)):
-			if c.life.bg.Err() != nil && ctx.Err() == nil {
-				err = ErrClosed
-			}
-			return a.fail(err)
-		case redo(err):
-			retries++
-		default:
-			retries++
-			delay = b.next()
-			if held := (*HeldError)(nil); !errors.As(last, &held) {
-				last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
-			}
-			if a.set {
-				c.cfg.Logger.WarnContext(ctx, "pglease: acquire of a set failed; retrying", "names", a.names, "err", err, "in", delay)
-			} else {
-				c.cfg.Logger.WarnContext(ctx, "pglease: acquire failed; retrying", "name", a.name, "err", err, "in", delay)
-			}
 		}
-		if !a.wait && r.err == nil {
-			return a.fail(r.held)
-		}
+		last = n.last
 		delay = h.follow(c, r.inSession, a.wait, delay)
 		if err := a.pause(ctx, delay, last); err != nil {
 			return a.fail(err)
 		}
 	}
+}
+
+// done ends an acquisition that acquired r's leases.
+func (a *acquisition) done(r *roundResult) ([]*Lease, error) {
+	c := a.c
+	// A shared lease does not keep the name's local slot: other
+	// goroutines of this client may share the name too. It goes back once
+	// the wait left the queue, so that the next local waiter's
+	// registration is not undone by this one's.
+	then := func() {}
+	if a.o.shared && a.mine != nil {
+		then = func() { c.putSlot(a.name, a.mine, true) }
+	}
+	if a.w != nil {
+		a.w.polling = false // the acquisition deleted its registration
+	}
+	if r.dequeued {
+		then()
+	} else {
+		c.leaveQueue(a.w, a.name, then)
+	}
+	return r.leases, nil
+}
+
+// action is what the loop of an acquisition does after a round.
+type action int
+
+const (
+	// done: the round acquired; return its leases.
+	done action = iota
+	// fail: end the acquisition with next.err.
+	fail
+	// retryNow: a late or orphaned reply (see redo); attempt again at once.
+	retryNow
+	// backOff: the round failed with a retryable error; attempt again
+	// after the acquisition's backoff.
+	backOff
+	// wait: the names are held; wait for a wake-up or the holder's expiry,
+	// then attempt again.
+	wait
+)
+
+// next is the loop's decision after a round: the action, the error to
+// fail with (fail), and the error to report should the wait give up
+// before its next attempt succeeds (last).
+type next struct {
+	action action
+	err    error
+	last   error
+}
+
+// classify decides what the loop of an acquisition does after round r,
+// given the caller's context, the client's (bg: Close ends it), whether
+// the acquisition waits, the retries so far of failed rounds, and last,
+// the error it reports should it give up now. It only reads its inputs.
+//
+//	after the round                       a wait     a single attempt
+//	it acquired                           done       done
+//	refused (the names are held)          wait       fail: the holder
+//	failed as the caller's context ended  fail: gave up (last, and ctx.Err())
+//	failed, and the client closed         fail: ErrClosed (ctx live), else the error
+//	failed, not retryable                 fail: the error
+//	failed late or orphaned (redo)        retryNow   retryNow twice, then fail
+//	failed, retryable                     backOff    fail: the error
+//
+// A backOff keeps last if it is a holder, else names the failure.
+func classify(ctx, bg context.Context, r *roundResult, waits bool, retries int, last error) next {
+	if r.leases != nil {
+		return next{action: done}
+	}
+	err := r.err
+	if err == nil {
+		if !waits {
+			return next{action: fail, err: r.held}
+		}
+		return next{action: wait, last: r.held}
+	}
+	gaveUpNow := ctx.Err() != nil && errors.Is(err, ctx.Err())
+	if gaveUpNow {
+		err = gaveUp(ctx, last)
+	}
+	if gaveUpNow || bg.Err() != nil || !IsRetryable(err) || !waits && (retries >= 2 || !redo(err)) {
+		if bg.Err() != nil && ctx.Err() == nil {
+			err = ErrClosed
+		}
+		return next{action: fail, err: err}
+	}
+	if redo(err) {
+		return next{action: retryNow, last: last}
+	}
+	if held := (*HeldError)(nil); !errors.As(last, &held) {
+		last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
+	}
+	return next{action: backOff, last: last}
 }
 
 // takeMine takes the local slot of a single name for the whole wait:
