@@ -69,20 +69,45 @@ type bellWatcher struct {
 	done          chan struct{}
 }
 
-// watchBell makes the wait on name watch holder's bell and reports whether
-// the wait must look again at once (a ring, or the watcher's arming, came
-// after its attempt began at since: the refusal may predate the release)
-// and whether the bell can be watched (false: the holder rings none now,
-// and the wait listens for notifications meanwhile; or no watcher could
-// start, and the wait is not registered).
-func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool) {
+// bellNews is what a holder's bell tells a wait refused by an attempt
+// that began at some moment (since).
+type bellNews int
+
+const (
+	// bellSilent: the bell cannot be watched: the holder rings none now
+	// (the wait listens for notifications meanwhile), or no watcher could
+	// start (and the wait is not registered with one).
+	bellSilent bellNews = iota
+	// bellWatched: the wait is woken by the bell, and its refusal stands.
+	bellWatched
+	// bellRangSince: the wait is woken by the bell, and a ring (or the
+	// watcher's arming) came after its attempt began: the refusal may
+	// predate the release, so the wait looks again at once.
+	bellRangSince
+)
+
+// news is what w's bell tells a refusal of an attempt begun at since.
+// wk.mu is held.
+func (w *bellWatcher) news(since time.Time) bellNews {
+	switch {
+	case w.quiet:
+		return bellSilent
+	case w.armed && w.rang.After(since):
+		return bellRangSince
+	}
+	return bellWatched
+}
+
+// watchBell makes the wait on name watch holder's bell and says what it
+// tells a refusal of an attempt begun at since.
+func (c *Client) watchBell(holder, name string, since time.Time) bellNews {
 	wk := &c.wake
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
 	w := wk.bells[holder]
 	if w != nil && w.failed {
 		if time.Now().Before(w.retryAt) {
-			return false, false
+			return bellSilent
 		}
 		delete(wk.bells, holder)
 		w = nil
@@ -92,7 +117,7 @@ func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool
 			wk.pruneBells()
 		}
 		if c.life.isClosed() || len(wk.bells) >= maxBells {
-			return false, false
+			return bellSilent
 		}
 		w = &bellWatcher{holder: holder, names: map[string]int{}, again: make(chan struct{}, 1), done: make(chan struct{})}
 		var ctx context.Context
@@ -108,7 +133,7 @@ func (c *Client) watchBell(holder, name string, since time.Time) (again, ok bool
 	}
 	w.names[name]++
 	wake(w.again)
-	return w.armed && w.rang.After(since), !w.quiet
+	return w.news(since)
 }
 
 // watching reports whether a watcher of holder's bell runs.
@@ -408,15 +433,15 @@ var testHookBell atomic.Pointer[func(holder string)]
 // its wait statement timed out and it waits again: "bell" or "session".
 var testHookWatchTimeout atomic.Pointer[func(watch string)]
 
-// bellRang reports, for a wait already watching holder's bell, whether a
-// ring came after since (see watchBell), and false when the holder rings
-// no bell now, or the watcher stopped.
-func (wk *wakeups) bellRang(holder string, since time.Time) (again, ok bool) {
+// bellRang says, for a wait already watching holder's bell, what it
+// tells a refusal of an attempt begun at since (see watchBell): silent
+// when the holder rings no bell now, or the watcher stopped.
+func (wk *wakeups) bellRang(holder string, since time.Time) bellNews {
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
 	w := wk.bells[holder]
 	if w == nil || w.failed {
-		return false, false
+		return bellSilent
 	}
-	return w.armed && w.rang.After(since), !w.quiet
+	return w.news(since)
 }

@@ -5,8 +5,9 @@ package pglease
 // (run), once or until its context ends. Each round of the loop makes one
 // attempt (attempt.go) per unit of what is asked for: one name each for a
 // name or a semaphore, all the names at once for a set. The loop owns the
-// retries, the pauses between rounds, the local slots and the watchers of
-// fast-failover holders (failover.go); the attempt owns the statement, a
+// retries and the local slots, and decides after each round what to do
+// next (classify); a wait's waker (wake.go) owns the pauses between rounds
+// and everything that ends them; the attempt owns the statement, a
 // lost reply, the events of a refusal, and the registration of the leases
 // it grants, or their undo. The modes differ only where their statements
 // do: a set is taken whole or not at all, by one statement, so its local
@@ -37,7 +38,7 @@ type acquisition struct {
 	o    leaseOptions
 	wait bool // until ctx ends (Acquire), or one attempt (TryAcquire)
 
-	w    *waiting   // a blocked wait's state; nil for a single attempt
+	w    *waker     // a blocked wait's wake-ups (wake.go); nil for a single attempt
 	mine *localSlot // a single name's local slot, held for the whole acquisition
 	// local paces a set while another goroutine of this client holds a
 	// local slot of one of its names (see localWait).
@@ -64,18 +65,14 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		if _, err := c.session(); err != nil { // starts the listener
 			return nil, err
 		}
-		// One subscription for the whole wait, taken before the first
-		// attempt: a release between an attempt and the pause still wakes
-		// the pause.
-		sub, unsubscribe := c.wake.hub.subscribe(a.names...)
-		defer unsubscribe()
-		a.w = &waiting{sub: sub, queue: !a.set && len(a.names) == 1 && !a.o.shared, shared: a.o.shared}
-		defer a.w.stop(c, a.name)
-		if !a.w.queue {
-			// A set, a semaphore or a shared lease listens for
-			// notifications (see doorbell).
-			a.w.listen(c)
+		mode := unqueued
+		if a.o.shared {
+			mode = listed
+		} else if !a.set && len(a.names) == 1 {
+			mode = queues
 		}
+		a.w = c.newWaker(a.name, a.names, mode)
+		defer a.w.stop()
 	}
 	if a.set {
 		a.local = retrySetLocal.start()
@@ -84,73 +81,124 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 			return nil, err
 		}
 	}
-	var h holders
-	defer h.stop(c)
 	b := retryAcquire.start()
 	var last error
 	retries := 0
 	for {
 		began := time.Now()
 		r := a.round(ctx)
-		if r.leases != nil {
-			// A shared lease does not keep the name's local slot: other
-			// goroutines of this client may share the name too. It goes
-			// back once the wait left the queue, so that the next local
-			// waiter's registration is not undone by this one's.
-			then := func() {}
-			if a.o.shared && a.mine != nil {
-				then = func() { c.putSlot(a.name, a.mine, true) }
-			}
-			if a.w != nil {
-				a.w.polling = false // the acquisition deleted its registration
-			}
-			if r.dequeued {
-				then()
-			} else {
-				c.leaveQueue(a.w, a.name, then)
-			}
-			return r.leases, nil
-		}
+		n := classify(ctx, c.life.bg, &r, a.wait, retries, last)
 		var delay time.Duration
-		switch err := r.err; {
-		case err == nil:
-			b.reset()
-			last = r.held
-			delay = a.expiryWait(r.soonest)
-			if a.w != nil {
-				delay = a.w.lookAgain(delay, time.Now(), r.behind)
-				delay = a.doorbell(&r, began, delay)
-			}
-		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-			err = gaveUp(ctx, last)
-			fallthrough
-		case c.life.bg.Err() != nil, !IsRetryable(err), !a.wait && (retries >= 2 || !redo(err)):
-			if c.life.bg.Err() != nil && ctx.Err() == nil {
-				err = ErrClosed
-			}
-			return a.fail(err)
-		case redo(err):
+		switch n.action {
+		case done:
+			return a.done(&r)
+		case fail:
+			return a.fail(n.err)
+		case retryNow:
 			retries++
-		default:
+		case backOff:
 			retries++
 			delay = b.next()
-			if held := (*HeldError)(nil); !errors.As(last, &held) {
-				last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
-			}
 			if a.set {
-				c.cfg.Logger.WarnContext(ctx, "pglease: acquire of a set failed; retrying", "names", a.names, "err", err, "in", delay)
+				c.cfg.Logger.WarnContext(ctx, "pglease: acquire of a set failed; retrying", "names", a.names, "err", r.err, "in", delay)
 			} else {
-				c.cfg.Logger.WarnContext(ctx, "pglease: acquire failed; retrying", "name", a.name, "err", err, "in", delay)
+				c.cfg.Logger.WarnContext(ctx, "pglease: acquire failed; retrying", "name", a.name, "err", r.err, "in", delay)
 			}
+		case wait:
+			b.reset()
 		}
-		if !a.wait && r.err == nil {
-			return a.fail(r.held)
-		}
-		delay = h.follow(c, r.inSession, a.wait, delay)
-		if err := a.pause(ctx, delay, last); err != nil {
+		last = n.last
+		if err := a.pause(ctx, &r, began, delay, last); err != nil {
 			return a.fail(err)
 		}
 	}
+}
+
+// done ends an acquisition that acquired r's leases.
+func (a *acquisition) done(r *roundResult) ([]*Lease, error) {
+	c := a.c
+	// A shared lease does not keep the name's local slot: other
+	// goroutines of this client may share the name too. It goes back once
+	// the wait left the queue, so that the next local waiter's
+	// registration is not undone by this one's.
+	then := func() {}
+	if a.o.shared && a.mine != nil {
+		then = func() { c.putSlot(a.name, a.mine, true) }
+	}
+	c.leaveAcquired(a.w, a.name, r.dequeued, then)
+	return r.leases, nil
+}
+
+// action is what the loop of an acquisition does after a round.
+type action int
+
+const (
+	// done: the round acquired; return its leases.
+	done action = iota
+	// fail: end the acquisition with next.err.
+	fail
+	// retryNow: a late or orphaned reply (see redo); attempt again at once.
+	retryNow
+	// backOff: the round failed with a retryable error; attempt again
+	// after the acquisition's backoff.
+	backOff
+	// wait: the names are held; wait for a wake-up or the holder's expiry,
+	// then attempt again.
+	wait
+)
+
+// next is the loop's decision after a round: the action, the error to
+// fail with (fail), and the error to report should the wait give up
+// before its next attempt succeeds (last).
+type next struct {
+	action action
+	err    error
+	last   error
+}
+
+// classify decides what the loop of an acquisition does after round r,
+// given the caller's context, the client's (bg: Close ends it), whether
+// the acquisition waits, the retries so far of failed rounds, and last,
+// the error it reports should it give up now. It only reads its inputs.
+//
+//	after the round                       a wait     a single attempt
+//	it acquired                           done       done
+//	refused (the names are held)          wait       fail: the holder
+//	failed as the caller's context ended  fail: gave up (last, and ctx.Err())
+//	failed, and the client closed         fail: ErrClosed (ctx live), else the error
+//	failed, not retryable                 fail: the error
+//	failed late or orphaned (redo)        retryNow   retryNow twice, then fail
+//	failed, retryable                     backOff    fail: the error
+//
+// A backOff keeps last if it is a holder, else names the failure.
+func classify(ctx, bg context.Context, r *roundResult, waits bool, retries int, last error) next {
+	if r.leases != nil {
+		return next{action: done}
+	}
+	err := r.err
+	if err == nil {
+		if !waits {
+			return next{action: fail, err: r.held}
+		}
+		return next{action: wait, last: r.held}
+	}
+	gaveUpNow := ctx.Err() != nil && errors.Is(err, ctx.Err())
+	if gaveUpNow {
+		err = gaveUp(ctx, last)
+	}
+	if gaveUpNow || bg.Err() != nil || !IsRetryable(err) || !waits && (retries >= 2 || !redo(err)) {
+		if bg.Err() != nil && ctx.Err() == nil {
+			err = ErrClosed
+		}
+		return next{action: fail, err: err}
+	}
+	if redo(err) {
+		return next{action: retryNow, last: last}
+	}
+	if held := (*HeldError)(nil); !errors.As(last, &held) {
+		last = errorf("%w (the last attempt failed: %w)", ErrNotAcquired, err)
+	}
+	return next{action: backOff, last: last}
 }
 
 // takeMine takes the local slot of a single name for the whole wait:
@@ -311,15 +359,7 @@ func (a *acquisition) localWait(name string) time.Duration {
 // semaphore): its holder, or its place in the queue.
 func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 	res := rep.rows[0]
-	if w := a.w; w != nil {
-		// A shared wait registers only to be listed (Waiters): it acts on
-		// every notification, as an unqueued wait does.
-		w.sub.queued.Store(rep.queued && w.queue)
-		// A release running alongside this wait's first registration
-		// may not have seen it, and woken nobody: look once more.
-		w.recheck = rep.queued && !w.registered
-		w.registered = rep.queued
-	}
+	a.w.refused(rep.queued)
 	r.refused, r.queued = true, rep.queued
 	if res.Ahead > 0 {
 		// Promised to the waiters ahead: this wait's turn comes with a
@@ -448,19 +488,14 @@ func queuedError(r nameReply) error {
 	return e
 }
 
-// pause waits for a wake-up of the wait (which it records), the delay,
-// the caller's context or the client's Close; it says which of the last
-// two ended it.
-func (a *acquisition) pause(ctx context.Context, delay time.Duration, last error) error {
+// pause pauses a wait after round r, which began at since, as its waker
+// plans (delay: see waker.plan); a single attempt, which only retries a
+// late or orphaned reply, not at all. It says whether the caller's
+// context or the client's Close ended the acquisition.
+func (a *acquisition) pause(ctx context.Context, r *roundResult, since time.Time, delay time.Duration, last error) error {
 	c := a.c
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-a.w.channel():
-		a.w.woke(time.Now())
-	case <-t.C:
-	case <-ctx.Done():
-	case <-c.life.bg.Done():
+	if a.w != nil {
+		a.w.pause(ctx, a.w.plan(r, since, delay))
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -469,54 +504,4 @@ func (a *acquisition) pause(ctx context.Context, delay time.Duration, last error
 		return ErrClosed
 	}
 	return nil
-}
-
-// expiryWait is how long to sleep before the next attempt when the holder's
-// lease has remaining time left: until it would expire, plus a little
-// jitter so that contenders of several processes do not collide, at most
-// the fallback poll interval.
-func (a *acquisition) expiryWait(remaining time.Duration) time.Duration {
-	if remaining < 0 { // the holder's row appeared concurrently, or is busy
-		return 5*time.Millisecond + rand.N(20*time.Millisecond)
-	}
-	d := remaining + time.Millisecond + rand.N(remaining/50+5*time.Millisecond)
-	return min(d, a.c.cfg.PollInterval)
-}
-
-// doorbell decides how a single name's wait learns of the release it waits
-// for, after a round that began at since and was refused by the server: by
-// watching the holder's doorbell when nobody is queued ahead of it, the
-// holder rings one and the client does not listen already (the bell also
-// rings when the holder's session ends, so the wait watches no fast-failover
-// session besides), else by listening for notifications. It returns delay,
-// or 0 when a ring may have come after the attempt read the name.
-func (a *acquisition) doorbell(r *roundResult, since time.Time, delay time.Duration) time.Duration {
-	c, w := a.c, a.w
-	if !w.queue || !r.refused {
-		return delay
-	}
-	s := c.conn.sess.Load() // a wait starts it (run)
-	if r.bellOf != "" && (w.bell == r.bellOf || !s.isListening()) {
-		// (A wait does not begin to watch a bell while its session listens
-		// already, for other waits, an observer or a holder, or for 30 s
-		// after: the release's notification reaches it, and a bell would
-		// add to the hand-off and save nothing.)
-		again, ok := w.watch(c, r.bellOf, a.name, since)
-		if ok {
-			r.inSession = nil
-			if again {
-				return 0
-			}
-			return delay
-		}
-	} else {
-		w.unwatch(c, a.name)
-		if !r.queued && (s.isLive() || !s.connected()) {
-			// The attempt did not queue as the session was not up yet: it
-			// wakes every wait once it is, and the wait decides then.
-			return delay
-		}
-	}
-	w.listen(c)
-	return delay
 }

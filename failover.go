@@ -353,19 +353,19 @@ type heldBy struct {
 	session int32
 }
 
-// holders are the session-bound holders one acquisition has seen, by
-// name, and the watchers of their sessions it started (at most
-// maxWatched).
+// holders are the session-bound holders one wait has seen, by name, and
+// the watchers of their sessions it started (at most maxWatched): part of
+// its waker (wake.go).
 type holders struct {
 	watched  map[string]watch
 	watchers int
 }
 
-// follow takes note of the session-bound holders of a round and, while
-// the acquisition waits, watches the session of each that has held its
-// name for watchAfter. It returns delay, shortened to look again when a
-// holder is due to be watched.
-func (h *holders) follow(c *Client, inSession []heldBy, wait bool, delay time.Duration) time.Duration {
+// follow takes note of the session-bound holders of a wait's round and
+// watches the session of each that has held its name for watchAfter. It
+// returns delay, shortened to look again when a holder is due to be
+// watched.
+func (h *holders) follow(c *Client, inSession []heldBy, delay time.Duration) time.Duration {
 	for _, hb := range inSession {
 		cur := h.watched[hb.name]
 		switch {
@@ -383,7 +383,7 @@ func (h *holders) follow(c *Client, inSession []heldBy, wait bool, delay time.Du
 			delay = min(delay, watchAfter)
 		case cur.w != nil:
 			cur.w.rearm()
-		case !wait || h.watchers >= maxWatched:
+		case h.watchers >= maxWatched:
 		case time.Since(cur.since) >= watchAfter:
 			cur.w = c.watchSession(hb.session, hb.name)
 			h.watched[hb.name] = cur

@@ -313,25 +313,24 @@ func wokenInVain(t *testing.T, name string, look int32, before func(waiter *Clie
 func TestLookAgainIsTimedFromTheLatestWakeUp(t *testing.T) {
 	t0 := time.Now()
 	long := 10 * time.Minute
-	w := &waiting{queued: true}
-	if got := w.lookAgain(long, t0, false); got != long {
+	w := &waker{queued: true}
+	if got := w.lookAgain(long, t0, false, false); got != long {
 		t.Errorf("never woken: delay %v, want %v", got, long)
 	}
 	w.woke(t0)
 	w.woke(t0.Add(time.Second))
 	now := t0.Add(time.Second + time.Millisecond)
 	want := fairAfter + store.WakeEvery - time.Millisecond
-	if got := w.lookAgain(long, now, false); got != want {
+	if got := w.lookAgain(long, now, false, false); got != want {
 		t.Errorf("woken at 0 and 1s, refused at 1.001s: delay %v, want %v", got, want)
 	}
-	if got := w.lookAgain(long, now, true); got != long {
+	if got := w.lookAgain(long, now, true, false); got != long {
 		t.Errorf("behind others: delay %v, want %v", got, long)
 	}
-	if got := w.lookAgain(long, now.Add(time.Second), false); got != long {
+	if got := w.lookAgain(long, now.Add(time.Second), false, false); got != long {
 		t.Errorf("refused after the promise: delay %v, want %v", got, long)
 	}
-	w.recheck = true
-	if got := w.lookAgain(long, now.Add(time.Second), false); got != store.WakeEvery {
+	if got := w.lookAgain(long, now.Add(time.Second), false, true); got != store.WakeEvery {
 		t.Errorf("after a first registration: delay %v, want %v", got, store.WakeEvery)
 	}
 }

@@ -11,7 +11,8 @@ import (
 // the holders they wait on, and the settings of how long listening
 // lingers (listen.go) and how long a watcher's statement waits. mu guards
 // the two maps and the fields of every bellWatcher, and each
-// sessionWatcher's names.
+// sessionWatcher's names. It is shared by the client's waits; each wait's
+// own wake-ups are its waker (wake.go).
 type wakeups struct {
 	hub hub
 
