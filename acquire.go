@@ -3,7 +3,6 @@ package pglease
 import (
 	"context"
 	"errors"
-	"strconv"
 
 	"github.com/pglease/pglease/internal/store"
 )
@@ -73,20 +72,18 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 	return o, nil
 }
 
-// slotName is the lease name of slot i of the semaphore name (see
-// [WithSlots]): "name#i". Each slot is a lease of its own, with its own
-// fencing token, that [Client.Get] reads by this name. No lease name
-// can end like a slot name (checkName), so the two never meet.
-func slotName(name string, i int) string { return name + "#" + strconv.Itoa(i) }
-
-// acquireName runs the acquisition engine for name, or for any slot of the
-// semaphore name, once (TryAcquire) or until ctx ends (Acquire).
+// acquireName runs the acquisition engine for name (a row of the kind of
+// lease the options ask for: name itself, any slot of the semaphore name,
+// a shared lease of name), once (TryAcquire) or until ctx ends (Acquire).
 func (c *Client) acquireName(ctx context.Context, name string, o leaseOptions, wait bool) (*Lease, error) {
 	if o.slots > 1 {
-		o.semaphore = name
+		o.semaphore = name // (for a *KindError's name: see refusal)
 	}
+	k := kindOf(entryAcquire, &o)
 	leases, err := c.runAcquisition(ctx, func() *acquisition {
-		return &acquisition{c: c, name: name, names: o.names(name), o: o, wait: wait}
+		a := &acquisition{c: c, name: name, kind: k, o: o, wait: wait}
+		a.names = k.rows(name, &a.o) // (&o would move o to the heap: an allocation more)
+		return a
 	})
 	if err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +33,9 @@ type nameReply struct {
 	acquireResult
 	// free: a name of a set that could have been taken (no row, an
 	// expired one, or this client's own); a set is refused for the others.
+	// A row of this client's that its statement counts free is taken
+	// over: it is no orphan (refusal), and its previous holder is not
+	// reported (attempt).
 	free bool
 }
 
@@ -76,7 +78,10 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 	// and frees them (errOrphan) or, for a set, takes them over; should
 	// no retry come, the client frees them in the background (sweep), or
 	// Close does (releaseOrphans).
-	stmt := a.statement(unit)
+	stmt := a.kind.statement(a, unit)
+	// A kind whose leases keep no local slot shares the name: the rows a
+	// lost reply may have granted are the name's "name#i".
+	shares := !a.kind.keepsLocalSlot()
 	var unsure atomic.Bool // a try failed after it may have committed
 	run := func(sctx context.Context) reply {
 		r := stmt(sctx)
@@ -87,7 +92,7 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		}
 		if r.err != nil && !store.FromServer(r.err) {
 			unsure.Store(true)
-			c.life.calls.unknown(unit, a.o.shared)
+			c.life.calls.unknown(unit, shares)
 		}
 		return r
 	}
@@ -96,7 +101,7 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 			c.giveUp(a.leases(r, nil), ErrReleased)
 		}
 		if unsure.Load() {
-			c.sweepLater(unit, a.o.shared)
+			c.sweepLater(unit, shares)
 		}
 	})
 	if err != nil {
@@ -108,17 +113,13 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		return nil, reply{}, err
 	}
 	if unsure.Load() {
-		defer c.sweepLater(unit, a.o.shared) // it waits for the local slots
-	}
-	what := strconv.Quote(unit[0])
-	if a.set {
-		what = fmt.Sprintf("the set %q", unit)
+		defer c.sweepLater(unit, shares) // it waits for the local slots
 	}
 	if r.err != nil {
 		if errors.Is(r.err, ErrSessionUnavailable) {
 			return nil, r, r.err
 		}
-		return nil, r, opError("acquire "+what, r.err)
+		return nil, r, opError("acquire "+a.kind.describe(unit), r.err)
 	}
 	if !r.granted {
 		return nil, r, a.refusal(ctx, r)
@@ -133,7 +134,7 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		// The reply came so late (a partition that healed, a pause) that
 		// the leases' safety deadline has passed: they cannot be trusted.
 		c.giveUp(leases, &lostError{why: "the acquisition's reply arrived after its safety deadline"})
-		return nil, r, errorf("acquire %s: %w", what, errLate)
+		return nil, r, errorf("acquire %s: %w", a.kind.describe(unit), errLate)
 	}
 	switch err := c.register(leases); {
 	case errors.Is(err, ErrClosed):
@@ -143,13 +144,14 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		// The session ended between the commit and now, and sessionLost
 		// ran without these leases: a waiter may hold the name.
 		c.giveUp(leases, sessionEnded("its database session ended right after the acquisition"))
-		return nil, r, errorf("acquire %s: %w", what, err)
+		return nil, r, errorf("acquire %s: %w", a.kind.describe(unit), err)
 	}
 	for i, l := range leases {
 		previous := ""
-		// A set takes over this client's own rows (of an acquisition whose
-		// reply was lost) rather than report them as orphans.
-		if n := r.rows[i]; n.OtherToken != 0 && !(a.set && n.OtherClient == c.id) {
+		// A statement that counts this client's own rows free (a set's)
+		// takes them over (rows of an acquisition whose reply was lost):
+		// no previous holder.
+		if n := r.rows[i]; n.OtherToken != 0 && !(n.free && n.OtherClient == c.id) {
 			previous = n.OtherOwner
 		}
 		l.announce(ctx, a.o.called, previous)
@@ -157,97 +159,16 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 	return leases, r, nil
 }
 
-// statement returns the statement of an attempt on unit: Acquire (on the
-// dedicated session for a fast-failover lease, queued when the wait
-// queues) for a single name, AcquireAll for a set.
-func (a *acquisition) statement(unit []string) func(context.Context) reply {
-	c, o := a.c, a.o
-	if a.set {
-		args := store.AcquireAllArgs{Names: unit, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Metadata: o.metadata,
-			Client: c.id, FairAfter: fairAfter}
-		return func(sctx context.Context) (r reply) {
-			r.sent = time.Now()
-			var res store.AcquireAllResult
-			res, r.err = c.st.AcquireAll(sctx, c.db, args)
-			r.granted = res.Acquired
-			r.rows = make([]nameReply, len(res.Names))
-			for i, n := range res.Names {
-				r.rows[i] = nameReply{name: n.Name, free: n.Free, acquireResult: acquireResult{AcquireResult: store.AcquireResult{
-					Acquired: res.Acquired, Token: n.Token, OtherOwner: n.OtherOwner, OtherToken: n.OtherToken,
-					OtherRemaining: n.OtherRemaining, OtherClient: n.OtherClient, OtherHeartbeatAge: n.OtherHeartbeatAge,
-					Ahead: n.Ahead, SlotsMismatch: n.Clash, HolderInSession: n.HolderInSession,
-					HolderWatchable: n.HolderWatchable, HolderSession: n.HolderSession}}}
-			}
-			return r
-		}
-	}
-	name := unit[0]
-	if o.shared {
-		return a.sharedStatement(name)
-	}
-	args := store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold, Session: o.session, Metadata: o.metadata, Client: c.id,
-		FairAfter: fairAfter, Semaphore: o.semaphore, Slots: o.slots}
-	c.queueArgs(a.w, &args)
-	if hook := testHookAttempt.Load(); hook != nil {
-		(*hook)(c.id, name)
-	}
-	return func(sctx context.Context) (r reply) {
-		r.sent, r.queued = time.Now(), args.Queued
-		var res acquireResult
-		if o.session {
-			res, r.epoch, r.err = c.acquireInSession(args)
-		} else {
-			res.AcquireResult, r.err = c.st.Acquire(sctx, c.db, args)
-		}
-		r.granted = res.Acquired
-		r.rows = []nameReply{{name: name, acquireResult: res}}
-		return r
-	}
-}
-
-// sharedStatement is the statement of an attempt at a shared lease of
-// name (AcquireShared, on the dedicated session for a fast-failover one):
-// its reply names the row acquired, or name itself when refused.
-func (a *acquisition) sharedStatement(name string) func(context.Context) reply {
-	c, o := a.c, a.o
-	args := store.SharedArgs{AcquireArgs: store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold,
-		Session: o.session, Metadata: o.metadata, Client: c.id}}
-	for _, l := range c.reg.leases() {
-		if l.sharedOf == name {
-			args.Mine = append(args.Mine, l.name)
-		}
-	}
-	c.queueArgs(a.w, &args.AcquireArgs)
-	if hook := testHookAttempt.Load(); hook != nil {
-		(*hook)(c.id, name)
-	}
-	return func(sctx context.Context) (r reply) {
-		r.sent, r.queued = time.Now(), args.Queued
-		var res acquireResult
-		var row string
-		if o.session {
-			res, row, r.epoch, r.err = c.acquireSharedInSession(args)
-		} else {
-			res.AcquireResult, row, r.err = c.st.AcquireShared(sctx, c.db, args)
-		}
-		r.granted = res.Acquired
-		if !r.granted {
-			row = name
-		}
-		r.rows = []nameReply{{name: row, acquireResult: res}}
-		return r
-	}
-}
-
 // refusal handles a reply that granted nothing. A single name's row of
-// this client's is an orphan, freed (errOrphan: the caller tries again); a
+// this client's (one its statement does not count free) is an orphan,
+// freed (errOrphan: the caller tries again); a
 // name of another kind (a semaphore and a plain lease) refuses at once (a
 // *KindError). Otherwise the names are held: refusal reports each holder
 // (EventContended, and EventAlert when its heartbeat is old) and returns
 // nil.
 func (a *acquisition) refusal(ctx context.Context, r reply) error {
 	c := a.c
-	if n := r.rows[0]; !a.set && c.orphan(n.name, n.AcquireResult) {
+	if n := r.rows[0]; !n.free && c.orphan(n.name, n.AcquireResult) {
 		// A row of this client that no lease of it holds (the caller holds
 		// the name's local slot): an earlier acquisition of ours committed
 		// but its reply was lost. Free it by token; the caller retries.
@@ -283,21 +204,23 @@ func (a *acquisition) refusal(ctx context.Context, r reply) error {
 }
 
 // leases builds the leases a reply granted, with the local slots of their
-// names (nil: none, for leases only built to be given up).
+// names (nil: none, for leases only built to be given up), or none for a
+// kind whose leases keep no local slot (see done): those record the name
+// they share instead.
 func (a *acquisition) leases(r reply, slots []*localSlot) []*Lease {
+	keeps := a.kind.keepsLocalSlot()
 	leases := make([]*Lease, len(r.rows))
 	for i, n := range r.rows {
 		var slot *localSlot
-		if slots != nil {
+		if slots != nil && keeps {
 			slot = slots[i]
 		}
-		if a.o.shared {
-			slot = nil // see run: the name's local slot is not the lease's
+		l := a.c.newLease(n.name, n.Token, a.o, r.sent, r.epoch, n.SessionBound, slot)
+		l.kind = a.kind
+		if !keeps {
+			l.of = a.name
 		}
-		leases[i] = a.c.newLease(n.name, n.Token, a.o, r.sent, r.epoch, n.SessionBound, slot)
-		if a.o.shared {
-			leases[i].sharedOf = a.name
-		}
+		leases[i] = l
 	}
 	return leases
 }

@@ -233,19 +233,6 @@ func checkRowName(name string) error {
 	})
 }
 
-// checkSlotNames refuses a semaphore's name (with WithSlots) whose slot
-// names would be longer than a lease name may be.
-func (o leaseOptions) checkSlotNames(name string) error {
-	if o.slots <= 1 {
-		return nil
-	}
-	if last := slotName(name, o.slots-1); len(last) > maxNameBytes {
-		return invalid(kindName, "name is %d bytes, and with %d slots it gets the suffixes \"#0\" to \"#%d\": its slot names are up to %d bytes, the maximum is %d; shorten the name",
-			len(name), o.slots, o.slots-1, len(last), maxNameBytes)
-	}
-	return nil
-}
-
 // slotSuffix reports whether name has the form of a slot name, a
 // nonempty name followed by '#' and ASCII digits, and where the '#' is.
 func slotSuffix(name string) (int, bool) {
@@ -370,7 +357,7 @@ func (cfg Config) Plan(name string, opts ...Option) (Plan, error) {
 	if err := o.checkSlotNames(name); err != nil {
 		return Plan{}, err
 	}
-	return Plan{Names: o.names(name), TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl),
+	return Plan{Names: kindOf(entryAcquire, &o).rows(name, &o), TTL: o.ttl, RenewInterval: renewFor(&full, o.ttl),
 		SafetyMargin: marginFor(&full, o.ttl), MinHold: o.minHold}, nil
 }
 

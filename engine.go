@@ -1,24 +1,21 @@
 package pglease
 
 // The acquisition engine. Every acquisition — a name, the slots of a
-// semaphore, a set of names — is one acquisition value run by one loop
-// (run), once or until its context ends. Each round of the loop makes one
-// attempt (attempt.go) per unit of what is asked for: one name each for a
-// name or a semaphore, all the names at once for a set. The loop owns the
-// retries and the local slots, and decides after each round what to do
-// next (classify); a wait's waker (wake.go) owns the pauses between rounds
-// and everything that ends them; the attempt owns the statement, a
-// lost reply, the events of a refusal, and the registration of the leases
-// it grants, or their undo. The modes differ only where their statements
-// do: a set is taken whole or not at all, by one statement, so its local
-// slots are taken together and its holders are read together
-// (refusedAll); a single name queues, locally for its local slot and on
-// the server (queue.go), and holds both for the whole acquisition.
+// semaphore, a shared lease, a set of names — is one acquisition value run
+// by one loop (run), once or until its context ends. Each round of the
+// loop makes one attempt (attempt.go) per unit of what is asked for. The
+// loop owns the retries and the local slots, and decides after each round
+// what to do next (classify); a wait's waker (wake.go) owns the pauses
+// between rounds and everything that ends them; the attempt owns the
+// detached statement, a lost reply, the events of a refusal, and the
+// registration of the leases it grants, or their undo. What depends on
+// the kind of lease — the rows and units, whether and how a wait queues,
+// the statement, how a refusal is read, whether a lease keeps its local
+// slot — the acquisition's kind decides (kind.go, kind_*.go).
 
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 )
 
@@ -32,16 +29,17 @@ type acquisition struct {
 	// names are the rows contended for: name itself, its slot names, or
 	// the names of a set, sorted.
 	names []string
-	// set: all of names at once, by one statement, or nothing; otherwise
-	// any one of them.
-	set  bool
+	// kind is the kind of lease asked for (kind.go): what the loop and
+	// its attempts do that depends on it, it does.
+	kind kind
 	o    leaseOptions
 	wait bool // until ctx ends (Acquire), or one attempt (TryAcquire)
 
 	w    *waker     // a blocked wait's wake-ups (wake.go); nil for a single attempt
 	mine *localSlot // a single name's local slot, held for the whole acquisition
-	// local paces a set while another goroutine of this client holds a
-	// local slot of one of its names (see localWait).
+	// local paces a kind's looks again while another goroutine of this
+	// client holds a local slot it needs (see kind.localWait); nil until
+	// then.
 	local *backoff
 	// promised paces a wait queued behind a waiter to which the name is
 	// promised (see refusedOne).
@@ -51,32 +49,22 @@ type acquisition struct {
 // run acquires what a asks for and returns the leases granted: one for a
 // name or a semaphore (a slot), one per name, in order, for a set.
 //
-// A single name is queued on locally for the whole wait (FIFO between the
-// goroutines of this client) and, while the client's dedicated session is
-// live, on the server (FIFO between clients: see "Waiting" in the package
-// documentation). The slots of a semaphore are each tried only while no
-// other goroutine of this client holds them; a set takes the local slots
-// of all its names, or none, and holds them only for the round's one
-// attempt, so two goroutines of this client asking for overlapping sets (or
-// a set and a single name) never wait for each other in a cycle.
+// A kind that queues (kind.queue) is queued on locally for the whole
+// acquisition (FIFO between the goroutines of this client: takeMine) and,
+// while the client's dedicated session is live, on the server (FIFO
+// between clients: see "Waiting" in the package documentation). Any other
+// takes the local slots of each unit for one attempt only, if no other
+// goroutine of this client holds them (take).
 func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	c := a.c
 	if a.wait {
 		if _, err := c.session(); err != nil { // starts the listener
 			return nil, err
 		}
-		mode := unqueued
-		if a.o.shared {
-			mode = listed
-		} else if !a.set && len(a.names) == 1 {
-			mode = queues
-		}
-		a.w = c.newWaker(a.name, a.names, mode)
+		a.w = c.newWaker(a.name, a.names, a.kind.queue())
 		defer a.w.stop()
 	}
-	if a.set {
-		a.local = retrySetLocal.start()
-	} else if len(a.names) == 1 {
+	if a.kind.queue() != unqueued {
 		if err := a.takeMine(ctx); err != nil {
 			return nil, err
 		}
@@ -99,11 +87,7 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 		case backOff:
 			retries++
 			delay = b.next()
-			if a.set {
-				c.cfg.Logger.WarnContext(ctx, "pglease: acquire of a set failed; retrying", "names", a.names, "err", r.err, "in", delay)
-			} else {
-				c.cfg.Logger.WarnContext(ctx, "pglease: acquire failed; retrying", "name", a.name, "err", r.err, "in", delay)
-			}
+			a.kind.logRetry(ctx, a, r.err, delay)
 		case wait:
 			b.reset()
 		}
@@ -117,12 +101,12 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 // done ends an acquisition that acquired r's leases.
 func (a *acquisition) done(r *roundResult) ([]*Lease, error) {
 	c := a.c
-	// A shared lease does not keep the name's local slot: other
-	// goroutines of this client may share the name too. It goes back once
-	// the wait left the queue, so that the next local waiter's
+	// A lease that does not keep the name's local slot (a shared one):
+	// other goroutines of this client may share the name too. It goes back
+	// once the wait left the queue, so that the next local waiter's
 	// registration is not undone by this one's.
 	then := func() {}
-	if a.o.shared && a.mine != nil {
+	if !a.kind.keepsLocalSlot() && a.mine != nil {
 		then = func() { c.putSlot(a.name, a.mine, true) }
 	}
 	c.leaveAcquired(a.w, a.name, r.dequeued, then)
@@ -273,10 +257,10 @@ func (r *roundResult) note(held error, remaining time.Duration) {
 func (a *acquisition) round(ctx context.Context) roundResult {
 	c := a.c
 	r := roundResult{soonest: -1}
-	for _, unit := range a.units() {
+	for _, unit := range a.kind.units(a.names) {
 		slots, busy := a.take(unit)
 		if slots == nil {
-			r.note(c.localHolder(busy), a.localWait(busy))
+			r.note(c.localHolder(busy), a.kind.localWait(a, busy))
 			continue
 		}
 		leases, rep, err := a.attempt(ctx, unit, slots)
@@ -292,27 +276,9 @@ func (a *acquisition) round(ctx context.Context) roundResult {
 			r.err = err
 			return r
 		}
-		if a.set {
-			a.refusedAll(rep, &r)
-		} else {
-			a.refusedOne(rep, &r)
-		}
+		a.kind.refused(a, rep, &r)
 	}
 	return r
-}
-
-// units returns what the attempts of a round ask for: all the names at
-// once for a set; otherwise one name each, in random order so that the
-// contenders for a semaphore spread out.
-func (a *acquisition) units() [][]string {
-	if a.set {
-		return [][]string{a.names}
-	}
-	units := make([][]string, len(a.names))
-	for i, j := range rand.Perm(len(a.names)) {
-		units[i] = a.names[j : j+1]
-	}
-	return units
 }
 
 // take returns the local slots of unit for an attempt: the wait's own
@@ -337,27 +303,11 @@ func (a *acquisition) give(unit []string, slots []*localSlot) {
 	}
 }
 
-// localWait is how long a round may wait for name, whose local slot
-// another goroutine of this client holds. A lease of this client's
-// notifies when released, and a semaphore's slot handed back notifies
-// (putSlot); but a set's name may be held by another goroutine's attempt
-// or wait, which notifies nothing when it ends, so a set looks again with
-// backoff.
-func (a *acquisition) localWait(name string) time.Duration {
-	c := a.c
-	if !a.set {
-		return c.cfg.PollInterval
-	}
-	d := a.local.next()
-	if l := c.reg.lease(name); l != nil {
-		return time.Until(l.Deadline())
-	}
-	return d
-}
-
-// refusedOne reads the refusal of a single name (a lease, or a slot of a
-// semaphore): its holder, or its place in the queue.
-func (a *acquisition) refusedOne(rep reply, r *roundResult) {
+// refusedOne reads the refusal of a single name (a lease, a slot of a
+// semaphore, a shared lease): its holder, or its place in the queue.
+// exclusive: the wait is for an exclusive lease, which watches a
+// fast-failover holder's session even behind other waiters.
+func (a *acquisition) refusedOne(rep reply, r *roundResult, exclusive bool) {
 	res := rep.rows[0]
 	a.w.refused(rep.queued)
 	r.refused, r.queued = true, rep.queued
@@ -379,7 +329,7 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 		}
 		r.note(queuedError(res), wait)
 		r.behind = true
-		if res.HolderInSession && res.HolderWatchable && !a.o.shared {
+		if res.HolderInSession && res.HolderWatchable && exclusive {
 			// Every exclusive waiter watches a fast-failover holder's
 			// session, not only the first: the first may die with it (a
 			// process, a pod or a node running both, or a client of a
@@ -399,57 +349,6 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult) {
 		// session ends: watch it.
 		r.inSession = append(r.inSession, heldBy{res.name, res.HolderSession})
 	}
-}
-
-// refusedAll reads the refusal of a set: the names not free, as
-// *HeldErrors (the first one is reported, the others named in its
-// message), and how long to wait: the longest remaining time of the
-// holders (unknown, negative, when a holder could not be seen), as the set
-// cannot be taken by expiry alone before then; a release of any name
-// notifies sooner.
-func (a *acquisition) refusedAll(rep reply, r *roundResult) {
-	var first error
-	var others []string
-	var wait time.Duration
-	for _, n := range rep.rows {
-		if n.free && n.Ahead == 0 {
-			continue
-		}
-		e := &HeldError{Holder: Info{Name: n.name}, Queued: int(n.Ahead)}
-		remaining := n.OtherRemaining
-		switch {
-		case !n.free:
-			e.Holder = Info{Name: n.name, Owner: n.OtherOwner, Token: n.OtherToken, Remaining: n.OtherRemaining,
-				FastFailover: n.HolderInSession}
-			if n.Ahead > 0 {
-				remaining = max(remaining, a.c.cfg.PollInterval)
-			}
-			if n.HolderInSession && n.HolderWatchable {
-				// Taken over once the holder's session ends: watch it.
-				r.inSession = append(r.inSession, heldBy{n.name, n.HolderSession})
-			}
-		default:
-			// Free but promised to the waiters ahead: the one woken takes
-			// it, and its release notifies.
-			remaining = a.c.cfg.PollInterval
-		}
-		if first == nil {
-			first, wait = e, remaining
-		} else {
-			others = append(others, n.name)
-		}
-		if wait >= 0 && (remaining < 0 || remaining > wait) {
-			wait = remaining
-		}
-	}
-	if first == nil { // not reached: a refused set has a name not free
-		first = ErrNotAcquired
-	}
-	held := first
-	if len(others) > 0 {
-		held = errorf("%w (also not free: %q)", first, others)
-	}
-	r.note(held, wait)
 }
 
 // localHolder describes name, held by another goroutine of this client

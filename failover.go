@@ -50,15 +50,16 @@ func (c *Client) acquireInSession(args store.AcquireArgs) (acquireResult, uint64
 	return a.res, a.epoch, nil
 }
 
-// acquireSharedInSession is acquireInSession for a shared lease: the
-// attempt runs by itself (the session's batches are of plain leases), and
-// also returns the row acquired.
-func (c *Client) acquireSharedInSession(args store.SharedArgs) (acquireResult, string, uint64, error) {
+// acquireAloneInSession is acquireInSession for a kind whose holders share
+// a name (see kind.keepsLocalSlot): the attempt, acquire (which runs the
+// kind's statement with the lock timeout of a session-bound acquisition,
+// acquireLockTimeout), runs by itself (the session's batches are of plain
+// leases), and also returns the row acquired. ttl is the lease's.
+func (c *Client) acquireAloneInSession(ttl time.Duration, acquire func(context.Context, store.Querier) (store.AcquireResult, string, error)) (acquireResult, string, uint64, error) {
 	s, err := c.session()
 	if err != nil {
 		return acquireResult{}, "", 0, err
 	}
-	args.LockTimeout = acquireLockTimeout
 	var res acquireResult
 	var row string
 	var epoch uint64
@@ -68,11 +69,11 @@ func (c *Client) acquireSharedInSession(args store.SharedArgs) (acquireResult, s
 				return errProxied
 			}
 			epoch = st.epoch
-			if err := c.bindable(ctx, q, st, args.TTL); err != nil {
+			if err := c.bindable(ctx, q, st, ttl); err != nil {
 				return err
 			}
 			var err error
-			res.AcquireResult, row, err = c.st.AcquireShared(ctx, q, args)
+			res.AcquireResult, row, err = acquire(ctx, q)
 			if store.Classify(err) == store.KindLockTimeout { // the name is busy
 				res, err = acquireResult{busy: true}, nil
 				res.OtherRemaining = -1

@@ -1,10 +1,136 @@
 package pglease
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+)
 
 // The kinds of lease where callers meet them: the words a *KindError names
 // them by, the one translation of the store's code for a kind, and the
 // rules of which options each call takes.
+
+// A kind of lease plugs into the acquisition engine (engine.go, attempt.go)
+// as a value of the kind interface, one type per file: kind_plain.go,
+// kind_slot.go, kind_shared.go, kind_set.go. The engine asks its kind
+// what to contend for, how to wait, which statement an attempt runs and
+// how to read a refusal; it tests no option of the kind's. kindOf maps a
+// call and its options to a kind, once per call.
+//
+// kind is an interface and not a struct of flags because the kinds differ
+// in what they do (their statements and how a refusal is read), not only
+// in data. The kinds' values are empty structs: what a kind needs of the
+// call (a semaphore's slot count) it reads in the acquisition's options,
+// so choosing a kind allocates nothing. oneName, embedded, gives the kinds
+// of a single name (all but a set) what they share: one attempt per row,
+// and refusedOne. A new kind is a file with its type, its statement and
+// its refusal (usually oneName's), a case in kindOf, its words for a
+// *KindError, and its option in the table below.
+
+// kind is a kind of lease as the acquisition engine uses it.
+type kind interface {
+	// words names the kind, with the size it asks for in o, as a
+	// *KindError does (a set's leases are plain ones).
+	words(o *leaseOptions) leaseKind
+	// rows returns the lease rows an acquisition of name contends for
+	// (Plan.Names): name itself, or its slot names. A set's rows are its
+	// names, given by its call.
+	rows(name string, o *leaseOptions) []string
+	// units returns what the attempts of one round ask for, one unit per
+	// statement, from the rows.
+	units(rows []string) [][]string
+	// queue is how a wait of the kind uses the server's queue (the
+	// waker's mode). A kind that queues (not unqueued) holds its name's
+	// local slot for the whole acquisition, as the queue has one place
+	// per client and name; the others take each unit's local slots for
+	// each attempt, if no other goroutine of the client holds them.
+	queue() queueMode
+	// keepsLocalSlot: a lease of the kind keeps its row's local slot
+	// until it ends, its row's only holder in the client. A kind whose
+	// leases do not is one whose holders share a name, each with a row
+	// "name#i" the server picks: its acquisition gives the name's local
+	// slot back once acquired (other goroutines of the client share the
+	// name too), its lease records the name it shares (Lease.of), and the
+	// rows a lost reply may have granted are looked for among the name's
+	// (see inflight.unknown).
+	keepsLocalSlot() bool
+	// statement returns the statement of an attempt on unit (see
+	// acquisition.attempt): its session-bound variant for a fast-failover
+	// lease, a queued one when the wait queues (queueArgs).
+	statement(a *acquisition, unit []string) func(context.Context) reply
+	// refused reads a refusal of unit into r: the holders, their
+	// remaining time, the fast-failover sessions to watch, the place in
+	// the queue.
+	refused(a *acquisition, rep reply, r *roundResult)
+	// localWait is how long a round may wait for name, whose local slot
+	// another goroutine of this client holds.
+	localWait(a *acquisition, name string) time.Duration
+	// describe names unit in an error (`"job"`, `the set ["a" "b"]`);
+	// logRetry logs that a round failed with err and is retried after in.
+	describe(unit []string) string
+	logRetry(ctx context.Context, a *acquisition, err error, in time.Duration)
+}
+
+// kindOf is the kind of lease that the call e with options o asks for.
+// It is the only place where options become a kind.
+func kindOf(e entry, o *leaseOptions) kind {
+	switch {
+	case e == entrySet:
+		return kindSet{}
+	case o.shared:
+		return kindShared{}
+	case o.slots > 1:
+		return kindSlot{}
+	}
+	return kindPlain{}
+}
+
+// oneName is what the kinds of a single name share, embedded in each:
+// one attempt per row, in random order so that the contenders for a
+// semaphore spread out, and a refusal read by refusedOne.
+type oneName struct{}
+
+func (oneName) rows(name string, _ *leaseOptions) []string { return []string{name} }
+
+func (oneName) units(rows []string) [][]string {
+	if len(rows) == 1 {
+		return [][]string{rows}
+	}
+	units := make([][]string, len(rows))
+	for i, j := range rand.Perm(len(rows)) {
+		units[i] = rows[j : j+1]
+	}
+	return units
+}
+
+func (oneName) keepsLocalSlot() bool { return true }
+
+func (oneName) refused(a *acquisition, rep reply, r *roundResult) { a.refusedOne(rep, r, true) }
+
+// localWait: a lease of this client notifies when released, and a
+// semaphore's slot handed back notifies (putSlot): look again at the
+// fallback poll at the latest.
+func (oneName) localWait(a *acquisition, _ string) time.Duration { return a.c.cfg.PollInterval }
+
+func (oneName) describe(unit []string) string { return strconv.Quote(unit[0]) }
+
+func (oneName) logRetry(ctx context.Context, a *acquisition, err error, in time.Duration) {
+	a.c.cfg.Logger.WarnContext(ctx, "pglease: acquire failed; retrying", "name", a.name, "err", err, "in", in)
+}
+
+// heldRowsOf returns the rows of the leases this client holds that share
+// name (see kind.keepsLocalSlot).
+func (c *Client) heldRowsOf(name string) []string {
+	var rows []string
+	for _, l := range c.reg.leases() {
+		if l.of == name {
+			rows = append(rows, l.name)
+		}
+	}
+	return rows
+}
 
 // leaseKind is a kind of lease as a *KindError names it: a word and, for a
 // kind with a size, its size and what the size counts ("semaphore of 3
@@ -32,16 +158,10 @@ func (k leaseKind) String() string {
 	return fmt.Sprintf("%s of %d %s", k.word, k.size, k.unit)
 }
 
-// kind is the kind of lease an acquisition with these options asks for (a
-// set's leases are plain ones).
+// kind is the kind of lease an acquisition with these options asks for, as
+// a *KindError names it (a set's leases are plain ones).
 func (o leaseOptions) kind() leaseKind {
-	switch {
-	case o.shared:
-		return sharedKind
-	case o.slots > 1:
-		return semaphoreKind(o.slots)
-	}
-	return plainKind
+	return kindOf(entryAcquire, &o).words(&o)
 }
 
 // clashKind is the kind of the live leases that refused an acquisition,

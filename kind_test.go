@@ -216,3 +216,60 @@ func TestKindNames(t *testing.T) {
 		t.Errorf("message %q, want %q", got, want)
 	}
 }
+
+// What each kind of lease decides for the acquisition engine: the rows it
+// contends for, its units, how a wait of it queues, whether its leases
+// keep their local slot, and its name in a *KindError; and which kind each
+// call and its options resolve to.
+func TestKindsDecide(t *testing.T) {
+	for _, tc := range []struct {
+		kind  string
+		e     entry
+		o     leaseOptions
+		want  kind
+		rows  []string
+		units int
+		queue queueMode
+		keeps bool
+		words string
+	}{
+		{"plain", entryAcquire, leaseOptions{}, kindPlain{}, []string{"job"}, 1, queues, true, "plain lease"},
+		{"plain, WithSlots(1)", entryAcquire, leaseOptions{slots: 1}, kindPlain{}, []string{"job"}, 1, queues, true, "plain lease"},
+		{"plain, an elector's", entryElector, leaseOptions{}, kindPlain{}, []string{"job"}, 1, queues, true, "plain lease"},
+		{"slot", entryAcquire, leaseOptions{slots: 3}, kindSlot{}, []string{"job#0", "job#1", "job#2"}, 3, unqueued, true, "semaphore of 3 slots"},
+		{"shared", entryAcquire, leaseOptions{shared: true}, kindShared{}, []string{"job"}, 1, listed, false, "shared lease"},
+		{"set", entrySet, leaseOptions{}, kindSet{}, []string{"job"}, 1, unqueued, true, "plain lease"},
+	} {
+		k := kindOf(tc.e, &tc.o)
+		if k != tc.want {
+			t.Errorf("%s: kind %T, want %T", tc.kind, k, tc.want)
+			continue
+		}
+		rows := k.rows("job", &tc.o)
+		if !slices.Equal(rows, tc.rows) {
+			t.Errorf("%s: rows %q, want %q", tc.kind, rows, tc.rows)
+		}
+		units := k.units(rows)
+		var flat []string
+		for _, u := range units {
+			flat = append(flat, u...)
+		}
+		slices.Sort(flat)
+		if len(units) != tc.units || !slices.Equal(flat, tc.rows) {
+			t.Errorf("%s: units %q of rows %q, want %d units covering each row once", tc.kind, units, rows, tc.units)
+		}
+		if q := k.queue(); q != tc.queue {
+			t.Errorf("%s: queue mode %d, want %d", tc.kind, q, tc.queue)
+		}
+		if keeps := k.keepsLocalSlot(); keeps != tc.keeps {
+			t.Errorf("%s: keeps its local slot %v, want %v", tc.kind, keeps, tc.keeps)
+		}
+		if w := k.words(&tc.o).String(); w != tc.words || tc.e == entryAcquire && tc.o.kind().String() != tc.words {
+			t.Errorf("%s: named %q (options: %q), want %q", tc.kind, w, tc.o.kind(), tc.words)
+		}
+	}
+	// A set's names are attempted together, by one statement.
+	if units := (kindSet{}).units([]string{"a", "b"}); len(units) != 1 || !slices.Equal(units[0], []string{"a", "b"}) {
+		t.Errorf("a set's units %q, want one of both names", units)
+	}
+}

@@ -23,13 +23,14 @@ type Lease struct {
 	token   int64
 	ttl     time.Duration
 	session bool // bound to the client's session (FastFailover)
-	// sharedOf is the name of a shared lease (WithShared), whose row name
-	// is "sharedOf#i"; "" for an exclusive one.
-	sharedOf string
-	epoch    uint64 // the session connection it is bound to
-	slot     *localSlot
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
+	kind    kind // the kind of lease it was acquired as
+	// of is the name a lease whose holders share a name holds a row
+	// "of#i" of (see kind.keepsLocalSlot: a shared lease); "" for others.
+	of     string
+	epoch  uint64 // the session connection it is bound to
+	slot   *localSlot
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
 	stepDown     chan struct{} // closed when a step-down is requested of it
 	stepDownOnce sync.Once
@@ -96,7 +97,7 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 
 // Shared reports whether the lease is a shared one ([WithShared]); its
 // Name is then the row "NAME#i" of the name NAME it shares.
-func (l *Lease) Shared() bool { return l.sharedOf != "" }
+func (l *Lease) Shared() bool { return l.kind == kind(kindShared{}) }
 
 // FastFailover reports whether the lease was acquired [WithFastFailover],
 // and so is bound to the client's database session: a lease asked for

@@ -88,7 +88,7 @@ func (c *Client) beginAll(ctx context.Context, names []string, opts []Option) ([
 // (TryAcquireAll) or until ctx ends (AcquireAll).
 func (c *Client) acquireSet(ctx context.Context, names []string, o leaseOptions, wait bool) (*LeaseSet, error) {
 	leases, err := c.runAcquisition(ctx, func() *acquisition {
-		return &acquisition{c: c, names: names, set: true, o: o, wait: wait}
+		return &acquisition{c: c, names: names, kind: kindOf(entrySet, &o), o: o, wait: wait}
 	})
 	if err != nil {
 		return nil, err

@@ -176,19 +176,6 @@ func WithShared() Option {
 	return Option{func(o *leaseOptions) error { o.shared, o.used[optShared] = true, true; return nil }}
 }
 
-// names returns the names of the lease rows an acquisition of name with
-// these options contends for: name itself, or its slot names.
-func (o leaseOptions) names(name string) []string {
-	if o.slots <= 1 {
-		return []string{name}
-	}
-	names := make([]string, o.slots)
-	for i := range names {
-		names[i] = slotName(name, i)
-	}
-	return names
-}
-
 // leaseOptions resolves the options of a call of e (see resolveOptions).
 func (c *Client) leaseOptions(e entry, opts []Option) (leaseOptions, error) {
 	return resolveOptions(&c.cfg, c.meta, e, opts)
