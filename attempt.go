@@ -175,7 +175,7 @@ func (a *acquisition) statement(unit []string) func(context.Context) reply {
 				r.rows[i] = nameReply{name: n.Name, free: n.Free, acquireResult: acquireResult{AcquireResult: store.AcquireResult{
 					Acquired: res.Acquired, Token: n.Token, OtherOwner: n.OtherOwner, OtherToken: n.OtherToken,
 					OtherRemaining: n.OtherRemaining, OtherClient: n.OtherClient, OtherHeartbeatAge: n.OtherHeartbeatAge,
-					Ahead: n.Ahead, SlotsMismatch: n.Clash, HolderInSession: n.HolderInSession,
+					Ahead: n.Ahead, Clash: n.Clash, HolderInSession: n.HolderInSession,
 					HolderWatchable: n.HolderWatchable, HolderSession: n.HolderSession}}}
 			}
 			return r
@@ -264,9 +264,9 @@ func (a *acquisition) refusal(ctx context.Context, r reply) error {
 		return errorf("acquire %q: %w", n.name, errOrphan)
 	}
 	for _, n := range r.rows {
-		if n.SlotsMismatch != 0 {
+		if n.Clash != (store.Clash{}) {
 			// Not retryable: the acquisition loop returns it at once.
-			return &KindError{Name: cmp.Or(a.o.semaphore, n.name), Want: a.o.kind().String(), Have: clashKind(n.SlotsMismatch).String()}
+			return &KindError{Name: cmp.Or(a.o.semaphore, n.name), Want: a.o.kind().String(), Have: clashKind(n.Clash).String()}
 		}
 	}
 	for _, n := range r.rows {
@@ -324,7 +324,7 @@ func (c *Client) giveUp(leases []*Lease, cause error) {
 // of this client holds the name, but a shared lease's row may be the
 // client's (see WithShared).
 func (c *Client) orphan(name string, r store.AcquireResult) bool {
-	if r.Acquired || r.OtherClient != c.id || r.OtherToken == 0 || r.OtherRemaining <= 0 || r.SlotsMismatch != 0 {
+	if r.Acquired || r.OtherClient != c.id || r.OtherToken == 0 || r.OtherRemaining <= 0 || r.Clash != (store.Clash{}) {
 		return false
 	}
 	// A shared lease's row ("name#i") holds no local slot: a slot attempt

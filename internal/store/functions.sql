@@ -32,7 +32,11 @@
 -- the documentation, here. The migration replaces the functions with
 -- CREATE OR REPLACE, which cannot change a function's arguments or result
 -- columns: a later version that does must drop the old one first (and
--- look it up, TableExists, by its new argument types).
+-- look it up, TableExists, by its new argument types). Version 10 drops
+-- none: its acquisition functions take one more argument (p_kind), so
+-- they are new functions beside those of the older signatures, which it
+-- replaces with wrappers for the clients of earlier releases
+-- (CreateAcquireCompat).
 
 -- name: CreateAcquire
 -- p_name the name, p_owner the owner, p_ttl_ms the ttl (ms), p_hold_ms
@@ -51,6 +55,10 @@
 -- commit must wait for its WAL flush if any of them acquired).
 -- p_semaphore the semaphore whose slot p_name is and p_slots its slot
 -- count (see WithSlots), both recorded in the row; NULL for a plain lease.
+-- p_kind the kind asked for, recorded in the row's "kind" (schema version
+-- 10): 'plain', or 'semaphore' for a slot. (Every acquisition function
+-- takes the kind it writes; a kind with rules of its own has a function of
+-- its own.)
 -- (The parameters and the result columns, in order, with their types,
 -- are listed once, in params.go, which renders the signature, the call
 -- and the scan of the row.)
@@ -62,9 +70,9 @@
 -- the lease is free and promised to the waiters ahead), whether a
 -- session-bound holder is bound to its session, whether that session
 -- still holds its session lock (a waiter can watch it: AwaitSession), the
--- number of live waiters ahead, the slot count of a live row of another
--- kind on the name (see clash: 1 for a plain lease; 0 when none), and the
--- session-bound holder's backend pid.
+-- number of live waiters ahead, the kind and size of a live row of another
+-- kind on the name (see clash; '' and 0 when none), and the session-bound
+-- holder's backend pid.
 --
 -- Tokens: acquisitions of one name first serialize on a transaction-scoped
 -- advisory lock (the two-int4 key space, which never meets the bigint keys
@@ -134,12 +142,12 @@ BEGIN
     IF p_lock_timeout_ms > 0 THEN
         v_ok := set_config('lock_timeout', p_lock_timeout_ms::text, true) IS NULL;
     END IF;
-    IF p_semaphore IS NOT NULL THEN
+    IF p_kind = 'semaphore' THEN
         v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_semaphore)}}) IS NULL;
     END IF;
     v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_name)}}) IS NULL;
 
-    IF NOT p_queued AND p_semaphore IS NULL THEN
+    IF NOT p_queued AND p_kind = 'plain' THEN
         -- The first path (see above).
         INSERT INTO {{table}} AS l
             ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
@@ -152,14 +160,14 @@ BEGIN
                CASE WHEN p_session THEN {{server}} END,
                p_metadata || jsonb_build_object('client', p_client)
          WHERE NOT EXISTS (SELECT 1 FROM {{table}} AS s
-                            WHERE s."semaphore" = p_name AND (s."expires_at" > now() OR s."slots" = 0))
+                            WHERE s."semaphore" = p_name AND (s."expires_at" > now() OR s."kind" = 'shared'))
            AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
                             WHERE w."name" = p_name AND w."client" <> p_client)
         ON CONFLICT ("name") DO NOTHING
         RETURNING true, l."token", l."session_pid" IS NOT NULL, '', 0::bigint, 0::bigint, 0::bigint,
-                  '', false, 0::bigint, 0, 0, {{durable}}
+                  '', false, 0::bigint, '', 0, 0, {{durable}}
              INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
-                  o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid, v_setting;
+                  o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash_kind, o_clash_size, o_pid, v_setting;
         IF FOUND THEN
             IF p_queue_ttl_ms > 0 THEN
                 -- A polling wait's registration (see polled below).
@@ -171,19 +179,20 @@ BEGIN
 
     -- The second path: every rule, as one statement.
     WITH clash AS MATERIALIZED (
-        -- A live row of another kind on the name, by its slot count (1 for a
-        -- plain lease, -1 for shared leases): for a plain lease, a slot of a
-        -- semaphore of its name (shared leases of the name are not another
-        -- kind to it: see readers); for a slot, a slot of its semaphore
-        -- recording another count, a shared lease of the semaphore's name,
-        -- or a plain lease on that name. (Through the semaphore index and
-        -- the primary key: the cost does not grow with the table.)
-        SELECT CASE WHEN l."slots" = 0 THEN -1 ELSE l."slots" END FROM {{table}} AS l
+        -- A live row of another kind on the name, by its kind and size: for a
+        -- plain lease, a row of another kind under its name (shared leases
+        -- of the name are not another kind to it: see readers); for a slot,
+        -- a row under its semaphore's name of another kind or recording
+        -- another count, or a plain lease on that name. (Through the
+        -- semaphore index and the primary key: the cost does not grow with
+        -- the table.)
+        SELECT l."kind", coalesce(l."slots", 0) AS "size" FROM {{table}} AS l
          WHERE l."semaphore" = coalesce(p_semaphore, p_name) AND l."expires_at" > now()
-           AND (CASE WHEN p_semaphore IS NULL THEN l."slots" <> 0 ELSE l."slots" <> p_slots END)
+           AND (CASE WHEN p_kind = 'plain' THEN l."kind" <> 'shared'
+                     ELSE l."kind" <> p_kind OR l."slots" IS DISTINCT FROM p_slots END)
         UNION ALL
-        SELECT 1 FROM {{table}} AS l
-         WHERE p_semaphore IS NOT NULL AND l."name" = p_semaphore AND l."semaphore" IS NULL
+        SELECT l."kind", 0 FROM {{table}} AS l
+         WHERE p_kind <> 'plain' AND l."name" = p_semaphore AND l."semaphore" IS NULL
            AND l."expires_at" > now()
          LIMIT 1
     ), srv AS MATERIALIZED (
@@ -199,7 +208,7 @@ BEGIN
                l."session_pid" AS "pid",
                NOT {{session_ended(p_ns, l."session_pid", l."session_server" = (SELECT id FROM srv))}} AS "alive"
           FROM {{table}} AS l
-         WHERE p_semaphore IS NULL AND l."semaphore" = p_name AND l."slots" = 0
+         WHERE p_kind = 'plain' AND l."semaphore" = p_name AND l."kind" = 'shared'
     ), reading AS MATERIALIZED (
         SELECT * FROM readers AS r WHERE r."live" AND r."alive"
     ), me AS MATERIALIZED (
@@ -231,7 +240,8 @@ BEGIN
         -- (ON CONFLICT) after locking it, and the attempt would write.
         INSERT INTO {{table}} AS l
             ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-             "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
+             "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots",
+             "kind", "weight")
         SELECT p_name, p_owner, nextval('{{seq}}'), now(), now(),
                now() + p_ttl_ms * interval '1 millisecond',
                now() + p_hold_ms * interval '1 millisecond',
@@ -239,7 +249,7 @@ BEGIN
                CASE WHEN p_session THEN pg_backend_pid() END,
                CASE WHEN p_session THEN (SELECT id FROM srv) END,
                p_metadata || jsonb_build_object('client', p_client),
-               p_semaphore, p_slots
+               p_semaphore, p_slots, p_kind, 1
         FROM ahead
         WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash) AND NOT EXISTS (SELECT 1 FROM reading)
           AND NOT EXISTS (SELECT 1 FROM old WHERE old."live" AND NOT old."session_bound")
@@ -250,7 +260,7 @@ BEGIN
                "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
                "session_server" = excluded."session_server", "metadata" = excluded."metadata",
                "semaphore" = excluded."semaphore", "slots" = excluded."slots",
-               "stepdown_at" = NULL
+               "kind" = excluded."kind", "weight" = excluded."weight", "stepdown_at" = NULL
          WHERE l."expires_at" <= now()
             -- A session-bound row whose session ended (see above): the row as
             -- it is now, not as of the statement's snapshot.
@@ -281,7 +291,7 @@ BEGIN
         -- it. It keeps its place (since) while it keeps being refused.
         INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared", "polling")
         SELECT p_name, p_client, now(), now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, false, true
-         WHERE NOT p_queued AND p_queue_ttl_ms > 0 AND p_semaphore IS NULL
+         WHERE NOT p_queued AND p_queue_ttl_ms > 0 AND p_kind = 'plain'
            AND NOT EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM reading)
         ON CONFLICT ("name", "client") DO UPDATE
            SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
@@ -344,7 +354,7 @@ BEGIN
     )
     SELECT true, ins."token", ins."session_bound",
            coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
-           false, 0::bigint, 0, 0
+           false, 0::bigint, '', 0, 0
       FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true LEFT JOIN durable ON true
            LEFT JOIN (SELECT count(*) FROM purged) AS p ON true
     UNION ALL
@@ -354,11 +364,12 @@ BEGIN
            CASE WHEN old."session_bound"
                 THEN NOT {{session_gone(p_ns, old."pid")}}
                 ELSE false END,
-           (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
+           (SELECT n FROM ahead), coalesce((SELECT "kind" FROM clash), ''),
+           coalesce((SELECT "size" FROM clash), 0), coalesce(old."pid", 0)
       FROM (SELECT 1) AS one LEFT JOIN shown AS old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
      WHERE NOT EXISTS (SELECT 1 FROM ins)
       INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
-           o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid;
+           o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash_kind, o_clash_size, o_pid;
 END
 $pglease$
 
@@ -403,7 +414,7 @@ BEGIN
               (SELECT CASE WHEN x.queue THEN true WHEN pg_notify(p_channel, p_name) IS NULL THEN false ELSE false END
                  FROM (SELECT EXISTS (SELECT 1 FROM {{waiters}} AS w WHERE w."name" = p_name) AS queue) AS x),
               set_config('synchronous_commit', 'off', true),
-              CASE WHEN l."slots" = 0 THEN l."semaphore" END
+              CASE WHEN l."kind" = 'shared' THEN l."semaphore" END
          INTO v_acquired_at, v_waiters, v_setting, v_shared;
     IF NOT FOUND THEN
         v_setting := set_config('synchronous_commit', 'off', true);
@@ -482,9 +493,9 @@ $pglease$
 -- A shared lease (schema version 8): many shared holders of a name at
 -- once, or one exclusive holder (a plain lease of the name, CreateAcquire),
 -- never both. Each shared holder holds a row of its own, "name#i" (the
--- lowest i not held), with the name in "semaphore" and 0 in "slots" (a
--- semaphore's slot rows record their count there, 1 or more), and a
--- fencing token of its own; it is renewed, released (CreateRelease) and
+-- lowest i not held), with the name in "semaphore", 'shared' in "kind"
+-- (p_kind, which must say so) and 0 in "slots" (which the releases of
+-- schema versions 8 and 9 read as the kind), and a fencing token of its own; it is renewed, released (CreateRelease) and
 -- guarded by that row as any lease is. p_name the name, p_owner to
 -- p_queue_ttl_ms as CreateAcquire's (p_queued: the attempt registers, as a
 -- shared wait, in the queue of the name), p_in_batch whether the call
@@ -495,7 +506,7 @@ $pglease$
 -- of the name takes first (CreateAcquire's, and so a semaphore's of that
 -- name, and AcquireAll's):
 --   - another kind: a live slot of a semaphore of the name refuses the
---     attempt at once (o_clash, its slot count); nothing is written.
+--     attempt at once (o_clash_kind and o_clash_size); nothing is written.
 --   - an exclusive holder: the name's own row, live (and, session-bound,
 --     its session alive), refuses it; the holder is reported as
 --     CreateAcquire reports one.
@@ -538,18 +549,22 @@ BEGIN
     o_acquired := false; o_token := 0; o_session_bound := false; o_owner := '';
     o_other_token := 0; o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := '';
     o_watchable := false; o_ahead := 0; o_pid := 0; o_name := '';
+    IF p_kind IS DISTINCT FROM 'shared' THEN
+        RAISE EXCEPTION 'pglease: % acquires shared leases, not %', '{{acquire_shared_fn}}', p_kind;
+    END IF;
     IF NOT p_in_batch THEN
         -- Acquiring nothing, the commit need not wait for its WAL flush
         -- (raised again below, by {{durable}}, once it acquires).
         v_setting := set_config('synchronous_commit', 'off', true);
     END IF;
 
-    o_clash := coalesce((SELECT l."slots" FROM {{table}} AS l
-                          WHERE l."semaphore" = p_name AND l."slots" <> 0 AND l."expires_at" > now()
-                          LIMIT 1), 0);
-    IF o_clash <> 0 THEN
+    SELECT l."kind", coalesce(l."slots", 0) INTO o_clash_kind, o_clash_size FROM {{table}} AS l
+     WHERE l."semaphore" = p_name AND l."kind" <> 'shared' AND l."expires_at" > now()
+     LIMIT 1;
+    IF FOUND THEN
         RETURN;
     END IF;
+    o_clash_kind := ''; o_clash_size := 0;
 
     SELECT w."since" INTO v_since FROM {{waiters}} AS w
      WHERE p_queued AND w."name" = p_name AND w."client" = p_client;
@@ -593,18 +608,19 @@ BEGIN
 
     DELETE FROM {{table}} AS l WHERE l."name" = p_name;
     DELETE FROM {{table}} AS l
-     WHERE l."semaphore" = p_name AND l."slots" = 0 AND l."metadata" ->> 'client' = p_client
+     WHERE l."semaphore" = p_name AND l."kind" = 'shared' AND l."metadata" ->> 'client' = p_client
        AND l."name" NOT IN (SELECT jsonb_array_elements_text(p_mine));
     SELECT min(i) INTO v_i
       FROM generate_series(0, (SELECT count(*) FROM {{table}} AS l
-                                WHERE l."semaphore" = p_name AND l."slots" = 0)::integer) AS i
+                                WHERE l."semaphore" = p_name AND l."kind" = 'shared')::integer) AS i
      WHERE NOT EXISTS (
             SELECT 1 FROM {{table}} AS l
              WHERE l."name" = p_name || '#' || i AND l."expires_at" > now()
                AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}});
     INSERT INTO {{table}} AS l
         ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-         "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
+         "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots",
+         "kind", "weight")
     VALUES (p_name || '#' || v_i, p_owner, nextval('{{seq}}'), now(), now(),
             now() + p_ttl_ms * interval '1 millisecond',
             now() + p_hold_ms * interval '1 millisecond',
@@ -612,7 +628,7 @@ BEGIN
             CASE WHEN p_session THEN pg_backend_pid() END,
             CASE WHEN p_session THEN v_srv END,
             p_metadata || jsonb_build_object('client', p_client),
-            p_name, 0)
+            p_name, 0, p_kind, 1)
     ON CONFLICT ("name") DO UPDATE
        SET "owner" = excluded."owner", "token" = excluded."token",
            "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
@@ -620,13 +636,49 @@ BEGIN
            "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
            "session_server" = excluded."session_server", "metadata" = excluded."metadata",
            "semaphore" = excluded."semaphore", "slots" = excluded."slots",
-           "stepdown_at" = NULL
+           "kind" = excluded."kind", "weight" = excluded."weight", "stepdown_at" = NULL
     RETURNING l."name", l."token", l."session_pid" IS NOT NULL INTO o_name, o_token, o_session_bound;
     o_acquired := true;
     IF p_queued THEN
         DELETE FROM {{waiters}} AS w WHERE w."name" = p_name AND w."client" = p_client;
     END IF;
     v_setting := {{durable}};
+END
+$pglease$
+
+-- name: CreateAcquireCompat
+-- Schema version 10: CreateAcquire by the signature of versions 7 to 9
+-- (without p_kind, and the clash as an int code, o_clash), which the
+-- clients of those releases still running during a rolling upgrade call.
+-- A thin wrapper: it asks for the kind their arguments meant (a slot when
+-- p_semaphore is set), so their single acquisitions follow this version's
+-- rules, and encodes the clash as they read it (0 none, 1 a plain lease,
+-- -1 shared leases, n a semaphore of n slots). PostgreSQL tells it from
+-- CreateAcquire by its argument types. A later version may drop it once
+-- it no longer supports those releases' clients.
+CREATE OR REPLACE FUNCTION {{acquire_fn}}(
+{{acquire_v9_params}}
+{{acquire_v9_result}})
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+BEGIN
+    SELECT {{acquire_v9_select}}
+      INTO {{acquire_v9_into}}
+      FROM {{acquire_fn}}({{acquire_v9_pass}},
+                          p_kind => CASE WHEN p_semaphore IS NULL THEN 'plain' ELSE 'semaphore' END) AS a;
+END
+$pglease$
+
+-- name: CreateAcquireSharedCompat
+-- CreateAcquireShared by the signature of versions 8 and 9, as
+-- CreateAcquireCompat.
+CREATE OR REPLACE FUNCTION {{acquire_shared_fn}}(
+{{acquire_shared_v9_params}}
+{{acquire_shared_v9_result}})
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+BEGIN
+    SELECT {{acquire_shared_v9_select}}
+      INTO {{acquire_shared_v9_into}}
+      FROM {{acquire_shared_fn}}({{acquire_shared_v9_pass}}, p_kind => 'shared') AS a;
 END
 $pglease$
 
