@@ -185,9 +185,9 @@ func (a *acquisition) refusal(ctx context.Context, r reply) error {
 		return errorf("acquire %q: %w", n.name, errOrphan)
 	}
 	for _, n := range r.rows {
-		if n.SlotsMismatch != 0 {
+		if n.Clash != (store.Clash{}) {
 			// Not retryable: the acquisition loop returns it at once.
-			return &KindError{Name: cmp.Or(a.o.semaphore, n.name), Want: a.o.kind().String(), Have: clashKind(n.SlotsMismatch).String()}
+			return &KindError{Name: cmp.Or(a.o.semaphore, n.name), Want: a.o.kind().String(), Have: clashKind(n.Clash).String()}
 		}
 	}
 	for _, n := range r.rows {
@@ -247,7 +247,7 @@ func (c *Client) giveUp(leases []*Lease, cause error) {
 // of this client holds the name, but a shared lease's row may be the
 // client's (see WithShared).
 func (c *Client) orphan(name string, r store.AcquireResult) bool {
-	if r.Acquired || r.OtherClient != c.id || r.OtherToken == 0 || r.OtherRemaining <= 0 || r.SlotsMismatch != 0 {
+	if r.Acquired || r.OtherClient != c.id || r.OtherToken == 0 || r.OtherRemaining <= 0 || r.Clash != (store.Clash{}) {
 		return false
 	}
 	// A shared lease's row ("name#i") holds no local slot: a slot attempt

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/pglease/pglease/internal/store"
 )
 
 // The kinds of lease where callers meet them: the words a *KindError names
@@ -165,19 +167,24 @@ func (o leaseOptions) kind() leaseKind {
 }
 
 // clashKind is the kind of the live leases that refused an acquisition,
-// read from the store's code for it (AcquireResult.SlotsMismatch, a set's
-// NameResult.Clash; 0, no clash, never reaches here): 1 a plain lease
-// (a row of the name without a semaphore), -1 shared leases (slot count 0
-// in their rows), n > 1 a semaphore of n slots. It is the only Go code that
-// reads the code.
-func clashKind(code int) leaseKind {
-	switch {
-	case code == 1:
+// as the store names it (AcquireResult.Clash, a set's NameResult.Clash;
+// the zero Clash, none, never reaches here). It is the only Go code that
+// reads the table's words for the kinds. A kind this version does not know
+// (a later version's) is named by the table's word for it.
+func clashKind(c store.Clash) leaseKind {
+	switch c.Kind {
+	case store.RowPlain:
 		return plainKind
-	case code > 1:
-		return semaphoreKind(code)
+	case store.RowShared:
+		return sharedKind
+	case store.RowSemaphore:
+		return semaphoreKind(c.Size)
 	}
-	return sharedKind
+	k := leaseKind{word: c.Kind}
+	if c.Size != 0 {
+		k.size, k.unit = c.Size, "units"
+	}
+	return k
 }
 
 // entry is a row of the option rules: the calls that take options.

@@ -67,7 +67,7 @@ func (kindSet) statement(a *acquisition, unit []string) func(context.Context) re
 			r.rows[i] = nameReply{name: n.Name, free: n.Free, acquireResult: acquireResult{AcquireResult: store.AcquireResult{
 				Acquired: res.Acquired, Token: n.Token, OtherOwner: n.OtherOwner, OtherToken: n.OtherToken,
 				OtherRemaining: n.OtherRemaining, OtherClient: n.OtherClient, OtherHeartbeatAge: n.OtherHeartbeatAge,
-				Ahead: n.Ahead, SlotsMismatch: n.Clash, HolderInSession: n.HolderInSession,
+				Ahead: n.Ahead, Clash: n.Clash, HolderInSession: n.HolderInSession,
 				HolderWatchable: n.HolderWatchable, HolderSession: n.HolderSession}}}
 		}
 		return r

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 // The options each call takes, as the documentation states them: the
@@ -202,9 +203,10 @@ func TestKindNames(t *testing.T) {
 		{leaseOptions{slots: 1}.kind(), "plain lease"},
 		{leaseOptions{slots: 3}.kind(), "semaphore of 3 slots"},
 		{leaseOptions{shared: true}.kind(), "shared lease"},
-		{clashKind(1), "plain lease"},
-		{clashKind(-1), "shared lease"},
-		{clashKind(3), "semaphore of 3 slots"},
+		{clashKind(store.Clash{Kind: store.RowPlain}), "plain lease"},
+		{clashKind(store.Clash{Kind: store.RowShared}), "shared lease"},
+		{clashKind(store.Clash{Kind: store.RowSemaphore, Size: 3}), "semaphore of 3 slots"},
+		{clashKind(store.Clash{Kind: "quota", Size: 10}), "quota of 10 units"},
 		{leaseKind{word: "quota", size: 10, unit: "units"}, "quota of 10 units"},
 	} {
 		if tc.got.String() != tc.want {

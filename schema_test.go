@@ -157,7 +157,7 @@ func TestVersion3TableIsMigrated(t *testing.T) {
 	}
 	tbl := owner.st.Names.QualifiedTable()
 	pgtest.Exec(t, `DROP INDEX `+pgx.Identifier{schema, owner.st.Names.SemaphoreIndex}.Sanitize())
-	pgtest.Exec(t, `ALTER TABLE `+tbl+` DROP COLUMN semaphore, DROP COLUMN slots, DROP COLUMN stepdown_at`)
+	pgtest.Exec(t, `ALTER TABLE `+tbl+` DROP COLUMN semaphore, DROP COLUMN slots, DROP COLUMN stepdown_at, DROP COLUMN kind, DROP COLUMN weight`)
 	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 3'`)
 
 	old := testClient(t, Config{Table: schema + ".leases", DisableAutoMigrate: true})
@@ -310,7 +310,7 @@ func downgradeToVersion2(t *testing.T, schema string) {
 	tbl := c.st.Names.QualifiedTable()
 	pgtest.Exec(t, `DROP TABLE `+c.st.Names.QualifiedWaiters())
 	pgtest.Exec(t, `DROP INDEX `+pgx.Identifier{schema, c.st.Names.SemaphoreIndex}.Sanitize())
-	pgtest.Exec(t, `ALTER TABLE `+tbl+` DROP COLUMN semaphore, DROP COLUMN slots, DROP COLUMN stepdown_at`)
+	pgtest.Exec(t, `ALTER TABLE `+tbl+` DROP COLUMN semaphore, DROP COLUMN slots, DROP COLUMN stepdown_at, DROP COLUMN kind, DROP COLUMN weight`)
 	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 2'`)
 }
 

@@ -16,14 +16,14 @@
 // them spelling it "leases" under a search_path, half "schema.leases".
 //
 // One sequence in four begins as a rolling upgrade does: two agents of
-// the previous release (commit 23c8c33, schema version 8: its own
+// the previous release (commit 9f55155, schema version 9: its own
 // combination test binary, built once per run from git archive, kept in
 // the temporary directory for later runs, and left out with a log line
 // where the history is missing, as in a shallow clone) open their
-// clients and create the table at version 8, hold and wait on names; then
+// clients and create the table at version 9, hold and wait on names; then
 // (DoUpgrade) the agents of this version arrive in the other slots and
 // migrate the table under them. The old agents go on with every step
-// but a shutdown (the earlier agent does not report its Close); a killed
+// but a shutdown (as those of releases that did not report their Close); a killed
 // one is replaced by an agent of this version, as a replica restarted
 // after its upgrade would be. The checker holds old and new agents alike
 // to every property, with what the upgrade documents: an old agent's
@@ -32,10 +32,11 @@
 // its single acquisition whose statement was in flight across the
 // migration (waiting inside the earlier version's function, whose body
 // writes without the fence's mark); a fast-failover lease of an old
-// agent is taken over at its expiry (its row carries the earlier form
-// of the server incarnation), so it is held to the expiry bound, as is
-// an old agent's wait behind a first waiter that died with the holder
-// (the earlier release looks again only at its poll there).
+// agent is held to the expiry bound (the agents of schema version 8 wrote
+// the earlier form of the server incarnation, so their rows were taken
+// over at expiry; the bound holds for those of version 9 too), as is an
+// old agent's wait behind a first waiter that died with the holder (the
+// earlier release looks again only at its poll there).
 // PGLEASE_COMBO_UPGRADE=1 makes every sequence an upgrade, =0 none.
 //
 // Then come the steps ([Step]): acquisitions in every mode (plain, fast

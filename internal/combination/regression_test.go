@@ -181,7 +181,7 @@ var regressions = []struct {
 	},
 	{
 		// Issue 41: an upgrade with replicas of the previous release still
-		// running. Two agents of release 23c8c33 (schema version 8)
+		// running. Two agents of the previous release (oldRelease)
 		// create the table and hold and wait: a fast-failover lease, a
 		// semaphore's slots, a set, a waiter of a name and one of a
 		// semaphore; then two agents of this version arrive and migrate

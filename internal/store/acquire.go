@@ -28,9 +28,10 @@ type AcquireArgs struct {
 	// queued after it before the lease is promised to it.
 	FairAfter time.Duration
 	// Semaphore and Slots: Name is a slot of the semaphore Semaphore of
-	// Slots slots, both recorded in the row. The attempt is refused
-	// (AcquireResult.SlotsMismatch) while a live row of another kind holds
-	// the name (see CreateAcquire in functions.sql). Empty for a plain lease.
+	// Slots slots, both recorded in the row (its kind, RowSemaphore). The
+	// attempt is refused (AcquireResult.Clash) while a live row of another
+	// kind holds the name (see CreateAcquire in functions.sql). Empty for a
+	// plain lease (RowPlain).
 	Semaphore string
 	Slots     int
 	// inBatch: the statement shares its transaction (AcquireBatch).
@@ -63,12 +64,39 @@ type AcquireResult struct {
 	// Ahead is the number of live waiters of other clients queued before a
 	// queued attempt; while there are any, a free lease is theirs.
 	Ahead int64
-	// SlotsMismatch is the slot count of a live row of another kind on the
-	// name (1 for a plain lease; for a slot, a slot of its semaphore with
-	// another count, or a plain lease on the semaphore's name; for a plain
-	// lease, a slot of a semaphore of that name), 0 when none; the attempt
-	// then acquired and wrote nothing.
-	SlotsMismatch int
+	// Clash is a live row of another kind on the name (for a slot, a slot
+	// of its semaphore with another count, shared leases of the semaphore's
+	// name, or a plain lease on it; for a plain lease, a slot of a
+	// semaphore of that name; for a shared lease, a slot of a semaphore of
+	// its name); the attempt then acquired and wrote nothing. The zero
+	// Clash when none.
+	Clash Clash
+}
+
+// The kinds of lease as a row records them in the table's "kind" column
+// (schema version 10) and a Clash names them. A kind with rules of its own
+// has its own acquisition function, which records its own word here.
+const (
+	RowPlain     = "plain"     // a plain (exclusive) lease; "slots" is NULL
+	RowSemaphore = "semaphore" // a slot of a semaphore ("semaphore"), of "slots" slots
+	RowShared    = "shared"    // one shared lease of the name "semaphore"; "slots" is 0
+)
+
+// Clash is the live lease of another kind that refused an attempt, as the
+// server names it: its kind (RowPlain, RowSemaphore, RowShared, or the
+// word of a kind a later version added) and its size (a semaphore's slot
+// count; 0 for a kind without a size). The zero Clash is none.
+type Clash struct {
+	Kind string
+	Size int
+}
+
+// kind is the kind of lease the call asks for.
+func (c acquireCall) kind() string {
+	if c.Semaphore != "" {
+		return RowSemaphore
+	}
+	return RowPlain
 }
 
 // Acquire inserts or takes over the lease row: one call of the table's

@@ -32,7 +32,11 @@
 -- the documentation, here. The migration replaces the functions with
 -- CREATE OR REPLACE, which cannot change a function's arguments or result
 -- columns: a later version that does must drop the old one first (and
--- look it up, TableExists, by its new argument types).
+-- look it up, TableExists, by its new argument types). Version 10 drops
+-- none: its acquisition functions take one more argument (p_kind), so
+-- they are new functions beside those of the older signatures, which it
+-- replaces with wrappers for the clients of earlier releases
+-- (CreateAcquireCompat).
 
 -- name: CreateAcquire
 -- p_name the name, p_owner the owner, p_ttl_ms the ttl (ms), p_hold_ms
@@ -51,6 +55,10 @@
 -- commit must wait for its WAL flush if any of them acquired).
 -- p_semaphore the semaphore whose slot p_name is and p_slots its slot
 -- count (see WithSlots), both recorded in the row; NULL for a plain lease.
+-- p_kind the kind asked for, recorded in the row's "kind" (schema version
+-- 10): 'plain', or 'semaphore' for a slot. (Every acquisition function
+-- takes the kind it writes; a kind with rules of its own has a function of
+-- its own.)
 -- (The parameters and the result columns, in order, with their types,
 -- are listed once, in params.go, which renders the signature, the call
 -- and the scan of the row.)
@@ -62,9 +70,9 @@
 -- the lease is free and promised to the waiters ahead), whether a
 -- session-bound holder is bound to its session, whether that session
 -- still holds its session lock (a waiter can watch it: AwaitSession), the
--- number of live waiters ahead, the slot count of a live row of another
--- kind on the name (see clash: 1 for a plain lease; 0 when none), and the
--- session-bound holder's backend pid.
+-- number of live waiters ahead, the kind and size of a live row of another
+-- kind on the name (see clash; '' and 0 when none), and the session-bound
+-- holder's backend pid.
 --
 -- Tokens: acquisitions of one name first serialize on a transaction-scoped
 -- advisory lock (the two-int4 key space, which never meets the bigint keys
@@ -105,9 +113,10 @@
 -- settings (see the Durable fragment).
 --
 -- A name is one kind of lease: a slot is refused, and nothing written,
--- while a live slot row of its semaphore records another slot count or a
--- live plain lease holds the semaphore's name; a plain lease is refused
--- while a live slot of a semaphore of its name exists.
+-- while a live row under its semaphore's name is of another kind (shared
+-- leases) or records another slot count, or a live plain lease holds the
+-- semaphore's name; a plain lease is refused while a live row of another
+-- kind but shared leases (a slot of a semaphore of its name) exists.
 --
 -- The function has two paths. The first serves an unqueued attempt on a
 -- plain lease (session-bound or not) of a name that has no row at all and
@@ -116,12 +125,14 @@
 -- name and the waiters' primary key for a registration of another client
 -- (no promise can exist without one), and writes the row unless one
 -- exists (ON CONFLICT DO NOTHING: an existing row is not even locked).
--- When it writes nothing the second path decides, from scratch: the whole
--- rule of every kind, queue and binding, in one statement (it takes over
--- an expired row, or one whose session ended, and reports the holder). A
--- live row that its snapshot shows (and that is not session-bound, whose
--- session may have ended) is not written to at all there: no row lock, no
--- token drawn; the attempt only reads.
+-- When it writes nothing the second path decides, from scratch, one rule
+-- per statement: another kind, the holder, shared holders, the queue; then
+-- the row (it takes over an expired row, or one whose session ended), and
+-- what follows an acquisition (purge, dequeue, hand-off) or a refusal
+-- (registration, nudge, the holder reported). A live row that it reads
+-- (and that is not session-bound, whose session may have ended) is not
+-- written to at all there: no row lock, no token drawn; the attempt only
+-- reads.
 CREATE OR REPLACE FUNCTION {{acquire_fn}}(
 {{acquire_params}}
 {{acquire_result}})
@@ -129,17 +140,29 @@ LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 DECLARE
     v_ok boolean;
     v_setting text;
+    v_srv text;
+    v_clash boolean;
+    v_clash_kind text;
+    v_clash_size integer;
+    h record;           -- the name's own row
+    v_row boolean;      -- it exists
+    v_held boolean;     -- it is live
+    r record;           -- a live shared holder of the name
+    v_reading boolean := false;
+    v_since timestamptz;
+    v_registered boolean := false;
+    v_first text;
 BEGIN
     PERFORM set_config('pglease.writer', '{{version}}', true);
     IF p_lock_timeout_ms > 0 THEN
         v_ok := set_config('lock_timeout', p_lock_timeout_ms::text, true) IS NULL;
     END IF;
-    IF p_semaphore IS NOT NULL THEN
+    IF p_kind = 'semaphore' THEN
         v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_semaphore)}}) IS NULL;
     END IF;
     v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_name)}}) IS NULL;
 
-    IF NOT p_queued AND p_semaphore IS NULL THEN
+    IF NOT p_queued AND p_kind = 'plain' THEN
         -- The first path (see above).
         INSERT INTO {{table}} AS l
             ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
@@ -152,14 +175,14 @@ BEGIN
                CASE WHEN p_session THEN {{server}} END,
                p_metadata || jsonb_build_object('client', p_client)
          WHERE NOT EXISTS (SELECT 1 FROM {{table}} AS s
-                            WHERE s."semaphore" = p_name AND (s."expires_at" > now() OR s."slots" = 0))
+                            WHERE s."semaphore" = p_name AND (s."expires_at" > now() OR s."kind" = 'shared'))
            AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
                             WHERE w."name" = p_name AND w."client" <> p_client)
         ON CONFLICT ("name") DO NOTHING
         RETURNING true, l."token", l."session_pid" IS NOT NULL, '', 0::bigint, 0::bigint, 0::bigint,
-                  '', false, 0::bigint, 0, 0, {{durable}}
+                  '', false, 0::bigint, '', 0, 0, {{durable}}
              INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
-                  o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid, v_setting;
+                  o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash_kind, o_clash_size, o_pid, v_setting;
         IF FOUND THEN
             IF p_queue_ttl_ms > 0 THEN
                 -- A polling wait's registration (see polled below).
@@ -169,80 +192,100 @@ BEGIN
         END IF;
     END IF;
 
-    -- The second path: every rule, as one statement.
-    WITH clash AS MATERIALIZED (
-        -- A live row of another kind on the name, by its slot count (1 for a
-        -- plain lease, -1 for shared leases): for a plain lease, a slot of a
-        -- semaphore of its name (shared leases of the name are not another
-        -- kind to it: see readers); for a slot, a slot of its semaphore
-        -- recording another count, a shared lease of the semaphore's name,
-        -- or a plain lease on that name. (Through the semaphore index and
-        -- the primary key: the cost does not grow with the table.)
-        SELECT CASE WHEN l."slots" = 0 THEN -1 ELSE l."slots" END FROM {{table}} AS l
-         WHERE l."semaphore" = coalesce(p_semaphore, p_name) AND l."expires_at" > now()
-           AND (CASE WHEN p_semaphore IS NULL THEN l."slots" <> 0 ELSE l."slots" <> p_slots END)
-        UNION ALL
-        SELECT 1 FROM {{table}} AS l
-         WHERE p_semaphore IS NOT NULL AND l."name" = p_semaphore AND l."semaphore" IS NULL
-           AND l."expires_at" > now()
-         LIMIT 1
-    ), srv AS MATERIALIZED (
-        SELECT {{server}} AS id
-    ), readers AS MATERIALIZED (
-        -- A plain lease's name held shared (CreateAcquireShared): its
-        -- shared rows, alive unless session-bound to a session of this
-        -- incarnation that has ended (as a plain row is taken over then).
-        SELECT l."name", l."owner", l."token", l."expires_at" > now() AS "live",
-               l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
+    -- The second path: every rule, one statement each, in this order; the
+    -- decision follows them. (Each statement reads with a snapshot taken
+    -- under the name's lock: no acquisition of the name commits meanwhile,
+    -- and the INSERT's ON CONFLICT clause re-checks the row as it is then,
+    -- for what renewals, releases and Guard change without that lock.)
+    v_srv := {{server}};
+
+    -- Another kind: a live row of another kind on the name, by its kind and
+    -- size. For a plain lease, a row of another kind under its name (shared
+    -- leases of the name are not another kind to it: see the shared
+    -- holders below); for a slot, a row under its semaphore's name of
+    -- another kind or recording another count, or a plain lease on that
+    -- name. (Through the semaphore index and the primary key: the cost
+    -- does not grow with the table.)
+    SELECT c."kind", c."size" INTO v_clash_kind, v_clash_size
+      FROM (SELECT l."kind", coalesce(l."slots", 0) AS "size" FROM {{table}} AS l
+             WHERE l."semaphore" = coalesce(p_semaphore, p_name) AND l."expires_at" > now()
+               AND (CASE WHEN p_kind = 'plain' THEN l."kind" <> 'shared'
+                         ELSE l."kind" <> p_kind OR l."slots" IS DISTINCT FROM p_slots END)
+            UNION ALL
+            SELECT l."kind", 0 FROM {{table}} AS l
+             WHERE p_kind <> 'plain' AND l."name" = p_semaphore AND l."semaphore" IS NULL
+               AND l."expires_at" > now()) AS c
+     LIMIT 1;
+    v_clash := FOUND;
+
+    -- The holder: the name's own row, if any.
+    SELECT l."owner", l."token", l."expires_at" > now() AS "live",
+           coalesce(l."session_pid" IS NOT NULL AND l."session_server" = v_srv, false) AS "session_bound",
+           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+           l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid"
+      INTO h FROM {{table}} AS l WHERE l."name" = p_name;
+    v_row := FOUND;
+    v_held := v_row AND h."live";
+
+    -- Shared holders of a plain lease's name (CreateAcquireShared): a live
+    -- one, unless bound to a session of this incarnation that has ended (as
+    -- a plain row is taken over then), refuses it. The one a refusal
+    -- reports: one bound to a session first (for the waiter to watch), then
+    -- the one that expires last.
+    IF p_kind = 'plain' THEN
+        SELECT l."owner", l."token",
+               coalesce(l."session_pid" IS NOT NULL AND l."session_server" = v_srv, false) AS "session_bound",
                (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
                (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
-               l."session_pid" AS "pid",
-               NOT {{session_ended(p_ns, l."session_pid", l."session_server" = (SELECT id FROM srv))}} AS "alive"
-          FROM {{table}} AS l
-         WHERE p_semaphore IS NULL AND l."semaphore" = p_name AND l."slots" = 0
-    ), reading AS MATERIALIZED (
-        SELECT * FROM readers AS r WHERE r."live" AND r."alive"
-    ), me AS MATERIALIZED (
-        -- This wait's place in the queue: its first registration, or now.
-        SELECT coalesce(r.since, now()) AS since, r.since IS NOT NULL AS registered
-          FROM (SELECT) AS one LEFT JOIN {{waiters}} AS r
-            ON p_queued AND r."name" = p_name AND r."client" = p_client
-    ), ahead AS MATERIALIZED (
-        -- n: the live waiters queued before this wait, when one of them keeps
-        -- it from the lease: the first, once the lease is promised to it
-        -- (first names it then), or any, for a wait already in the queue
-        -- (queued waiters take their turns in order; only a new attempt may
-        -- overtake, as a client taking the name again at once does). Else 0.
-        SELECT coalesce(max(f.n) FILTER (WHERE f.due OR q.registered), 0) AS n,
-               max(f."client") FILTER (WHERE f.due) AS first
-          FROM (SELECT p_name AS "name") AS n
-         CROSS JOIN (SELECT p_client AS "client", p_ns AS "ns", me.since AS "since", me.registered,
-                            p_fair_ms * interval '1 millisecond' AS "fair" FROM me) AS q
-          LEFT JOIN LATERAL ({{first}}) AS f ON true
-    ), old AS MATERIALIZED (
-        SELECT l."owner", l."token", l."expires_at" > now() AS "live",
-               l."session_pid" IS NOT NULL AND l."session_server" = (SELECT id FROM srv) AS "session_bound",
-               (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
-               (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
-               l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid"
-          FROM {{table}} AS l WHERE l."name" = p_name
-    ), ins AS (
-        -- Not for a live row that is not session-bound: it would refuse
-        -- (ON CONFLICT) after locking it, and the attempt would write.
+               l."session_pid" AS "pid"
+          INTO r FROM {{table}} AS l
+         WHERE l."semaphore" = p_name AND l."kind" = 'shared' AND l."expires_at" > now()
+           AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}}
+         ORDER BY 3 DESC, 4 DESC
+         LIMIT 1;
+        v_reading := FOUND;
+    END IF;
+
+    -- The queue: this wait's place (its first registration, or now), and
+    -- the live waiters queued before it, when one of them keeps it from the
+    -- lease: the first, once the lease is promised to it (v_first names it
+    -- then), or any, for a wait already in the queue (queued waiters take
+    -- their turns in order; only a new attempt may overtake, as a client
+    -- taking the name again at once does).
+    IF p_queued THEN
+        SELECT w."since" INTO v_since FROM {{waiters}} AS w
+         WHERE w."name" = p_name AND w."client" = p_client;
+        v_registered := FOUND;
+    END IF;
+    IF NOT v_registered THEN
+        v_since := now();
+    END IF;
+    SELECT coalesce(max(f.n) FILTER (WHERE f.due OR v_registered), 0), max(f."client") FILTER (WHERE f.due)
+      INTO o_ahead, v_first
+      FROM (SELECT p_name AS "name") AS n
+     CROSS JOIN (SELECT p_client AS "client", p_ns AS "ns", v_since AS "since",
+                        p_fair_ms * interval '1 millisecond' AS "fair") AS q
+      LEFT JOIN LATERAL ({{first}}) AS f ON true;
+
+    -- The row: written unless something above refuses, and not at all over
+    -- a live row that is not session-bound (it would refuse, ON CONFLICT,
+    -- after locking it, and the attempt would write). It takes over an
+    -- expired row, or a session-bound one whose session ended, as the row
+    -- is now, not as of the reads above.
+    IF o_ahead = 0 AND NOT v_clash AND NOT v_reading AND NOT (v_held AND NOT h."session_bound") THEN
         INSERT INTO {{table}} AS l
             ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-             "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
-        SELECT p_name, p_owner, nextval('{{seq}}'), now(), now(),
-               now() + p_ttl_ms * interval '1 millisecond',
-               now() + p_hold_ms * interval '1 millisecond',
-               p_ttl_ms * interval '1 millisecond',
-               CASE WHEN p_session THEN pg_backend_pid() END,
-               CASE WHEN p_session THEN (SELECT id FROM srv) END,
-               p_metadata || jsonb_build_object('client', p_client),
-               p_semaphore, p_slots
-        FROM ahead
-        WHERE ahead.n = 0 AND NOT EXISTS (SELECT 1 FROM clash) AND NOT EXISTS (SELECT 1 FROM reading)
-          AND NOT EXISTS (SELECT 1 FROM old WHERE old."live" AND NOT old."session_bound")
+             "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots",
+             "kind", "weight")
+        VALUES (p_name, p_owner, nextval('{{seq}}'), now(), now(),
+                now() + p_ttl_ms * interval '1 millisecond',
+                now() + p_hold_ms * interval '1 millisecond',
+                p_ttl_ms * interval '1 millisecond',
+                CASE WHEN p_session THEN pg_backend_pid() END,
+                CASE WHEN p_session THEN v_srv END,
+                p_metadata || jsonb_build_object('client', p_client),
+                p_semaphore, p_slots, p_kind, 1)
         ON CONFLICT ("name") DO UPDATE
            SET "owner" = excluded."owner", "token" = excluded."token",
                "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
@@ -250,115 +293,107 @@ BEGIN
                "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
                "session_server" = excluded."session_server", "metadata" = excluded."metadata",
                "semaphore" = excluded."semaphore", "slots" = excluded."slots",
-               "stepdown_at" = NULL
+               "kind" = excluded."kind", "weight" = excluded."weight", "stepdown_at" = NULL
          WHERE l."expires_at" <= now()
-            -- A session-bound row whose session ended (see above): the row as
-            -- it is now, not as of the statement's snapshot.
-            OR {{session_ended(p_ns, l."session_pid", l."session_server" = (SELECT id FROM srv))}}
-        RETURNING l."token", l."session_pid" IS NOT NULL AS "session_bound"
-    ), purged AS (
-        -- Acquired over shared leases that ended (expired, or their sessions
-        -- did): their rows go. Deleting waits for a Guard's lock on one of
-        -- them, so that a stale shared holder's guarded write commits
-        -- before this acquisition does, as a takeover of a plain row waits.
-        DELETE FROM {{table}} AS l
-         WHERE EXISTS (SELECT 1 FROM ins)
-           AND l."name" IN (SELECT r."name" FROM readers AS r WHERE NOT (r."live" AND r."alive"))
-        RETURNING 1
-    ), queued AS (
+            OR {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}}
+        RETURNING true, l."token", l."session_pid" IS NOT NULL INTO o_acquired, o_token, o_session_bound;
+    END IF;
+    o_acquired := coalesce(o_acquired, false);
+
+    IF o_acquired THEN
+        -- Acquired over shared leases that ended (expired, or their
+        -- sessions did; a live one would have refused it, and no new one
+        -- can appear under the name's lock): their rows go. Deleting waits
+        -- for a Guard's lock on one of them, so that a stale shared
+        -- holder's guarded write commits before this acquisition does, as
+        -- a takeover of a plain row waits.
+        IF p_kind = 'plain' THEN
+            DELETE FROM {{table}} AS l WHERE l."semaphore" = p_name AND l."kind" = 'shared';
+        END IF;
+        -- Out of the queue (a queued wait, or a polling one's registration).
+        IF p_queued OR p_queue_ttl_ms > 0 THEN
+            DELETE FROM {{waiters}} AS w WHERE w."name" = p_name AND w."client" = p_client;
+        END IF;
+        IF p_session AND p_queued THEN
+            -- A fast-failover lease handed to a queued waiter (by a
+            -- release, or taken over from a dead or expired holder): wake
+            -- the next live waiter once, so that it looks again and watches
+            -- the new holder's session. It was queued behind this one and
+            -- did not watch the previous holder, and nothing else would
+            -- tell it of the new one before its fallback poll: a crash of
+            -- the new holder would wait for that poll.
+            PERFORM pg_notify('pglease_' || w."client", p_name)
+              FROM (SELECT w."client" FROM {{waiters}} AS w
+                     WHERE w."name" = p_name AND w."client" <> p_client AND NOT w."shared"
+                       AND CASE WHEN w."expires_at" > now()
+                                THEN NOT {{client_gone(p_ns, w."client")}}
+                                ELSE false END
+                     ORDER BY w."since", w."client"
+                     LIMIT 1) AS w;
+        END IF;
+        -- The row taken over, if any, as it was.
+        o_owner := coalesce(h."owner", ''); o_other_token := coalesce(h."token", 0);
+        o_remaining_ms := 0; o_heartbeat_ms := 0; o_client := ''; o_watchable := false;
+        o_ahead := 0; o_clash_kind := ''; o_clash_size := 0; o_pid := 0;
+        v_setting := {{durable}};
+        RETURN;
+    END IF;
+
+    -- Refused. A queued wait registers, or keeps its place (not for
+    -- another kind: that refusal is final).
+    IF p_queued AND NOT v_clash THEN
         INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared")
-        SELECT p_name, p_client, me.since, now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, false
-          FROM me WHERE p_queued AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM clash)
+        VALUES (p_name, p_client, v_since, now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, false)
         ON CONFLICT ("name", "client") DO UPDATE
            SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
-               "polling" = false
-        RETURNING 1
-    ), polled AS (
-        -- A wait that cannot queue (p_queue_ttl_ms without p_queued: no session of its
-        -- own) refused by shared holders: registered as polling, live
-        -- while fresh, so that new shared leases of the name wait behind
-        -- it (CreateAcquireShared) and readers taking turns cannot starve
-        -- it. It keeps its place (since) while it keeps being refused.
+               "polling" = false;
+    END IF;
+    -- A wait that cannot queue (p_queue_ttl_ms without p_queued: no session
+    -- of its own) refused by shared holders: registered as polling, live
+    -- while fresh, so that new shared leases of the name wait behind it
+    -- (CreateAcquireShared) and readers taking turns cannot starve it. It
+    -- keeps its place (since) while it keeps being refused.
+    IF NOT p_queued AND p_queue_ttl_ms > 0 AND v_reading THEN
         INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared", "polling")
-        SELECT p_name, p_client, now(), now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, false, true
-         WHERE NOT p_queued AND p_queue_ttl_ms > 0 AND p_semaphore IS NULL
-           AND NOT EXISTS (SELECT 1 FROM ins) AND EXISTS (SELECT 1 FROM reading)
+        VALUES (p_name, p_client, now(), now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, false, true)
         ON CONFLICT ("name", "client") DO UPDATE
            SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = false,
-               "polling" = true
-        RETURNING 1
-    ), dequeued AS (
-        DELETE FROM {{waiters}} AS w
-         WHERE (p_queued OR p_queue_ttl_ms > 0) AND EXISTS (SELECT 1 FROM ins)
-           AND w."client" = p_client AND w."name" = p_name
-        RETURNING 1
-    ), handed AS (
-        -- A fast-failover lease handed to a queued waiter (by a release, or
-        -- taken over from a dead or expired holder): wake the next live waiter
-        -- once, so that it looks again and watches the new holder's session.
-        -- It was queued behind this one and did not watch the previous holder,
-        -- and nothing else would tell it of the new one before its fallback
-        -- poll: a crash of the new holder would wait for that poll.
-        SELECT pg_notify('pglease_' || w."client", p_name) AS ok
-          FROM (SELECT w."client" FROM {{waiters}} AS w
-                 WHERE p_session AND p_queued AND EXISTS (SELECT 1 FROM ins)
-                   AND w."name" = p_name AND w."client" <> p_client AND NOT w."shared"
-                   AND CASE WHEN w."expires_at" > now()
-                            THEN NOT {{client_gone(p_ns, w."client")}}
-                            ELSE false END
-                 ORDER BY w."since", w."client"
-                 LIMIT 1) AS w
-    ), durable AS (
-        SELECT {{durable}} AS ok FROM ins LIMIT 1
-    ), nudge AS (
-        -- Refused a free lease promised to a waiter (or one whose holder's
-        -- session ended): wake that waiter now rather than at its next look
-        -- (see Release).
-        SELECT pg_notify('pglease_' || ahead.first, p_name) AS ok
-          FROM ahead
-         WHERE ahead.first IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reading)
-           AND NOT EXISTS (SELECT 1 FROM old
-                            WHERE old."remaining_ms" > 0
-                              AND NOT {{session_ended(p_ns, old."pid", old."session_bound")}})
-    ), nowait AS (
-        SELECT set_config('synchronous_commit', 'off', true) AS ok
-         WHERE NOT EXISTS (SELECT 1 FROM ins) AND NOT p_in_batch
-    ), shown AS MATERIALIZED (
-        -- The holder a refusal reports: the name's own live row; else a live
-        -- shared holder (one bound to a session first, for the waiter to
-        -- watch; then the one that expires last), whose client is not
-        -- reported (it is not this wait's to watch a doorbell of, nor an
-        -- orphan of this client's: a shared lease of its own); else the
-        -- name's row as it is.
-        SELECT h.* FROM (
-            SELECT old."owner", old."token", old."session_bound", old."remaining_ms", old."heartbeat_ms",
-                   old."client", old."pid", CASE WHEN old."live" THEN 0 ELSE 2 END AS "rank"
-              FROM old
-            UNION ALL
-            SELECT r."owner", r."token", r."session_bound", r."remaining_ms", r."heartbeat_ms",
-                   '', r."pid", 1
-              FROM reading AS r
-        ) AS h
-         ORDER BY h."rank", h."session_bound" DESC, h."remaining_ms" DESC
-         LIMIT 1
-    )
-    SELECT true, ins."token", ins."session_bound",
-           coalesce(old."owner", ''), coalesce(old."token", 0), 0::bigint, 0::bigint, '',
-           false, 0::bigint, 0, 0
-      FROM ins LEFT JOIN old ON true LEFT JOIN handed ON true LEFT JOIN durable ON true
-           LEFT JOIN (SELECT count(*) FROM purged) AS p ON true
-    UNION ALL
-    SELECT false, 0::bigint, coalesce(old."session_bound", false),
-           coalesce(old."owner", ''), coalesce(old."token", 0), coalesce(old."remaining_ms", -1),
-           coalesce(old."heartbeat_ms", 0), coalesce(old."client", ''),
-           CASE WHEN old."session_bound"
-                THEN NOT {{session_gone(p_ns, old."pid")}}
-                ELSE false END,
-           (SELECT n FROM ahead), coalesce((SELECT "slots" FROM clash), 0), coalesce(old."pid", 0)
-      FROM (SELECT 1) AS one LEFT JOIN shown AS old ON true LEFT JOIN nowait ON true LEFT JOIN nudge ON true
-     WHERE NOT EXISTS (SELECT 1 FROM ins)
-      INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
-           o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash, o_pid;
+               "polling" = true;
+    END IF;
+    -- Refused a free lease promised to a waiter (or one whose holder's
+    -- session ended): wake that waiter now rather than at its next look
+    -- (see Release).
+    IF v_first IS NOT NULL AND NOT v_reading
+       AND NOT (v_row AND h."remaining_ms" > 0
+                AND NOT {{session_ended(p_ns, h."pid", h."session_bound")}}) THEN
+        PERFORM pg_notify('pglease_' || v_first, p_name);
+    END IF;
+    IF NOT p_in_batch THEN
+        -- Acquiring nothing, the commit need not wait for its WAL flush.
+        v_setting := set_config('synchronous_commit', 'off', true);
+    END IF;
+
+    -- The holder the refusal reports: the name's own live row; else a live
+    -- shared holder, whose client is not reported (it is not this wait's to
+    -- watch a doorbell of, nor an orphan of this client's: a shared lease
+    -- of its own); else the name's row as it is; else none (remaining -1).
+    o_clash_kind := coalesce(v_clash_kind, ''); o_clash_size := coalesce(v_clash_size, 0);
+    o_token := 0;
+    IF v_held OR (v_row AND NOT v_reading) THEN
+        o_session_bound := h."session_bound"; o_owner := h."owner"; o_other_token := h."token";
+        o_remaining_ms := h."remaining_ms"; o_heartbeat_ms := h."heartbeat_ms";
+        o_client := coalesce(h."client", ''); o_pid := coalesce(h."pid", 0);
+    ELSIF v_reading THEN
+        o_session_bound := r."session_bound"; o_owner := r."owner"; o_other_token := r."token";
+        o_remaining_ms := r."remaining_ms"; o_heartbeat_ms := r."heartbeat_ms";
+        o_client := ''; o_pid := coalesce(r."pid", 0);
+    ELSE
+        o_session_bound := false; o_owner := ''; o_other_token := 0;
+        o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := ''; o_pid := 0;
+    END IF;
+    -- Whether the session-bound holder's session still holds its session
+    -- lock, so that the waiter can watch it (AwaitSession).
+    o_watchable := CASE WHEN o_session_bound THEN NOT {{session_gone(p_ns, o_pid)}} ELSE false END;
 END
 $pglease$
 
@@ -403,7 +438,7 @@ BEGIN
               (SELECT CASE WHEN x.queue THEN true WHEN pg_notify(p_channel, p_name) IS NULL THEN false ELSE false END
                  FROM (SELECT EXISTS (SELECT 1 FROM {{waiters}} AS w WHERE w."name" = p_name) AS queue) AS x),
               set_config('synchronous_commit', 'off', true),
-              CASE WHEN l."slots" = 0 THEN l."semaphore" END
+              CASE WHEN l."kind" = 'shared' THEN l."semaphore" END
          INTO v_acquired_at, v_waiters, v_setting, v_shared;
     IF NOT FOUND THEN
         v_setting := set_config('synchronous_commit', 'off', true);
@@ -482,9 +517,9 @@ $pglease$
 -- A shared lease (schema version 8): many shared holders of a name at
 -- once, or one exclusive holder (a plain lease of the name, CreateAcquire),
 -- never both. Each shared holder holds a row of its own, "name#i" (the
--- lowest i not held), with the name in "semaphore" and 0 in "slots" (a
--- semaphore's slot rows record their count there, 1 or more), and a
--- fencing token of its own; it is renewed, released (CreateRelease) and
+-- lowest i not held), with the name in "semaphore", 'shared' in "kind"
+-- (p_kind, which must say so) and 0 in "slots" (which the releases of
+-- schema versions 8 and 9 read as the kind), and a fencing token of its own; it is renewed, released (CreateRelease) and
 -- guarded by that row as any lease is. p_name the name, p_owner to
 -- p_queue_ttl_ms as CreateAcquire's (p_queued: the attempt registers, as a
 -- shared wait, in the queue of the name), p_in_batch whether the call
@@ -495,7 +530,7 @@ $pglease$
 -- of the name takes first (CreateAcquire's, and so a semaphore's of that
 -- name, and AcquireAll's):
 --   - another kind: a live slot of a semaphore of the name refuses the
---     attempt at once (o_clash, its slot count); nothing is written.
+--     attempt at once (o_clash_kind and o_clash_size); nothing is written.
 --   - an exclusive holder: the name's own row, live (and, session-bound,
 --     its session alive), refuses it; the holder is reported as
 --     CreateAcquire reports one.
@@ -538,18 +573,22 @@ BEGIN
     o_acquired := false; o_token := 0; o_session_bound := false; o_owner := '';
     o_other_token := 0; o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := '';
     o_watchable := false; o_ahead := 0; o_pid := 0; o_name := '';
+    IF p_kind IS DISTINCT FROM 'shared' THEN
+        RAISE EXCEPTION 'pglease: % acquires shared leases, not %', '{{acquire_shared_fn}}', p_kind;
+    END IF;
     IF NOT p_in_batch THEN
         -- Acquiring nothing, the commit need not wait for its WAL flush
         -- (raised again below, by {{durable}}, once it acquires).
         v_setting := set_config('synchronous_commit', 'off', true);
     END IF;
 
-    o_clash := coalesce((SELECT l."slots" FROM {{table}} AS l
-                          WHERE l."semaphore" = p_name AND l."slots" <> 0 AND l."expires_at" > now()
-                          LIMIT 1), 0);
-    IF o_clash <> 0 THEN
+    SELECT l."kind", coalesce(l."slots", 0) INTO o_clash_kind, o_clash_size FROM {{table}} AS l
+     WHERE l."semaphore" = p_name AND l."kind" <> 'shared' AND l."expires_at" > now()
+     LIMIT 1;
+    IF FOUND THEN
         RETURN;
     END IF;
+    o_clash_kind := ''; o_clash_size := 0;
 
     SELECT w."since" INTO v_since FROM {{waiters}} AS w
      WHERE p_queued AND w."name" = p_name AND w."client" = p_client;
@@ -593,18 +632,19 @@ BEGIN
 
     DELETE FROM {{table}} AS l WHERE l."name" = p_name;
     DELETE FROM {{table}} AS l
-     WHERE l."semaphore" = p_name AND l."slots" = 0 AND l."metadata" ->> 'client' = p_client
+     WHERE l."semaphore" = p_name AND l."kind" = 'shared' AND l."metadata" ->> 'client' = p_client
        AND l."name" NOT IN (SELECT jsonb_array_elements_text(p_mine));
     SELECT min(i) INTO v_i
       FROM generate_series(0, (SELECT count(*) FROM {{table}} AS l
-                                WHERE l."semaphore" = p_name AND l."slots" = 0)::integer) AS i
+                                WHERE l."semaphore" = p_name AND l."kind" = 'shared')::integer) AS i
      WHERE NOT EXISTS (
             SELECT 1 FROM {{table}} AS l
              WHERE l."name" = p_name || '#' || i AND l."expires_at" > now()
                AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}});
     INSERT INTO {{table}} AS l
         ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-         "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots")
+         "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots",
+         "kind", "weight")
     VALUES (p_name || '#' || v_i, p_owner, nextval('{{seq}}'), now(), now(),
             now() + p_ttl_ms * interval '1 millisecond',
             now() + p_hold_ms * interval '1 millisecond',
@@ -612,7 +652,7 @@ BEGIN
             CASE WHEN p_session THEN pg_backend_pid() END,
             CASE WHEN p_session THEN v_srv END,
             p_metadata || jsonb_build_object('client', p_client),
-            p_name, 0)
+            p_name, 0, p_kind, 1)
     ON CONFLICT ("name") DO UPDATE
        SET "owner" = excluded."owner", "token" = excluded."token",
            "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
@@ -620,13 +660,49 @@ BEGIN
            "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
            "session_server" = excluded."session_server", "metadata" = excluded."metadata",
            "semaphore" = excluded."semaphore", "slots" = excluded."slots",
-           "stepdown_at" = NULL
+           "kind" = excluded."kind", "weight" = excluded."weight", "stepdown_at" = NULL
     RETURNING l."name", l."token", l."session_pid" IS NOT NULL INTO o_name, o_token, o_session_bound;
     o_acquired := true;
     IF p_queued THEN
         DELETE FROM {{waiters}} AS w WHERE w."name" = p_name AND w."client" = p_client;
     END IF;
     v_setting := {{durable}};
+END
+$pglease$
+
+-- name: CreateAcquireCompat
+-- Schema version 10: CreateAcquire by the signature of versions 7 to 9
+-- (without p_kind, and the clash as an int code, o_clash), which the
+-- clients of those releases still running during a rolling upgrade call.
+-- A thin wrapper: it asks for the kind their arguments meant (a slot when
+-- p_semaphore is set), so their single acquisitions follow this version's
+-- rules, and encodes the clash as they read it (0 none, 1 a plain lease,
+-- -1 shared leases, n a semaphore of n slots). PostgreSQL tells it from
+-- CreateAcquire by its argument types. A later version may drop it once
+-- it no longer supports those releases' clients.
+CREATE OR REPLACE FUNCTION {{acquire_fn}}(
+{{acquire_v9_params}}
+{{acquire_v9_result}})
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+BEGIN
+    SELECT {{acquire_v9_select}}
+      INTO {{acquire_v9_into}}
+      FROM {{acquire_fn}}({{acquire_v9_pass}},
+                          p_kind => CASE WHEN p_semaphore IS NULL THEN 'plain' ELSE 'semaphore' END) AS a;
+END
+$pglease$
+
+-- name: CreateAcquireSharedCompat
+-- CreateAcquireShared by the signature of versions 8 and 9, as
+-- CreateAcquireCompat.
+CREATE OR REPLACE FUNCTION {{acquire_shared_fn}}(
+{{acquire_shared_v9_params}}
+{{acquire_shared_v9_result}})
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+BEGIN
+    SELECT {{acquire_shared_v9_select}}
+      INTO {{acquire_shared_v9_into}}
+      FROM {{acquire_shared_fn}}({{acquire_shared_v9_pass}}, p_kind => 'shared') AS a;
 END
 $pglease$
 

@@ -41,7 +41,7 @@ func TestEveryRuleHoldsOnTheFirstPath(t *testing.T) {
 	if r, err := s.Acquire(f.ctx, f.db, slot); err != nil || !r.Acquired {
 		t.Fatalf("slot: %+v, %v", r, err)
 	}
-	if r := f.attempt("sem", "c1", false); r.Acquired || r.SlotsMismatch != 3 {
+	if r := f.attempt("sem", "c1", false); r.Acquired || r.Clash != (Clash{RowSemaphore, 3}) {
 		t.Fatalf("plain lease beside a live slot of its semaphore: %+v, want refused with slot count 3", r)
 	}
 

@@ -41,9 +41,10 @@ type NameResult struct {
 	// Ahead is the number of live waiters of other clients to whom the name
 	// is promised.
 	Ahead int64
-	// Clash is the slot count of a live semaphore of the name (0 when
-	// none): a name is one kind of lease, so the name is not free.
-	Clash int
+	// Clash is a live lease of another kind on the name (a semaphore of
+	// that name; the zero Clash when none): a name is one kind of lease, so
+	// the name is not free.
+	Clash Clash
 	// HolderInSession, HolderWatchable and HolderSession describe a
 	// session-bound holder as AcquireResult's fields of the same names do.
 	HolderInSession, HolderWatchable bool
@@ -91,7 +92,7 @@ func (s *Store) AcquireAll(ctx context.Context, db DB, a AcquireAllArgs) (Acquir
 			var n NameResult
 			var ok bool
 			var remMS, hbMS int64
-			if err := r.Scan(&n.Name, &ok, &n.Token, &n.OtherOwner, &n.OtherToken, &remMS, &hbMS, &n.OtherClient, &n.Free, &n.Ahead, &n.Clash,
+			if err := r.Scan(&n.Name, &ok, &n.Token, &n.OtherOwner, &n.OtherToken, &remMS, &hbMS, &n.OtherClient, &n.Free, &n.Ahead, &n.Clash.Kind, &n.Clash.Size,
 				&n.HolderInSession, &n.HolderWatchable, &n.HolderSession); err != nil {
 				return err
 			}

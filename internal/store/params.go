@@ -103,6 +103,7 @@ var acquireParams = signature[acquireCall]{
 	{"p_in_batch", "boolean", func(c acquireCall) any { return c.inBatch }},
 	{"p_semaphore", "text", func(c acquireCall) any { return orNull(c.Semaphore != "", c.Semaphore) }}, // NULL for a plain lease
 	{"p_slots", "integer", func(c acquireCall) any { return orNull(c.Semaphore != "", c.Slots) }},
+	{"p_kind", "text", func(c acquireCall) any { return c.kind() }},
 }
 
 // sharedCall is what a call of the shared acquisition function binds:
@@ -128,6 +129,7 @@ var sharedParams = signature[sharedCall]{
 	{"p_queue_ttl_ms", "bigint", func(c sharedCall) any { return c.QueueTTL.Milliseconds() }},
 	{"p_in_batch", "boolean", func(c sharedCall) any { return c.inBatch }},
 	{"p_mine", "jsonb", func(c sharedCall) any { return c.mine }},
+	{"p_kind", "text", func(sharedCall) any { return RowShared }},
 }
 
 // releaseCall is what a call of the release function binds.
@@ -222,7 +224,8 @@ var acquireColumns = outParams[acquireRow]{
 	{"o_client", "text", func(x *acquireRow) any { return &x.r.OtherClient }},
 	{"o_watchable", "boolean", func(x *acquireRow) any { return &x.r.HolderWatchable }},
 	{"o_ahead", "bigint", func(x *acquireRow) any { return &x.r.Ahead }},
-	{"o_clash", "integer", func(x *acquireRow) any { return &x.r.SlotsMismatch }},
+	{"o_clash_kind", "text", func(x *acquireRow) any { return &x.r.Clash.Kind }},
+	{"o_clash_size", "integer", func(x *acquireRow) any { return &x.r.Clash.Size }},
 	{"o_pid", "integer", func(x *acquireRow) any { return &x.r.HolderSession }},
 }
 
@@ -240,6 +243,80 @@ var releaseColumns = outParams[releaseRow]{
 	{"o_notified", "bigint", func(x *releaseRow) any { return &x.notified }},
 	{"o_nowait", "bigint", func(x *releaseRow) any { return &x.nowait }},
 }
+
+// The signatures of schema versions 7 to 9, which the clients of those
+// releases still running during a rolling upgrade call (positionally, or
+// in named notation): the parameters without p_kind, and the result with
+// the kind of a clash as an int code (o_clash). The functions of those
+// signatures are thin wrappers (CreateAcquireCompat,
+// CreateAcquireSharedCompat) around this version's: PostgreSQL tells the
+// two apart by their argument types. Derived from this version's, they
+// must stay those of version 9 (TestCompatSignaturesAreVersion9s).
+var (
+	acquireParamsV9  = acquireParams.without("p_kind")
+	sharedParamsV9   = sharedParams.without("p_kind")
+	acquireColumnsV9 = acquireColumns.v9()
+	sharedColumnsV9  = sharedColumns.v9()
+)
+
+// without is the signature less the parameter named name.
+func (s signature[C]) without(name string) signature[C] {
+	var out signature[C]
+	for _, p := range s {
+		if p.name != name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// pass is the arguments of a call that passes a function's own
+// parameters on by name: p_name => p_name, ….
+func (s signature[C]) pass() string {
+	parts := make([]string, len(s))
+	for i, p := range s {
+		parts[i] = p.name + " => " + p.name
+	}
+	return strings.Join(parts, ", ")
+}
+
+// v9 is the result columns as schema versions 7 to 9 return them: the
+// clash's kind and size in one int code, o_clash.
+func (cs outParams[R]) v9() outParams[R] {
+	var out outParams[R]
+	for _, c := range cs {
+		switch c.name {
+		case "o_clash_kind":
+			out = append(out, outParam[R]{name: "o_clash", typ: "integer"})
+		case "o_clash_size":
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// compatSelect is the select list and the INTO list by which a wrapper of
+// the older signature returns the row of this version's function (named
+// a): every column as it is, but the clash, which it encodes as those
+// versions did (see clashCode).
+func (cs outParams[R]) compatSelect() (sel, into string) {
+	var s, in []string
+	for _, c := range cs {
+		in = append(in, c.name)
+		if c.name == "o_clash" {
+			s = append(s, clashCode)
+			continue
+		}
+		s = append(s, "a."+c.name)
+	}
+	return strings.Join(s, ", "), strings.Join(in, ", ")
+}
+
+// clashCode is the clash as schema versions 7 to 9 encoded it, for their
+// clients: 0 none, 1 a plain lease, -1 shared leases, n the slot count of
+// a semaphore.
+const clashCode = `CASE a.o_clash_kind WHEN '' THEN 0 WHEN '` + RowPlain + `' THEN 1 WHEN '` + RowSemaphore + `' THEN a.o_clash_size ELSE -1 END`
 
 // wrap joins items with spaces into lines of at most 88 characters,
 // indented by four.
@@ -278,4 +355,13 @@ var signatures = []string{
 	"{{release_params}}", releaseParams.decl(), "{{release_call}}", releaseParams.call(),
 	"{{acquire_result}}", acquireColumns.decl(), "{{acquire_shared_result}}", sharedColumns.decl(),
 	"{{release_result}}", releaseColumns.decl(),
+	"{{acquire_v9_params}}", acquireParamsV9.decl(), "{{acquire_v9_result}}", acquireColumnsV9.decl(),
+	"{{acquire_v9_pass}}", acquireParamsV9.pass(),
+	"{{acquire_v9_select}}", first(acquireColumnsV9.compatSelect()), "{{acquire_v9_into}}", second(acquireColumnsV9.compatSelect()),
+	"{{acquire_shared_v9_params}}", sharedParamsV9.decl(), "{{acquire_shared_v9_result}}", sharedColumnsV9.decl(),
+	"{{acquire_shared_v9_pass}}", sharedParamsV9.pass(),
+	"{{acquire_shared_v9_select}}", first(sharedColumnsV9.compatSelect()), "{{acquire_shared_v9_into}}", second(sharedColumnsV9.compatSelect()),
 }
+
+func first(a, _ string) string  { return a }
+func second(_, b string) string { return b }

@@ -11,15 +11,14 @@ import (
 
 // v9Of703758e is the DDL of a version-9 table as commit 703758e exported
 // it, for "pglease_fixture"."leases": its functions refer to their
-// parameters by position, and a table created by it keeps them until a
-// later schema version replaces them.
+// parameters by position, and its rows record their kind in "slots"
+// alone; schema version 10 replaces the functions and adds "kind".
 //
 //go:embed testdata/v9-703758e.sql
 var v9Of703758e string
 
 // createdBy703758e makes migrated create its table with v9Of703758e
-// before EnsureSchema, which then finds it up to date and keeps its
-// functions.
+// before EnsureSchema, which then upgrades it.
 var createdBy703758e bool
 
 // createV9Of703758e creates s's table (in schema.leases) with 703758e's DDL.
@@ -50,10 +49,10 @@ func functionsOf(t *testing.T, s *Store) map[string][4]string {
 }
 
 // The signatures params.go renders (parameters, result columns, argument
-// types) are the ones the server reports for
-// the functions EnsureSchema creates, and for those 703758e's DDL created
-// (whose tables keep them): the same parameters, result columns and
-// attributes, so that the calls in named notation fit both.
+// types) are the ones the server reports for the functions EnsureSchema
+// creates, and for those of a table 703758e's DDL created once
+// EnsureSchema upgraded it: the same parameters, result columns and
+// attributes.
 func TestSignaturesAreTheServers(t *testing.T) {
 	s, _ := migrated(t)
 	fresh := functionsOf(t, s)
@@ -85,18 +84,21 @@ func TestSignaturesAreTheServers(t *testing.T) {
 	})
 }
 
-// A version-9 table created by 703758e keeps its functions, whose bodies
-// refer to their parameters by position (EnsureSchema replaces functions
-// only on an upgrade), and serves every call of this code: the store's
-// tests of acquisitions, batches, the queue, renewals and releases pass
-// against it.
+// A version-9 table created by 703758e, whose functions refer to their
+// parameters by position, is upgraded by EnsureSchema (schema version 10
+// replaces every function and keeps those of version 9's signatures as
+// wrappers), and then serves every call of this code: the store's tests of
+// acquisitions, batches, the queue, renewals and releases pass against it.
 func TestTablesOf703758eServeTheseCalls(t *testing.T) {
 	createdBy703758e = true
 	defer func() { createdBy703758e = false }()
-	t.Run("KeepsItsFunctions", func(t *testing.T) {
+	t.Run("UpgradesItsFunctions", func(t *testing.T) {
 		s, _ := migrated(t)
-		if !pgtest.Value[bool](t, `SELECT prosrc LIKE '%$14%' FROM pg_proc WHERE oid = to_regprocedure($1)`, s.Names.AcquireProcedure()) {
-			t.Fatal("EnsureSchema replaced the functions of a version-9 table")
+		acquireV9, _ := s.Names.CompatProcedures()
+		for _, proc := range []string{s.Names.AcquireProcedure(), acquireV9} {
+			if pgtest.Value[bool](t, `SELECT prosrc LIKE '%$14%' FROM pg_proc WHERE oid = to_regprocedure($1)`, proc) {
+				t.Fatalf("EnsureSchema kept the positional body of %s of a version-9 table", proc)
+			}
 		}
 	})
 	for _, tc := range []struct {
@@ -160,7 +162,32 @@ func TestSharedLeasesKeepTheirRules(t *testing.T) {
 	if r, err := s.Acquire(ctx, db, slot); err != nil || !r.Acquired {
 		t.Fatalf("slot: %+v, %v", r, err)
 	}
-	if r, _, err := s.AcquireShared(ctx, db, SharedArgs{AcquireArgs: plain("sem", "c1")}); err != nil || r.Acquired || r.SlotsMismatch != 2 {
+	if r, _, err := s.AcquireShared(ctx, db, SharedArgs{AcquireArgs: plain("sem", "c1")}); err != nil || r.Acquired || r.Clash != (Clash{RowSemaphore, 2}) {
 		t.Fatalf("a shared lease beside a slot of its name: %+v, %v; want refused with slot count 2", r, err)
+	}
+}
+
+// The functions of the older signatures (CreateAcquireCompat,
+// CreateAcquireSharedCompat), which clients of versions 7 to 9 call during
+// a rolling upgrade, have exactly the parameters and result columns of
+// those 703758e's DDL created for version 9.
+func TestCompatSignaturesAreVersion9s(t *testing.T) {
+	compat := func(s *Store) (out [2]string) {
+		acquire, shared := s.Names.CompatProcedures()
+		for i, proc := range []string{acquire, shared} {
+			out[i] = pgtest.Value[string](t, `SELECT coalesce(pg_get_function_arguments(to_regprocedure($1)) || ' → ' ||
+				pg_get_function_result(to_regprocedure($1)), 'missing')`, proc)
+		}
+		return out
+	}
+	s := newStore(t, pgtest.Schema(t)+".leases")
+	createV9Of703758e(t, s)
+	v9 := compat(s)
+	if v9[0] == "missing" || v9[1] == "missing" {
+		t.Fatalf("703758e's table lacks a function of the older signatures: %q", v9)
+	}
+	fresh, _ := migrated(t)
+	if got := compat(fresh); got != v9 {
+		t.Fatalf("the older signatures of this version:\n\t%q\nversion 9's:\n\t%q", got, v9)
 	}
 }

@@ -73,6 +73,8 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     "semaphore"     text,
     "slots"         integer,
     "stepdown_at"   timestamptz,
+    "kind"          text        NOT NULL DEFAULT 'plain',
+    "weight"        integer     NOT NULL DEFAULT 1,
     PRIMARY KEY ("name"),
     CHECK (octet_length("name") BETWEEN 1 AND 255),
     CHECK ("token" > 0)
@@ -217,7 +219,9 @@ SELECT l."pid", coalesce(a."application_name", ''), coalesce(a."state", ''),
 -- CreateAcquireShared), with their argument types, as
 -- to_regprocedure reads them, $8 the fence's (CreateFence), whose trigger
 -- must be on the table and enabled, $9 the incarnation table and $10 its
--- function (CreateIncarnation, CreateIncarnationFunction): the last column
+-- function (CreateIncarnation, CreateIncarnationFunction), $11 and $12 the
+-- acquisition functions by the signatures of versions 7 to 9
+-- (CreateAcquireCompat, CreateAcquireSharedCompat): the last column
 -- names those missing ('' when none). Run just after SchemaLock, in its
 -- transaction.
 -- Waiting for that lock (an advisory lock) does not make the backend take
@@ -244,7 +248,9 @@ SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
                                         AND g.tgfoid = to_regprocedure($8::text) AND g.tgenabled <> 'D')
                             THEN 'the trigger pglease_fence (enabled)' END,
                        CASE WHEN to_regclass($9::text) IS NULL THEN 'the table ' || $9::text END,
-                       CASE WHEN to_regprocedure($10::text) IS NULL THEN $10::text END)
+                       CASE WHEN to_regprocedure($10::text) IS NULL THEN $10::text END,
+                       CASE WHEN to_regprocedure($11::text) IS NULL THEN $11::text END,
+                       CASE WHEN to_regprocedure($12::text) IS NULL THEN $12::text END)
   FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns
@@ -293,11 +299,32 @@ SELECT n.nspname::text || '.' || c.relname::text || E'\n'
 -- waiters table. Version 9 adds the fence against acquisitions by earlier
 -- releases' statements (CreateFence, CreateFenceTrigger), and the server
 -- incarnation's id that a statistics reset leaves alone (CreateIncarnation,
--- CreateIncarnationFunction).
+-- CreateIncarnationFunction). Version 10 records each row's kind of lease
+-- in "kind" ('plain', 'semaphore', 'shared': see RowPlain and its siblings
+-- in acquire.go), which versions 4 to 9 read from "slots" (NULL plain, 0
+-- shared, n a semaphore of n slots; it keeps the size), and the units of
+-- a kind's capacity a row takes in "weight" (1 for every kind so far).
+-- Their constant defaults make adding them a change of the catalog alone,
+-- with no rewrite of the table; BackfillKind follows. No CHECK lists the
+-- kinds: only the acquisition functions write rows (the fence keeps other
+-- writers out), and a kind added later needs no change of the table.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS "session_server" text,
                       ADD COLUMN IF NOT EXISTS "semaphore" text,
                       ADD COLUMN IF NOT EXISTS "slots" integer,
-                      ADD COLUMN IF NOT EXISTS "stepdown_at" timestamptz
+                      ADD COLUMN IF NOT EXISTS "stepdown_at" timestamptz,
+                      ADD COLUMN IF NOT EXISTS "kind" text NOT NULL DEFAULT 'plain',
+                      ADD COLUMN IF NOT EXISTS "weight" integer NOT NULL DEFAULT 1
+
+-- name: BackfillKind
+-- Schema version 10: the kind of the rows written before "kind" existed
+-- (UpgradeTable gives every row 'plain'), read from "slots" as the earlier
+-- versions did. Idempotent: this version never writes a 'plain' row with
+-- a semaphore. Run after the functions are replaced, so that it also
+-- mends the rows the earlier functions wrote meanwhile when the exported
+-- DDL runs outside one transaction. Through the semaphore index: it reads
+-- the rows of semaphores and shared leases alone.
+UPDATE {{table}} AS l SET "kind" = CASE WHEN l."slots" = 0 THEN 'shared' ELSE 'semaphore' END
+ WHERE l."semaphore" IS NOT NULL AND l."kind" = 'plain'
 
 -- name: TokenState
 -- The largest token in the table and the sequence's last value (0 when the
@@ -471,14 +498,16 @@ set_config('synchronous_commit',
 -- ForceRelease return it (scanRecord reads it), spliced in for {{record}}.
 -- Durations are whole milliseconds, computed with the server's clock. The
 -- last column says whether the row is a shared lease's (CreateAcquireShared),
--- read from the row as a document: a table of a version before the "slots"
--- column (4) is still readable. The row is named r.
+-- read from the row as a document: a table of a version before the "kind"
+-- column (10), whose "slots" said it, or before the "slots" column (4), is
+-- still readable. The row is named r.
 SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
        (extract(epoch FROM "ttl") * 1000)::bigint,
        (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
        (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
        (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
-       "session_pid" IS NOT NULL, "metadata"::text, coalesce(to_jsonb(r) ->> 'slots' = '0', false)
+       "session_pid" IS NOT NULL, "metadata"::text,
+       coalesce(coalesce(to_jsonb(r) ->> 'kind', CASE WHEN to_jsonb(r) ->> 'slots' = '0' THEN 'shared' END) = 'shared', false)
 
 -- name: Get
 {{record}}
@@ -497,14 +526,14 @@ SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
 WITH del AS (
     DELETE FROM {{table}} WHERE "name" = $1::text
     RETURNING "name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "ttl",
-              "session_pid", "metadata", "semaphore", "slots"
+              "session_pid", "metadata", "semaphore", "slots", "kind"
 ), lockns AS (
     SELECT $3::text AS v
 ), head AS MATERIALIZED (
     {{head($1::text)}}
 ), reader AS MATERIALIZED (
     -- The name of a shared lease (see CreateRelease).
-    SELECT d."semaphore" AS "name" FROM del AS d WHERE d."slots" = 0
+    SELECT d."semaphore" AS "name" FROM del AS d WHERE d."kind" = 'shared'
 ), note AS (
     SELECT pg_notify($2::text, "name") FROM del
     UNION ALL
@@ -558,7 +587,7 @@ SELECT l."name" FROM {{table}} AS l
 -- kept for a minimum hold has no client id).
 SELECT l."name", l."token" FROM {{table}} AS l
  WHERE (l."name" IN (SELECT jsonb_array_elements_text($2::jsonb))
-        OR (l."slots" = 0 AND l."semaphore" IN (SELECT jsonb_array_elements_text($3::jsonb))))
+        OR (l."kind" = 'shared' AND l."semaphore" IN (SELECT jsonb_array_elements_text($3::jsonb))))
    AND l."metadata" ->> 'client' = $1::text AND l."expires_at" > now()
 
 -- name: Cleanup
@@ -642,8 +671,9 @@ SELECT pg_advisory_xact_lock({{name_key($2::text, u.n)}}),
 -- rolls the transaction back. Returns one row per name, in $1's order:
 -- whether it was written, its token, and the holder as seen (remaining -1
 -- when no row was seen), whether the name was free, the number of
--- promised waiters of other clients, the slot count of a live semaphore
--- of the name (0 when none: see CreateAcquire's clash), and, as
+-- promised waiters of other clients, the kind and size of a live lease of
+-- another kind on the name ('' and 0 when none: see CreateAcquire's
+-- clash), and, as
 -- CreateAcquire returns them, whether the holder is session-bound, whether
 -- its session can be watched, and its session's pid.
 WITH names AS MATERIALIZED (
@@ -655,7 +685,7 @@ WITH names AS MATERIALIZED (
     -- The name's row; but a live shared holder of the name (see
     -- CreateAcquire's readers: a set's leases are exclusive) is reported
     -- when that row is not live, with no client, as CreateAcquire does.
-    SELECT n."name", k."slots",
+    SELECT n."name", k."kind" AS "clash_kind", k."size" AS "clash_size",
            CASE WHEN r."rd" THEN r."owner" ELSE l."owner" END AS "owner",
            CASE WHEN r."rd" THEN r."token" ELSE l."token" END AS "token",
            CASE WHEN r."rd" THEN r."expires_at" ELSE l."expires_at" END AS "expires_at",
@@ -669,14 +699,14 @@ WITH names AS MATERIALIZED (
       FROM names AS n LEFT JOIN {{table}} AS l ON l."name" = n."name"
       -- A name is one kind of lease: a live slot of a semaphore of the
       -- name refuses the set (as CreateAcquire's clash).
-      LEFT JOIN LATERAL (SELECT s."slots" FROM {{table}} AS s
-                          WHERE s."semaphore" = n."name" AND s."slots" <> 0 AND s."expires_at" > now()
+      LEFT JOIN LATERAL (SELECT s."kind", coalesce(s."slots", 0) AS "size" FROM {{table}} AS s
+                          WHERE s."semaphore" = n."name" AND s."kind" <> 'shared' AND s."expires_at" > now()
                           LIMIT 1) AS k ON true
       LEFT JOIN LATERAL (SELECT s."owner", s."token", s."expires_at", s."renewed_at", s."session_pid" AS "pid",
                                 s."session_pid" IS NOT NULL AND s."session_server" = (SELECT id FROM srv) AS "session_bound",
                                 NOT coalesce(l."expires_at" > now(), false) AS "rd"
                            FROM {{table}} AS s
-                          WHERE s."semaphore" = n."name" AND s."slots" = 0 AND s."expires_at" > now()
+                          WHERE s."semaphore" = n."name" AND s."kind" = 'shared' AND s."expires_at" > now()
                             AND NOT {{session_ended($6::text, s."session_pid", s."session_server" = (SELECT id FROM srv))}}
                           ORDER BY s."session_pid" IS NOT NULL DESC, s."expires_at" DESC
                           LIMIT 1) AS r ON true
@@ -686,12 +716,12 @@ WITH names AS MATERIALIZED (
     -- holds its session lock (SessionLock), so that it can be watched, or
     -- ended, so that the row is taken over.
     SELECT a.*, (NOT a."row" OR a."expires_at" <= now() OR a."alive" IS FALSE
-                 OR a."client" = $7::text) AND a."clash" = 0 AND NOT a."reading" AS "free"
+                 OR a."client" = $7::text) AND a."clash_kind" = '' AND NOT a."reading" AS "free"
       FROM (SELECT s."name", s."owner", s."token", s."row", s."expires_at", s."session_bound", s."pid", s."reading",
                    (extract(epoch FROM s."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
                    (extract(epoch FROM now() - s."renewed_at") * 1000)::bigint AS "heartbeat_ms",
                    coalesce(s."metadata" ->> 'client', '') AS "client",
-                   coalesce(s."slots", 0) AS "clash",
+                   coalesce(s."clash_kind", '') AS "clash_kind", coalesce(s."clash_size", 0) AS "clash_size",
                    CASE WHEN s."session_bound" AND s."expires_at" > now() AND s."pid" <> pg_backend_pid()
                         THEN NOT {{session_gone($6::text, s."pid")}}
                    END AS "alive"
@@ -724,7 +754,7 @@ WITH names AS MATERIALIZED (
            "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
            "ttl" = excluded."ttl", "session_pid" = NULL, "session_server" = NULL,
            "metadata" = excluded."metadata", "semaphore" = NULL, "slots" = NULL,
-           "stepdown_at" = NULL
+           "kind" = 'plain', "weight" = 1, "stepdown_at" = NULL
      WHERE l."expires_at" <= now() OR l."metadata" ->> 'client' = $7::text
         -- A session-bound row whose session ended (see old): the row as it
         -- is now, not as of the statement's snapshot.
@@ -735,7 +765,7 @@ WITH names AS MATERIALIZED (
     -- CreateAcquire's purged).
     DELETE FROM {{table}} AS l
      USING ok
-     WHERE ok."all" AND l."slots" = 0 AND l."semaphore" IN (SELECT "name" FROM names)
+     WHERE ok."all" AND l."kind" = 'shared' AND l."semaphore" IN (SELECT "name" FROM names)
        AND (l."expires_at" <= now()
             OR {{session_ended($6::text, l."session_pid", l."session_server" = (SELECT id FROM srv))}})
     RETURNING 1
@@ -751,7 +781,7 @@ WITH names AS MATERIALIZED (
 )
 SELECT n."name", i."token" IS NOT NULL, coalesce(i."token", 0),
        coalesce(o."owner", ''), coalesce(o."token", 0), coalesce(o."remaining_ms", -1),
-       coalesce(o."heartbeat_ms", 0), o."client", o."free", a.n, o."clash",
+       coalesce(o."heartbeat_ms", 0), o."client", o."free", a.n, o."clash_kind", o."clash_size",
        coalesce(o."session_bound", false), coalesce(o."alive", false), coalesce(o."pid", 0)
   FROM names AS n
   JOIN old AS o USING ("name")

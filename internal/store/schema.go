@@ -23,7 +23,8 @@ func (s *Store) DDL() string {
 	b.WriteString(s.Q.RefuseNewer + ";\n\n")
 	for _, st := range []string{s.Q.CreateSequence, s.Q.SeedSequence, s.Q.CreateTable, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex,
 		s.Q.CreateWaiters, s.Q.UpgradeWaiters, s.Q.CreateIncarnation, s.Q.CreateIncarnationFunction,
-		s.Q.CreateAcquire, s.Q.CreateRelease, s.Q.CreateAcquireShared, s.Q.CreateFence, s.Q.CreateFenceTrigger} {
+		s.Q.CreateAcquire, s.Q.CreateRelease, s.Q.CreateAcquireShared, s.Q.CreateAcquireCompat, s.Q.CreateAcquireSharedCompat,
+		s.Q.CreateFence, s.Q.CreateFenceTrigger, s.Q.BackfillKind} {
 		b.WriteString(st + ";\n\n")
 	}
 	b.WriteString(s.Q.CommentTable + ";\n")
@@ -71,6 +72,10 @@ var leaseColumns = []column{
 	{name: "semaphore", typ: "text", added: true},
 	{name: "slots", typ: "integer", added: true},
 	{name: "stepdown_at", typ: timestamptz, added: true},
+	// Version 10: the row's kind of lease and the units it takes (see
+	// UpgradeTable).
+	{name: "kind", typ: "text", notNull: true, def: "'plain'::text", added: true},
+	{name: "weight", typ: "integer", notNull: true, def: "1", added: true},
 }
 
 // waitersColumns are the columns of the waiters table (CreateWaiters).
@@ -173,7 +178,7 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 			return err
 		}
 		var stmts []string
-		upgrade := false
+		upgrade, missingCols := false, false
 		if ex.table {
 			// Someone else's table by that name: check it before
 			// creating anything beside it or changing it.
@@ -186,7 +191,8 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 				return err
 			}
 			upgrade = v < SchemaVersion
-			if len(missing) > 0 {
+			missingCols = len(missing) > 0
+			if missingCols {
 				stmts = append(stmts, s.Q.UpgradeTable)
 			}
 			if upgrade || len(missing) > 0 {
@@ -220,6 +226,10 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		if ex.funcsMissing != "" || upgrade {
 			// Replaced on an upgrade: an older version's would not do.
 			stmts = append(stmts, s.functionsIn(nsp)...)
+		}
+		if ex.table && (upgrade || missingCols) {
+			// After the functions: see BackfillKind.
+			stmts = append(stmts, s.Q.BackfillKind)
 		}
 		if !ex.table || upgrade {
 			stmts = append(stmts, s.Q.CommentTable)
@@ -342,7 +352,8 @@ func (s *Store) functionsIn(schema string) []string {
 	n := s.Names
 	n.Schema = schema
 	q := Build(n)
-	return []string{q.CreateIncarnation, q.CreateIncarnationFunction, q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared, q.CreateFence, q.CreateFenceTrigger}
+	return []string{q.CreateIncarnation, q.CreateIncarnationFunction, q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared,
+		q.CreateAcquireCompat, q.CreateAcquireSharedCompat, q.CreateFence, q.CreateFenceTrigger}
 }
 
 // tokensBehind reports whether the token sequence is behind the largest
@@ -374,9 +385,10 @@ type existing struct {
 // waiters table and the functions exist.
 func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) {
 	n := s.Names
+	acquireV9, sharedV9 := n.CompatProcedures()
 	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(),
 		n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure(), n.FenceProcedure(),
-		n.QualifiedIncarnation(), n.IncarnationProcedure()},
+		n.QualifiedIncarnation(), n.IncarnationProcedure(), acquireV9, sharedV9},
 		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema, &ex.waiters, &ex.funcsMissing) })
 	return ex, err
 }

@@ -26,7 +26,7 @@ var sessionSQL string
 // acquisition and release functions, version 7 the owner of a waiter,
 // version 8 shared leases, version 9 the fence against earlier releases'
 // acquisitions: see UpgradeTable.)
-const SchemaVersion = 9
+const SchemaVersion = 10
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -144,6 +144,13 @@ func (n Names) ReleaseProcedure() string { return n.qualified(n.ReleaseFunc) + r
 // reads it.
 func (n Names) SharedProcedure() string { return n.qualified(n.SharedFunc) + sharedParams.types() }
 
+// CompatProcedures are the acquisition functions by the signatures of
+// schema versions 7 to 9 (CreateAcquireCompat, CreateAcquireSharedCompat)
+// as to_regprocedure reads them.
+func (n Names) CompatProcedures() (acquire, shared string) {
+	return n.qualified(n.AcquireFunc) + acquireParamsV9.types(), n.qualified(n.SharedFunc) + sharedParamsV9.types()
+}
+
 // FenceProcedure is the fence's trigger function as to_regprocedure reads
 // it.
 func (n Names) FenceProcedure() string { return n.qualified(n.FenceFunc) + "()" }
@@ -180,6 +187,8 @@ type Queries struct {
 	CreateAcquireShared, AcquireShared                        string
 	CreateFence, CreateFenceTrigger                           string
 	CreateIncarnation, CreateIncarnationFunction              string
+	CreateAcquireCompat, CreateAcquireSharedCompat            string
+	BackfillKind                                              string
 	Acquire, Renew, Release, Guard                            string
 	Get, List, ForceRelease, Cleanup, Listen                  string
 	Orphans                                                   string
@@ -273,7 +282,9 @@ func Build(n Names) Queries {
 		CreateAcquireShared: get("CreateAcquireShared"), AcquireShared: get("AcquireShared"),
 		CreateFence: get("CreateFence"), CreateFenceTrigger: get("CreateFenceTrigger"),
 		CreateIncarnation: get("CreateIncarnation"), CreateIncarnationFunction: get("CreateIncarnationFunction"),
-		Acquire: get("Acquire"), Renew: get("Renew"),
+		CreateAcquireCompat: get("CreateAcquireCompat"), CreateAcquireSharedCompat: get("CreateAcquireSharedCompat"),
+		BackfillKind: get("BackfillKind"),
+		Acquire:      get("Acquire"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
 		Orphans:          get("Orphans"),
