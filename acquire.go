@@ -76,9 +76,6 @@ func (c *Client) begin(ctx context.Context, name string, opts []Option) (leaseOp
 // lease the options ask for: name itself, any slot of the semaphore name,
 // a shared lease of name), once (TryAcquire) or until ctx ends (Acquire).
 func (c *Client) acquireName(ctx context.Context, name string, o leaseOptions, wait bool) (*Lease, error) {
-	if o.slots > 1 {
-		o.semaphore = name // (for a *KindError's name: see refusal)
-	}
 	k := kindOf(entryAcquire, &o)
 	leases, err := c.runAcquisition(ctx, func() *acquisition {
 		a := &acquisition{c: c, name: name, kind: k, o: o, wait: wait}

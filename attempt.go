@@ -187,7 +187,7 @@ func (a *acquisition) refusal(ctx context.Context, r reply) error {
 	for _, n := range r.rows {
 		if n.Clash != (store.Clash{}) {
 			// Not retryable: the acquisition loop returns it at once.
-			return &KindError{Name: cmp.Or(a.o.semaphore, n.name), Want: a.o.kind().String(), Have: clashKind(n.Clash).String()}
+			return &KindError{Name: cmp.Or(a.name, n.name), Want: a.o.kind().String(), Have: clashKind(n.Clash).String()}
 		}
 	}
 	for _, n := range r.rows {

@@ -22,9 +22,6 @@ type leaseOptions struct {
 	// used: the options given, as the columns of the call rules tell
 	// them apart (see optionRules).
 	used [numOptionIDs]bool
-	// semaphore: the name whose slots are acquired (slots > 1), set by
-	// the acquisition itself.
-	semaphore string
 	// called: when the call began, for the wait time of EventAcquired.
 	called time.Time
 }
