@@ -562,6 +562,7 @@ DECLARE
     v_registered boolean;
     v_held boolean;
     v_i integer;
+    v_sync text;
     h record;
 BEGIN
     PERFORM set_config('pglease.writer', '{{version}}', true);
@@ -578,7 +579,10 @@ BEGIN
     END IF;
     IF NOT p_in_batch THEN
         -- Acquiring nothing, the commit need not wait for its WAL flush
-        -- (raised again below, by {{durable}}, once it acquires).
+        -- (the caller's setting is put back below, and raised by
+        -- {{durable}}, once it acquires: remote_write and remote_apply
+        -- are kept).
+        v_sync := current_setting('synchronous_commit');
         v_setting := set_config('synchronous_commit', 'off', true);
     END IF;
 
@@ -665,6 +669,9 @@ BEGIN
     o_acquired := true;
     IF p_queued THEN
         DELETE FROM {{waiters}} AS w WHERE w."name" = p_name AND w."client" = p_client;
+    END IF;
+    IF v_sync IS NOT NULL THEN
+        v_setting := set_config('synchronous_commit', v_sync, true);
     END IF;
     v_setting := {{durable}};
 END

@@ -287,6 +287,22 @@ func TestAcquireAndRenewWaitForTheirFlushWhateverTheSetting(t *testing.T) {
 			t.Errorf("an acquisition with synchronous_commit %s commits with %s, want %s", c.from, v, c.want)
 		}
 	}
+	// A shared lease's acquisition lowers the setting while it might
+	// acquire nothing: the one that acquires commits as a plain one does.
+	acquireShared := func(q Querier) error {
+		r, _, err := s.AcquireShared(ctx, q, SharedArgs{AcquireArgs: AcquireArgs{Name: "sh", Owner: "o", TTL: time.Minute, Client: client}})
+		if err == nil && !r.Acquired {
+			err = fmt.Errorf("not acquired: %+v", r)
+		}
+		return err
+	}
+	for _, c := range []struct{ from, want string }{
+		{"off", "on"}, {"local", "on"}, {"on", "on"}, {"remote_write", "remote_write"}, {"remote_apply", "remote_apply"},
+	} {
+		if v := after(c.from, acquireShared); v != c.want {
+			t.Errorf("a shared acquisition with synchronous_commit %s commits with %s, want %s", c.from, v, c.want)
+		}
+	}
 }
 
 // A renewal never extends a row that another client took over, even when
