@@ -310,12 +310,17 @@ func TestCronCommandEnvironmentOutcomesAndJobs(t *testing.T) {
 	if f[0] != "vars" || f[2] != "cron:vars" || err != nil || token <= 0 || f[4] != "host-1" || f[5] != "1" || f[6] != "" {
 		t.Errorf("the command saw JOB|TICK|NAME|TOKEN|OWNER|ATTEMPT|SLOT = %q; want vars|…|cron:vars|a token|host-1|1| (no stale PGLEASE_SLOT)", line)
 	}
+	// The command wrote its line before it exited: its run is recorded as
+	// ended a moment later.
 	var row runRow
-	for _, r := range history.of("vars") {
-		if r.tick.Equal(tick) {
-			row = r
+	waitFor(t, "the run of tick "+f[1]+" to end", func() bool {
+		for _, r := range history.of("vars") {
+			if r.tick.Equal(tick) {
+				row = r
+			}
 		}
-	}
+		return row.status != "" && row.status != "running"
+	})
 	if row.status != "succeeded" || row.token != token || row.replica != "host-1" {
 		t.Errorf("the run of tick %s: %v; want succeeded, token %d, replica host-1", f[1], row, token)
 	}
