@@ -1,7 +1,6 @@
 package store
 
 import (
-	_ "embed"
 	"strings"
 	"testing"
 	"time"
@@ -9,16 +8,11 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// v9Of703758e is the DDL of a version-9 table as commit 703758e exported
-// it, for "pglease_fixture"."leases": its functions refer to their
-// parameters by position, and its rows record their kind in "slots"
-// alone; schema version 10 replaces the functions and adds "kind".
-//
-//go:embed testdata/v9-703758e.sql
-var v9Of703758e string
-
-// createdBy703758e makes migrated create its table with v9Of703758e
-// before EnsureSchema, which then upgrades it.
+// createdBy703758e makes migrated create its table with the DDL that
+// commit 703758e exported at schema version 9 (pgtest.CreateOldTable's
+// "9") before EnsureSchema, which then upgrades it: its functions refer
+// to their parameters by position, and its rows record their kind in
+// "slots" alone; schema version 10 replaces the functions and adds "kind".
 var createdBy703758e bool
 
 // createV9Of703758e creates s's table (in schema.leases) with 703758e's DDL.
@@ -27,7 +21,7 @@ func createV9Of703758e(t *testing.T, s *Store) {
 	if s.Names.Table != "leases" {
 		t.Fatalf("the DDL of 703758e is for a table named leases, not %s", s.Names.Table)
 	}
-	pgtest.Exec(t, strings.ReplaceAll(v9Of703758e, `"pglease_fixture"`, quote(s.Names.Schema)))
+	pgtest.CreateOldTable(t, s.Names.Schema, "9")
 }
 
 // functionsOf reports, for each function of s's table, its argument

@@ -1,6 +1,6 @@
 -- pglease.DDL("pglease_fixture.leases") as printed at commit 703758e (schema version 9),
 -- for the test that a version-9 table created by that code accepts every call of this one
--- (TestTablesOf703758eServeTheseCalls). Generated; do not edit.
+-- (TestTablesOf703758eServeTheseCalls, through pgtest.CreateOldTable). Generated; do not edit.
 
 CREATE SCHEMA IF NOT EXISTS "pglease_fixture";
 
