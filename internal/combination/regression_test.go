@@ -192,7 +192,12 @@ var regressions = []struct {
 		// holders to new waiters and back, each hand-off within the bound.
 		// The old semaphore waiter, whose statement waits inside the
 		// earlier version's function, is refused by the fence when it
-		// writes (within a second of the upgrade, in each run seen).
+		// writes (within a second of the upgrade, in each run seen); so is
+		// the old waiter of x when a statement of its wait is in flight
+		// across the migration (4 runs in 15 with -race on a loaded
+		// machine), and two waiters of this version on x keep the name
+		// passing, so that the case measures two hand-offs or more either
+		// way (with one, it measured a single hand-off in those runs).
 		name: "AnUpgradeUnderAgentsOfThePreviousRelease", cfg: upgrading, runs: 1, measure: EvHandOff,
 		steps: []Step{
 			{Do: DoTry, Agent: 0, Name: "x", Mode: Fast},
@@ -206,6 +211,8 @@ var regressions = []struct {
 			{Do: DoAwait, Name: "k"},
 			{Do: DoUpgrade},
 			{Do: DoAcquire, Agent: 2, Name: "x", Mode: Plain, For: waitLimit},
+			{Do: DoAwait, Name: "x"},
+			{Do: DoAcquire, Agent: 3, Name: "x", Mode: Plain, For: waitLimit},
 			{Do: DoAwait, Name: "x"},
 			{Do: DoTryAll, Agent: 1, Names: []string{"m", "n"}},
 			{Do: DoTry, Agent: 3, Name: "s", Mode: FastSlots2},
