@@ -185,7 +185,7 @@ type KindError struct {
 
 // Error says what went wrong and what to do.
 func (e *KindError) Error() string {
-	return fmt.Sprintf("pglease: %q is held as a %s, and this client asked for a %s: use the same kind of lease (WithSlots, WithShared) on every client of a name, or wait until its leases are released",
+	return fmt.Sprintf("pglease: %q is held as a %s, and this client asked for a %s: use the same kind of lease (WithSlots, WithShared, WithQuota) on every client of a name, or wait until its leases are released",
 		e.Name, e.Have, e.Want)
 }
 

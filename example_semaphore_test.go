@@ -42,7 +42,7 @@ func ExampleKindError() {
 	fmt.Println(errors.As(err, new(*pglease.InvalidError)))
 	// Output:
 	// true Want="semaphore of 5 slots" Have="semaphore of 3 slots"
-	// pglease: "example-uploads" is held as a semaphore of 3 slots, and this client asked for a semaphore of 5 slots: use the same kind of lease (WithSlots, WithShared) on every client of a name, or wait until its leases are released
+	// pglease: "example-uploads" is held as a semaphore of 3 slots, and this client asked for a semaphore of 5 slots: use the same kind of lease (WithSlots, WithShared, WithQuota) on every client of a name, or wait until its leases are released
 	// true
 	// true
 }

@@ -45,6 +45,14 @@ func runHolder() int {
 	if os.Getenv("PGLEASE_TEST_SHARED") == "1" {
 		opts = append(opts, WithShared())
 	}
+	if q := os.Getenv("PGLEASE_TEST_QUOTA"); q != "" { // "N,W"
+		var n, w int
+		if _, err := fmt.Sscanf(q, "%d,%d", &n, &w); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		opts = append(opts, WithQuota(n, w))
+	}
 	ttl, _ := time.ParseDuration(os.Getenv("PGLEASE_TEST_TTL"))
 	l, err := c.Acquire(ctx, os.Getenv("PGLEASE_TEST_HOLDER"), append(opts, WithTTL(ttl))...)
 	if err != nil {

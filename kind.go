@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pglease/pglease/internal/store"
@@ -16,7 +17,7 @@ import (
 
 // A kind of lease plugs into the acquisition engine (engine.go, attempt.go)
 // as a value of the kind interface, one type per file: kind_plain.go,
-// kind_slot.go, kind_shared.go, kind_set.go. The engine asks its kind
+// kind_slot.go, kind_shared.go, kind_quota.go, kind_set.go. The engine asks its kind
 // what to contend for, how to wait, which statement an attempt runs and
 // how to read a refusal; it tests no option of the kind's. kindOf maps a
 // call and its options to a kind, once per call.
@@ -83,6 +84,8 @@ func kindOf(e entry, o *leaseOptions) kind {
 		return kindSet{}
 	case o.shared:
 		return kindShared{}
+	case o.quota > 0:
+		return kindQuota{}
 	case o.slots > 1:
 		return kindSlot{}
 	}
@@ -179,6 +182,8 @@ func clashKind(c store.Clash) leaseKind {
 		return sharedKind
 	case store.RowSemaphore:
 		return semaphoreKind(c.Size)
+	case store.RowQuota:
+		return quotaKind(c.Size)
 	}
 	k := leaseKind{word: c.Kind}
 	if c.Size != 0 {
@@ -209,13 +214,14 @@ const (
 	optFastFailover
 	optSlots // WithSlots(n), n > 1 (WithSlots(1) is a plain lease)
 	optShared
+	optQuota
 	numOptionIDs
 )
 
 // optionNames are the options as refusals name them.
 var optionNames = [numOptionIDs]string{
 	optTTL: "WithTTL", optMinHold: "WithMinHold", optMaxHold: "WithMaxHold", optMetadata: "WithMetadata",
-	optFastFailover: "WithFastFailover", optSlots: "WithSlots", optShared: "WithShared",
+	optFastFailover: "WithFastFailover", optSlots: "WithSlots", optShared: "WithShared", optQuota: "WithQuota",
 }
 
 // allowed is a cell of the option rules whose call takes the option.
@@ -231,19 +237,21 @@ var optionRules = [numEntries]struct {
 }{
 	entryAcquire: {"", [numOptionIDs]string{
 		optTTL: allowed, optMinHold: allowed, optMaxHold: allowed, optMetadata: allowed,
-		optFastFailover: allowed, optSlots: allowed, optShared: allowed,
+		optFastFailover: allowed, optSlots: allowed, optShared: allowed, optQuota: allowed,
 	}},
 	entrySet: {"", [numOptionIDs]string{
 		optTTL: allowed, optMinHold: allowed, optMaxHold: allowed, optMetadata: allowed,
 		optFastFailover: "is not supported for a set of leases: its leases are plain ones, freed by expiry when their holder dies",
 		optSlots:        "does not apply to a set of leases (name the slots, or acquire the semaphore with Acquire)",
 		optShared:       "does not apply to a set of leases: a set's leases are exclusive (acquire shared leases one by one with Acquire)",
+		optQuota:        "does not apply to a set of leases: a set's leases are exclusive (acquire units of a quota with Acquire)",
 	}},
 	entryElector: {"NewElector: ", [numOptionIDs]string{
 		optTTL: allowed, optMinHold: allowed, optMaxHold: allowed, optMetadata: allowed,
 		optFastFailover: allowed,
 		optSlots:        "does not apply: an election has one leader (use Acquire or Run with WithSlots for several holders at once)",
 		optShared:       "does not apply: an election has one leader",
+		optQuota:        "does not apply: an election has one leader",
 	}},
 }
 
@@ -253,8 +261,17 @@ var optionRules = [numEntries]struct {
 // option in the order of the columns), or nil. The options' values and
 // timing are checked before, as they are resolved (resolveOptions).
 func checkOptions(e entry, o *leaseOptions) error {
-	if o.shared && o.slots > 1 {
-		return invalid(kindArgument, "WithShared and WithSlots(%d) do not combine: a name is either a semaphore or shared/exclusive leases", o.slots)
+	var kinds []string
+	for _, k := range []struct {
+		given bool
+		name  string
+	}{{o.shared, "WithShared"}, {o.slots > 1, fmt.Sprintf("WithSlots(%d)", o.slots)}, {o.quota > 0, fmt.Sprintf("WithQuota(%d, %d)", o.quota, o.weight)}} {
+		if k.given {
+			kinds = append(kinds, k.name)
+		}
+	}
+	if len(kinds) > 1 {
+		return invalid(kindArgument, "%s do not combine: a name is one kind of lease (a semaphore, shared/exclusive leases or a quota)", strings.Join(kinds, " and "))
 	}
 	rules := &optionRules[e]
 	for id, why := range rules.cells {
@@ -262,8 +279,11 @@ func checkOptions(e entry, o *leaseOptions) error {
 			continue
 		}
 		name := optionNames[id]
-		if optionID(id) == optSlots {
+		switch optionID(id) {
+		case optSlots:
 			name = fmt.Sprintf("%s(%d)", name, o.slots)
+		case optQuota:
+			name = fmt.Sprintf("%s(%d, %d)", name, o.quota, o.weight)
 		}
 		return invalid(kindArgument, "%s%s %s", rules.prefix, name, why)
 	}

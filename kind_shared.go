@@ -30,17 +30,31 @@ func (kindShared) keepsLocalSlot() bool { return false }
 func (kindShared) refused(a *acquisition, rep reply, r *roundResult) { a.refusedOne(rep, r, false) }
 
 // statement is the statement of an attempt at a shared lease of unit's
-// name (AcquireShared, on the dedicated session for a fast-failover one):
-// its reply names the row acquired, or the name itself when refused. It
-// passes the rows of the client's own shared leases of the name, so that
-// the server deletes any other row of this client's: one an acquisition
-// whose reply was lost was granted.
+// name (see shareStatement).
 func (kindShared) statement(a *acquisition, unit []string) func(context.Context) reply {
-	c, o, name := a.c, a.o, unit[0]
+	return a.shareStatement(a.shareArgs(unit[0]))
+}
+
+// shareArgs are the arguments of an attempt at a row of its own among
+// name's, a shared lease's unless the caller says otherwise. They pass the
+// rows of the client's own leases of the name, so that the server deletes
+// any other row of this client's: one an acquisition whose reply was lost
+// was granted.
+func (a *acquisition) shareArgs(name string) store.SharedArgs {
+	c, o := a.c, a.o
 	args := store.SharedArgs{AcquireArgs: store.AcquireArgs{Name: name, Owner: c.cfg.Owner, TTL: o.ttl, MinHold: o.minHold,
 		Session: o.session, Metadata: o.metadata, Client: c.id}}
 	args.Mine = c.heldRowsOf(name)
 	c.queueArgs(a.w, &args.AcquireArgs)
+	return args
+}
+
+// shareStatement is the statement of an attempt at a row of its own among
+// a name's (AcquireShared, on the dedicated session for a fast-failover
+// lease): its reply names the row acquired, or the name itself when
+// refused.
+func (a *acquisition) shareStatement(args store.SharedArgs) func(context.Context) reply {
+	c, o, name := a.c, a.o, args.Name
 	if hook := testHookAttempt.Load(); hook != nil {
 		(*hook)(c.id, name)
 	}

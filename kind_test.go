@@ -27,11 +27,12 @@ var (
 		{"WithFastFailover", WithFastFailover()},
 		{"WithSlots", WithSlots(3)},
 		{"WithShared", WithShared()},
+		{"WithQuota", WithQuota(5, 2)},
 	}
 	ruleRefusals = map[string][]string{
-		"Acquire":    nil,                                             // and TryAcquire, Run, TryRun
-		"AcquireAll": {"WithFastFailover", "WithSlots", "WithShared"}, // and TryAcquireAll
-		"NewElector": {"WithSlots", "WithShared"},
+		"Acquire":    nil,                                                          // and TryAcquire, Run, TryRun
+		"AcquireAll": {"WithFastFailover", "WithSlots", "WithShared", "WithQuota"}, // and TryAcquireAll
+		"NewElector": {"WithSlots", "WithShared", "WithQuota"},
 	}
 )
 
@@ -116,8 +117,8 @@ func ran(context.Context) error { return nil }
 // a refused option is an *InvalidError of kind "argument" naming it,
 // returned before anything is written (no row of the lease or waiters
 // table); an allowed one is accepted (the lease, the set or the elected
-// term is had, and released). WithShared with WithSlots is refused by
-// every call.
+// term is had, and released). Two kinds (WithShared, WithSlots,
+// WithQuota) together are refused by every call.
 func TestCallOptionRules(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
@@ -142,7 +143,9 @@ func TestCallOptionRules(t *testing.T) {
 		for _, col := range ruleColumns {
 			cells = append(cells, cell{col.name, []Option{col.opt}, slices.Contains(ruleRefusals[call.row], col.name), col.name})
 		}
-		cells = append(cells, cell{"WithShared+WithSlots", []Option{WithShared(), WithSlots(2)}, true, "do not combine"})
+		cells = append(cells, cell{"WithShared+WithSlots", []Option{WithShared(), WithSlots(2)}, true, "do not combine"},
+			cell{"WithQuota+WithShared", []Option{WithQuota(3, 1), WithShared()}, true, "do not combine"},
+			cell{"WithSlots+WithQuota", []Option{WithSlots(2), WithQuota(3, 1)}, true, "do not combine"})
 		for _, cl := range cells {
 			t.Run(call.name+"/"+cl.option, func(t *testing.T) {
 				prefix := strings.ToLower(call.name + "-" + strings.ReplaceAll(cl.option, "+", "-"))
@@ -206,7 +209,9 @@ func TestKindNames(t *testing.T) {
 		{clashKind(store.Clash{Kind: store.RowPlain}), "plain lease"},
 		{clashKind(store.Clash{Kind: store.RowShared}), "shared lease"},
 		{clashKind(store.Clash{Kind: store.RowSemaphore, Size: 3}), "semaphore of 3 slots"},
-		{clashKind(store.Clash{Kind: "quota", Size: 10}), "quota of 10 units"},
+		{leaseOptions{quota: 10, weight: 3}.kind(), "quota of 10 units"},
+		{clashKind(store.Clash{Kind: store.RowQuota, Size: 10}), "quota of 10 units"},
+		{clashKind(store.Clash{Kind: "later", Size: 4}), "later of 4 units"},
 		{leaseKind{word: "quota", size: 10, unit: "units"}, "quota of 10 units"},
 	} {
 		if tc.got.String() != tc.want {
@@ -214,7 +219,7 @@ func TestKindNames(t *testing.T) {
 		}
 	}
 	err := &KindError{Name: "pool", Want: "plain lease", Have: "semaphore of 3 slots"}
-	if got, want := err.Error(), `pglease: "pool" is held as a semaphore of 3 slots, and this client asked for a plain lease: use the same kind of lease (WithSlots, WithShared) on every client of a name, or wait until its leases are released`; got != want {
+	if got, want := err.Error(), `pglease: "pool" is held as a semaphore of 3 slots, and this client asked for a plain lease: use the same kind of lease (WithSlots, WithShared, WithQuota) on every client of a name, or wait until its leases are released`; got != want {
 		t.Errorf("message %q, want %q", got, want)
 	}
 }
@@ -240,6 +245,7 @@ func TestKindsDecide(t *testing.T) {
 		{"plain, an elector's", entryElector, leaseOptions{}, kindPlain{}, []string{"job"}, 1, queues, true, "plain lease"},
 		{"slot", entryAcquire, leaseOptions{slots: 3}, kindSlot{}, []string{"job#0", "job#1", "job#2"}, 3, unqueued, true, "semaphore of 3 slots"},
 		{"shared", entryAcquire, leaseOptions{shared: true}, kindShared{}, []string{"job"}, 1, listed, false, "shared lease"},
+		{"quota", entryAcquire, leaseOptions{quota: 10, weight: 3}, kindQuota{}, []string{"job"}, 1, listed, false, "quota of 10 units"},
 		{"set", entrySet, leaseOptions{}, kindSet{}, []string{"job"}, 1, unqueued, true, "plain lease"},
 	} {
 		k := kindOf(tc.e, &tc.o)

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"encoding/json"
+	"math"
 	"time"
 )
 
@@ -19,6 +20,8 @@ type leaseOptions struct {
 	session      bool          // WithFastFailover
 	shared       bool          // WithShared
 	slots        int
+	quota        int // WithQuota: the capacity (0: not a quota) …
+	weight       int // … and the units taken
 	// used: the options given, as the columns of the call rules tell
 	// them apart (see optionRules).
 	used [numOptionIDs]bool
@@ -28,6 +31,7 @@ type leaseOptions struct {
 
 const (
 	maxSlots         = 1000
+	maxQuota         = math.MaxInt32
 	maxMetadataBytes = 8192
 )
 
@@ -171,6 +175,39 @@ func WithSlots(n int) Option {
 // by [Client.AcquireAll] or an [Elector] (an *[InvalidError]).
 func WithShared() Option {
 	return Option{func(o *leaseOptions) error { o.shared, o.used[optShared] = true, true; return nil }}
+}
+
+// WithQuota makes the lease w units of a quota of n: the name has a
+// capacity of n units, and its holders, each taking the units it asks
+// for, hold at most n between them (a weighted semaphore across the
+// fleet, as golang.org/x/sync/semaphore is within a process: "this report
+// uses 3 of the 10 connections the reporting replica allows"). Each
+// holder holds a row of its own, "NAME#i" ([Lease.Name] says which; i is
+// not a unit count), with its own fencing token, renewed, released and
+// guarded as any lease is; fast failover and a minimum and maximum hold
+// apply as to any lease.
+//
+// Waiters are served first in line first: while a client waits for the
+// name, a later acquisition (of any weight) waits behind it, and a
+// [Client.TryAcquire] is refused with a *[HeldError] whose Queued field
+// says so, so that small requests cannot starve a large one. n and w are
+// 1 to 2147483647 with w at most n; otherwise the error is an
+// *[InvalidError]. Every client of a quota must use the same n: while any
+// of its holders is live, an acquisition with another n, or another kind
+// of lease of the name, fails at once with a *[KindError]. WithQuota
+// cannot be combined with [WithSlots] or [WithShared], nor used by
+// [Client.AcquireAll] or an [Elector].
+func WithQuota(n, w int) Option {
+	return Option{func(o *leaseOptions) error {
+		if n < 1 || n > maxQuota {
+			return invalid(kindArgument, "a quota must have 1 to %d units, got %d", maxQuota, n)
+		}
+		if w < 1 || w > n {
+			return invalid(kindArgument, "a weight must be 1 to the quota's %d units, got %d", n, w)
+		}
+		o.quota, o.weight, o.used[optQuota] = n, w, true
+		return nil
+	}}
 }
 
 // leaseOptions resolves the options of a call of e (see resolveOptions).

@@ -80,6 +80,7 @@ const (
 	RowPlain     = "plain"     // a plain (exclusive) lease; "slots" is NULL
 	RowSemaphore = "semaphore" // a slot of a semaphore ("semaphore"), of "slots" slots
 	RowShared    = "shared"    // one shared lease of the name "semaphore"; "slots" is 0
+	RowQuota     = "quota"     // "weight" units of the quota "semaphore", of "slots" units
 )
 
 // Clash is the live lease of another kind that refused an attempt, as the
@@ -142,19 +143,22 @@ func metadata(meta []byte) string {
 	return string(meta)
 }
 
-// SharedArgs are the arguments of a shared lease's acquisition attempt
-// (AcquireShared): those of AcquireArgs that apply (Name is the shared
-// lease's name, not a row's), and Mine, the rows of the name's shared
-// leases that the client holds.
+// SharedArgs are the arguments of an acquisition attempt at a row of its
+// own among a name's (AcquireShared): those of AcquireArgs that apply
+// (Name is the name, not a row's), Mine, the rows of the name this client
+// holds, and the kind: a shared lease (Kind "" or RowShared), or Weight
+// units of a quota of Capacity units (RowQuota).
 type SharedArgs struct {
 	AcquireArgs
-	Mine []string
+	Mine             []string
+	Kind             string
+	Weight, Capacity int
 }
 
-// AcquireShared makes one attempt at a shared lease of a.Name: one call of
-// the table's shared acquisition function (CreateAcquireShared in
-// functions.sql). It returns the outcome, as Acquire does, and the row
-// acquired ("name#i").
+// AcquireShared makes one attempt at a row of its own among a.Name's (a
+// shared lease, or units of a quota): one call of the table's shared
+// acquisition function (CreateAcquireShared in functions.sql). It returns
+// the outcome, as Acquire does, and the row acquired ("name#i").
 func (s *Store) AcquireShared(ctx context.Context, q Querier, a SharedArgs) (AcquireResult, string, error) {
 	ns, err := s.lockNS()
 	if err != nil {

@@ -175,7 +175,7 @@ BEGIN
                CASE WHEN p_session THEN {{server}} END,
                p_metadata || jsonb_build_object('client', p_client)
          WHERE NOT EXISTS (SELECT 1 FROM {{table}} AS s
-                            WHERE s."semaphore" = p_name AND (s."expires_at" > now() OR s."kind" = 'shared'))
+                            WHERE s."semaphore" = p_name AND (s."expires_at" > now() OR s."kind" IN ('shared', 'quota')))
            AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
                             WHERE w."name" = p_name AND w."client" <> p_client)
         ON CONFLICT ("name") DO NOTHING
@@ -308,7 +308,7 @@ BEGIN
         -- holder's guarded write commits before this acquisition does, as
         -- a takeover of a plain row waits.
         IF p_kind = 'plain' THEN
-            DELETE FROM {{table}} AS l WHERE l."semaphore" = p_name AND l."kind" = 'shared';
+            DELETE FROM {{table}} AS l WHERE l."semaphore" = p_name AND l."kind" IN ('shared', 'quota');
         END IF;
         -- Out of the queue (a queued wait, or a polling one's registration).
         IF p_queued OR p_queue_ttl_ms > 0 THEN
@@ -514,42 +514,60 @@ END
 $pglease$
 
 -- name: CreateAcquireShared
--- A shared lease (schema version 8): many shared holders of a name at
--- once, or one exclusive holder (a plain lease of the name, CreateAcquire),
--- never both. Each shared holder holds a row of its own, "name#i" (the
--- lowest i not held), with the name in "semaphore", 'shared' in "kind"
--- (p_kind, which must say so) and 0 in "slots" (which the releases of
--- schema versions 8 and 9 read as the kind), and a fencing token of its own; it is renewed, released (CreateRelease) and
--- guarded by that row as any lease is. p_name the name, p_owner to
--- p_queue_ttl_ms as CreateAcquire's (p_queued: the attempt registers, as a
--- shared wait, in the queue of the name), p_in_batch whether the call
--- shares its transaction, p_mine the rows of the name's shared leases this client holds (a JSON array of
--- names).
+-- A row of its own among a name's, for the kinds whose holders share
+-- their name: shared leases (p_kind 'shared', schema version 8) and quotas
+-- (p_kind 'quota', version 10). Each holder holds a row of its own,
+-- "name#i" (the lowest i not held), with the name in "semaphore", its kind
+-- in "kind", the kind's size in "slots" (p_capacity: a quota's units; 0
+-- for a shared lease, which the releases of schema versions 8 and 9 read
+-- as the kind), the units it takes in "weight" (p_weight; 1 for a shared
+-- lease), and a fencing token of its own; it is renewed, released
+-- (CreateRelease) and guarded by that row as any lease is. p_name the
+-- name, p_owner to p_queue_ttl_ms as CreateAcquire's (p_queued: the
+-- attempt registers in the queue of the name), p_in_batch whether the
+-- call shares its transaction, p_mine the rows of the name this client
+-- holds (a JSON array of names).
+--
+-- Shared leases: many shared holders of a name at once, or one exclusive
+-- holder (a plain lease of the name, CreateAcquire), never both. A quota:
+-- holders whose weights sum to at most its capacity, first in line first.
 --
 -- The rules, all under the name's advisory lock, the one every acquisition
 -- of the name takes first (CreateAcquire's, and so a semaphore's of that
 -- name, and AcquireAll's):
---   - another kind: a live slot of a semaphore of the name refuses the
+--   - another kind: a live row under the name of another kind or size (a
+--     slot of a semaphore of the name, a quota of another capacity), and
+--     for a quota a live plain lease of the name itself, refuses the
 --     attempt at once (o_clash_kind and o_clash_size); nothing is written.
---   - an exclusive holder: the name's own row, live (and, session-bound,
---     its session alive), refuses it; the holder is reported as
---     CreateAcquire reports one.
---   - an exclusive waiter: a live registration of another client's wait
---     for a plain lease of the name (a polling one too, while fresh: see
---     CreateWaiters), queued before this wait (any, for an
---     attempt that is not queued yet), refuses it (o_ahead, their number),
---     so that a stream of shared holders cannot starve an exclusive one:
---     the shared holders drain, the exclusive waiter takes the name, and
---     the shared waiters follow.
+--   - an exclusive holder (shared leases): the name's own row, live (and,
+--     session-bound, its session alive), refuses it; the holder is
+--     reported as CreateAcquire reports one.
+--   - the queue: a live registration of another client's wait (for a
+--     shared lease, a wait for a plain lease of the name; for a quota, any:
+--     a polling one too, while fresh, see CreateWaiters) queued before
+--     this wait (any, for an attempt that is not in the queue yet: a
+--     quota's polling wait is in it by its registration) refuses it
+--     (o_ahead, their number). So a stream of shared holders cannot starve
+--     an exclusive one (the shared holders drain, the exclusive waiter
+--     takes the name, and the shared waiters follow), and small requests
+--     of a quota cannot starve a large one.
+--   - the units (a quota): the live rows of the quota (not bound to a
+--     session that ended, and not this client's rows deleted below) whose
+--     weights and p_weight sum to more than p_capacity refuse it; the
+--     holder reported is one bound to a session first (for the waiter to
+--     watch), then the one that expires first.
 -- Otherwise the name's own row, ended, is deleted (waiting for a Guard's
 -- lock on it, so that its stale holder's guarded write commits first),
--- rows of this client's shared leases of the name that it does not hold
+-- rows of this client's leases of the name and kind that it does not hold
 -- (acquisitions whose reply was lost: the caller holds the name's local
 -- slot meanwhile) are deleted, and the lowest free "name#i" is written,
 -- taking over an ended row of that name. A refused queued attempt
--- registers as a shared wait (listed by Waiters; the queue's wake-ups and
--- promises are for exclusive waits: shared waiters hear the table's
--- channel). Returns CreateAcquire's columns and the row written (o_name).
+-- registers in the queue as a wait for a share of the name ("shared"; the
+-- queue's wake-ups and promises are for exclusive waits: these waiters
+-- hear the table's channel), and a quota's wait that cannot queue (no
+-- session: p_queue_ttl_ms without p_queued) as a polling one, live while
+-- fresh, which keeps its place while it keeps being refused. Returns
+-- CreateAcquire's columns and the row written (o_name).
 CREATE OR REPLACE FUNCTION {{acquire_shared_fn}}(
 {{acquire_shared_params}}
 {{acquire_shared_result}})
@@ -561,9 +579,11 @@ DECLARE
     v_since timestamptz;
     v_registered boolean;
     v_held boolean;
+    v_full boolean := false;
     v_i integer;
     v_sync text;
-    h record;
+    h record;           -- the name's own row
+    q record;           -- a holder of the quota, when it refuses
 BEGIN
     PERFORM set_config('pglease.writer', '{{version}}', true);
     IF p_lock_timeout_ms > 0 THEN
@@ -574,8 +594,10 @@ BEGIN
     o_acquired := false; o_token := 0; o_session_bound := false; o_owner := '';
     o_other_token := 0; o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := '';
     o_watchable := false; o_ahead := 0; o_pid := 0; o_name := '';
-    IF p_kind IS DISTINCT FROM 'shared' THEN
-        RAISE EXCEPTION 'pglease: % acquires shared leases, not %', '{{acquire_shared_fn}}', p_kind;
+    IF NOT (p_kind = 'shared' AND p_weight = 1 AND p_capacity = 0
+            OR p_kind = 'quota' AND p_weight BETWEEN 1 AND p_capacity) THEN
+        RAISE EXCEPTION 'pglease: % acquires shared leases or units of a quota, not % of weight % and size %',
+            '{{acquire_shared_fn}}', p_kind, p_weight, p_capacity;
     END IF;
     IF NOT p_in_batch THEN
         -- Acquiring nothing, the commit need not wait for its WAL flush
@@ -587,7 +609,8 @@ BEGIN
     END IF;
 
     SELECT l."kind", coalesce(l."slots", 0) INTO o_clash_kind, o_clash_size FROM {{table}} AS l
-     WHERE l."semaphore" = p_name AND l."kind" <> 'shared' AND l."expires_at" > now()
+     WHERE l."semaphore" = p_name AND (l."kind" <> p_kind OR l."slots" IS DISTINCT FROM p_capacity)
+       AND l."expires_at" > now()
      LIMIT 1;
     IF FOUND THEN
         RETURN;
@@ -595,7 +618,7 @@ BEGIN
     o_clash_kind := ''; o_clash_size := 0;
 
     SELECT w."since" INTO v_since FROM {{waiters}} AS w
-     WHERE p_queued AND w."name" = p_name AND w."client" = p_client;
+     WHERE (p_queued OR p_kind = 'quota' AND p_queue_ttl_ms > 0) AND w."name" = p_name AND w."client" = p_client;
     v_registered := FOUND;
     IF NOT v_registered THEN
         v_since := now();
@@ -609,15 +632,39 @@ BEGIN
       INTO h FROM {{table}} AS l WHERE l."name" = p_name;
     v_held := FOUND AND h."live"
               AND NOT {{session_ended(p_ns, h."pid", h."session_bound")}};
+    IF v_held AND p_kind = 'quota' THEN
+        o_clash_kind := 'plain';
+        RETURN;
+    END IF;
     IF NOT v_held THEN
         SELECT count(*) INTO o_ahead FROM {{waiters}} AS w
-         WHERE w."name" = p_name AND NOT w."shared" AND w."client" <> p_client
+         WHERE w."name" = p_name AND (p_kind = 'quota' OR NOT w."shared") AND w."client" <> p_client
            AND (NOT v_registered OR (w."since", w."client") < (v_since, p_client))
            AND CASE WHEN w."expires_at" > now()
                     THEN w."polling" OR NOT {{client_gone(p_ns, w."client")}}
                     ELSE false END;
     END IF;
-    IF v_held OR o_ahead > 0 THEN
+    IF p_kind = 'quota' THEN
+        SELECT sum(l."weight") OVER () + p_weight > p_capacity AS "full", l."owner", l."token",
+               l."session_pid" AS "pid",
+               (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+               (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+               coalesce(l."session_pid" IS NOT NULL AND l."session_server" = v_srv, false) AS "session_bound"
+          INTO q FROM {{table}} AS l
+         WHERE l."semaphore" = p_name AND l."kind" = 'quota' AND l."expires_at" > now()
+           AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}}
+           AND NOT (coalesce(l."metadata" ->> 'client' = p_client, false)
+                    AND l."name" NOT IN (SELECT jsonb_array_elements_text(p_mine)))
+         ORDER BY 7 DESC, 5
+         LIMIT 1;
+        IF FOUND AND (q."full" OR o_ahead > 0) THEN
+            v_full := q."full";
+            o_owner := q."owner"; o_other_token := q."token"; o_remaining_ms := q."remaining_ms";
+            o_heartbeat_ms := q."heartbeat_ms"; o_session_bound := q."session_bound";
+            o_watchable := q."session_bound"; o_pid := coalesce(q."pid", 0);
+        END IF;
+    END IF;
+    IF v_held OR v_full OR o_ahead > 0 THEN
         IF v_held THEN
             o_owner := h."owner"; o_other_token := h."token"; o_remaining_ms := h."remaining_ms";
             o_heartbeat_ms := h."heartbeat_ms"; o_client := coalesce(h."client", '');
@@ -630,17 +677,23 @@ BEGIN
             ON CONFLICT ("name", "client") DO UPDATE
                SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = true,
                    "polling" = false;
+        ELSIF p_kind = 'quota' AND p_queue_ttl_ms > 0 THEN
+            INSERT INTO {{waiters}} AS w ("name", "client", "since", "expires_at", "owner", "shared", "polling")
+            VALUES (p_name, p_client, v_since, now() + p_queue_ttl_ms * interval '1 millisecond', p_owner, true, true)
+            ON CONFLICT ("name", "client") DO UPDATE
+               SET "expires_at" = excluded."expires_at", "owner" = excluded."owner", "shared" = true,
+                   "polling" = true;
         END IF;
         RETURN;
     END IF;
 
     DELETE FROM {{table}} AS l WHERE l."name" = p_name;
     DELETE FROM {{table}} AS l
-     WHERE l."semaphore" = p_name AND l."kind" = 'shared' AND l."metadata" ->> 'client' = p_client
+     WHERE l."semaphore" = p_name AND l."kind" = p_kind AND l."metadata" ->> 'client' = p_client
        AND l."name" NOT IN (SELECT jsonb_array_elements_text(p_mine));
     SELECT min(i) INTO v_i
       FROM generate_series(0, (SELECT count(*) FROM {{table}} AS l
-                                WHERE l."semaphore" = p_name AND l."kind" = 'shared')::integer) AS i
+                                WHERE l."semaphore" = p_name AND l."kind" = p_kind)::integer) AS i
      WHERE NOT EXISTS (
             SELECT 1 FROM {{table}} AS l
              WHERE l."name" = p_name || '#' || i AND l."expires_at" > now()
@@ -656,7 +709,7 @@ BEGIN
             CASE WHEN p_session THEN pg_backend_pid() END,
             CASE WHEN p_session THEN v_srv END,
             p_metadata || jsonb_build_object('client', p_client),
-            p_name, 0, p_kind, 1)
+            p_name, p_capacity, p_kind, p_weight)
     ON CONFLICT ("name") DO UPDATE
        SET "owner" = excluded."owner", "token" = excluded."token",
            "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
@@ -667,7 +720,7 @@ BEGIN
            "kind" = excluded."kind", "weight" = excluded."weight", "stepdown_at" = NULL
     RETURNING l."name", l."token", l."session_pid" IS NOT NULL INTO o_name, o_token, o_session_bound;
     o_acquired := true;
-    IF p_queued THEN
+    IF p_queued OR p_kind = 'quota' AND p_queue_ttl_ms > 0 THEN
         DELETE FROM {{waiters}} AS w WHERE w."name" = p_name AND w."client" = p_client;
     END IF;
     IF v_sync IS NOT NULL THEN
@@ -709,7 +762,7 @@ LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 BEGIN
     SELECT {{acquire_shared_v9_select}}
       INTO {{acquire_shared_v9_into}}
-      FROM {{acquire_shared_fn}}({{acquire_shared_v9_pass}}, p_kind => 'shared') AS a;
+      FROM {{acquire_shared_fn}}({{acquire_shared_v9_pass}}, p_kind => 'shared', p_weight => 1, p_capacity => 0) AS a;
 END
 $pglease$
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -129,7 +130,18 @@ var sharedParams = signature[sharedCall]{
 	{"p_queue_ttl_ms", "bigint", func(c sharedCall) any { return c.QueueTTL.Milliseconds() }},
 	{"p_in_batch", "boolean", func(c sharedCall) any { return c.inBatch }},
 	{"p_mine", "jsonb", func(c sharedCall) any { return c.mine }},
-	{"p_kind", "text", func(sharedCall) any { return RowShared }},
+	{"p_kind", "text", func(c sharedCall) any { return c.kind() }},
+	{"p_weight", "integer", func(c sharedCall) any { return max(c.Weight, 1) }},
+	{"p_capacity", "integer", func(c sharedCall) any { return c.Capacity }},
+}
+
+// kind is the kind of lease the call asks for: a shared lease unless it
+// says otherwise.
+func (c sharedCall) kind() string {
+	if c.Kind == "" {
+		return RowShared
+	}
+	return c.Kind
 }
 
 // releaseCall is what a call of the release function binds.
@@ -246,7 +258,8 @@ var releaseColumns = outParams[releaseRow]{
 
 // The signatures of schema versions 7 to 9, which the clients of those
 // releases still running during a rolling upgrade call (positionally, or
-// in named notation): the parameters without p_kind, and the result with
+// in named notation): the parameters without p_kind (and, for the shared
+// acquisition, p_weight and p_capacity), and the result with
 // the kind of a clash as an int code (o_clash). The functions of those
 // signatures are thin wrappers (CreateAcquireCompat,
 // CreateAcquireSharedCompat) around this version's: PostgreSQL tells the
@@ -254,16 +267,16 @@ var releaseColumns = outParams[releaseRow]{
 // must stay those of version 9 (TestCompatSignaturesAreVersion9s).
 var (
 	acquireParamsV9  = acquireParams.without("p_kind")
-	sharedParamsV9   = sharedParams.without("p_kind")
+	sharedParamsV9   = sharedParams.without("p_kind", "p_weight", "p_capacity")
 	acquireColumnsV9 = acquireColumns.v9()
 	sharedColumnsV9  = sharedColumns.v9()
 )
 
-// without is the signature less the parameter named name.
-func (s signature[C]) without(name string) signature[C] {
+// without is the signature less the parameters named names.
+func (s signature[C]) without(names ...string) signature[C] {
 	var out signature[C]
 	for _, p := range s {
-		if p.name != name {
+		if !slices.Contains(names, p.name) {
 			out = append(out, p)
 		}
 	}

@@ -26,6 +26,8 @@ var runFlags = append([]flagSpec{
 	{name: "min-hold", kind: durationFlag, arg: "DURATION", usage: "keep the lease at least this long after acquiring, even if COMMAND ends sooner (at most the TTL)"},
 	{name: "slots", kind: intFlag, arg: "N", usage: "let up to N holders run at once (a semaphore; every run of NAME must use the same N); COMMAND finds its slot, 0 to N-1, in $PGLEASE_SLOT"},
 	{name: "shared", kind: boolFlag, usage: "a shared lease: run beside other --shared runs of NAME, never beside a run without it (which waits for them, and before which later --shared runs wait)"},
+	{name: "quota", kind: intFlag, arg: "N", usage: "NAME is a quota of N units, of which this run takes --weight while it runs (every run of NAME must use the same N); first in line first: a later run waits behind an earlier one, whatever their weights"},
+	{name: "weight", kind: intFlag, arg: "W", usage: "with --quota: the units this run takes, 1 to N (default 1)"},
 	{name: "max-hold", kind: durationFlag, arg: "DURATION", usage: "end the command (SIGTERM, SIGKILL after --kill-grace) this long after acquiring, even if renewals succeed, release the lease and exit 76; longer than --kill-grace"},
 	{name: "conflict-exit-code", kind: intFlag, arg: "N", usage: "exit status when the lease is held elsewhere, 0-255 (default 75; 0 suits Kubernetes CronJobs and cron mail)"},
 }, connFlags...)
@@ -46,6 +48,8 @@ type runOptions struct {
 	maxHold  time.Duration // 0: no limit
 	shared   bool
 	slots    int // 0: a plain lease
+	quota    int // 0: not a quota
+	weight   int
 	conflict int // exit status when the lease is held elsewhere
 }
 
@@ -63,6 +67,9 @@ func (o runOptions) leaseOptions() []pglease.Option {
 	}
 	if o.shared {
 		opts = append(opts, pglease.WithShared())
+	}
+	if o.quota > 0 {
+		opts = append(opts, pglease.WithQuota(o.quota, o.weight))
 	}
 	// --max-hold is not the library's WithMaxHold, which frees the row at
 	// the limit while the group may still be dying: the guard ends the
@@ -151,6 +158,18 @@ func (e *env) parseRun(args []string) (o runOptions, code int, done bool) {
 	o.shared = fs.boolean("shared")
 	if o.shared && o.slots > 0 {
 		return bad(usagef("--shared and --slots do not combine: NAME is either a semaphore or shared and exclusive leases"))
+	}
+	if fs.isSet("weight") && !fs.isSet("quota") {
+		return bad(usagef("--weight %s needs --quota N: the weight is the units this run takes of NAME's N", fs.str("weight")))
+	}
+	if fs.isSet("quota") {
+		if o.shared || o.slots > 0 {
+			return bad(usagef("--quota does not combine with --shared or --slots: NAME is one kind of lease"))
+		}
+		o.quota, o.weight = fs.integer("quota", 0), fs.integer("weight", 1)
+		if _, err := cfg.Plan(o.name, pglease.WithQuota(o.quota, o.weight)); err != nil {
+			return bad(usagef("invalid --quota %s --weight %d: %s", fs.str("quota"), o.weight, reason(err)))
+		}
 	}
 	o.conflict = exitHeld
 	if fs.isSet("conflict-exit-code") {
@@ -333,8 +352,10 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 				flags = "--shared"
 			case o.slots > 1:
 				flags = fmt.Sprintf("--slots %d", o.slots)
+			case o.quota > 0:
+				flags = fmt.Sprintf("--quota %d", o.quota)
 			}
-			return e.runFailure(fmt.Errorf("%s is held as a %s; this run asked for a %s (%s): use the same --slots for every run of %s (--shared runs and plain runs of a name go together, a semaphore's do not), or wait until its leases are released",
+			return e.runFailure(fmt.Errorf("%s is held as a %s; this run asked for a %s (%s): use the same --slots or --quota for every run of %s (--shared runs and plain runs of a name go together, a semaphore's or a quota's do not), or wait until its leases are released",
 				quoteArg(kind.Name), kind.Have, kind.Want, flags, quoteArg(kind.Name)))
 		case o.wait && errors.Is(err, context.DeadlineExceeded):
 			// Acquire only matches a *HeldError when it saw the lease held;
