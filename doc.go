@@ -156,6 +156,8 @@
 //	                                          a slot "name#i"
 //	shared lease   + WithShared               any number of shared        one per holder
 //	                                          holders, or one exclusive
+//	quota          + WithQuota(n, w)          holders whose units w sum   one per holder
+//	                                          to n at most, first in line
 //	set            AcquireAll, TryAcquireAll  one holder of 1 to 64       one per name
 //	                                          names, all or none
 //	fast failover  + WithFastFailover         as the kind it modifies     unchanged
@@ -166,12 +168,14 @@
 //     [Elector]'s terms take too. Every kind takes [WithTTL], [WithMinHold],
 //     [WithMaxHold] and [WithMetadata]. [Config.Plan] lists a semaphore's
 //     slots; calls that acquire refuse a name like a slot's, "job#0".
-//   - A set refuses [WithFastFailover], [WithSlots] and [WithShared]; those
-//     two do not combine; [Client.NewElector] refuses both (*[InvalidError]).
+//   - A set refuses [WithFastFailover] and the kinds' options ([WithSlots],
+//     [WithShared], [WithQuota]), which do not combine; [Client.NewElector]
+//     refuses the kinds' (*[InvalidError]).
 //   - A name is one kind at a time, for every client: a plain lease (a set's
-//     too), a semaphore of one slot count, or shared leases. The others are
-//     refused with a *[KindError], atomically, and nothing is written. Once
-//     every lease of the name has ended, another kind may take it.
+//     too), a semaphore of one slot count, shared leases, or a quota of one
+//     capacity. The others are refused with a *[KindError], atomically, and
+//     nothing is written. Once every lease of the name has ended, another
+//     kind may take it.
 //   - Set: sets asked for in any order never deadlock, and a waiting set
 //     holds nothing. A set does not queue, so against steady single-name
 //     waiters it may wait long. Its leases end together: when one is lost,
