@@ -114,6 +114,13 @@ func TestUpgradeRecordsEachRowsKind(t *testing.T) {
 			if r, err := s.Acquire(ctx, db, plain("sem", "c2")); err != nil || r.Acquired || r.Clash != (Clash{RowSemaphore, 3}) {
 				t.Fatalf("a plain lease of a semaphore's name: %+v, %v", r, err)
 			}
+			// A quota, which the older clients cannot ask for and must not
+			// overlap: their calls are refused, with the code of the kind
+			// they cannot name (shared leases).
+			quota := SharedArgs{AcquireArgs: plain("qq", "c3"), Kind: RowQuota, Weight: 2, Capacity: 5}
+			if r, row, err := s.AcquireShared(ctx, db, quota); err != nil || !r.Acquired || row != "qq#0" {
+				t.Fatalf("2 units of a quota of 5: %+v, %q, %v", r, row, err)
+			}
 			// The older signatures: this version's rules, the old codes.
 			for _, tc := range []struct {
 				what  string
@@ -127,6 +134,9 @@ func TestUpgradeRecordsEachRowsKind(t *testing.T) {
 				{"a plain lease held", false, 0, func() (bool, int) { return oldAcquire("p", "c2", nil, nil) }},
 				{"a shared lease of a semaphore's name", false, 3, func() (bool, int) { return oldShared("sem", "c2") }},
 				{"a slot of a semaphore whose name a plain lease holds", false, 1, func() (bool, int) { return oldAcquire("p#0", "c2", "p", 2) }},
+				{"a plain lease of a quota's name", false, -1, func() (bool, int) { return oldAcquire("qq", "c2", nil, nil) }},
+				{"a shared lease of a quota's name", false, -1, func() (bool, int) { return oldShared("qq", "c2") }},
+				{"a slot of a quota's name", false, -1, func() (bool, int) { return oldAcquire("qq#3", "c2", "qq", 2) }},
 				{"a free slot", true, 0, func() (bool, int) { return oldAcquire("sem#1", "c2", "sem", 3) }},
 				{"a second shared lease", true, 0, func() (bool, int) { return oldShared("sh", "c2") }},
 				{"a free plain lease", true, 0, func() (bool, int) { return oldAcquire("q", "c2", nil, nil) }},
@@ -135,7 +145,7 @@ func TestUpgradeRecordsEachRowsKind(t *testing.T) {
 					t.Errorf("%s by version 9's signature: acquired %v, clash %d; want %v, %d", tc.what, ok, clash, tc.ok, tc.clash)
 				}
 			}
-			if got, want := kinds(), map[string]string{"p": RowPlain, "q": RowPlain, "sem#0": RowSemaphore, "sem#1": RowSemaphore,
+			if got, want := kinds(), map[string]string{"p": RowPlain, "q": RowPlain, "qq#0": RowQuota, "sem#0": RowSemaphore, "sem#1": RowSemaphore,
 				"sh#0": RowShared, "sh#1": RowShared}; fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("the rows' kinds are %v, want %v", got, want)
 			}
