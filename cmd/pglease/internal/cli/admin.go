@@ -218,18 +218,18 @@ func kindState(in pglease.Info) string {
 }
 
 type leaseJSON struct {
-	Name           string          `json:"name"`
-	Owner          string          `json:"owner"`
-	Token          int64           `json:"token"`
-	State          string          `json:"state"`
-	AcquiredAt     time.Time       `json:"acquired_at"`
-	RenewedAt      time.Time       `json:"renewed_at"`
-	ExpiresAt      time.Time       `json:"expires_at"`
-	TTLSeconds     float64         `json:"ttl_seconds"`
-	HeldForSeconds float64         `json:"held_for_seconds"`
-	ExpiresInSecs  float64         `json:"expires_in_seconds"`
-	HeartbeatAge   float64         `json:"heartbeat_age_seconds"`
-	SessionBound   bool            `json:"session_bound"`
+	Name           string    `json:"name"`
+	Owner          string    `json:"owner"`
+	Token          int64     `json:"token"`
+	State          string    `json:"state"`
+	AcquiredAt     time.Time `json:"acquired_at"`
+	RenewedAt      time.Time `json:"renewed_at"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	TTLSeconds     float64   `json:"ttl_seconds"`
+	HeldForSeconds float64   `json:"held_for_seconds"`
+	ExpiresInSecs  float64   `json:"expires_in_seconds"`
+	HeartbeatAge   float64   `json:"heartbeat_age_seconds"`
+	SessionBound   bool      `json:"session_bound"`
 	// Kind, Of, Size and Weight are pglease.Info's: the row's kind as the
 	// table records it, the name it belongs to, its kind's size and the
 	// units of it the row takes.
@@ -239,8 +239,8 @@ type leaseJSON struct {
 	Weight int    `json:"weight"`
 	// Shared is Kind == "shared", kept for the readers of earlier
 	// versions' output.
-	Shared bool `json:"shared"`
-	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	Shared   bool            `json:"shared"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// Waiters: null when the role may not read the queue.
 	Waiters []waiterJSON `json:"waiters"`
 }
