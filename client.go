@@ -428,14 +428,33 @@ type Info struct {
 	HeartbeatAge time.Duration // since the last heartbeat
 	HeldFor      time.Duration // since acquisition
 	FastFailover bool          // acquired with WithFastFailover: bound to its holder's database session
-	Shared       bool          // a shared lease's row ([WithShared]): Name is "NAME#i" of the name NAME it shares
 	Metadata     string        // JSON object
+
+	// Kind is the row's kind of lease, as the table records it: "plain",
+	// "semaphore" (a slot of a semaphore, [WithSlots]), "shared" (a shared
+	// lease's row, [WithShared]), or the word of a kind a later version
+	// adds, as it is. Test it by value (in.Kind == "shared"); a kind this
+	// version does not know is described by Of, Size and Weight all the
+	// same.
+	Kind string
+	// Of is the name the row belongs to: a semaphore slot's semaphore
+	// ("pool" for "pool#3"), the name a shared lease's row "NAME#i"
+	// shares, the name of a later kind's row; "" for a plain lease, whose
+	// row is its name.
+	Of string
+	// Size is the size of the row's kind: a semaphore's slot count, a
+	// later kind's capacity; 0 for a kind without one (plain and shared).
+	Size int
+	// Weight is how many units of Size the row takes: 1 for every kind so
+	// far.
+	Weight int
 }
 
 func infoOf(r store.Record) Info {
 	return Info{Name: r.Name, Owner: r.Owner, Token: r.Token, AcquiredAt: r.AcquiredAt,
 		RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt, TTL: r.TTL, Remaining: r.Remaining,
-		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, FastFailover: r.SessionBound, Shared: r.Shared, Metadata: r.Metadata}
+		HeartbeatAge: r.HeartbeatAge, HeldFor: r.HeldFor, FastFailover: r.SessionBound, Metadata: r.Metadata,
+		Kind: r.Kind, Of: r.Of, Size: r.Size, Weight: r.Weight}
 }
 
 // Get returns the lease row of name, held or expired, or [ErrNoLease].

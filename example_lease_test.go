@@ -145,10 +145,10 @@ func ExampleClient_List() {
 		if info.Name == "example-list" {
 			held := info.Remaining > 0
 			stale := held && info.HeartbeatAge > time.Minute
-			fmt.Println(info.Name, info.Owner, held, stale)
+			fmt.Println(info.Name, info.Owner, info.Kind, held, stale)
 		}
 	}
-	// Output: example-list reporter-1 true false
+	// Output: example-list reporter-1 plain true false
 }
 
 // The DDL for migration tools (golang-migrate, goose, atlas, Alembic…).

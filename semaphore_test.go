@@ -335,8 +335,8 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := c.Get(ctx, l.Name())
-	if err != nil || info.Token != l.Token() {
-		t.Fatalf("Get(%q) of a held slot: %+v, %v", l.Name(), info, err)
+	if err != nil || info.Token != l.Token() || info.Kind != "semaphore" || info.Of != "job" || info.Size != 2 || info.Weight != 1 {
+		t.Fatalf("Get(%q) of a held slot: %+v, %v; want kind semaphore of job, size 2, weight 1", l.Name(), info, err)
 	}
 	if _, err := c.ForceRelease(ctx, l.Name()); err != nil {
 		t.Fatalf("ForceRelease(%q): %v", l.Name(), err)

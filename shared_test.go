@@ -48,6 +48,12 @@ func TestSharedLeasesExcludeAnExclusiveOne(t *testing.T) {
 		got <- l
 	}()
 	waitWaiters(t, a, "schema", "writer")
+	if ws, err := a.Waiters(ctx, "schema"); err != nil || len(ws) != 1 || ws[0].Kind != "plain" {
+		t.Fatalf("the exclusive waiter: %+v, %v; want one of kind plain", ws, err)
+	}
+	if in, err := a.Get(ctx, ra.Name()); err != nil || in.Kind != "shared" || in.Of != "schema" || in.Size != 0 || in.Weight != 1 {
+		t.Fatalf("Get(%q) of a shared lease's row: %+v, %v; want kind shared of schema, size 0, weight 1", ra.Name(), in, err)
+	}
 	if err := ra.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +83,12 @@ func TestSharedLeasesExcludeAnExclusiveOne(t *testing.T) {
 		}()
 	}
 	waitWaiters(t, a, "schema", "reader-a", "reader-b")
+	if ws, err := a.Waiters(ctx, "schema"); err != nil || len(ws) != 2 || ws[0].Kind != "shared" || ws[1].Kind != "shared" {
+		t.Fatalf("the shared waiters: %+v, %v; want two of kind shared", ws, err)
+	}
+	if in, err := a.Get(ctx, "schema"); err != nil || in.Kind != "plain" || in.Of != "" || in.Size != 0 || in.Weight != 1 {
+		t.Fatalf("Get of a plain lease's row: %+v, %v; want kind plain of no name, size 0, weight 1", in, err)
+	}
 	if err := x.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +563,7 @@ func TestAPollingWriterLeavesWhenItGivesUp(t *testing.T) {
 	}()
 	pgtest.WaitFor(t, patience, "the polling writer to be listed", func() bool {
 		ws, err := r.Waiters(ctx, "config")
-		return err == nil && len(ws) == 1 && ws[0].Owner == "writer" && !ws[0].Shared
+		return err == nil && len(ws) == 1 && ws[0].Owner == "writer" && ws[0].Kind == "plain"
 	})
 	var he *HeldError
 	if _, err := r.TryAcquire(ctx, "config", WithShared()); !errors.As(err, &he) || he.Queued != 1 {

@@ -14,7 +14,12 @@ type Waiter struct {
 	Owner  string        // the waiting client's owner label ("" in a registration of schema version 6)
 	Since  time.Time     // server time it queued
 	Waited time.Duration // how long it has waited, by the server's clock
-	Shared bool          // it waits for a shared lease ([WithShared]); else an exclusive one
+	// Kind is the kind of lease it waits for: "plain" for an exclusive
+	// lease (plain or [WithFastFailover]); for a lease whose holders share
+	// the name, the kind of the rows that share it now ([Info.Kind]:
+	// "shared" for [WithShared], or the word of a kind a later version
+	// adds, as it is), or "shared" when none is held.
+	Kind string
 }
 
 // Waiters returns the clients queued for names, or for every name when
@@ -32,8 +37,8 @@ type Waiter struct {
 // their first refused attempt on. A wait for a semaphore's slot or for a
 // set does not queue ([Client.AcquireAll]), nor does [Client.TryAcquire].
 //
-// Like [Client.List] it only reads (it needs SELECT on the table's
-// waiters table, "<table>_waiters"); without the table it returns an
+// Like [Client.List] it only reads (it needs SELECT on the table and on
+// its waiters table, "<table>_waiters"); without the table it returns an
 // empty slice.
 func (c *Client) Waiters(ctx context.Context, names ...string) ([]Waiter, error) {
 	for _, n := range names {

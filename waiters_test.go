@@ -56,7 +56,7 @@ func TestWaitersListsTheQueue(t *testing.T) {
 		t.Fatalf("queue %v, want [first second]", o)
 	}
 	for _, w := range ws {
-		if w.Name != "job" || w.Since.IsZero() || w.Waited < 0 || w.Waited > time.Minute {
+		if w.Name != "job" || w.Since.IsZero() || w.Waited < 0 || w.Waited > time.Minute || w.Kind != "plain" {
 			t.Errorf("waiter %+v", w)
 		}
 	}

@@ -19,12 +19,13 @@ type Leases struct {
 	t     testing.TB
 	dsn   string
 	table string // quoted, schema-qualified as given
+	given string // as given
 }
 
 // LeaseTable returns the lease table "[schema.]table" (as pglease's
 // Config.Table names it) on the server at dsn, usually DSN(t).
 func LeaseTable(t testing.TB, dsn, table string) *Leases {
-	return &Leases{t: t, dsn: dsn, table: pgx.Identifier(strings.Split(table, ".")).Sanitize()}
+	return &Leases{t: t, dsn: dsn, table: pgx.Identifier(strings.Split(table, ".")).Sanitize(), given: table}
 }
 
 // Name is the table's quoted, qualified name, for SQL of a test's own.
@@ -155,6 +156,52 @@ func (l *Leases) Insert(name, owner string, token int64, ttl time.Duration, meta
 			name, owner, token, ttl.Milliseconds(), metadata)
 		return err
 	})
+}
+
+// InsertOfKind writes a live row of name of any kind, as an acquisition
+// of schema version 10 writes one but without its checks: kind is the
+// word the "kind" column records (a kind a later version may add
+// included), of the name the row belongs to ("semaphore"; "" for NULL),
+// size its kind's size ("slots") and weight the units of it the row
+// takes. The row is held by owner with token for ttl. The table must be of
+// schema version 10 (the fence lets the transaction write as its
+// acquisitions do).
+func (l *Leases) InsertOfKind(name, owner string, token int64, ttl time.Duration, kind, of string, size, weight int) {
+	l.t.Helper()
+	withConnTo(l.t, l.dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL pglease.writer = '10'`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+l.table+`
+				("name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "hold_until", "ttl",
+				 "kind", "semaphore", "slots", "weight")
+				VALUES ($1, $2, $3, now(), now(), now() + $4 * interval '1 millisecond', now(),
+				        $4 * interval '1 millisecond', $5, nullif($6, ''), $7, $8)`,
+				name, owner, token, ttl.Milliseconds(), kind, of, size, weight)
+			return err
+		})
+	})
+}
+
+// QueueShared registers owner as waiting for name as a shared lease's
+// wait does (the waiters table's "shared"), live for a minute without a
+// session of its own (a polling registration), so that readers list it.
+func (l *Leases) QueueShared(name, owner string) {
+	l.t.Helper()
+	withConnTo(l.t, l.dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `INSERT INTO `+l.waiters()+`
+			("name", "client", "since", "expires_at", "owner", "shared", "polling")
+			VALUES ($1, 'test-' || $2, now(), now() + interval '1 minute', $2, true, true)`, name, owner)
+		return err
+	})
+}
+
+// waiters is the quoted, qualified name of the table's waiters table.
+func (l *Leases) waiters() string {
+	id := pgx.Identifier(strings.Split(l.given, "."))
+	id[len(id)-1] += "_waiters"
+	return id.Sanitize()
 }
 
 // LockRow locks name's row (SELECT … FOR UPDATE) in a transaction of a

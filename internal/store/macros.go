@@ -16,7 +16,7 @@ type macro func(args []string) string
 // statement name: the names of their parameters, which the fragment's text
 // writes {{.name}}. A fragment X is called {{x(…)}} (its name in lower
 // case).
-var fragmentMacros = map[string][]string{"Head": {"name"}}
+var fragmentMacros = map[string][]string{"Head": {"name"}, "RowKind": {"row"}}
 
 // The seeds of the advisory-lock keys, each of which locks one thing.
 // A key is hashtextextended(namespace || id, seed), a bigint; the

@@ -84,6 +84,31 @@ func TestUpgradeRecordsEachRowsKind(t *testing.T) {
 			if !p || !sem || !sh {
 				t.Fatal("version 9's functions refused a free name")
 			}
+			// Read before the upgrade and after it, the rows name their
+			// kinds alike: from "slots" before (a table of version 9 has no
+			// "kind" or "weight"), from "kind" after; and so does a shared
+			// lease's wait.
+			pgtest.Exec(t, `INSERT INTO `+s.Names.QualifiedWaiters()+` (name, client, since, expires_at, owner, shared, polling)
+				VALUES ('sh', 'c3', now(), now() + interval '1 hour', 'reader', true, true)`)
+			readKinds := func(when string) {
+				t.Helper()
+				recs, err := s.List(ctx, db)
+				if err != nil {
+					t.Fatalf("List %s the upgrade: %v", when, err)
+				}
+				got := map[string]string{}
+				for _, r := range recs {
+					got[r.Name] = fmt.Sprint(r.Kind, " ", r.Of, " ", r.Size, " ", r.Weight)
+				}
+				if want := map[string]string{"p": "plain  0 1", "sem#0": "semaphore sem 3 1", "sh#0": "shared sh 0 1"}; fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("List %s the upgrade: kinds %v, want %v", when, got, want)
+				}
+				ws, err := s.Waiters(ctx, db, []string{"sh"})
+				if err != nil || len(ws) != 1 || ws[0].Kind != RowShared {
+					t.Errorf("Waiters %s the upgrade: %+v, %v; want the shared wait of sh", when, ws, err)
+				}
+			}
+			readKinds("before")
 			if how == "DDL" {
 				pgtest.Exec(t, s.DDL())
 			} else if err := s.EnsureSchema(ctx, db); err != nil {
@@ -110,6 +135,8 @@ func TestUpgradeRecordsEachRowsKind(t *testing.T) {
 			if err := s.CheckShape(ctx, db); err != nil {
 				t.Fatalf("the upgraded table: %v", err)
 			}
+			readKinds("after")
+			pgtest.Exec(t, `DELETE FROM `+s.Names.QualifiedWaiters())
 			// This version's calls name the clash by kind and size.
 			if r, err := s.Acquire(ctx, db, plain("sem", "c2")); err != nil || r.Acquired || r.Clash != (Clash{RowSemaphore, 3}) {
 				t.Fatalf("a plain lease of a semaphore's name: %+v, %v", r, err)

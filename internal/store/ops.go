@@ -121,15 +121,22 @@ type Record struct {
 	Token                                 int64
 	AcquiredAt, RenewedAt, ExpiresAt      time.Time
 	TTL, Remaining, HeartbeatAge, HeldFor time.Duration
-	SessionBound, Shared                  bool
+	SessionBound                          bool
 	Metadata                              string
+	// Kind is the row's kind as the row records it ("plain", "semaphore",
+	// "shared", or a later version's word as it is); Of the name it
+	// belongs to ("" for a plain lease); Size its kind's size (0 for a
+	// kind without one); Weight the units of Size it takes (see RowKind
+	// and Record in queries.sql).
+	Kind, Of     string
+	Size, Weight int
 }
 
 func scanRecord(r Row) (Record, error) {
 	var rec Record
 	var ttl, rem, hb, held int64
 	err := r.Scan(&rec.Name, &rec.Owner, &rec.Token, &rec.AcquiredAt, &rec.RenewedAt, &rec.ExpiresAt,
-		&ttl, &rem, &hb, &held, &rec.SessionBound, &rec.Metadata, &rec.Shared)
+		&ttl, &rem, &hb, &held, &rec.SessionBound, &rec.Metadata, &rec.Kind, &rec.Of, &rec.Size, &rec.Weight)
 	ms := time.Millisecond
 	rec.TTL, rec.Remaining, rec.HeartbeatAge, rec.HeldFor = time.Duration(ttl)*ms, time.Duration(rem)*ms, time.Duration(hb)*ms, time.Duration(held)*ms
 	return rec, err
@@ -162,7 +169,10 @@ type Waiter struct {
 	Name, Owner string
 	Since       time.Time
 	Waited      time.Duration
-	Shared      bool
+	// Kind is the kind of lease waited for: "plain" for an exclusive wait,
+	// else the kind of the rows that share the name ("shared", or a later
+	// version's word; see Waiters in queries.sql).
+	Kind string
 }
 
 // Waiters reads the live waiters queued for names (every name when
@@ -179,7 +189,7 @@ func (s *Store) Waiters(ctx context.Context, q Querier, names []string) ([]Waite
 	err = q.Query(ctx, s.Q.Waiters, []any{string(list), s.Names.QualifiedTable()}, func(r Row) error {
 		var w Waiter
 		var ms int64
-		if err := r.Scan(&w.Name, &w.Owner, &w.Since, &ms, &w.Shared); err != nil {
+		if err := r.Scan(&w.Name, &w.Owner, &w.Since, &ms, &w.Kind); err != nil {
 			return err
 		}
 		w.Waited = time.Duration(ms) * time.Millisecond

@@ -493,21 +493,41 @@ set_config('synchronous_commit',
                 ELSE current_setting('synchronous_commit') END,
            true)
 
+-- name: RowKind
+-- Not a statement: the kind of the lease row {{.row}} as the row records
+-- it, spliced in for {{rowkind(row)}}: its "kind" (any word: a kind added
+-- later is read as it is), or, in a table of a version before that column
+-- (10), the kind its "slots" said (NULL plain, 0 shared, n a semaphore;
+-- before the "slots" column, 4, plain). Read from the row as a document,
+-- so that it reads a table of any version.
+coalesce(to_jsonb({{.row}}) ->> 'kind',
+         CASE WHEN to_jsonb({{.row}}) ->> 'slots' IS NULL THEN 'plain'
+              WHEN to_jsonb({{.row}}) ->> 'slots' = '0' THEN 'shared'
+              ELSE 'semaphore' END)
+
 -- name: Record
 -- Not a statement: the select list of a lease row as Get, List and
 -- ForceRelease return it (scanRecord reads it), spliced in for {{record}}.
 -- Durations are whole milliseconds, computed with the server's clock. The
--- last column says whether the row is a shared lease's (CreateAcquireShared),
--- read from the row as a document: a table of a version before the "kind"
--- column (10), whose "slots" said it, or before the "slots" column (4), is
--- still readable. The row is named r.
+-- last four columns are the row's kind (RowKind: any word, so that a kind
+-- added later is read as it is), the name it belongs to ("semaphore": a
+-- slot's semaphore, the name a shared row shares; '' for a plain lease),
+-- its kind's size ("slots": a semaphore's slot count; 0 for a kind without
+-- one, shared included) and the units of that size the row takes
+-- ("weight"). They are read from the row as a document, so that a table of
+-- a version before the "kind" and "weight" columns (10) or before the
+-- "semaphore" and "slots" columns (4) is still readable. The row is named
+-- r.
 SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
        (extract(epoch FROM "ttl") * 1000)::bigint,
        (extract(epoch FROM "expires_at" - now()) * 1000)::bigint,
        (extract(epoch FROM now() - "renewed_at") * 1000)::bigint,
        (extract(epoch FROM now() - "acquired_at") * 1000)::bigint,
        "session_pid" IS NOT NULL, "metadata"::text,
-       coalesce(coalesce(to_jsonb(r) ->> 'kind', CASE WHEN to_jsonb(r) ->> 'slots' = '0' THEN 'shared' END) = 'shared', false)
+       {{rowkind(r)}},
+       coalesce(to_jsonb(r) ->> 'semaphore', ''),
+       coalesce((to_jsonb(r) ->> 'slots')::integer, 0),
+       coalesce((to_jsonb(r) ->> 'weight')::integer, 1)
 
 -- name: Get
 {{record}}
@@ -526,7 +546,7 @@ SELECT "name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
 WITH del AS (
     DELETE FROM {{table}} WHERE "name" = $1::text
     RETURNING "name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "ttl",
-              "session_pid", "metadata", "semaphore", "slots", "kind"
+              "session_pid", "metadata", "semaphore", "slots", "kind", "weight"
 ), lockns AS (
     SELECT $3::text AS v
 ), head AS MATERIALIZED (
@@ -611,14 +631,25 @@ SELECT count(*) FROM del
 -- trying that lock shared takes nothing that outlives the statement's
 -- transaction, and writes nothing. Returns the name, the owner ('' for a
 -- registration of an older version), when it queued, how long ago that
--- was, in milliseconds, and whether it waits for a shared lease.
+-- was, in milliseconds, and the kind of lease it waits for: 'plain' for an
+-- exclusive wait; for a wait of the holders who share a name ("shared"),
+-- the kind of the live rows that share the name (a row of the name's
+-- that is not a semaphore's slot, through the semaphore index: RowKind,
+-- so that a kind added later is named as its rows name it), or 'shared'
+-- when none is live.
 WITH ns AS MATERIALIZED (
     SELECT n.nspname::text || '.' || c.relname::text || E'\n' AS v
       FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
      WHERE c.oid = to_regclass($2::text)
 )
 SELECT w."name", coalesce(w."owner", ''), w."since",
-       (extract(epoch FROM now() - w."since") * 1000)::bigint, w."shared"
+       (extract(epoch FROM now() - w."since") * 1000)::bigint,
+       CASE WHEN NOT w."shared" THEN 'plain'
+            ELSE coalesce((SELECT {{rowkind(l)}} FROM {{table}} AS l
+                            WHERE l."semaphore" = w."name" AND l."expires_at" > now()
+                              AND {{rowkind(l)}} <> 'semaphore'
+                            ORDER BY l."name"
+                            LIMIT 1), 'shared') END
   FROM {{waiters}} AS w, ns
  WHERE (jsonb_array_length($1::jsonb) = 0
         OR w."name" IN (SELECT jsonb_array_elements_text($1::jsonb)))

@@ -163,9 +163,9 @@ func (e *env) queuesOf(ctx context.Context, c *pglease.Client, names ...string) 
 	return queue.ByName(ws), nil
 }
 
-// queueOf is the queue of a lease row (see queue.Name).
-func queueOf(row string, queues map[string][]pglease.Waiter) []pglease.Waiter {
-	return queues[queue.Name(row)]
+// queueOf is the queue of a lease row (see queue.Of).
+func queueOf(in pglease.Info, queues map[string][]pglease.Waiter) []pglease.Waiter {
+	return queues[queue.Of(in)]
 }
 
 func (e *env) printTable(infos []pglease.Info, queues map[string][]pglease.Waiter) {
@@ -177,7 +177,7 @@ func (e *env) printTable(infos []pglease.Info, queues map[string][]pglease.Waite
 			expires = "expired " + human.Duration(-in.Remaining) + " ago"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
-			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), kindState(in), queue.Describe(queueOf(in.Name, queues), queues != nil, 3,
+			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), kindState(in), queue.Describe(queueOf(in, queues), queues != nil, 3,
 				func(o string) string { return display(o, 40) }, func(w pglease.Waiter) time.Duration { return w.Waited }))
 	}
 	tw.Flush()
@@ -205,30 +205,42 @@ func state(in pglease.Info) string {
 	return "held"
 }
 
-// kindState is the state column of the table: the state, and "shared"
-// for a shared lease's row.
+// kindState is the state column of the table: the state, and the row's
+// kind unless it is plain or a semaphore's slot ("held (shared)"), with
+// the units of its kind's size it takes when the kind has a size ("held
+// (later, 3 of 10)"): see human.Kind, which names any kind the table
+// records.
 func kindState(in pglease.Info) string {
-	if in.Shared {
-		return state(in) + " (shared)"
+	if k := human.Kind(in.Kind, in.Weight, in.Size); k != "" {
+		return state(in) + " (" + k + ")"
 	}
 	return state(in)
 }
 
 type leaseJSON struct {
-	Name           string          `json:"name"`
-	Owner          string          `json:"owner"`
-	Token          int64           `json:"token"`
-	State          string          `json:"state"`
-	AcquiredAt     time.Time       `json:"acquired_at"`
-	RenewedAt      time.Time       `json:"renewed_at"`
-	ExpiresAt      time.Time       `json:"expires_at"`
-	TTLSeconds     float64         `json:"ttl_seconds"`
-	HeldForSeconds float64         `json:"held_for_seconds"`
-	ExpiresInSecs  float64         `json:"expires_in_seconds"`
-	HeartbeatAge   float64         `json:"heartbeat_age_seconds"`
-	SessionBound   bool            `json:"session_bound"`
-	Shared         bool            `json:"shared"`
-	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	Name           string    `json:"name"`
+	Owner          string    `json:"owner"`
+	Token          int64     `json:"token"`
+	State          string    `json:"state"`
+	AcquiredAt     time.Time `json:"acquired_at"`
+	RenewedAt      time.Time `json:"renewed_at"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	TTLSeconds     float64   `json:"ttl_seconds"`
+	HeldForSeconds float64   `json:"held_for_seconds"`
+	ExpiresInSecs  float64   `json:"expires_in_seconds"`
+	HeartbeatAge   float64   `json:"heartbeat_age_seconds"`
+	SessionBound   bool      `json:"session_bound"`
+	// Kind, Of, Size and Weight are pglease.Info's: the row's kind as the
+	// table records it, the name it belongs to, its kind's size and the
+	// units of it the row takes.
+	Kind   string `json:"kind"`
+	Of     string `json:"of"`
+	Size   int    `json:"size"`
+	Weight int    `json:"weight"`
+	// Shared is Kind == "shared", kept for the readers of earlier
+	// versions' output.
+	Shared   bool            `json:"shared"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// Waiters: null when the role may not read the queue.
 	Waiters []waiterJSON `json:"waiters"`
 }
@@ -238,7 +250,8 @@ type waiterJSON struct {
 	Owner         string    `json:"owner"`
 	Since         time.Time `json:"since"`
 	WaitedSeconds float64   `json:"waited_seconds"`
-	Shared        bool      `json:"shared"` // it waits for a shared lease
+	Kind          string    `json:"kind"`   // the kind of lease it waits for (pglease.Waiter's)
+	Shared        bool      `json:"shared"` // Kind is not "plain" (a shared lease's wait), kept for earlier versions' readers
 }
 
 func toJSON(in pglease.Info, queues map[string][]pglease.Waiter) leaseJSON {
@@ -246,12 +259,14 @@ func toJSON(in pglease.Info, queues map[string][]pglease.Waiter) leaseJSON {
 		AcquiredAt: in.AcquiredAt, RenewedAt: in.RenewedAt, ExpiresAt: in.ExpiresAt,
 		TTLSeconds: in.TTL.Seconds(), HeldForSeconds: in.HeldFor.Seconds(),
 		ExpiresInSecs: in.Remaining.Seconds(), HeartbeatAge: in.HeartbeatAge.Seconds(),
-		SessionBound: in.FastFailover, Shared: in.Shared}
+		SessionBound: in.FastFailover, Kind: in.Kind, Of: in.Of, Size: in.Size, Weight: in.Weight,
+		Shared: in.Kind == "shared"}
 	if queues != nil {
 		j.Waiters = []waiterJSON{}
 	}
-	for _, w := range queueOf(in.Name, queues) {
-		j.Waiters = append(j.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since, WaitedSeconds: w.Waited.Seconds(), Shared: w.Shared})
+	for _, w := range queueOf(in, queues) {
+		j.Waiters = append(j.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since, WaitedSeconds: w.Waited.Seconds(),
+			Kind: w.Kind, Shared: w.Kind != "plain"})
 	}
 	if json.Valid([]byte(in.Metadata)) {
 		j.Metadata = json.RawMessage(in.Metadata)
@@ -276,7 +291,7 @@ func (e *env) status(ctx context.Context, c *pglease.Client, fs *flagSet, name s
 	case err != nil:
 		return e.fail(err)
 	}
-	queues, err := e.queuesOf(ctx, c, queue.Name(name))
+	queues, err := e.queuesOf(ctx, c, queue.Of(in))
 	if err != nil {
 		return e.fail(err)
 	}

@@ -19,11 +19,16 @@ type lsEntry struct {
 	State        string  `json:"state"`
 	TTL          float64 `json:"ttl_seconds"`
 	SessionBound bool    `json:"session_bound"`
+	Kind         string  `json:"kind"`
+	Of           string  `json:"of"`
+	Size         int     `json:"size"`
+	Weight       int     `json:"weight"`
 	Shared       bool    `json:"shared"`
 	Waiters      []struct {
 		Owner  string    `json:"owner"`
 		Since  time.Time `json:"since"`
 		Waited float64   `json:"waited_seconds"`
+		Kind   string    `json:"kind"`
 		Shared bool      `json:"shared"`
 	} `json:"waiters"`
 }
@@ -88,7 +93,8 @@ func TestAdminCommands(t *testing.T) {
 	}
 
 	leases := lsJSON(t, env, table)
-	if e := leases["nightly-report"]; e.Owner != "host-a" || e.State != "held" || e.Token <= 0 || !e.SessionBound || e.TTL != 3 {
+	if e := leases["nightly-report"]; e.Owner != "host-a" || e.State != "held" || e.Token <= 0 || !e.SessionBound || e.TTL != 3 ||
+		e.Kind != "plain" || e.Of != "" || e.Size != 0 || e.Weight != 1 || e.Shared {
 		t.Errorf("ls --json entry: %+v", e)
 	}
 	if _, ok := leases[evil]; !ok {
@@ -123,6 +129,42 @@ func TestAdminCommands(t *testing.T) {
 	}
 	if code, _, stderr := run(t, env, "release", "--force", "nightly-report", "--table", table); code != 3 || !strings.Contains(stderr, "no lease") {
 		t.Errorf("release of a missing lease: exit %d %q", code, stderr)
+	}
+}
+
+// pglease ls names a row of a kind it does not know (one a later version
+// may add) as the table records it, with the units of its kind's size the
+// row takes, in the table and in --json, and the kind of the waits for
+// its name; status likewise.
+func TestLsShowsAKindItDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	env, table := tableEnv(t)
+	if code, _, stderr := run(t, env, "migrate", "--table", table); code != 0 {
+		t.Fatalf("migrate: %d %s", code, stderr)
+	}
+	leases := pgtest.LeaseTable(t, pgtest.DSN(t), table)
+	leases.InsertOfKind("q#0", "later-holder", 1<<40, time.Minute, "later", "q", 10, 3)
+	leases.QueueShared("q", "q-reader")
+
+	code, stdout, stderr := run(t, env, "ls", "--table", table)
+	if code != 0 {
+		t.Fatalf("ls: exit %d: %s", code, stderr)
+	}
+	t.Logf("pglease ls:\n%s", stdout)
+	for _, want := range []string{"later-holder", "held (later, 3 of 10)", "q-reader ", " (later)"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("ls output lacks %q", want)
+		}
+	}
+	e, ok := lsJSON(t, env, table)["q#0"]
+	if !ok || e.Owner != "later-holder" || e.State != "held" || e.Kind != "later" || e.Of != "q" || e.Size != 10 ||
+		e.Weight != 3 || e.Shared || len(e.Waiters) != 1 || e.Waiters[0].Owner != "q-reader" ||
+		e.Waiters[0].Kind != "later" || !e.Waiters[0].Shared {
+		t.Errorf("ls --json entry of the later kind's row: %+v", e)
+	}
+	code, stdout, _ = run(t, env, "status", "q#0", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "held (later, 3 of 10)") || !strings.Contains(stdout, "q-reader ") {
+		t.Errorf("status: exit %d\n%s", code, stdout)
 	}
 }
 

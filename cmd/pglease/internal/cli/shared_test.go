@@ -5,6 +5,7 @@ package cli_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,7 @@ func TestRunSharedSideBySideAndExclusiveFirst(t *testing.T) {
 	b := holdLease(t, env, table, "schema", "--shared", "--owner", "app-2")
 	entries := lsJSON(t, env, table)
 	if e0, e1 := entries["schema#0"], entries["schema#1"]; e0.State != "held" || e1.State != "held" ||
+		e0.Kind != "shared" || e1.Kind != "shared" || e0.Of != "schema" || e1.Of != "schema" || e0.Size != 0 || e0.Weight != 1 ||
 		!e0.Shared || !e1.Shared || e0.Token == e1.Token {
 		t.Fatalf("two --shared runs side by side: ls %+v", entries)
 	}
@@ -37,16 +39,12 @@ func TestRunSharedSideBySideAndExclusiveFirst(t *testing.T) {
 	waitFor(t, "the late shared run queued behind the exclusive one", func() bool {
 		queue = queue[:0]
 		for _, w := range lsJSON(t, env, table)["schema#0"].Waiters {
-			kind := "exclusive"
-			if w.Shared {
-				kind = "shared"
-			}
-			queue = append(queue, w.Owner+" "+kind)
+			queue = append(queue, w.Owner+" "+w.Kind+" "+strconv.FormatBool(w.Shared))
 		}
 		return len(queue) == 2
 	})
-	if queue[0] != "migrator exclusive" || queue[1] != "app-3 shared" {
-		t.Errorf("queue %v, want [migrator exclusive, app-3 shared]", queue)
+	if queue[0] != "migrator plain false" || queue[1] != "app-3 shared true" {
+		t.Errorf("queue %v, want [migrator plain false, app-3 shared true]", queue)
 	}
 	code, stdout, _ := run(t, env, "ls", "--table", table)
 	if code != 0 || !strings.Contains(stdout, "held (shared)") || !strings.Contains(stdout, "app-3 ") || !strings.Contains(stdout, "(shared)") {

@@ -57,7 +57,7 @@ type rowData struct {
 	Name, Owner, Token, State, Metadata string
 	HeldFor, ExpiresIn, HeartbeatAge    string
 	Waiting                             string // who waits, as console.js shows it
-	Shared                              bool   // a shared lease's row
+	Kind                                string // what the page shows of the row's kind beside its name (human.Kind)
 }
 
 type feedData struct {
@@ -77,7 +77,8 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 		row := rowData{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10), State: l.State,
 			Metadata: compactJSON(l.Metadata), HeldFor: human.Duration(now.Sub(l.AcquiredAt)),
 			HeartbeatAge: human.Duration(now.Sub(l.RenewedAt)), Waiting: queue.Describe(l.Waiters, s.Status.QueuesOK, 0,
-				func(o string) string { return o }, func(w pglease.Waiter) time.Duration { return now.Sub(w.Since) }), Shared: l.Shared}
+				func(o string) string { return o }, func(w pglease.Waiter) time.Duration { return now.Sub(w.Since) }),
+			Kind: human.Kind(l.Kind, l.Weight, l.Size)}
 		if left := l.ExpiresAt.Sub(now); left > 0 && l.State != stateExpired {
 			row.ExpiresIn = human.Duration(left)
 		} else {

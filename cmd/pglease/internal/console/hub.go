@@ -174,7 +174,7 @@ func (h *hub) queuesMoved(ctx context.Context) bool {
 		return false
 	}
 	for _, l := range cur.Leases {
-		if !sameQueue(l.Waiters, queues[queue.Name(l.Name)]) {
+		if !sameQueue(l.Waiters, queues[queue.Of(l.Info)]) {
 			return true
 		}
 	}

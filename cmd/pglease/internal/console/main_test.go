@@ -161,9 +161,16 @@ type msg struct {
 		State    string `json:"state"`
 		Expires  int64  `json:"expires"`
 		Metadata string `json:"metadata"`
+		Kind     string `json:"kind"`
+		Of       string `json:"of"`
+		Size     int    `json:"size"`
+		Weight   int    `json:"weight"`
+		Label    string `json:"kind_label"`
 		Waiters  []struct {
 			Owner string `json:"owner"`
 			Since int64  `json:"since"`
+			Kind  string `json:"kind"`
+			Label string `json:"kind_label"`
 		} `json:"waiters"`
 	} `json:"leases"`
 	Feed []struct {

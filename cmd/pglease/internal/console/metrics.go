@@ -88,9 +88,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if s.Status.QueuesOK {
 		var waiters int
 		var longest time.Duration
-		seen := map[string]bool{} // the slots of a semaphore share a queue
+		seen := map[string]bool{} // the rows of a name (a semaphore's slots, shared rows) share a queue
 		for _, l := range s.Leases {
-			q := queue.Name(l.Name)
+			q := queue.Of(l.Info)
 			if seen[q] {
 				continue
 			}

@@ -25,7 +25,7 @@ type lease struct {
 	pglease.Info
 	State      string
 	StaleAfter time.Duration    // the threshold this row was judged by
-	Waiters    []pglease.Waiter // who waits for it, first in line first (see queue.Name)
+	Waiters    []pglease.Waiter // who waits for it, first in line first (see queue.Of)
 }
 
 // status is what the page shows about the console's own connections.
@@ -91,7 +91,7 @@ func leasesOf(recs []pglease.Info, queues map[string][]pglease.Waiter, staleAfte
 	for i, r := range recs {
 		out[i].Info = r
 		out[i].State, out[i].StaleAfter = judge(r, staleAfter)
-		out[i].Waiters = queues[queue.Name(r.Name)]
+		out[i].Waiters = queues[queue.Of(r)]
 	}
 	return out
 }
@@ -100,7 +100,7 @@ func leasesOf(recs []pglease.Info, queues map[string][]pglease.Waiter, staleAfte
 // the same order.
 func sameQueue(a, b []pglease.Waiter) bool {
 	return slices.EqualFunc(a, b, func(x, y pglease.Waiter) bool {
-		return x.Owner == y.Owner && x.Since.Equal(y.Since) && x.Shared == y.Shared
+		return x.Owner == y.Owner && x.Since.Equal(y.Since) && x.Kind == y.Kind
 	})
 }
 
@@ -207,14 +207,25 @@ type (
 		TTL        int64  `json:"ttl_ms"`
 		StaleAfter int64  `json:"stale_after_ms"`
 		Metadata   string `json:"metadata"`
-		Shared     bool   `json:"shared"` // a shared lease's row
+		// Kind, Of, Size and Weight are pglease.Info's; KindLabel is what
+		// the page shows of them beside the name, as pglease ls does
+		// beside the state (human.Kind: "" for a plain lease or a
+		// semaphore's slot, "shared", "later, 3 of 10").
+		Kind      string `json:"kind"`
+		Of        string `json:"of"`
+		Size      int    `json:"size"`
+		Weight    int    `json:"weight"`
+		KindLabel string `json:"kind_label"`
 		// Waiters: who waits, first in line first.
 		Waiters []waiterJSON `json:"waiters"`
 	}
 	waiterJSON struct {
-		Owner  string `json:"owner"`
-		Since  int64  `json:"since"`
-		Shared bool   `json:"shared"`
+		Owner string `json:"owner"`
+		Since int64  `json:"since"`
+		Kind  string `json:"kind"` // pglease.Waiter's
+		// KindLabel is what the page shows of Kind (human.Kind: "" for
+		// an exclusive wait).
+		KindLabel string `json:"kind_label"`
 	}
 	eventJSON struct {
 		At   int64  `json:"at"`
@@ -249,9 +260,11 @@ func (s *snapshot) marshal(table string, poll time.Duration) []byte {
 		lj := leaseJSON{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10),
 			State: l.State, Acquired: l.AcquiredAt.UnixMilli(), Renewed: l.RenewedAt.UnixMilli(),
 			Expires: l.ExpiresAt.UnixMilli(), TTL: l.TTL.Milliseconds(), StaleAfter: l.StaleAfter.Milliseconds(),
-			Metadata: compactJSON(l.Metadata), Shared: l.Shared, Waiters: []waiterJSON{}}
+			Metadata: compactJSON(l.Metadata), Kind: l.Kind, Of: l.Of, Size: l.Size, Weight: l.Weight,
+			KindLabel: human.Kind(l.Kind, l.Weight, l.Size), Waiters: []waiterJSON{}}
 		for _, w := range l.Waiters {
-			lj.Waiters = append(lj.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since.UnixMilli(), Shared: w.Shared})
+			lj.Waiters = append(lj.Waiters, waiterJSON{Owner: w.Owner, Since: w.Since.UnixMilli(), Kind: w.Kind,
+				KindLabel: human.Kind(w.Kind, 0, 0)})
 		}
 		j.Leases = append(j.Leases, lj)
 	}

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -263,4 +264,57 @@ func TestStreamShowsWhoWaits(t *testing.T) {
 	last := pgtest.Receive(t, got, "the second waiter's lease")
 	await(t, events, "nobody waiting", func(m msg) bool { return m.state("report") == "held" && len(m.waiters("report")) == 0 })
 	_ = last.Release(ctx)
+}
+
+// A row of a kind the console does not know (one a later version may add)
+// is shown as the table records it, with the units of its kind's size the
+// row takes, as pglease ls shows it: in the snapshot the stream sends, on
+// the page, and the waits for its name with their kind; the rows of the
+// other kinds alike.
+func TestStreamAndPageShowAKindTheyDoNotKnow(t *testing.T) {
+	t.Parallel()
+	f := start(t, console.Config{FullRefresh: 200 * time.Millisecond})
+	c := f.client()
+	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
+	defer cancel()
+	shared, err := c.TryAcquire(ctx, "cfg", pglease.WithShared(), pglease.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Release(ctx)
+	slot, err := c.TryAcquire(ctx, "pool", pglease.WithSlots(2), pglease.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slot.Release(ctx)
+	events := f.stream()
+	leases := pgtest.LeaseTable(t, pgtest.DSN(t), f.table)
+	leases.InsertOfKind("q#0", "later-holder", 1<<40, time.Minute, "later", "q", 10, 3)
+	leases.QueueShared("q", "q-reader")
+	m := await(t, events, "the later kind's row and its waiter", func(m msg) bool {
+		return m.state("q#0") == "held" && len(m.waiters("q#0")) == 1
+	})
+	want := map[string]string{
+		"q#0":         "later q 10 3 [later, 3 of 10] [q-reader later [later]]",
+		shared.Name(): "shared cfg 0 1 [shared]",
+		slot.Name():   "semaphore pool 2 1 []",
+	}
+	for _, l := range m.Leases {
+		got := fmt.Sprintf("%s %s %d %d [%s]", l.Kind, l.Of, l.Size, l.Weight, l.Label)
+		for _, w := range l.Waiters {
+			got += fmt.Sprintf(" [%s %s [%s]]", w.Owner, w.Kind, w.Label)
+		}
+		if got != want[l.Name] {
+			t.Errorf("snapshot row %s: %q, want %q", l.Name, got, want[l.Name])
+		}
+	}
+	if len(m.Leases) != len(want) {
+		t.Errorf("snapshot: %d rows, want %d", len(m.Leases), len(want))
+	}
+	_, body := f.get("/")
+	for _, w := range []string{"q#0 (later, 3 of 10)</th>", "q-reader ", " (later)", shared.Name() + " (shared)</th>", slot.Name() + "</th>"} {
+		if !strings.Contains(body, w) {
+			t.Errorf("the page lacks %q:\n%s", w, body)
+		}
+	}
 }

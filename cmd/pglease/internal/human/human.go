@@ -32,3 +32,21 @@ func Duration(d time.Duration) string {
 	}
 	return s
 }
+
+// Kind is what pglease ls and the console say of a lease row's kind (or of
+// a wait's, whose size is 0), beside its state or name: "" for a plain
+// lease and for a semaphore's slot (each slot is a lease of its own, and
+// its name says whose), the kind's word otherwise ("shared", or that of a
+// kind a later version adds, as the table records it), followed by the
+// units of the kind's size the row takes when the kind has a size
+// ("later, 3 of 10"). It knows no kind but plain and semaphore, so that a
+// new kind shows without a change here.
+func Kind(kind string, weight, size int) string {
+	switch {
+	case kind == "" || kind == "plain" || kind == "semaphore":
+		return ""
+	case size > 0:
+		return fmt.Sprintf("%s, %d of %d", kind, weight, size)
+	}
+	return kind
+}

@@ -19,3 +19,22 @@ func TestDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestKind(t *testing.T) {
+	for _, tc := range []struct {
+		kind         string
+		weight, size int
+		want         string
+	}{
+		{"plain", 1, 0, ""},
+		{"", 0, 0, ""},
+		{"semaphore", 1, 3, ""},
+		{"shared", 1, 0, "shared"},
+		{"later", 3, 10, "later, 3 of 10"},
+		{"later", 1, 0, "later"},
+	} {
+		if got := Kind(tc.kind, tc.weight, tc.size); got != tc.want {
+			t.Errorf("Kind(%q, %d, %d) = %q, want %q", tc.kind, tc.weight, tc.size, got, tc.want)
+		}
+	}
+}

@@ -24,6 +24,17 @@ func Name(row string) string {
 	return row
 }
 
+// Of is the name whose queue the lease row in belongs to: the name the
+// row belongs to (a semaphore slot's semaphore, the name a shared lease's
+// row shares, whatever a later kind's row records), or, for a plain
+// lease, its own (Name of it).
+func Of(in pglease.Info) string {
+	if in.Of != "" {
+		return in.Of
+	}
+	return Name(in.Name)
+}
+
 // ByName groups waiters by the name they wait for, keeping their order
 // (first in line first). The map is never nil.
 func ByName(ws []pglease.Waiter) map[string][]pglease.Waiter {
@@ -38,8 +49,8 @@ func ByName(ws []pglease.Waiter) map[string][]pglease.Waiter {
 // "?" when it could not be read (known is false), "-" when nobody waits;
 // otherwise, first in line first, each waiter's owner (through show; "?"
 // for a registration without one), how long it has waited (waited says)
-// and "(shared)" for a shared lease's wait, at most limit of them (0: all)
-// and then how many more.
+// and, for a wait of a kind other than plain, its kind ("(shared)", see
+// human.Kind), at most limit of them (0: all) and then how many more.
 func Describe(q []pglease.Waiter, known bool, limit int, show func(string) string, waited func(pglease.Waiter) time.Duration) string {
 	switch {
 	case !known:
@@ -58,8 +69,8 @@ func Describe(q []pglease.Waiter, known bool, limit int, show func(string) strin
 			owner = show(w.Owner)
 		}
 		part := owner + " " + human.Duration(max(waited(w), 0))
-		if w.Shared {
-			part += " (shared)"
+		if k := human.Kind(w.Kind, 0, 0); k != "" {
+			part += " (" + k + ")"
 		}
 		parts = append(parts, part)
 	}

@@ -18,11 +18,28 @@ func TestName(t *testing.T) {
 	}
 }
 
+func TestOf(t *testing.T) {
+	for _, tc := range []struct {
+		in   pglease.Info
+		want string
+	}{
+		{pglease.Info{Name: "job", Kind: "plain"}, "job"},
+		{pglease.Info{Name: "pool#2", Kind: "semaphore", Of: "pool", Size: 3, Weight: 1}, "pool"},
+		{pglease.Info{Name: "cfg#0", Kind: "shared", Of: "cfg", Weight: 1}, "cfg"},
+		{pglease.Info{Name: "q#0", Kind: "later", Of: "q", Size: 10, Weight: 3}, "q"},
+		{pglease.Info{Name: "old#1"}, "old"}, // a row read without Of
+	} {
+		if got := Of(tc.in); got != tc.want {
+			t.Errorf("Of(%+v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
 func TestDescribe(t *testing.T) {
 	ws := []pglease.Waiter{
-		{Owner: "a", Waited: 1500 * time.Millisecond},
-		{Owner: "", Waited: 20 * time.Millisecond, Shared: true},
-		{Owner: "c", Waited: -time.Second},
+		{Owner: "a", Waited: 1500 * time.Millisecond, Kind: "plain"},
+		{Owner: "", Waited: 20 * time.Millisecond, Kind: "shared"},
+		{Owner: "c", Waited: -time.Second, Kind: "later"},
 		{Owner: "d"},
 	}
 	same := func(s string) string { return s }
@@ -35,8 +52,8 @@ func TestDescribe(t *testing.T) {
 	}{
 		{ws, false, 0, "?"},
 		{nil, true, 0, "-"},
-		{ws, true, 0, "a 1.5s, ? 20ms (shared), c 0ms, d 0ms"},
-		{ws, true, 3, "a 1.5s, ? 20ms (shared), c 0ms, +1 more"},
+		{ws, true, 0, "a 1.5s, ? 20ms (shared), c 0ms (later), d 0ms"},
+		{ws, true, 3, "a 1.5s, ? 20ms (shared), c 0ms (later), +1 more"},
 	} {
 		if got := Describe(tc.q, tc.known, tc.limit, same, waited); got != tc.want {
 			t.Errorf("Describe(limit %d, known %v) = %q, want %q", tc.limit, tc.known, got, tc.want)

@@ -122,12 +122,13 @@
   }
 
   // waiting describes a row's queue as pglease ls does: the owners, first
-  // in line first, each with how long it has waited by the server's clock.
+  // in line first, each with how long it has waited by the server's clock
+  // and the kind of a wait other than an exclusive one's (kind_label).
   function waiting(list, now) {
     if (!queuesKnown) { return '?'; }
     if (!list || list.length === 0) { return '-'; }
     return list.map(function (w) {
-      return (w.owner || '?') + ' ' + human(Math.max(0, now - w.since)) + (w.shared ? ' (shared)' : '');
+      return (w.owner || '?') + ' ' + human(Math.max(0, now - w.since)) + (w.kind_label ? ' (' + w.kind_label + ')' : '');
     }).join(', ');
   }
 
@@ -170,7 +171,7 @@
         r = makeRow(l.name);
         rows.set(l.name, r);
       }
-      setText(r.cells.name, l.shared ? l.name + ' (shared)' : l.name);
+      setText(r.cells.name, l.kind_label ? l.name + ' (' + l.kind_label + ')' : l.name);
       setText(r.cells.owner, l.owner);
       setText(r.cells.token, l.token);
       setText(r.cells.code, l.metadata);
