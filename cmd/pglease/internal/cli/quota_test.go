@@ -36,6 +36,11 @@ func TestRunQuotaHoldsAtMostItsUnits(t *testing.T) {
 		}
 		return false
 	})
+	code, stdout, _ := run(t, env, "ls", "--table", table)
+	if code != 0 || !strings.Contains(stdout, "held (quota, 2 of 3)") || !strings.Contains(stdout, "waiter") || !strings.Contains(stdout, "(quota)") {
+		t.Errorf("ls: exit %d\n%s", code, stdout)
+	}
+	t.Logf("pglease ls:\n%s", stdout)
 	big.signal(syscall.SIGTERM)
 	big.wait()
 	if code := waiter.wait(); code != 0 {
