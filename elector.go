@@ -3,7 +3,6 @@ package pglease
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -23,12 +22,8 @@ type Elector struct {
 	lead func(ctx context.Context) error
 	cfg  ElectorConfig // defaults filled in
 
-	// What NewElector read of its client, which the exported API does not
-	// give (recipes_test.go lists it): the poll interval, the logger, and
-	// the client's observer's queue (nil without an observer).
-	poll   time.Duration
-	log    *slog.Logger
-	report func(Event)
+	// What the exported API does not give of the client (hooks.go).
+	env recipeEnv
 
 	mu      sync.Mutex
 	running bool
@@ -80,7 +75,8 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, c
 	if lead == nil {
 		return nil, invalid(kindArgument, "NewElector: lead function is nil")
 	}
-	o, err := c.leaseOptions(entryElector, cfg.LeaseOptions)
+	env := c.recipe()
+	o, err := env.options(entryElector, cfg.LeaseOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -93,17 +89,13 @@ func (c *Client) NewElector(name string, lead func(ctx context.Context) error, c
 		}
 	}
 	if cfg.StepDownHoldOff == 0 {
-		cfg.StepDownHoldOff = c.cfg.PollInterval
+		cfg.StepDownHoldOff = env.poll
 	}
 	if cfg.HealthTolerance == 0 { // every term's lease has the TTL o.ttl
-		cfg.HealthTolerance = renewFor(&c.cfg, o.ttl)
+		cfg.HealthTolerance = env.renewFor(o.ttl)
 	}
 	cfg.LeaseOptions = slices.Clone(cfg.LeaseOptions)
-	e := &Elector{c: c, name: name, lead: lead, cfg: cfg, poll: c.cfg.PollInterval, log: c.cfg.Logger}
-	if c.events != nil && c.events.obs != nil {
-		e.report = c.events.send
-	}
-	return e, nil
+	return &Elector{c: c, name: name, lead: lead, cfg: cfg, env: env}, nil
 }
 
 // Run campaigns until ctx ends or the client is closed, leading whenever
@@ -143,7 +135,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		switch why {
 		case errResigned:
-			e.yield(ctx, e.poll)
+			e.yield(ctx, e.env.poll)
 		case ErrStepDown, ErrHoldLimit:
 			e.yield(ctx, e.cfg.StepDownHoldOff)
 		}
@@ -164,7 +156,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	// it: it returns once the term ends, and Close ends the term's lease
 	// before it waits. Once Close waits, it starts no more, and the term
 	// (its lease ended by Close) needs no watch.
-	e.c.goBackground(func(context.Context) {
+	e.env.goBackground(func(context.Context) {
 		select {
 		case <-l.StepDownRequested():
 			cancel(ErrStepDown)
@@ -200,7 +192,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 	e.demoted(l, why)
 	e.mu.Unlock()
 	if err != nil && !ended {
-		e.log.ErrorContext(ctx, "pglease: leader function failed", "name", e.name, "err", err)
+		e.env.log.ErrorContext(ctx, "pglease: leader function failed", "name", e.name, "err", err)
 	}
 	_ = l.Release(context.WithoutCancel(ctx))
 	return ending
@@ -209,7 +201,7 @@ func (e *Elector) serve(ctx context.Context, l *Lease) error {
 func (e *Elector) callLead(ctx context.Context) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			e.log.ErrorContext(ctx, "pglease: leader function panicked", "name", e.name, "panic", r)
+			e.env.log.ErrorContext(ctx, "pglease: leader function panicked", "name", e.name, "panic", r)
 			err = errors.New("pglease: leader function panicked")
 		}
 	}()
@@ -273,7 +265,7 @@ func (e *Elector) leader(ctx context.Context) (Info, error) {
 // intermediate leaders, never the latest.
 func (e *Elector) Observe(ctx context.Context) <-chan Info {
 	out := make(chan Info, 1)
-	started := e.c.goBackground(func(context.Context) {
+	started := e.env.goBackground(func(context.Context) {
 		defer close(out)
 		var last Info
 		first := true
@@ -311,7 +303,7 @@ func (e *Elector) watch(ctx context.Context, read func(context.Context) (Info, e
 		if errors.Is(err, ErrClosed) {
 			return // the client is closing (changes woke us when it did)
 		}
-		wait := e.poll
+		wait := e.env.poll
 		switch {
 		case err == nil:
 			wait = min(wait, info.Remaining+5*time.Millisecond)

@@ -65,8 +65,8 @@ func (e *Elector) showLeader(owner string, token int64) {
 // send tells the client's observer, if it has one; e.mu is held, so that
 // the elector's events join the client's queue in the order they happened.
 func (e *Elector) send(ev Event) {
-	if e.report != nil {
-		e.report(ev)
+	if e.env.report != nil {
+		e.env.report(ev)
 	}
 }
 
@@ -88,12 +88,12 @@ func (e *Elector) sawLeader(gen uint64, info Info) {
 // Run campaigns, if the client has an observer, and returns the function
 // that stops it and waits for it.
 func (e *Elector) watchLeaders(ctx context.Context) (stop func()) {
-	if e.report == nil {
+	if e.env.report == nil {
 		return func() {}
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	started := e.c.goBackground(func(context.Context) {
+	started := e.env.goBackground(func(context.Context) {
 		defer close(done)
 		var gen uint64 // the generation when the reading began
 		read := func(ctx context.Context) (Info, error) {

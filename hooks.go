@@ -1,13 +1,17 @@
 package pglease
 
-import "context"
+import (
+	"context"
+	"log/slog"
+	"time"
+)
 
 // The hooks: what the recipes (the elector, Run, LeaseSet) use of the
 // client beyond its exported API, as etcd's mutex and election use their
-// Session. A recipe calls these two and nothing else unexported of Client
-// (recipes_test.go keeps the rule); their bodies are where the recipes
-// meet the wake-ups and the client's life, so a change there leaves the
-// recipes alone.
+// Session. A recipe calls these two, changes and recipe, and nothing else
+// unexported of Client or Lease (recipes_test.go keeps the rule); their
+// bodies are where the recipes meet the wake-ups, the settings and the
+// client's life, so a change there leaves the recipes alone.
 
 // changes returns a channel that receives a value when one of names may
 // have changed hands: a release of one of them was notified, notifications
@@ -29,9 +33,47 @@ func (c *Client) changes(names ...string) (ch <-chan struct{}, stop func()) {
 	}
 }
 
-// goBackground runs fn on a goroutine that Close waits for, with a context
-// that ends when Close stops the client's background work. Once Close
-// waits it starts nothing and returns false.
-func (c *Client) goBackground(fn func(ctx context.Context)) bool {
-	return c.life.goBackground(func() { fn(c.life.bg) })
+// recipeEnv is what a recipe needs of its client beyond the exported API
+// and the wake-ups of changes, in one place.
+type recipeEnv struct {
+	// The client's settings, resolved: the fallback poll, the logger, and
+	// the renewal interval of a lease of a TTL.
+	poll     time.Duration
+	log      *slog.Logger
+	renewFor func(ttl time.Duration) time.Duration
+	// report queues an event for the client's observer, in order with the
+	// leases' own; nil without an observer.
+	report func(Event)
+	// options resolves the options of a call of e by the option rules
+	// (kind.go), as Acquire does.
+	options func(e entry, opts []Option) (leaseOptions, error)
+	// goBackground runs fn on a goroutine that Close waits for, with a
+	// context that ends when Close stops the client's background work.
+	// Once Close waits it starts nothing and returns false.
+	goBackground func(fn func(ctx context.Context)) bool
+	// end ends the lease l with cause as its loss would (its context's
+	// cause; renewals stop), unless it has ended already, and reports
+	// whether it did; deleteRow then deletes its row, scoped by token. A
+	// set ends its leases so, with the set's cause.
+	end       func(l *Lease, cause error) bool
+	deleteRow func(l *Lease, ctx context.Context) error
+}
+
+// recipe returns the client's recipeEnv.
+func (c *Client) recipe() recipeEnv {
+	env := recipeEnv{
+		poll:     c.cfg.PollInterval,
+		log:      c.cfg.Logger,
+		renewFor: func(ttl time.Duration) time.Duration { return renewFor(&c.cfg, ttl) },
+		options:  c.leaseOptions,
+		goBackground: func(fn func(ctx context.Context)) bool {
+			return c.life.goBackground(func() { fn(c.life.bg) })
+		},
+		end:       (*Lease).end,
+		deleteRow: (*Lease).deleteRow,
+	}
+	if c.events != nil && c.events.obs != nil {
+		env.report = c.events.send
+	}
+	return env
 }

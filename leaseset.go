@@ -18,8 +18,8 @@ import (
 // the set releases the others and its context is cancelled with that
 // lease's cause. Safe for concurrent use.
 type LeaseSet struct {
-	c      *Client
-	leases []*Lease // sorted by name
+	env    recipeEnv // what the exported API does not give (hooks.go)
+	leases []*Lease  // sorted by name
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stops  []func() bool // the watches of the leases' ends
@@ -56,7 +56,7 @@ func (s *LeaseSet) Release(ctx context.Context) error {
 		}
 		s.cancel(ErrReleased)
 	}
-	return deleteRows(ctx, s.endAll(ErrReleased))
+	return s.deleteRows(ctx, s.endAll(ErrReleased))
 }
 
 // endAll ends every lease of the set not ended yet, with cause, and
@@ -64,7 +64,7 @@ func (s *LeaseSet) Release(ctx context.Context) error {
 func (s *LeaseSet) endAll(cause error) []*Lease {
 	var ended []*Lease
 	for _, l := range s.leases {
-		if l.end(cause) {
+		if s.env.end(l, cause) {
 			ended = append(ended, l)
 		}
 	}
@@ -72,10 +72,10 @@ func (s *LeaseSet) endAll(cause error) []*Lease {
 }
 
 // deleteRows deletes the rows of leases that have just ended.
-func deleteRows(ctx context.Context, ended []*Lease) error {
+func (s *LeaseSet) deleteRows(ctx context.Context, ended []*Lease) error {
 	var errs []error
 	for _, l := range ended {
-		if err := l.deleteRow(ctx); err != nil {
+		if err := s.env.deleteRow(l, ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -99,10 +99,10 @@ func (s *LeaseSet) memberEnded(l *Lease) {
 	if len(ended) == 0 {
 		return
 	}
-	if !s.c.goBackground(func(context.Context) { _ = deleteRows(context.Background(), ended) }) {
+	if !s.env.goBackground(func(context.Context) { _ = s.deleteRows(context.Background(), ended) }) {
 		// Close has begun waiting; the pool may be closing, and past the
 		// TTL expiry frees the rows.
-		_ = deleteRows(context.Background(), ended)
+		_ = s.deleteRows(context.Background(), ended)
 	}
 }
 
@@ -130,7 +130,7 @@ func (c setContext) Err() error {
 // newLeaseSet builds the set of leases just registered by c, and watches
 // them.
 func newLeaseSet(c *Client, leases []*Lease) *LeaseSet {
-	s := &LeaseSet{c: c, leases: leases}
+	s := &LeaseSet{env: c.recipe(), leases: leases}
 	inner, cancel := context.WithCancelCause(context.Background())
 	s.ctx, s.cancel = setContext{inner, s}, cancel
 	s.stops = make([]func() bool, len(leases))
