@@ -361,13 +361,16 @@ func (cfg Config) Plan(name string, opts ...Option) (Plan, error) {
 		SafetyMargin: marginFor(&full, o.ttl), MinHold: o.minHold}, nil
 }
 
-// Version is the version of this package, recorded in lease metadata.
-const Version = "0.1.0"
+// version is the version of this module, recorded in the metadata of
+// every lease ("version"); a release bumps it (CONTRIBUTING.md). Programs
+// read the version they were built with from their build information
+// (runtime/debug.ReadBuildInfo), as 'pglease version' does.
+const version = "0.1.0"
 
 // defaultMetadata is recorded with every lease of a client.
 func defaultMetadata() []byte {
 	host, _ := os.Hostname()
-	meta, _ := json.Marshal(map[string]any{"host": host, "pid": os.Getpid(), "version": Version})
+	meta, _ := json.Marshal(map[string]any{"host": host, "pid": os.Getpid(), "version": version})
 	return meta
 }
 

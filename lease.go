@@ -249,6 +249,7 @@ func (l *Lease) end(cause error) bool {
 // announce reports the acquisition of a lease handed to the caller of the
 // call that began at called, unless it has already ended (its end is then
 // not reported either); EventAcquired is sent under l.mu, before any end.
+// previous is the owner of the expired lease it took over, or "".
 func (l *Lease) announce(ctx context.Context, called time.Time, previous string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -257,10 +258,8 @@ func (l *Lease) announce(ctx context.Context, called time.Time, previous string)
 	}
 	c := l.c
 	l.announced, l.announcedAt = true, time.Now()
-	c.events.send(Event{Kind: EventAcquired, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Wait: l.announcedAt.Sub(called), Context: ctx})
-	if previous != "" {
-		c.events.send(Event{Kind: EventStaleReclaimed, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Previous: previous, Context: ctx})
-	}
+	c.events.send(Event{Kind: EventAcquired, Name: l.name, Owner: c.cfg.Owner, Token: l.token, Wait: l.announcedAt.Sub(called),
+		Previous: previous, Context: ctx})
 }
 
 // reportEnd reports the end of a lease that has ended (e.Kind

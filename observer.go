@@ -22,29 +22,28 @@ type EventKind int
 // [Elector.Observe] does but only while [Elector.Run] campaigns and the
 // client has an observer. Each kind is reported once per change, in order.
 const (
-	EventAcquired       EventKind = iota + 1 // a lease was acquired
-	EventReleased                            // a lease was released
-	EventContended                           // an attempt found the lease held by another owner
-	EventLost                                // a held lease was lost (Err says why)
-	EventRenewed                             // a renewal succeeded (Latency is its round trip)
-	EventStaleReclaimed                      // an acquisition took over an expired lease (Previous names its owner)
-	EventAlert                               // a lease's heartbeat is older than an alert threshold
-	EventElected                             // an [Elector] of this client began a term (Token is the term's)
-	EventDemoted                             // an [Elector]'s term ended: its lead function returned (Err says why)
-	EventLeaderChanged                       // the leader an [Elector] sees changed (Owner "" and Token 0: nobody leads)
-	EventHeartbeat                           // a renewal statement succeeded (Latency is its round trip, Count the leases it renewed)
-	EventDropped                             // the observer fell behind and events were dropped (Count of them; Held and Leading give the client's state)
+	EventAcquired      EventKind = iota + 1 // a lease was acquired (Previous names the owner of the expired lease it took over, if any)
+	EventReleased                           // a lease was released
+	EventContended                          // an attempt found the lease held by another owner
+	EventLost                               // a held lease was lost (Err says why)
+	EventRenewed                            // a renewal succeeded (Latency is its round trip)
+	EventAlert                              // a lease's heartbeat is older than an alert threshold
+	EventElected                            // an [Elector] of this client began a term (Token is the term's)
+	EventDemoted                            // an [Elector]'s term ended: its lead function returned (Err says why)
+	EventLeaderChanged                      // the leader an [Elector] sees changed (Owner "" and Token 0: nobody leads)
+	EventHeartbeat                          // a renewal statement succeeded (Latency is its round trip, Count the leases it renewed)
+	EventDropped                            // the observer fell behind and events were dropped (Count of them; Held and Leading give the client's state)
 )
 
 var kindNames = map[EventKind]string{
 	EventAcquired: "acquired", EventReleased: "released", EventContended: "contended",
-	EventLost: "lost", EventRenewed: "renewed", EventStaleReclaimed: "stale_reclaimed", EventAlert: "alert",
+	EventLost: "lost", EventRenewed: "renewed", EventAlert: "alert",
 	EventElected: "elected", EventDemoted: "demoted", EventLeaderChanged: "leader_changed",
 	EventHeartbeat: "heartbeat", EventDropped: "dropped",
 }
 
 // String returns the kind's name as used in metric labels and logs, in
-// snake case: "acquired", "stale_reclaimed", "leader_changed"…
+// snake case: "acquired", "leader_changed"…
 func (k EventKind) String() string {
 	if s, ok := kindNames[k]; ok {
 		return s
@@ -69,7 +68,7 @@ type Event struct {
 	Latency  time.Duration // EventRenewed, EventHeartbeat: round trip of the renewal statement; EventReleased: time taken to delete the row
 	Wait     time.Duration // EventAcquired: from the call (Acquire, TryAcquire, AcquireAll…) to the acquisition
 	Hold     time.Duration // EventReleased, EventLost: how long the lease was held
-	Previous string        // EventStaleReclaimed, EventContended: the other owner
+	Previous string        // EventAcquired: the owner of the expired lease it took over ("" if the name was free); EventContended: the holder
 	Age      time.Duration // EventAlert: heartbeat age
 	Count    int           // EventHeartbeat: leases renewed by the statement; EventDropped: events dropped since the last EventDropped
 	Held     []string      // EventDropped: the names this client holds, in order, once the dropped events had happened

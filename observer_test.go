@@ -47,6 +47,34 @@ func TestObserverGetsEventsInOrderAndSurvivesItsOwnPanic(t *testing.T) {
 	}
 }
 
+// An acquisition that took over an expired lease names its owner in its
+// EventAcquired (Previous); one of a name nobody held names nobody.
+func TestAcquiredEventNamesTheOwnerOfTheExpiredLeaseItTookOver(t *testing.T) {
+	ctx := testCtx(t)
+	log := newEventLog()
+	c := testClient(t, Config{Observer: log})
+	holder, token := startHolder(t, c.cfg.Table, "p", time.Second, false)
+	_ = holder.Process.Kill() // its lease expires a second later
+	_ = holder.Wait()
+	l, err := c.Acquire(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if e := log.await(t, "the acquisition of p", is(EventAcquired, "p")); e.Token != l.Token() || l.Token() <= token ||
+		e.Previous == "" || e.Previous == c.Owner() {
+		t.Fatalf("EventAcquired %+v (lease token %d, the dead holder's %d): want Previous naming the dead holder", e, l.Token(), token)
+	}
+	q, err := c.TryAcquire(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Release(ctx)
+	if e := log.await(t, "the acquisition of q", is(EventAcquired, "q")); e.Previous != "" {
+		t.Fatalf("EventAcquired of a name nobody held: Previous %q, want none", e.Previous)
+	}
+}
+
 // Every kind has a name.
 func TestEveryEventKindHasAName(t *testing.T) {
 	for k := EventAcquired; k <= EventDropped; k++ {

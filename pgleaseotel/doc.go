@@ -59,8 +59,8 @@
 //     span, from the acquisition to its [pglease.EventReleased] or
 //     [pglease.EventLost]. Its status is Error, with the cause, when the
 //     lease was lost or its row could not be deleted; a stale lease taken
-//     over adds an event "pglease.stale_reclaimed" naming the previous
-//     owner.
+//     over (an EventAcquired with Previous) adds an event
+//     "pglease.stale_reclaimed" naming the previous owner.
 //   - pglease.release, per [pglease.EventReleased]: the time taken to delete
 //     the row (the event's Latency), a child of the span in the context
 //     passed to Release (of the lease span when that context has none),

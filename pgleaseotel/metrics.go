@@ -78,6 +78,11 @@ func (o *Observer) record(e pglease.Event) {
 		named = []attribute.KeyValue{attrName.String(e.Name)}
 	}
 	o.inst.events.Add(ctx, 1, metric.WithAttributes(append(named, kind)...))
+	if e.Kind == pglease.EventAcquired && e.Previous != "" {
+		// An acquisition that took over an expired lease is counted as
+		// stale_reclaimed too: the library reports both in one event.
+		o.inst.events.Add(ctx, 1, metric.WithAttributes(append(named, attrKind.String("stale_reclaimed"))...))
+	}
 	switch e.Kind {
 	case pglease.EventAcquired:
 		o.inst.wait.Record(ctx, e.Wait.Seconds(), metric.WithAttributes(named...))

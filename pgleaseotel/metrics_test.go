@@ -49,7 +49,8 @@ func TestMetricNamesAndUnits(t *testing.T) {
 }
 
 // The counters and histograms, without the name attribute: events by kind;
-// renewal round trips from heartbeats only (one per statement); waits;
+// renewal round trips from heartbeats only (one per statement); an
+// acquisition that took an expired lease over as stale_reclaimed too; waits;
 // holds by how the lease ended; release errors; dropped events.
 func TestCountersAndHistograms(t *testing.T) {
 	tm := newTelemetry(t, false)
@@ -62,7 +63,7 @@ func TestCountersAndHistograms(t *testing.T) {
 		pglease.Event{Kind: pglease.EventHeartbeat, Count: 2, Latency: 10 * time.Millisecond},
 		pglease.Event{Kind: pglease.EventReleased, Name: "a", Token: 1, Hold: 3 * time.Second},
 		pglease.Event{Kind: pglease.EventLost, Name: "b", Token: 2, Hold: 4 * time.Second, Err: errors.New("gone")},
-		pglease.Event{Kind: pglease.EventAcquired, Name: "a", Token: 3},
+		pglease.Event{Kind: pglease.EventAcquired, Name: "a", Token: 3, Previous: "crashed"},
 		pglease.Event{Kind: pglease.EventReleased, Name: "a", Token: 3, Hold: time.Second, Err: errors.New("timeout")},
 		pglease.Event{Kind: pglease.EventDropped, Count: 12},
 	)
@@ -74,6 +75,10 @@ func TestCountersAndHistograms(t *testing.T) {
 		if got := mustInt(t, ms, "pglease.events", kind(k)); got != want {
 			t.Errorf("events %s = %d, want %d", k, got, want)
 		}
+	}
+	// The acquisition that took an expired lease over counts as stale_reclaimed too.
+	if got := mustInt(t, ms, "pglease.events", attribute.String("pglease.event.kind", "stale_reclaimed")); got != 1 {
+		t.Errorf("events stale_reclaimed = %d, want 1", got)
 	}
 	if n, sum := histogram(t, ms, "pglease.renew.duration"); n != 1 || sum != 0.01 {
 		t.Errorf("renew.duration count %d sum %v, want one statement of 0.01 s", n, sum)

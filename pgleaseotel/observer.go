@@ -108,8 +108,6 @@ func (o *Observer) Observe(e pglease.Event) {
 		if len(o.spans[e.Client][e.Name]) == 0 {
 			o.takeSpans(e.Client, e.Name)
 		}
-	case pglease.EventStaleReclaimed:
-		lease = o.spans[e.Client][e.Name][e.Token]
 	case pglease.EventDropped:
 		for name := range o.spans[e.Client] {
 			if !o.tally.Holds(e.Client, name) {
@@ -122,11 +120,6 @@ func (o *Observer) Observe(e pglease.Event) {
 	switch e.Kind {
 	case pglease.EventReleased, pglease.EventLost:
 		o.endLease(lease, e, now)
-	case pglease.EventStaleReclaimed:
-		if lease != nil {
-			lease.AddEvent("pglease.stale_reclaimed", trace.WithTimestamp(now),
-				trace.WithAttributes(attrPrevious.String(e.Previous)))
-		}
 	}
 }
 

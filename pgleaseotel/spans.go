@@ -39,6 +39,10 @@ func (o *Observer) startLease(e pglease.Event, now time.Time) trace.Span {
 	acquire.End(trace.WithTimestamp(now))
 	_, lease := o.tracer.Start(ctx, "pglease.lease", trace.WithTimestamp(now),
 		trace.WithAttributes(leaseAttrs(e)...))
+	if e.Previous != "" { // it took an expired lease over
+		lease.AddEvent("pglease.stale_reclaimed", trace.WithTimestamp(now),
+			trace.WithAttributes(attrPrevious.String(e.Previous)))
+	}
 	return lease
 }
 

@@ -120,13 +120,11 @@ func TestSpansOfAFailedRelease(t *testing.T) {
 	}
 }
 
-// A stale lease taken over is an event of the lease span.
+// A stale lease taken over (an EventAcquired with Previous) is an event
+// of the lease span.
 func TestStaleReclaimedIsAnEventOfTheLeaseSpan(t *testing.T) {
 	tm := newTelemetry(t, false)
-	tm.observe(
-		pglease.Event{Kind: pglease.EventAcquired, Name: "job", Token: 2},
-		pglease.Event{Kind: pglease.EventStaleReclaimed, Name: "job", Token: 2, Previous: "crashed"},
-	)
+	tm.observe(pglease.Event{Kind: pglease.EventAcquired, Name: "job", Token: 2, Previous: "crashed"})
 	ev := one(t, "open pglease.lease", tm.open("pglease.lease")).Events()
 	if len(ev) != 1 || ev[0].Name != "pglease.stale_reclaimed" || len(ev[0].Attributes) != 1 || ev[0].Attributes[0].Value.AsString() != "crashed" {
 		t.Errorf("lease span events %+v", ev)

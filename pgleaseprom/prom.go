@@ -23,7 +23,7 @@
 // The metrics (with the default Namespace "pglease"; labels in brackets,
 // name only with [Options.NameLabel]):
 //
-//	pglease_events_total{event[,name]}          counter    events observed, by kind (pglease.EventKind.String(): acquired, released, lost, heartbeat…)
+//	pglease_events_total{event[,name]}          counter    events observed, by kind (pglease.EventKind.String(): acquired, released, lost, heartbeat…), and stale_reclaimed for each acquisition that took over an expired lease (Event.Previous)
 //	pglease_leases_held[{name}]                 gauge      leases held now, exact even when events were dropped
 //	pglease_release_errors_total[{name}]        counter    releases whose row could not be deleted (the lease ended anyway; the row expires after its TTL)
 //	pglease_dropped_events_total                counter    events the clients dropped because this observer fell behind
@@ -170,12 +170,18 @@ func New(opt Options) *Observer {
 		for _, k := range kinds() {
 			o.events.WithLabelValues(k.String())
 		}
+		o.events.WithLabelValues(staleReclaimed)
 		o.releaseErrors.WithLabelValues()
 		o.wait.WithLabelValues()
 		o.hold.WithLabelValues()
 	}
 	return o
 }
+
+// staleReclaimed is the event label counted, beside "acquired", for an
+// acquisition that took over an expired lease (an EventAcquired with
+// Previous set): the library reports both in one event.
+const staleReclaimed = "stale_reclaimed"
 
 // kinds returns the event kinds the library names.
 func kinds() []pglease.EventKind {
@@ -205,6 +211,9 @@ func (o *Observer) Observe(e pglease.Event) {
 	o.events.WithLabelValues(append([]string{e.Kind.String()}, name...)...).Inc()
 	switch e.Kind {
 	case pglease.EventAcquired:
+		if e.Previous != "" {
+			o.events.WithLabelValues(append([]string{staleReclaimed}, name...)...).Inc()
+		}
 		o.wait.WithLabelValues(name...).Observe(e.Wait.Seconds())
 		if o.byName {
 			// The series of the lease's end exist before it ends.

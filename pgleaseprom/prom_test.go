@@ -94,6 +94,23 @@ func ev(kind pglease.EventKind, name string) pglease.Event {
 	return pglease.Event{Kind: kind, Name: name, Client: "c1"}
 }
 
+// An acquisition that took over an expired lease (Previous set) counts as
+// acquired and as stale_reclaimed, a series that exists at 0 before.
+func TestStaleReclaimedCountsAcquisitionsOfExpiredLeases(t *testing.T) {
+	o, reg := newRegistered(t, Options{})
+	if got := value(t, reg, "pglease_events_total", "event", "stale_reclaimed"); got != 0 {
+		t.Fatalf("events_total{stale_reclaimed} = %v before any event, want 0", got)
+	}
+	taken := ev(pglease.EventAcquired, "b")
+	taken.Previous = "crashed"
+	feed(o, ev(pglease.EventAcquired, "a"), taken)
+	for kind, want := range map[string]float64{"acquired": 2, "stale_reclaimed": 1} {
+		if got := value(t, reg, "pglease_events_total", "event", kind); got != want {
+			t.Errorf("events_total{event=%q} = %v, want %v", kind, got, want)
+		}
+	}
+}
+
 // The held-leases gauge follows acquisitions and their ends: releases,
 // losses and failed releases (an EventReleased with Err, which also counts
 // a release error).

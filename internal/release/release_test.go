@@ -28,7 +28,7 @@ import (
 const modulePath = "github.com/pglease/pglease"
 
 // TestModuleFilesAgree checks, without building anything, what a tag relies
-// on: the library's Version, the nested modules' requirements on the root
+// on: the library's version constant, the nested modules' requirements on the root
 // module and go.work's replace name one release; no go.mod has a replace or
 // exclude directive ('go install pkg@version' refuses those, and users'
 // builds ignore them); every go.mod and go.work says the same go version, and
@@ -39,7 +39,7 @@ func TestModuleFilesAgree(t *testing.T) {
 
 // TestEveryModuleInstallsOnceTagged installs what a tag would publish, as a
 // user outside the repository would: a file-based module proxy holds this
-// checkout's modules at "v"+Version, and with GOWORK=off in a directory
+// checkout's modules at "v"+version (config.go), and with GOWORK=off in a directory
 // outside the tree
 //
 //   - a consumer module importing pglease, pgleaseprom, pgleaseotel and
@@ -123,7 +123,6 @@ func TestEveryModuleInstallsOnceTagged(t *testing.T) {
 		out := run(t, dir, filepath.Join(dir, "consumer"))
 		t.Logf("consumer output:\n%s", out)
 		for _, want := range []string{
-			"pglease.Version " + c.version + "\n",
 			"module " + modulePath + " " + tag + "\n",
 			"module " + modulePath + "/pgleaseprom " + tag + "\n",
 			"module " + modulePath + "/pgleasecron " + tag + "\n",
@@ -158,7 +157,7 @@ func TestEveryModuleInstallsOnceTagged(t *testing.T) {
 	})
 }
 
-// consumerMain uses the root module (DDL, Version, Event), pgleaseprom
+// consumerMain uses the root module (DDL, Event), pgleaseprom
 // (Register, Observe), pgleaseotel (New, Observe) and pgleasecron (Parse),
 // and prints the versions of our modules it was built with.
 const consumerMain = `package main
@@ -179,7 +178,6 @@ import (
 )
 
 func main() {
-	fmt.Println("pglease.Version", pglease.Version)
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, m := range bi.Deps {
 			if strings.HasPrefix(m.Path, "github.com/pglease/") {
@@ -257,16 +255,16 @@ type modEdit struct {
 
 type checkoutInfo struct {
 	root      string
-	version   string // the library's Version constant
+	version   string // the library's version constant (config.go)
 	goVersion string // the go directive every module shares
 	modules   []module
 	files     []string // what a commit would hold (listFiles)
 }
 
-var versionConst = regexp.MustCompile(`(?m)^const Version = "([^"]+)"$`)
+var versionConst = regexp.MustCompile(`(?m)^const version = "([^"]+)"$`)
 
 // checkout reads the module files of the checkout and fails the test
-// unless they agree with each other and with Version (see
+// unless they agree with each other and with the version constant (see
 // TestModuleFilesAgree).
 func checkout(t *testing.T) *checkoutInfo {
 	t.Helper()
@@ -281,7 +279,7 @@ func checkout(t *testing.T) *checkoutInfo {
 	}
 	m := versionConst.FindSubmatch(config)
 	if m == nil {
-		t.Fatalf("config.go has no line `const Version = \"...\"`")
+		t.Fatalf("config.go has no line `const version = \"...\"`")
 	}
 	c.version = string(m[1])
 	tag := "v" + c.version

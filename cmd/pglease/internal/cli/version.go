@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-
-	"github.com/pglease/pglease"
 )
 
 // modulePath is the module the version of the tool is the version of.
@@ -16,8 +14,9 @@ const modulePath = "github.com/pglease/pglease"
 // (nil when it has none): the module version ("v0.3.1" from
 // 'go install github.com/pglease/pglease/cmd/pglease@v0.3.1', "(devel)" for
 // a build in a checkout), the VCS revision and "+dirty" when the build
-// recorded them, the Go version and the platform. The pglease.Version
-// constant is the fallback when the build info knows no version.
+// recorded them, the Go version and the platform; "(unknown)" when the
+// build info knows no version of the module (a binary built without
+// module information).
 func versionLine(bi *debug.BuildInfo) string {
 	version, goVersion := "", runtime.Version()
 	goos, goarch := runtime.GOOS, runtime.GOARCH
@@ -41,7 +40,7 @@ func versionLine(bi *debug.BuildInfo) string {
 		}
 	}
 	if version == "" {
-		version = pglease.Version
+		version = "(unknown)"
 	}
 	line := "pglease " + version
 	if revision != "" {
