@@ -183,7 +183,7 @@
 //
 // # Shared leases
 //
-// A shared lease ([Lease.Shared]) is renewed, released, fenced and bound to
+// A shared lease ([WithShared]) is renewed, released, fenced and bound to
 // its session as any lease is. Exclusive waiters are not starved: shared
 // attempts wait behind a queued exclusive waiter while the shared holders
 // drain. A client without a session of its own ([Config.DisableNotify], a

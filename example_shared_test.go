@@ -34,7 +34,7 @@ func ExampleWithShared() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("two shared holders:", r1.Shared() && r2.Shared() && r1.Name() != r2.Name())
+	fmt.Println("two shared holders:", r1.Name(), r2.Name())
 
 	_, err = migrator.TryAcquire(ctx, "example-schema")
 	fmt.Println("exclusive beside them:", errors.Is(err, pglease.ErrNotAcquired))
@@ -46,9 +46,9 @@ func ExampleWithShared() {
 		log.Fatal(err)
 	}
 	defer m.Release(ctx)
-	fmt.Println("exclusive once they let go:", !m.Shared())
+	fmt.Println("exclusive once they let go:", m.Name())
 	// Output:
-	// two shared holders: true
+	// two shared holders: example-schema#0 example-schema#1
 	// exclusive beside them: true
-	// exclusive once they let go: true
+	// exclusive once they let go: example-schema
 }

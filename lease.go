@@ -95,10 +95,6 @@ func (l *Lease) Token() int64 { return l.token }
 // TTL returns the lease's time-to-live.
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
-// Shared reports whether the lease is a shared one ([WithShared]); its
-// Name is then the row "NAME#i" of the name NAME it shares.
-func (l *Lease) Shared() bool { return l.kind == kind(kindShared{}) }
-
 // FastFailover reports whether the lease was acquired [WithFastFailover],
 // and so is bound to the client's database session: a lease asked for
 // with the option is always bound, or not acquired at all.

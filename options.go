@@ -160,7 +160,7 @@ func WithSlots(n int) Option {
 // etcd's RWMutex recipe. Each shared holder holds a row of its own,
 // "NAME#i" ([Lease.Name] says which; the lowest i not held), with its own
 // fencing token, renewed, released and guarded ([Lease.Guard]) as any
-// lease is; [Lease.Shared] reports the kind.
+// lease is; [Info.Kind] reports the kind ("shared").
 //
 // Exclusive waiters are not starved: once an exclusive [Client.Acquire]
 // of the name waits in the queue, new shared acquisitions wait behind it

@@ -99,7 +99,7 @@ func checkContended(ctx context.Context, t *testing.T, table string, kept int64)
 		t.Fatal(err)
 	}
 	got := pgtest.Receive(t, reader, "the queued shared waiter's lease")
-	if got.err != nil || !got.l.Shared() {
+	if got.err != nil || !isShared(got.l) {
 		t.Fatalf("the queued shared waiter: %+v, %v", got.l, got.err)
 	}
 	other, err := b.TryAcquire(ctx, "job", WithShared())
