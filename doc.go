@@ -46,12 +46,10 @@
 //   - Fencing. Every acquisition gets a token from a sequence: strictly
 //     greater than every token any earlier holder of the name received,
 //     across releases, expiry, cleanup and restarts of the database or
-//     clients, and across the loss of the table (dropped, or lost in a
-//     failover or a restore) as long as the server clock does not run back
-//     and the lost table handed out fewer than a million tokens a second on
-//     average: a new token sequence starts at the server clock in
-//     microseconds (docs/FAILURE-MODES.md, "A lost table"). Renewal never
-//     changes the token, so a lost renewal reply is simply retried.
+//     clients, and across the loss of the table, under the conditions of
+//     docs/FAILURE-MODES.md, "A lost table" (a new token sequence starts at
+//     the server clock). Renewal never changes the token, so a lost renewal
+//     reply is simply retried.
 //     [Lease.Guard] checks the token inside the caller's own transaction and
 //     locks the row until commit, so a stale holder's write to the same
 //     database cannot commit.
@@ -164,13 +162,11 @@
 //
 // How they combine:
 //
-//   - "+" marks an option of Acquire and TryAcquire, which Run, TryRun and an
-//     [Elector]'s terms take too. Every kind takes [WithTTL], [WithMinHold],
-//     [WithMaxHold] and [WithMetadata]. [Config.Plan] lists a semaphore's
-//     slots; calls that acquire refuse a name like a slot's, "job#0".
-//   - A set refuses [WithFastFailover] and the kinds' options ([WithSlots],
-//     [WithShared], [WithQuota]), which do not combine; [Client.NewElector]
-//     refuses the kinds' (*[InvalidError]).
+//   - "+" marks an option of Acquire and TryAcquire (and Run, TryRun and an
+//     [Elector]'s terms). Every kind takes [WithTTL], [WithMinHold],
+//     [WithMaxHold] and [WithMetadata]. A name like a slot's, "job#0", is
+//     refused. The kinds' options do not combine, and a set refuses them and
+//     [WithFastFailover]; [Client.NewElector] refuses them (*[InvalidError]).
 //   - A name is one kind at a time, for every client: a plain lease (a set's
 //     too), a semaphore of one slot count, shared leases, or a quota of one
 //     capacity. The others are refused with a *[KindError], atomically, and
@@ -181,18 +177,18 @@
 //     waiters it may wait long. Its leases end together: when one is lost,
 //     the set releases the others and its context ends with the cause.
 //
-// # Shared leases
+// # Shared leases and quotas
 //
-// A shared lease ([WithShared]) is renewed, released, fenced and bound to
-// its session as any lease is. Exclusive waiters are not starved: shared
-// attempts wait behind a queued exclusive waiter while the shared holders
-// drain. A client without a session of its own ([Config.DisableNotify], a
-// transaction-pooling proxy) cannot queue: its exclusive Acquire registers as
-// a polling waiter that holds shared attempts back the same way, until it
-// gives up or, if its process died, its registration goes stale. A steady
-// stream of exclusive waiters can hold shared ones up, as with sync.RWMutex.
-// Goroutines of one client may hold shared leases of a name at once; an
-// exclusive acquisition waits for the client's own shared leases too.
+// They are renewed, released, fenced and bound to their sessions as any
+// lease is. No waiter is starved: shared attempts wait behind a queued
+// exclusive waiter while the shared holders drain (a steady stream of
+// exclusive waiters can hold shared ones up, as with sync.RWMutex), and a
+// quota serves its waiters first in line first. A client without a session
+// of its own ([Config.DisableNotify], a transaction-pooling proxy) cannot
+// queue: its wait registers as a polling waiter that holds later attempts
+// back the same way, until it gives up or, if its process died, goes stale.
+// Goroutines of one client may share a name; an exclusive acquisition waits
+// for the client's own shared leases too.
 //
 // # Waiting
 //
