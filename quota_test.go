@@ -1,10 +1,8 @@
 package pglease
 
 import (
-	"context"
 	"errors"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -212,38 +210,6 @@ func TestQuotaOptionsAreChecked(t *testing.T) {
 			t.Errorf("%v: want an *InvalidError saying %q", err, tc.want)
 		}
 	}
-}
-
-// A quota's fast-failover holder that dies frees its units within
-// milliseconds: its waiter watches its session.
-func TestQuotaFailsOverFast(t *testing.T) {
-	ctx := testCtx(t)
-	w := testClient(t, Config{})
-	ttl := 30 * time.Second
-	cmd, token := startHolderEnv(t, w.cfg.Table, "fq", ttl, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_QUOTA=5,3")
-	wctx, cancel := context.WithTimeout(ctx, ttl/2) // expiry would need the whole TTL
-	defer cancel()
-	got := make(chan *Lease, 1)
-	go func() {
-		l, err := w.Acquire(wctx, "fq", WithQuota(5, 3), WithFastFailover())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	waitWaiters(t, w, "fq", w.cfg.Owner)
-	time.Sleep(300 * time.Millisecond) // past the 200 ms before a waiter watches a holder's session
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	l := pgtest.Receive(t, got, "the units of the SIGKILLed holder")
-	if l == nil {
-		t.FailNow()
-	}
-	if l.Token() <= token {
-		t.Errorf("token %d not above the dead holder's %d", l.Token(), token)
-	}
-	_ = l.Release(ctx)
 }
 
 // Guard passes while a quota's lease is held and fails once it is not.

@@ -365,9 +365,11 @@ func TestSetWaitsForSharedHolders(t *testing.T) {
 	_ = set.Release(ctx)
 }
 
-// Fast failover holds for both kinds: a SIGKILLed shared holder's session
-// ends and an exclusive waiter takes the name at once, long before the
-// TTL; a SIGKILLed exclusive holder's shared waiter does the same.
+// Fast failover holds for the kinds that share a name: a SIGKILLed shared
+// holder's session ends and an exclusive waiter takes the name at once,
+// long before the TTL; a SIGKILLed exclusive holder's shared waiter does
+// the same, and so does a waiter for a quota's units a SIGKILLed holder
+// had (3 of 5: the waiter's 3 fit only once they are free).
 func TestSharedLeasesFailOverFast(t *testing.T) {
 	ctx := testCtx(t)
 	w := testClient(t, Config{})
@@ -379,6 +381,8 @@ func TestSharedLeasesFailOverFast(t *testing.T) {
 	}{
 		{"shared holder, exclusive waiter", []string{"PGLEASE_TEST_FAST=1", "PGLEASE_TEST_SHARED=1"}, []Option{WithFastFailover()}},
 		{"exclusive holder, shared waiter", []string{"PGLEASE_TEST_FAST=1"}, []Option{WithShared()}},
+		// A quota's holder frees its units: its waiter watches it too.
+		{"quota holder, quota waiter", []string{"PGLEASE_TEST_FAST=1", "PGLEASE_TEST_QUOTA=5,3"}, []Option{WithQuota(5, 3), WithFastFailover()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "ff-" + strings.ReplaceAll(tc.name, " ", "-")
