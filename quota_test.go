@@ -241,3 +241,39 @@ func TestGuardOfAQuotaLease(t *testing.T) {
 		t.Fatal("Guard of a released quota lease passed")
 	}
 }
+
+// A quota's units stay taken through a minimum hold, after the holder's
+// release (the row, kept, no longer names its client), and are freed at a
+// maximum hold, the row deleted, to a waiter that takes them at once.
+func TestQuotaHoldLimits(t *testing.T) {
+	ctx := testCtx(t)
+	a := testClient(t, Config{Owner: "a"})
+	b := testClient(t, Config{Table: a.cfg.Table, Owner: "b"})
+	kept, err := a.Acquire(ctx, "h", WithQuota(2, 2), WithMinHold(time.Minute), WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var he *HeldError
+	if _, err := b.TryAcquire(ctx, "h", WithQuota(2, 1)); !errors.As(err, &he) {
+		t.Fatalf("a unit of a quota whose 2 units are kept for a minimum hold: %v, want a *HeldError", err)
+	}
+	if _, err := a.TryAcquire(ctx, "h", WithQuota(2, 1)); !errors.As(err, &he) {
+		t.Fatalf("a unit to the client whose release is kept: %v, want a *HeldError", err)
+	}
+	pgtest.Exec(t, `DELETE FROM `+a.cfg.Table)
+	limited, err := a.Acquire(ctx, "h", WithQuota(2, 2), WithMaxHold(time.Second), WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Acquire(ctx, "h", WithQuota(2, 2), WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("the units at the maximum hold: %v", err)
+	}
+	if !errors.Is(causeOf(limited.Context()), ErrHoldLimit) || got.Token() <= limited.Token() {
+		t.Fatalf("limited lease ended with %v; the waiter's token %d, the limited one's %d", causeOf(limited.Context()), got.Token(), limited.Token())
+	}
+	_ = got.Release(ctx)
+}
