@@ -422,6 +422,24 @@ func TestCheckQuotaRule(t *testing.T) {
 	}
 }
 
+// Refusals between a quota and another kind are counted, either way, and
+// what an agent of the previous release said once.
+func TestCheckQuotaRefusals(t *testing.T) {
+	b := newHist()
+	b.h.Procs[3].Old = true
+	b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+	b.acquire(2, CmdTry, Fast, "z", 2, 100, 110)
+	kind := func() *ErrInfo { return &ErrInfo{Msg: "another kind", Is: []string{"SlotsMismatch"}} }
+	b.op(3, CmdTry, Quota3W2, []string{"z"}, 200, 210).Err = kind()   // a quota refused by a plain lease
+	b.op(4, CmdTry, Plain, []string{"y"}, 200, 210).Err = kind()      // a plain lease refused by the quota (an old agent)
+	b.op(4, CmdAcquire, Shared, []string{"y"}, 220, 230).Err = kind() // (the same message: once)
+	b.op(3, CmdTry, Quota3W2, []string{"y"}, 220, 230).Err = &ErrInfo{Msg: "held", Is: []string{"NotAcquired"}}
+	r := Check(b.h, bounds)
+	if !r.OK() || r.QuotaRefusals != 3 || len(r.OldQuota) != 1 {
+		t.Fatalf("violations %v, quota refusals %d, the old agents' %q", r.Violations, r.QuotaRefusals, r.OldQuota)
+	}
+}
+
 // A lease ended by its maximum hold is not lost, but may not end early;
 // its end hands the name to a waiter within the hand-off bound.
 func TestCheckHoldLimit(t *testing.T) {

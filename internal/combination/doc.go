@@ -26,11 +26,14 @@
 // but a shutdown (as those of releases that did not report their Close),
 // and make an acquisition in a quota mode, which that release knows
 // nothing of, as a plain lease, fast failover or not: it meets the
-// quota's holders as another kind, and that release's *KindError, which
-// reads a quota's rows as shared leases through this version's
-// compatibility wrapper, refuses it (as this version's refuses a quota
-// beside the old agent's lease); a killed one is replaced by an agent of this version, as a replica restarted
-// after its upgrade would be. The checker holds old and new agents alike
+// quota's holders as another kind, and that release's *KindError (it
+// reads a quota's rows as shared leases, through this version's
+// compatibility wrapper) refuses it, as this version's refuses a quota
+// beside the old agent's lease; now and then, right after the upgrade,
+// an agent of this version takes units of a quota and the old agents try
+// the name and wait for it in their kinds. A killed old agent is replaced
+// by an agent of this version, as a replica restarted after its upgrade
+// would be. The checker holds old and new agents alike
 // to every property, with what the upgrade documents: an old agent's
 // set, a statement of its own, is refused by this version's fence with
 // an error that says to upgrade ("an older release, fenced"), and so is

@@ -72,12 +72,33 @@ func (g *generator) next(s *sequence) Step {
 				// An old agent's set, which the fence refuses from now on.
 				up = append(up, Step{Do: DoTryAll, Agent: g.rng.IntN(g.old), Names: []string{"a", "c"}})
 			}
+			if g.chance(0.6) && g.agents > g.old {
+				up = append(up, g.quotaMeetsOld()...)
+			}
 			g.plan = slices.Insert(g.plan, i, up...)
 		}
 	}
 	st := g.plan[0]
 	g.plan = g.plan[1:]
 	return st
+}
+
+// quotaMeetsOld has an agent of this version take units of a quota (of a
+// name whose home is a quota, or of c), and agents of the previous
+// release, which know no quota, try the name and wait for it in other
+// kinds: their acquisitions meet the quota's holder as another kind.
+func (g *generator) quotaMeetsOld() []Step {
+	n, m := "c", g.pickMode(quotaModes...)
+	for _, x := range names {
+		if g.home[x].Quota() > 0 {
+			n, m = x, g.home[x]
+		}
+	}
+	return []Step{
+		{Do: DoTry, Agent: g.old + g.rng.IntN(g.agents-g.old), Name: n, Mode: m},
+		{Do: DoTry, Agent: g.rng.IntN(g.old), Name: n, Mode: g.pickMode(Plain, Fast, Shared, Slots3)},
+		{Do: DoAcquire, Agent: g.rng.IntN(g.old), Name: n, Mode: g.pickMode(Plain, FastShared, FastSlots2), For: 2 * time.Second},
+	}
 }
 
 func (g *generator) chance(p float64) bool { return g.rng.Float64() < p }
