@@ -69,9 +69,10 @@ type Report struct {
 	// first waiter, a wait without fast failover, may have taken the name
 	// before it died (a plain lease, which lives until it expires), held to the
 	// expiry bound, that fast failover's bound would have failed.
-	Open       []string
-	Measured   int            // openings with a waiter, measured
-	Unmeasured map[string]int // openings with a waiter, not measured, by why
+	Open          []string
+	Measured      int            // openings with a waiter, measured
+	MeasuredQuota int            // of those, a quota's
+	Unmeasured    map[string]int // openings with a waiter, not measured, by why
 }
 
 // OK reports whether no property was violated.

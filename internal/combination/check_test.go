@@ -422,6 +422,27 @@ func TestCheckQuotaRule(t *testing.T) {
 	}
 }
 
+// A quota's hand-off is measured when the freed units suffice for its
+// first waiter, and counted as not measured ("no room") otherwise.
+func TestCheckQuotaMeasures(t *testing.T) {
+	b := newHist()
+	h := b.acquire(1, CmdTry, Quota3W2, "y#0", 1, 100, 110)
+	b.acquire(2, CmdTry, Quota3W1, "y#1", 2, 120, 130)
+	b.acquire(3, CmdAcquire, FastQuota3W2, "y#0", 3, 200, 505)
+	b.release(h, 495, 500)
+	if r := Check(b.h, bounds); !r.OK() || r.Measured != 1 || r.MeasuredQuota != 1 {
+		t.Fatalf("violations %v, measured %d (%d of a quota)", r.Violations, r.Measured, r.MeasuredQuota)
+	}
+	b = newHist()
+	h = b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+	b.acquire(2, CmdTry, Quota3W2, "y#1", 2, 120, 130)
+	b.op(3, CmdAcquire, Quota3W2, []string{"y"}, 200, -1)
+	b.release(h, 495, 500)
+	if r := Check(b.h, bounds); !r.OK() || r.Measured != 0 || r.Unmeasured["no room: a quota's units still held"] != 1 {
+		t.Fatalf("violations %v, measured %d, not %v", r.Violations, r.Measured, r.Unmeasured)
+	}
+}
+
 // Refusals between a quota and another kind are counted, either way, and
 // what an agent of the previous release said once.
 func TestCheckQuotaRefusals(t *testing.T) {

@@ -393,7 +393,7 @@ func (c *checker) measure(o opening) {
 			}
 		}
 		if units+first.Mode.Weight() > o.quota {
-			c.skip("no room: other holders")
+			c.skip("no room: a quota's units still held")
 			return
 		}
 	}
@@ -413,7 +413,7 @@ func (c *checker) measure(o opening) {
 	switch {
 	case waiter:
 		d := time.Duration(max(first.Start()-o.at, 0))
-		c.r.Measured++
+		c.measured(o)
 		c.r.Latencies = append(c.r.Latencies, Latency{topo, d})
 		if open && d > c.b.FastFailover+c.b.FastFailoverSlack {
 			c.r.Open = append(c.r.Open, fmt.Sprintf("fast-failover of %q at %s (%s) with the first waiter, a wait without fast failover, killed too: a waiter (%s) held it %v later (%s)",
@@ -431,7 +431,7 @@ func (c *checker) measure(o opening) {
 		for _, w := range ws {
 			if !w.Returned(deadline) && w.Called()+int64(w.Timeout) > deadline {
 				if p := h.proc(w.Proc); (p.Killed == 0 || p.Killed > deadline) && (p.Closed == 0 || p.Closed > deadline) {
-					c.r.Measured++
+					c.measured(o)
 					c.violate("liveness of "+o.kind, deadline, "%s of %q at %s (%s): nobody held it within %v though %s waited",
 						o.kind, o.res, c.ts(o.at), c.freedBy(o), bound, c.waitList(ws))
 					return
@@ -489,6 +489,14 @@ func (c *checker) sessionless(proc int) bool {
 		}
 	}
 	return true
+}
+
+// measured counts a measured opening (and a quota's apart).
+func (c *checker) measured(o opening) {
+	c.r.Measured++
+	if o.quota > 0 {
+		c.r.MeasuredQuota++
+	}
 }
 
 // skip counts an opening that was not measured, and why.
