@@ -192,8 +192,11 @@
 // PGLEASE_COMBO_SEEDS and PGLEASE_COMBO_STEPS change the number of seeds
 // and steps, PGLEASE_COMBO_SHRINK the shrinking budget in seconds (0: no
 // shrinking), PGLEASE_COMBO_VERBOSE=1 prints every sequence. The figures
-// at the end give the sequences, steps, faults, seeds and violations, and
-// the latencies of hand-offs and take-overs per topology. With
+// at the end give the sequences, steps, faults, seeds and violations, the
+// openings measured (a quota's apart) and why others were not, the
+// refusals between a quota and another kind (with what the previous
+// release's agents said, each message once), and the latencies of
+// hand-offs and take-overs per topology. With
 // PGLEASE_HISTORY_DIR set, every sequence's history is also written for
 // the external linearizability checker (the nested module lincheck; see
 // internal/linhist).
