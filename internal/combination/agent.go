@@ -165,6 +165,9 @@ func (a *agent) do(cmd Command) {
 	if cmd.Shared {
 		opts = append(opts, pglease.WithShared())
 	}
+	if cmd.Quota > 0 {
+		opts = append(opts, pglease.WithQuota(cmd.Quota, cmd.Weight))
+	}
 	if cmd.MaxHold > 0 {
 		opts = append(opts, pglease.WithMaxHold(cmd.MaxHold))
 	}

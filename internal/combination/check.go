@@ -56,6 +56,12 @@ type Report struct {
 	// bound but within the slack.
 	Slow   []string
 	Fenced int // sets of the previous release's agents refused by the fence
+	// QuotaRefusals counts the acquisitions refused at once between a
+	// quota and another kind on one name (either way), and OldQuota what
+	// agents of the previous release said when a quota refused theirs,
+	// each message once.
+	QuotaRefusals int
+	OldQuota      []string
 	// FencedInFlight counts their single acquisitions refused by the
 	// fence: in flight across the upgrade (see fenced).
 	FencedInFlight int
@@ -63,9 +69,10 @@ type Report struct {
 	// first waiter, a wait without fast failover, may have taken the name
 	// before it died (a plain lease, which lives until it expires), held to the
 	// expiry bound, that fast failover's bound would have failed.
-	Open       []string
-	Measured   int            // openings with a waiter, measured
-	Unmeasured map[string]int // openings with a waiter, not measured, by why
+	Open          []string
+	Measured      int            // openings with a waiter, measured
+	MeasuredQuota int            // of those, a quota's
+	Unmeasured    map[string]int // openings with a waiter, not measured, by why
 }
 
 // OK reports whether no property was violated.
@@ -95,7 +102,9 @@ type checker struct {
 // bounds: critical sections of one name never overlap beyond what the
 // name admits (a plain lease on x excludes every slot x#i of a semaphore
 // x and every shared lease x#i of x, a semaphore admits at most its slot
-// count, shared leases admit each other and nothing else), tokens of each row
+// count, shared leases admit each other and nothing else, a quota's
+// holders x#i hold at most its capacity between them, by their weights,
+// and nothing of another kind holds x beside them), tokens of each row
 // increase in real-time order, no fenced write with a stale lease
 // commits, no call fails without a cause, no lease is lost without a
 // fault, a shutdown's Close that succeeds leaves no row of its client
@@ -130,6 +139,8 @@ func (c *checker) ts(t int64) string {
 func (c *checker) describe(l *Lease) string {
 	kind := "plain"
 	switch {
+	case l.Quota > 0:
+		kind = fmt.Sprintf("%d of a quota of %d", l.Weight, l.Quota)
 	case l.Slots == 0:
 		kind = "shared"
 	case l.Slots > 1:
@@ -194,10 +205,19 @@ func (c *checker) exclusion() {
 			}
 			slots, ended := 0, 0
 			limit := b.Slots
+			units, endedUnits := 0, 0 // a quota's, beside b's
 			for _, o := range live {
 				switch {
 				case o.Row == b.Row:
 					c.overlap(res, o, b, "one row held twice")
+				case (o.Quota > 0) != (b.Quota > 0):
+					c.overlap(res, o, b, "a quota's holder beside a lease of another kind on the name")
+				case o.Quota > 0 && o.Quota != b.Quota:
+					c.overlap(res, o, b, "holders of quotas of different capacities")
+				case o.Quota > 0 && c.terminated(o, b):
+					endedUnits += o.Weight // (free on the server: the documented window)
+				case o.Quota > 0:
+					units += o.Weight
 				case o.Slots == 0 && b.Slots == 0:
 					// Shared leases of one name hold it together.
 				case o.Slots == 0 || b.Slots == 0:
@@ -221,6 +241,11 @@ func (c *checker) exclusion() {
 				c.violate("overlap", b.Start(), "%q has %d slot holders at %s, more than its %d slots: %s joined %d others",
 					res, slots+1, c.ts(b.Start()), limit, c.describe(b), slots)
 			case b.Slots > 1 && slots+ended+1 > limit:
+				c.r.AllowedOverlaps++
+			case b.Quota > 0 && units+b.Weight > b.Quota:
+				c.violate("overlap", b.Start(), "%q has holders of %d units at %s, more than its quota of %d: %s joined holders of %d",
+					res, units+b.Weight, c.ts(b.Start()), b.Quota, c.describe(b), units)
+			case b.Quota > 0 && units+endedUnits+b.Weight > b.Quota:
 				c.r.AllowedOverlaps++
 			}
 		}
@@ -339,6 +364,7 @@ func (c *checker) errors() {
 		switch o.Kind {
 		case CmdAcquire, CmdTry, CmdAll, CmdTryAll:
 			if e.Matches("NotAcquired") || e.Matches("SlotsMismatch") || c.otherKindHeld(o) {
+				c.quotaRefusal(o)
 				continue
 			}
 			if c.fenced(o) {
@@ -432,30 +458,77 @@ func (c *checker) fenced(o *Op) bool {
 }
 
 // otherKindHeld reports whether a row of another kind than o asks for (a
-// lease on the name, or a semaphore's slot) may have been live on the
+// lease on the name, a semaphore's slot or a shared lease, or a quota's
+// holder) may have been live on the
 // server on one of o's names when o was called: refusing o then is what
 // the specification asks for. A row outlives its holder's belief until it
 // is deleted by a release or expires, at most a TTL after the holder's
 // last renewal.
 func (c *checker) otherKindHeld(o *Op) bool {
-	slots := o.Mode.Slots()
+	kind := kindOf(o.Mode.Slots(), o.Mode.Quota())
 	if o.Kind == CmdAll || o.Kind == CmdTryAll {
-		slots = 1
+		kind = kindOf(1, 0)
 	}
-	t := o.Called()
 	for _, l := range c.h.Leases {
-		if !slices.Contains(o.Names, l.Resource) || (l.Slots == 1) == (slots == 1) || l.Start() > o.Ret {
-			continue
-		}
-		gone := c.h.end(l) + int64(c.h.TTL)
-		if l.RelRet != 0 && l.RelErr == nil {
-			gone = l.RelRet
-		}
-		if t <= gone {
+		if kindOf(l.Slots, l.Quota) != kind && c.mayHold(l, o) {
 			return true
 		}
 	}
 	return false
+}
+
+// mayHold reports whether l's row, on one of o's names, may have been
+// live on the server when o was called. A row outlives its holder's
+// belief until it is deleted by a release or expires, at most a TTL after
+// the holder's last renewal.
+func (c *checker) mayHold(l *Lease, o *Op) bool {
+	if !slices.Contains(o.Names, l.Resource) || l.Start() > o.Ret {
+		return false
+	}
+	gone := c.h.end(l) + int64(c.h.TTL)
+	if l.RelRet != 0 && l.RelErr == nil {
+		gone = l.RelRet
+	}
+	return o.Called() <= gone
+}
+
+// quotaRefusal counts o, an acquisition refused with a cause, if it was a
+// refusal of another kind between a quota and another kind: a quota
+// refused with a *KindError, or any acquisition refused with one (or
+// without, by an agent of the previous release) while a quota's holder
+// may have held the name.
+func (c *checker) quotaRefusal(o *Op) {
+	kindErr := o.Err.Matches("SlotsMismatch")
+	quota := (o.Kind == CmdAcquire || o.Kind == CmdTry) && o.Mode.Quota() > 0
+	if quota && kindErr {
+		c.r.QuotaRefusals++
+		return
+	}
+	if quota || (!kindErr && o.Err.Matches("NotAcquired")) {
+		return // (held by its own kind)
+	}
+	for _, l := range c.h.Leases {
+		if l.Quota > 0 && c.mayHold(l, o) {
+			c.r.QuotaRefusals++
+			if c.h.proc(o.Proc).Old && !slices.Contains(c.r.OldQuota, o.Err.Msg) {
+				c.r.OldQuota = append(c.r.OldQuota, o.Err.Msg)
+			}
+			return
+		}
+	}
+}
+
+// kindOf tells the kinds of leases apart as otherKindHeld does: a lease
+// on the name itself, a quota's holder, or a row among many of the name
+// (a semaphore's slot or a shared lease).
+func kindOf(slots, quota int) string {
+	switch {
+	case quota > 0:
+		return "quota"
+	case slots == 1:
+		return "plain"
+	}
+	return "rows"
 }
 
 // losses checks that no lease was lost (not released, not closed)

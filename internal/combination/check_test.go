@@ -37,7 +37,8 @@ func (b *hist) op(proc int, kind string, mode Mode, names []string, call, ret in
 // and returned at ret (a blocking one if kind is CmdAcquire).
 func (b *hist) acquire(proc int, kind string, mode Mode, row string, tok int64, call, ret int) *Lease {
 	o := b.op(proc, kind, mode, []string{Resource(row)}, call, ret)
-	l := &Lease{Handle: o.ID, Proc: proc, Row: row, Resource: Resource(row), Slots: mode.Slots(), Session: mode.Fast(), Token: tok, Acq: o}
+	l := &Lease{Handle: o.ID, Proc: proc, Row: row, Resource: Resource(row), Slots: mode.Slots(), Session: mode.Fast(), Token: tok, Acq: o,
+		Quota: mode.Quota(), Weight: mode.Weight()}
 	o.Leases = []*Lease{l}
 	b.h.Leases = append(b.h.Leases, l)
 	return l
@@ -307,6 +308,156 @@ func TestCheckReadWriteRule(t *testing.T) {
 	b.release(w, 1500, 1510)
 	if r := Check(b.h, bounds); !has(r, "liveness") {
 		t.Errorf("an exclusive waiter served late after the last shared release passed: %v", r.Violations)
+	}
+}
+
+// A quota's holders hold at most its capacity between them, and nothing
+// of another kind holds its name beside them; a refusal between a quota
+// and another kind is expected. A release hands the quota to its first
+// waiter when the freed units suffice for it (measured), and is not
+// measured when the units still held leave it no room.
+func TestCheckQuotaRule(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want string // "": no violation
+		make func(b *hist)
+	}{
+		{"weights 2 and 2 of a quota of 3 at once", "overlap", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W2, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, FastQuota3W2, "y#1", 2, 200, 210)
+		}},
+		{"weights 1, 1 and 2 of a quota of 3 at once", "overlap", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Quota3W1, "y#1", 2, 150, 160)
+			b.acquire(3, CmdTry, Quota3W2, "y#2", 3, 200, 210)
+		}},
+		{"weights 1 and 2 of a quota of 3 at once", "", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, FastQuota3W2, "y#1", 2, 200, 210)
+		}},
+		{"weights 2 and 2, one after the other", "", func(b *hist) {
+			l := b.acquire(1, CmdTry, Quota3W2, "y#0", 1, 100, 110)
+			b.release(l, 150, 155)
+			b.acquire(2, CmdTry, Quota3W2, "y#0", 2, 200, 210)
+		}},
+		{"one row of a quota held twice", "overlap", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Quota3W1, "y#0", 2, 200, 210)
+		}},
+		{"a quota's holder beside a plain lease on the name", "overlap", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Plain, "y", 2, 200, 210)
+		}},
+		{"a plain lease on the name beside a quota's holder", "overlap", func(b *hist) {
+			b.acquire(2, CmdTry, Fast, "y", 2, 100, 110)
+			b.acquire(1, CmdTry, Quota3W2, "y#0", 1, 200, 210)
+		}},
+		{"a quota's holder beside a set's lease on the name", "overlap", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTryAll, Plain, "y", 2, 200, 210)
+		}},
+		{"a quota's holder beside a semaphore's slot", "overlap", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Slots3, "y#1", 2, 200, 210)
+		}},
+		{"a quota's holder beside a shared lease", "overlap", func(b *hist) {
+			b.acquire(1, CmdTry, Shared, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Quota3W1, "y#1", 2, 200, 210)
+		}},
+		{"a quota's units of a terminated session taken over", "", func(b *hist) {
+			b.acquire(1, CmdTry, FastQuota3W2, "y#0", 1, 100, 110)
+			b.fault(FaultTerminate, 1, 150, 151)
+			b.acquire(2, CmdAcquire, Quota3W2, "y#1", 2, 120, 200)
+		}},
+		{"a kind error between a quota and a plain lease", "", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.op(2, CmdTry, Plain, []string{"y"}, 200, 210).Err = &ErrInfo{Msg: "pglease: y is a quota of 3 units", Is: []string{"SlotsMismatch"}}
+			b.op(3, CmdTry, Shared, []string{"y"}, 200, 210).Err = &ErrInfo{Msg: "pglease: y is a quota of 3 units", Is: []string{"SlotsMismatch"}}
+		}},
+		{"a refusal of a quota while a plain lease holds the name", "", func(b *hist) {
+			b.acquire(1, CmdTry, Plain, "y", 1, 100, 110)
+			b.op(2, CmdAcquire, Quota3W2, []string{"y"}, 200, 210).Err = &ErrInfo{Msg: "pglease: y is held as a lease of its own"}
+		}},
+		{"a refusal of a quota without a cause", "unexpected error", func(b *hist) {
+			b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.op(2, CmdTry, Quota3W2, []string{"y"}, 200, 210).Err = &ErrInfo{Msg: "boom"}
+		}},
+		{"a hand-off of a quota's units to its first waiter", "", func(b *hist) {
+			h := b.acquire(1, CmdTry, Quota3W2, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Quota3W1, "y#1", 2, 120, 130)
+			b.acquire(3, CmdAcquire, Quota3W2, "y#0", 3, 200, 520)
+			b.release(h, 495, 500)
+		}},
+		{"a slow hand-off of a quota's units to its first waiter", "liveness of hand-off", func(b *hist) {
+			h := b.acquire(1, CmdTry, Quota3W2, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Quota3W1, "y#1", 2, 120, 130)
+			b.acquire(3, CmdAcquire, Quota3W2, "y#0", 3, 200, 1500)
+			b.release(h, 495, 500)
+		}},
+		{"no hand-off of a quota while a waiter it fits waits", "liveness of hand-off", func(b *hist) {
+			h := b.acquire(1, CmdTry, Quota3W2, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Quota3W1, "y#1", 2, 120, 130)
+			b.op(3, CmdAcquire, Quota3W1, []string{"y"}, 200, -1)
+			b.release(h, 495, 500)
+		}},
+		{"a release of a quota that leaves its first waiter no room", "", func(b *hist) {
+			h := b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+			b.acquire(2, CmdTry, Quota3W2, "y#1", 2, 120, 130)
+			b.op(3, CmdAcquire, Quota3W2, []string{"y"}, 200, -1) // (the first in line: 2 + 2 > 3)
+			b.op(4, CmdAcquire, Quota3W1, []string{"y"}, 210, -1)
+			b.release(h, 495, 500)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newHist()
+			tc.make(b)
+			r := Check(b.h, bounds)
+			switch {
+			case tc.want == "" && !r.OK():
+				t.Fatalf("violations: %v", r.Violations)
+			case tc.want != "" && !has(r, tc.want):
+				t.Fatalf("want a %q violation, got %v", tc.want, r.Violations)
+			}
+		})
+	}
+}
+
+// A quota's hand-off is measured when the freed units suffice for its
+// first waiter, and counted as not measured ("no room") otherwise.
+func TestCheckQuotaMeasures(t *testing.T) {
+	b := newHist()
+	h := b.acquire(1, CmdTry, Quota3W2, "y#0", 1, 100, 110)
+	b.acquire(2, CmdTry, Quota3W1, "y#1", 2, 120, 130)
+	b.acquire(3, CmdAcquire, FastQuota3W2, "y#0", 3, 200, 505)
+	b.release(h, 495, 500)
+	if r := Check(b.h, bounds); !r.OK() || r.Measured != 1 || r.MeasuredQuota != 1 {
+		t.Fatalf("violations %v, measured %d (%d of a quota)", r.Violations, r.Measured, r.MeasuredQuota)
+	}
+	b = newHist()
+	h = b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+	b.acquire(2, CmdTry, Quota3W2, "y#1", 2, 120, 130)
+	b.op(3, CmdAcquire, Quota3W2, []string{"y"}, 200, -1)
+	b.release(h, 495, 500)
+	if r := Check(b.h, bounds); !r.OK() || r.Measured != 0 || r.Unmeasured["no room: a quota's units still held"] != 1 {
+		t.Fatalf("violations %v, measured %d, not %v", r.Violations, r.Measured, r.Unmeasured)
+	}
+}
+
+// Refusals between a quota and another kind are counted, either way, and
+// what an agent of the previous release said once.
+func TestCheckQuotaRefusals(t *testing.T) {
+	b := newHist()
+	b.h.Procs[3].Old = true
+	b.acquire(1, CmdTry, Quota3W1, "y#0", 1, 100, 110)
+	b.acquire(2, CmdTry, Fast, "z", 2, 100, 110)
+	kind := func() *ErrInfo { return &ErrInfo{Msg: "another kind", Is: []string{"SlotsMismatch"}} }
+	b.op(3, CmdTry, Quota3W2, []string{"z"}, 200, 210).Err = kind()   // a quota refused by a plain lease
+	b.op(4, CmdTry, Plain, []string{"y"}, 200, 210).Err = kind()      // a plain lease refused by the quota (an old agent)
+	b.op(4, CmdAcquire, Shared, []string{"y"}, 220, 230).Err = kind() // (the same message: once)
+	b.op(3, CmdTry, Quota3W2, []string{"y"}, 220, 230).Err = &ErrInfo{Msg: "held", Is: []string{"NotAcquired"}}
+	r := Check(b.h, bounds)
+	if !r.OK() || r.QuotaRefusals != 3 || len(r.OldQuota) != 1 {
+		t.Fatalf("violations %v, quota refusals %d, the old agents' %q", r.Violations, r.QuotaRefusals, r.OldQuota)
 	}
 }
 

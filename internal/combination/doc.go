@@ -11,7 +11,7 @@
 // answer with what happened, stamped with the machine's wall clock, which
 // every process shares. Every sequence works on one fresh, empty schema
 // and the names "a", "b", "c" and "d" (mostly fast failover, a
-// semaphore, any mode, shared leases). It begins as a fleet of replicas does:
+// semaphore or a quota, any mode, shared leases). It begins as a fleet of replicas does:
 // every agent opens its client, then all create the table at once, half of
 // them spelling it "leases" under a search_path, half "schema.leases".
 //
@@ -23,9 +23,17 @@
 // clients and create the table at version 9, hold and wait on names; then
 // (DoUpgrade) the agents of this version arrive in the other slots and
 // migrate the table under them. The old agents go on with every step
-// but a shutdown (as those of releases that did not report their Close); a killed
-// one is replaced by an agent of this version, as a replica restarted
-// after its upgrade would be. The checker holds old and new agents alike
+// but a shutdown (as those of releases that did not report their Close),
+// and make an acquisition in a quota mode, which that release knows
+// nothing of, as a plain lease, fast failover or not: it meets the
+// quota's holders as another kind, and that release's *KindError (it
+// reads a quota's rows as shared leases, through this version's
+// compatibility wrapper) refuses it, as this version's refuses a quota
+// beside the old agent's lease; now and then, right after the upgrade,
+// an agent of this version takes units of a quota and the old agents try
+// the name and wait for it in their kinds. A killed old agent is replaced
+// by an agent of this version, as a replica restarted after its upgrade
+// would be. The checker holds old and new agents alike
 // to every property, with what the upgrade documents: an old agent's
 // set, a statement of its own, is refused by this version's fence with
 // an error that says to upgrade ("an older release, fenced"), and so is
@@ -41,7 +49,9 @@
 //
 // Then come the steps ([Step]): acquisitions in every mode (plain, fast
 // failover, slots of 2 or 3, fast-failover slots, shared leases plain or
-// fast-failover, now and then with a maximum hold, sets of names with
+// fast-failover, 1 or 2 units of a quota of 3 plain or fast-failover
+// (WithQuota: modes quota3w1, quota3w2, fast-quota3w1, fast-quota3w2),
+// now and then with a maximum hold, sets of names with
 // AcquireAll and TryAcquireAll; blocking ones with a timeout), releases,
 // step-down requests (which the holding agent obeys by releasing), fenced
 // writes with Lease.Guard in a transaction of the agent's own to a
@@ -66,9 +76,11 @@
 // or two events that free the name (so that the second holder got the
 // name by a hand-off, a step-down, a shutdown, a fast-failover take-over
 // or an expiry take-over), with other steps between episodes; now and then it mixes
-// modes on a name (fast failover or not, another slot count, a lease on a
-// name beside slots of a semaphore of that name, exclusive waiters behind
-// shared holders). A step that frees a name
+// modes on a name (fast failover or not, another slot count, another
+// weight of a quota, a lease on a name beside slots of a semaphore or
+// units of a quota of that name, exclusive waiters behind shared
+// holders). A quota's episode fills it with holders of either weight, and
+// its waiters, of either weight, wait first in line first. A step that frees a name
 // waits until a waiter holds it again, or the bound that applies has
 // passed.
 //
@@ -78,9 +90,11 @@
 //
 //   - overlap: a name held beyond what it admits at some instant. A plain
 //     lease on x (or a set's lease on x), the slot leases x#i of a
-//     semaphore x and the shared leases x#i of x are one resource: a plain
-//     holder excludes everyone, at most N slot holders hold at once, and
-//     shared holders admit each other and nobody else. A holder holds from its
+//     semaphore x, the shared leases x#i of x and the holders x#i of a
+//     quota x are one resource: a plain holder excludes everyone, at most
+//     N slot holders hold at once, shared holders admit each other and
+//     nobody else, and a quota's holders admit each other and nobody
+//     else while their weights sum to at most its capacity. A holder holds from its
 //     acquisition's return until it calls Release (or, shutting down,
 //     Close), its lease's Done fires (or its local deadline passes, if
 //     earlier), or its process is killed.
@@ -95,7 +109,8 @@
 //   - unexpected error: a call that failed with no cause in the history
 //     (the name held, a wait timed out, another slot count, a fault near
 //     the call, a lease of another kind on the name — which is what the
-//     library must refuse —, an ended lease for a guard); opening a client
+//     library must refuse, a quota beside any other kind included —, an
+//     ended lease for a guard); opening a client
 //     and creating the table included.
 //   - lost lease: a lease that ended without a release or a fault near it
 //     (one ended by its maximum hold is not lost, but must not end before
@@ -140,7 +155,9 @@
 // that cannot act holds the others up, as documented; a waiter killed
 // after the event too: a release that woke it leaves the others to their
 // next look, a known gap), when
-// other holders leave no room, when a new attempt took it first, or when
+// other holders leave no room (for a quota: when the units still held
+// and the first waiter's, first in line first, exceed its capacity),
+// when a new attempt took it first, or when
 // every waiter gave up; the figures count these.
 //
 // The bounds have slack where the machine, not the specification, needs
@@ -175,8 +192,11 @@
 // PGLEASE_COMBO_SEEDS and PGLEASE_COMBO_STEPS change the number of seeds
 // and steps, PGLEASE_COMBO_SHRINK the shrinking budget in seconds (0: no
 // shrinking), PGLEASE_COMBO_VERBOSE=1 prints every sequence. The figures
-// at the end give the sequences, steps, faults, seeds and violations, and
-// the latencies of hand-offs and take-overs per topology. With
+// at the end give the sequences, steps, faults, seeds and violations, the
+// openings measured (a quota's apart) and why others were not, the
+// refusals between a quota and another kind (with what the previous
+// release's agents said, each message once), and the latencies of
+// hand-offs and take-overs per topology. With
 // PGLEASE_HISTORY_DIR set, every sequence's history is also written for
 // the external linearizability checker (the nested module lincheck; see
 // internal/linhist).

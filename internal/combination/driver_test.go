@@ -293,6 +293,9 @@ func (s *sequence) apply(proc int, r Reply) {
 				slots = 1
 			}
 			l := &Lease{Handle: r.Handle, Proc: proc, Row: g.Row, Resource: Resource(g.Row), Slots: slots, Session: g.Session, Token: g.Token, Acq: o}
+			if o.Kind == CmdAcquire || o.Kind == CmdTry {
+				l.Quota, l.Weight = o.Mode.Quota(), o.Mode.Weight()
+			}
 			o.Leases = append(o.Leases, l)
 			s.h.Leases = append(s.h.Leases, l)
 			s.handles[r.Handle] = append(s.handles[r.Handle], l)

@@ -52,12 +52,13 @@ func (s *sequence) step(st Step) {
 	}
 	switch st.Do {
 	case DoAcquire, DoTry:
-		cmd := Command{Op: CmdAcquire, Names: []string{st.Name}, Slots: st.Mode.Slots(), Fast: st.Mode.Fast(), Shared: st.Mode.Shared(),
-			MaxHold: st.Hold, Timeout: st.For}
+		m := a.mode(st.Mode)
+		cmd := acquireCmd(m)
+		cmd.Names, cmd.MaxHold, cmd.Timeout = []string{st.Name}, st.Hold, st.For
 		if st.Do == DoTry {
 			cmd.Op, cmd.Timeout = CmdTry, 0
 		}
-		o := s.send(a, cmd, func(o *Op) { o.Mode, o.Hold = st.Mode, st.Hold })
+		o := s.send(a, cmd, func(o *Op) { o.Mode, o.Hold = m, st.Hold })
 		if st.Do == DoTry {
 			s.waitReply(o)
 		}
@@ -116,6 +117,23 @@ func (s *sequence) step(st Step) {
 	default:
 		s.t.Fatalf("unknown step %v", st)
 	}
+}
+
+// acquireCmd is a single acquisition in mode m (Names and the rest to
+// fill).
+func acquireCmd(m Mode) Command {
+	return Command{Op: CmdAcquire, Slots: m.Slots(), Fast: m.Fast(), Shared: m.Shared(), Quota: m.Quota(), Weight: m.Weight()}
+}
+
+// mode is the mode the agent acquires in when a step asks for m: an agent
+// of the previous release knows no quota (it would ignore the options it
+// does not know), and takes a plain lease of the name instead, fast
+// failover or not, which meets the quota's holders as another kind.
+func (a *agentProc) mode(m Mode) Mode {
+	if a.old {
+		return m.Unquota()
+	}
+	return m
 }
 
 // guard makes a fenced write with the agent's live lease on the step's
@@ -220,8 +238,10 @@ func (s *sequence) shutdown(a *agentProc, st Step) {
 	sent := a.proxy.ClientSent()
 	switch {
 	case len(st.Names) == 1:
-		s.send(a, Command{Op: CmdAcquire, Names: st.Names, Slots: st.Mode.Slots(), Fast: st.Mode.Fast(), Shared: st.Mode.Shared(),
-			Timeout: waitLimit}, func(o *Op) { o.Mode = st.Mode })
+		m := a.mode(st.Mode)
+		cmd := acquireCmd(m)
+		cmd.Names, cmd.Timeout = st.Names, waitLimit
+		s.send(a, cmd, func(o *Op) { o.Mode = m })
 	case len(st.Names) > 1:
 		s.send(a, Command{Op: CmdAll, Names: st.Names, Timeout: waitLimit}, nil)
 	}
@@ -471,9 +491,26 @@ func (s *sequence) awaitTakeover(resource string, at int64) {
 				return true
 			}
 		}
+		units, quota := 0, 0
 		for _, l := range s.h.live(resource, time.Now().UnixNano()) {
 			if l.Slots == 0 {
 				return true // still held shared: nothing was freed for the waiters
+			}
+			if l.Quota > 0 {
+				units, quota = units+l.Weight, l.Quota
+			}
+		}
+		if quota > 0 {
+			// Units still held: the first in line takes the quota only
+			// when its units fit beside them (and those behind it wait).
+			var first *Op
+			for _, o := range s.h.Ops {
+				if o.Kind == CmdAcquire && o.Mode.Quota() > 0 && s.pending(o, resource) && (first == nil || o.Sent < first.Sent) {
+					first = o
+				}
+			}
+			if first != nil && units+first.Mode.Weight() > quota {
+				return true
 			}
 		}
 		for _, o := range s.h.Ops {

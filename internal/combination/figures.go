@@ -20,6 +20,7 @@ type Figures struct {
 	Kinds      map[string]int // violations by kind
 	Latencies  map[Topology][]time.Duration
 	Measured   int
+	MeasuredQ  int // of those, a quota's
 	Unmeasured map[string]int
 	Allowed    int
 	Slow       []string // within the slack, over the specification's bound
@@ -27,6 +28,8 @@ type Figures struct {
 	Upgrades   int      // sequences that began with agents of the previous release
 	Fenced     int      // their sets the fence refused after the upgrade
 	InFlight   int      // their single acquisitions the fence refused, in flight across the upgrade
+	Quota      int      // refusals between a quota and another kind
+	OldQuota   []string // what the agents of the previous release said, refused by a quota (each once)
 	Open       []string // take-overs after a double death whose first waiter, without fast failover, may have taken the name before it died (held to the expiry bound), over fast failover's bound
 }
 
@@ -49,6 +52,7 @@ func (f *Figures) Add(h *History, r Report) {
 		f.Latencies[l.Topology] = append(f.Latencies[l.Topology], l.D)
 	}
 	f.Measured += r.Measured
+	f.MeasuredQ += r.MeasuredQuota
 	for why, n := range r.Unmeasured {
 		f.Unmeasured[why] += n
 	}
@@ -61,6 +65,12 @@ func (f *Figures) Add(h *History, r Report) {
 	}
 	f.Fenced += r.Fenced
 	f.InFlight += r.FencedInFlight
+	f.Quota += r.QuotaRefusals
+	for _, m := range r.OldQuota {
+		if !slices.Contains(f.OldQuota, m) {
+			f.OldQuota = append(f.OldQuota, m)
+		}
+	}
 	f.Open = append(f.Open, r.Open...)
 }
 
@@ -71,10 +81,15 @@ func (f *Figures) String() string {
 	fmt.Fprintf(&b, "combination: %d sequences (seeds %s), %d steps, %d faults (%s), %d violations %s\n",
 		f.Sequences, seedList(f.Seeds), f.Steps, total, faults, f.Violations, kindList(f.Kinds))
 	skipped, n := countList(f.Unmeasured)
-	fmt.Fprintf(&b, "  names freed with a waiter: %d measured, %d not (%s); overlaps in the documented window %d; stale guarded writes rejected %d of %d\n",
-		f.Measured, n, skipped, f.Allowed, f.Stale[0], f.Stale[1])
+	fmt.Fprintf(&b, "  names freed with a waiter: %d measured (%d of a quota), %d not (%s); overlaps in the documented window %d; stale guarded writes rejected %d of %d\n",
+		f.Measured, f.MeasuredQ, n, skipped, f.Allowed, f.Stale[0], f.Stale[1])
 	fmt.Fprintf(&b, "  upgrades under agents of the previous release: %d sequences, %d of their sets refused by the fence, %d of their single acquisitions (in flight across the upgrade)\n",
 		f.Upgrades, f.Fenced, f.InFlight)
+	fmt.Fprintf(&b, "  refusals between a quota and another kind on a name: %d; what the previous release's agents said, refused by a quota: %d\n",
+		f.Quota, len(f.OldQuota))
+	for _, m := range f.OldQuota {
+		fmt.Fprintf(&b, "    %s\n", m)
+	}
 	var topos []Topology
 	for t := range f.Latencies {
 		topos = append(topos, t)

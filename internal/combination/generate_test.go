@@ -40,10 +40,14 @@ func newGenerator(seed uint64, agents int) *generator {
 	if pgtest.Cluster() != nil {
 		g.restarts = 1
 	}
-	// A fast-failover name, a semaphore, any mode, and shared leases.
+	// A fast-failover name, a semaphore or a quota, any mode, and shared
+	// leases.
 	g.home["a"] = g.pickMode(Fast, Fast, Plain)
 	g.home["b"] = g.pickMode(Slots2, Slots3, FastSlots2, FastSlots3)
-	g.home["c"] = g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3, Shared, FastShared)
+	if g.chance(0.35) {
+		g.home["b"] = g.pickMode(quotaModes...)
+	}
+	g.home["c"] = g.pickMode(allModes...)
 	g.home["d"] = g.pickMode(Shared, FastShared)
 	if g.chance(0.25) {
 		// An upgrade under agents of the previous release: two of them
@@ -68,12 +72,33 @@ func (g *generator) next(s *sequence) Step {
 				// An old agent's set, which the fence refuses from now on.
 				up = append(up, Step{Do: DoTryAll, Agent: g.rng.IntN(g.old), Names: []string{"a", "c"}})
 			}
+			if g.chance(0.6) && g.agents > g.old {
+				up = append(up, g.quotaMeetsOld()...)
+			}
 			g.plan = slices.Insert(g.plan, i, up...)
 		}
 	}
 	st := g.plan[0]
 	g.plan = g.plan[1:]
 	return st
+}
+
+// quotaMeetsOld has an agent of this version take units of a quota (of a
+// name whose home is a quota, or of c), and agents of the previous
+// release, which know no quota, try the name and wait for it in other
+// kinds: their acquisitions meet the quota's holder as another kind.
+func (g *generator) quotaMeetsOld() []Step {
+	n, m := "c", g.pickMode(quotaModes...)
+	for _, x := range names {
+		if g.home[x].Quota() > 0 {
+			n, m = x, g.home[x]
+		}
+	}
+	return []Step{
+		{Do: DoTry, Agent: g.old + g.rng.IntN(g.agents-g.old), Name: n, Mode: m},
+		{Do: DoTry, Agent: g.rng.IntN(g.old), Name: n, Mode: g.pickMode(Plain, Fast, Shared, Slots3)},
+		{Do: DoAcquire, Agent: g.rng.IntN(g.old), Name: n, Mode: g.pickMode(Plain, FastShared, FastSlots2), For: 2 * time.Second},
+	}
 }
 
 func (g *generator) chance(p float64) bool { return g.rng.Float64() < p }
@@ -100,11 +125,18 @@ func (g *generator) ms(lo, hi int) time.Duration {
 	return time.Duration(lo+g.rng.IntN(hi-lo)) * time.Millisecond
 }
 
+// The modes, and the quota's.
+var (
+	allModes = []Mode{Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3, Shared, FastShared,
+		Quota3W1, Quota3W2, FastQuota3W1, FastQuota3W2}
+	quotaModes = []Mode{Quota3W1, Quota3W2, FastQuota3W1, FastQuota3W2}
+)
+
 // mode is the mode of a step on name: mostly its home mode; sometimes
 // with or without fast failover, another slot count (which the library
-// refuses with a KindError while slots are held), or another kind (a
-// lease on the name beside a semaphore of that name, which it must
-// refuse too).
+// refuses with a KindError while slots are held), another weight of a
+// quota, or another kind (a lease on the name beside a semaphore or a
+// quota of that name, which it must refuse too).
 func (g *generator) mode(name string) Mode {
 	m := g.home[name]
 	switch x := g.rng.Float64(); {
@@ -117,14 +149,22 @@ func (g *generator) mode(name string) Mode {
 	case x < 0.92 && m.Shared():
 		// Shared leases' exclusive counterpart on the same name.
 		return g.pickMode(Plain, Fast)
+	case x < 0.92 && m.Quota() > 0:
+		return g.pickMode(quotaModes...)
 	default:
-		return g.pickMode(Plain, Fast, Slots2, Slots3, FastSlots2, FastSlots3, Shared, FastShared)
+		return g.pickMode(allModes...)
 	}
 }
 
 func toggleFast(m Mode) Mode {
 	return [...]Mode{Plain: Fast, Fast: Plain, Slots2: FastSlots2, Slots3: FastSlots3, FastSlots2: Slots2, FastSlots3: Slots3,
-		Shared: FastShared, FastShared: Shared}[m]
+		Shared: FastShared, FastShared: Shared, Quota3W1: FastQuota3W1, Quota3W2: FastQuota3W2, FastQuota3W1: Quota3W1,
+		FastQuota3W2: Quota3W2}[m]
+}
+
+// otherWeight is m with the quota's other weight, fast failover as m.
+func otherWeight(m Mode) Mode {
+	return map[Mode]Mode{Quota3W1: Quota3W2, Quota3W2: Quota3W1, FastQuota3W1: FastQuota3W2, FastQuota3W2: FastQuota3W1}[m]
 }
 
 // episode plans the next steps.
@@ -136,11 +176,31 @@ func (g *generator) episode(s *sequence) []Step {
 	name := names[g.rng.IntN(len(names))]
 	mode := g.mode(name)
 	s.mu.Lock()
-	live := len(s.liveLeases(name))
+	lives := s.liveLeases(name)
 	s.mu.Unlock()
+	live := len(lives)
 	holders := mode.Slots()
 	if mode.Shared() {
 		holders = 1 + g.rng.IntN(2) // shared holders, which an exclusive waiter waits for together
+	}
+	if mode.Quota() > 0 {
+		// A quota's holders fill it, of one weight or both.
+		units := 0
+		for _, l := range lives {
+			units += l.Weight
+		}
+		for units < mode.Quota() {
+			m := mode
+			if g.chance(0.3) {
+				m = otherWeight(m)
+			}
+			if units+m.Weight() > mode.Quota() {
+				m = otherWeight(m) // (1 unit: it fits)
+			}
+			out = append(out, Step{Do: DoTry, Agent: g.agent(), Name: name, Mode: m, Hold: g.hold()})
+			units += m.Weight()
+		}
+		holders = 0
 	}
 	for i := live; i < holders; i++ {
 		out = append(out, Step{Do: DoTry, Agent: g.agent(), Name: name, Mode: mode, Hold: g.hold()})
@@ -157,6 +217,9 @@ func (g *generator) episode(s *sequence) []Step {
 		}
 		wm := mode
 		switch {
+		case mode.Quota() > 0 && g.chance(0.35):
+			// A quota's waiters of both weights, first in line first.
+			wm = otherWeight(mode)
 		case mode.Shared() && g.chance(0.6):
 			// Behind shared holders, an exclusive waiter (shared ones
 			// would join them at once, unless one queues first).

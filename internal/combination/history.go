@@ -76,10 +76,13 @@ type Lease struct {
 	Proc     int
 	Row      string // the lease's row ("x", "x#1")
 	Resource string // what it excludes others from: the name without a slot suffix
-	Slots    int    // 1: a lease on the name itself (also each lease of a set)
+	Slots    int    // 1: a lease on the name itself (also each lease of a set, and a quota's holder); 0: shared
 	Session  bool   // session-bound (fast failover)
 	Token    int64
 	Acq      *Op
+	// Quota is the capacity of the quota the lease holds Weight units of
+	// (0: not a quota; Slots is 1 then).
+	Quota, Weight int
 	// Release: when the first release of it was called and returned (0:
 	// never), its error, and whether it answered a step-down request or
 	// was the Close of a shutdown.

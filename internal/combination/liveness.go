@@ -32,6 +32,7 @@ type opening struct {
 	from, at int64
 	freed    []*Lease
 	slots    int    // the kind freed: a freed lease's Slots, or what a cut call asked for
+	quota    int    // and its Quota (0: not a quota)
 	fault    *Fault // the fault that caused it, if any
 }
 
@@ -49,7 +50,8 @@ func (c *checker) openings() []opening {
 			byRes[l.Resource] = append(byRes[l.Resource], l)
 		}
 		for _, res := range order {
-			out = append(out, opening{kind: kind, res: res, from: from, at: at, freed: byRes[res], slots: byRes[res][0].Slots, fault: f})
+			out = append(out, opening{kind: kind, res: res, from: from, at: at, freed: byRes[res], slots: byRes[res][0].Slots,
+				quota: byRes[res][0].Quota, fault: f})
 		}
 	}
 	for _, l := range h.Leases {
@@ -127,9 +129,9 @@ func (c *checker) shutdownOpenings(f *Fault, add func(string, int64, int64, *Fau
 			len(o.Leases) > 0 || o.Returned(f.Start) {
 			continue
 		}
-		slots := o.Mode.Slots()
+		slots, quota := o.Mode.Slots(), o.Mode.Quota()
 		if o.Kind == CmdAll || o.Kind == CmdTryAll {
-			slots = 1
+			slots, quota = 1, 0
 		}
 		for _, n := range o.Names {
 			dup := false
@@ -140,7 +142,7 @@ func (c *checker) shutdownOpenings(f *Fault, add func(string, int64, int64, *Fau
 				dup = dup || x.res == n
 			}
 			if !dup {
-				out = append(out, opening{kind: EvShutdown, res: n, from: cl.Call, at: cl.Ret, slots: slots, fault: f})
+				out = append(out, opening{kind: EvShutdown, res: n, from: cl.Call, at: cl.Ret, slots: slots, quota: quota, fault: f})
 			}
 		}
 	}
@@ -207,15 +209,17 @@ func (c *checker) waiters(o opening) []*Op {
 			// as its process shut down may never have been made.)
 			continue
 		}
-		wslots := w.Mode.Slots()
+		wslots, wquota := w.Mode.Slots(), w.Mode.Quota()
 		if w.Kind == CmdAll {
-			wslots = 1
+			wslots, wquota = 1, 0
 		}
 		// A waiter of the kind freed; and, across shared and exclusive
 		// leases of a name (slots 0 and 1), a waiter of the other kind,
 		// which the freed leases kept out (measure checks that no other
-		// holder keeps it out still).
-		if wslots != slots && !(wslots <= 1 && slots <= 1) {
+		// holder keeps it out still). A quota's waiter, of any weight,
+		// waits for the units of its quota only (another kind on the name
+		// refuses it at once).
+		if wquota != o.quota || (wslots != slots && !(wslots <= 1 && slots <= 1)) {
 			continue
 		}
 		free := true
@@ -270,7 +274,7 @@ func (c *checker) measure(o opening) {
 	// Mixed kinds freed at once (a plain lease and slots of one name, held
 	// together): no bound applies.
 	for _, l := range o.freed {
-		if l.Slots != o.freed[0].Slots {
+		if l.Slots != o.freed[0].Slots || l.Quota != o.freed[0].Quota {
 			c.skip("mixed kinds freed")
 			return
 		}
@@ -370,8 +374,34 @@ func (c *checker) measure(o opening) {
 			others = append(others, l)
 		}
 	}
+	if o.quota > 0 {
+		// A quota: its waiters are served first in line first, so the
+		// freed units must suffice for the first waiter beside the units
+		// still held.
+		units := 0
+		for _, l := range others {
+			if l.Quota != o.quota {
+				c.skip("no room: other holders")
+				return
+			}
+			units += l.Weight
+		}
+		first := ws[0]
+		for _, w := range ws {
+			if w.Called() < first.Called() {
+				first = w
+			}
+		}
+		if units+first.Mode.Weight() > o.quota {
+			c.skip("no room: a quota's units still held")
+			return
+		}
+	}
 	slots := o.slots
 	for _, l := range others {
+		if o.quota > 0 {
+			break // (above)
+		}
 		// (Shared leases, slots 0, leave no room for an exclusive waiter;
 		// shared waiters are measured only when the name is free.)
 		if l.Slots <= 1 || slots <= 1 || len(others) >= slots {
@@ -383,7 +413,7 @@ func (c *checker) measure(o opening) {
 	switch {
 	case waiter:
 		d := time.Duration(max(first.Start()-o.at, 0))
-		c.r.Measured++
+		c.measured(o)
 		c.r.Latencies = append(c.r.Latencies, Latency{topo, d})
 		if open && d > c.b.FastFailover+c.b.FastFailoverSlack {
 			c.r.Open = append(c.r.Open, fmt.Sprintf("fast-failover of %q at %s (%s) with the first waiter, a wait without fast failover, killed too: a waiter (%s) held it %v later (%s)",
@@ -401,7 +431,7 @@ func (c *checker) measure(o opening) {
 		for _, w := range ws {
 			if !w.Returned(deadline) && w.Called()+int64(w.Timeout) > deadline {
 				if p := h.proc(w.Proc); (p.Killed == 0 || p.Killed > deadline) && (p.Closed == 0 || p.Closed > deadline) {
-					c.r.Measured++
+					c.measured(o)
 					c.violate("liveness of "+o.kind, deadline, "%s of %q at %s (%s): nobody held it within %v though %s waited",
 						o.kind, o.res, c.ts(o.at), c.freedBy(o), bound, c.waitList(ws))
 					return
@@ -459,6 +489,14 @@ func (c *checker) sessionless(proc int) bool {
 		}
 	}
 	return true
+}
+
+// measured counts a measured opening (and a quota's apart).
+func (c *checker) measured(o opening) {
+	c.r.Measured++
+	if o.quota > 0 {
+		c.r.MeasuredQuota++
+	}
 }
 
 // skip counts an opening that was not measured, and why.

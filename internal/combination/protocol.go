@@ -30,12 +30,16 @@ const (
 
 // Command is one call the driver asks an agent to make.
 type Command struct {
-	ID      int           `json:"id"`
-	Op      string        `json:"op"`
-	Names   []string      `json:"names,omitempty"` // acquisitions: the names; step-down: the row
-	Slots   int           `json:"slots,omitempty"`
-	Fast    bool          `json:"fast,omitempty"`
-	Shared  bool          `json:"shared,omitempty"`
+	ID     int      `json:"id"`
+	Op     string   `json:"op"`
+	Names  []string `json:"names,omitempty"` // acquisitions: the names; step-down: the row
+	Slots  int      `json:"slots,omitempty"`
+	Fast   bool     `json:"fast,omitempty"`
+	Shared bool     `json:"shared,omitempty"`
+	// Quota and Weight: WithQuota(Quota, Weight) when Quota > 0 (an agent
+	// of the previous release ignores them; the driver sends it none).
+	Quota   int           `json:"quota,omitempty"`
+	Weight  int           `json:"weight,omitempty"`
 	MaxHold time.Duration `json:"max_hold,omitempty"`
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// Handle names a lease (or set) the agent holds or held: given by an

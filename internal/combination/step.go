@@ -7,8 +7,9 @@ import (
 )
 
 // Mode is how a step acquires a name: a plain (exclusive) lease, fast
-// failover, a semaphore's slot, a shared lease, or one of those with fast
-// failover.
+// failover, a semaphore's slot, a shared lease, units of a quota, or one
+// of those with fast failover. (Regression cases name modes by ident:
+// new modes go at the end.)
 type Mode int
 
 // The modes.
@@ -21,14 +22,21 @@ const (
 	FastSlots3
 	Shared
 	FastShared
+	// Quota3W1 and Quota3W2 take 1 and 2 units of a quota of 3
+	// (WithQuota(3, w)); FastQuota3W1 and FastQuota3W2 with fast failover.
+	Quota3W1
+	Quota3W2
+	FastQuota3W1
+	FastQuota3W2
 )
 
-var modeNames = [...]string{"plain", "fast", "slots2", "slots3", "fast-slots2", "fast-slots3", "shared", "fast-shared"}
+var modeNames = [...]string{"plain", "fast", "slots2", "slots3", "fast-slots2", "fast-slots3", "shared", "fast-shared",
+	"quota3w1", "quota3w2", "fast-quota3w1", "fast-quota3w2"}
 
 func (m Mode) String() string { return modeNames[m] }
 
-// Slots is the mode's slot count: 1 for a lease on the name itself, 0 for
-// a shared lease.
+// Slots is the mode's slot count: 1 for a lease on the name itself (and
+// for a quota's holder, whose kind Quota tells), 0 for a shared lease.
 func (m Mode) Slots() int {
 	switch m {
 	case Slots2, FastSlots2:
@@ -43,7 +51,41 @@ func (m Mode) Slots() int {
 
 // Fast reports whether the mode asks for fast failover.
 func (m Mode) Fast() bool {
-	return m == Fast || m == FastSlots2 || m == FastSlots3 || m == FastShared
+	return m == Fast || m == FastSlots2 || m == FastSlots3 || m == FastShared || m == FastQuota3W1 || m == FastQuota3W2
+}
+
+// Quota is the capacity of the quota the mode takes units of (0: not a
+// quota).
+func (m Mode) Quota() int {
+	switch m {
+	case Quota3W1, Quota3W2, FastQuota3W1, FastQuota3W2:
+		return 3
+	}
+	return 0
+}
+
+// Weight is the units of its quota the mode takes (0: not a quota).
+func (m Mode) Weight() int {
+	switch m {
+	case Quota3W1, FastQuota3W1:
+		return 1
+	case Quota3W2, FastQuota3W2:
+		return 2
+	}
+	return 0
+}
+
+// Unquota is what an agent of the previous release makes of the mode,
+// knowing no quota: a plain lease, fast failover or not; other modes as
+// they are.
+func (m Mode) Unquota() Mode {
+	switch {
+	case m.Quota() == 0:
+		return m
+	case m.Fast():
+		return Fast
+	}
+	return Plain
 }
 
 // Shared reports whether the mode asks for a shared lease.
@@ -223,7 +265,8 @@ var actionIdent = map[Action]string{
 	DoUpgrade:    "Upgrade",
 }
 
-var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3", "Shared", "FastShared"}
+var modeIdent = [...]string{"Plain", "Fast", "Slots2", "Slots3", "FastSlots2", "FastSlots3", "Shared", "FastShared",
+	"Quota3W1", "Quota3W2", "FastQuota3W1", "FastQuota3W2"}
 
 // Listing formats steps one per line, numbered, and as a Go literal.
 func Listing(steps []Step) string {
