@@ -10,8 +10,8 @@ package pglease
 // cannot starve a large one. A wait registers in the queue, acts on every
 // notification of the name (listed), and, when the client has no live
 // session to queue with, registers as a polling waiter, live while fresh,
-// so that it keeps its place all the same. It watches the session of a
-// fast-failover holder, whose end frees its units.
+// so that it keeps its place all the same. It watches the session of
+// every fast-failover holder, whose end frees its units.
 
 import (
 	"context"
@@ -37,6 +37,21 @@ func (kindQuota) statement(a *acquisition, unit []string) func(context.Context) 
 		args.QueueTTL, a.w.polling = a.c.queueTTL(), true
 	}
 	return a.shareStatement(args)
+}
+
+// refused reads a refusal as refusedOne does, and watches the session of
+// every session-bound holder of the quota (at most maxWatched), by its
+// row, as a semaphore's wait watches each slot's: the end of any of them
+// may free the units this wait needs, not only of the holder the refusal
+// names.
+func (kindQuota) refused(a *acquisition, rep reply, r *roundResult) {
+	a.refusedOne(rep, r, true)
+	res := rep.rows[0]
+	for row, pid := range res.Holders {
+		if pid != res.HolderSession || !res.HolderWatchable {
+			r.inSession = append(r.inSession, heldBy{row, pid})
+		}
+	}
 }
 
 func quotaKind(units int) leaseKind {

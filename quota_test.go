@@ -1,8 +1,10 @@
 package pglease
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -276,4 +278,40 @@ func TestQuotaHoldLimits(t *testing.T) {
 		t.Fatalf("limited lease ended with %v; the waiter's token %d, the limited one's %d", causeOf(limited.Context()), got.Token(), limited.Token())
 	}
 	_ = got.Release(ctx)
+}
+
+// A quota's waiter watches every fast-failover holder, not only the one
+// its refusal names: here the holder that expires first (1 unit, the one
+// named) lives on, and the one whose death frees the 2 units the waiter
+// needs (a process of its own) is SIGKILLed. The waiter polls once an
+// hour: only its watch of that session can wake it. Without it, it waited
+// for its poll (the test's 20 s bound).
+func TestQuotaWaiterWatchesEveryFastFailoverHolder(t *testing.T) {
+	ctx := testCtx(t)
+	w := testClient(t, Config{PollInterval: time.Hour})
+	_, _ = startHolderEnv(t, w.cfg.Table, "fq", 30*time.Second, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_QUOTA=3,1")
+	big, token := startHolderEnv(t, w.cfg.Table, "fq", time.Minute, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_QUOTA=3,2")
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := w.Acquire(wctx, "fq", WithQuota(3, 2), WithFastFailover())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitWaiters(t, w, "fq", w.cfg.Owner)
+	time.Sleep(300 * time.Millisecond) // past the 200 ms before a waiter watches a holder's session
+	if err := big.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	l := pgtest.Receive(t, got, "the units of the SIGKILLed holder")
+	if l == nil {
+		t.FailNow()
+	}
+	if l.Token() <= token {
+		t.Errorf("token %d not above the dead holder's %d", l.Token(), token)
+	}
+	_ = l.Release(ctx)
 }

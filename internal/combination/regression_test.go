@@ -415,6 +415,25 @@ var regressions = []struct {
 		},
 	},
 	{
+		// Bug 7, found by seed 636286 when quotas joined the combination
+		// test: a quota of 3 held by fast-failover holders in two clients
+		// (1 unit and 2), and a waiter for 2 units. The client of the 2
+		// units dies: the waiter watched only the holder its refusal named
+		// (the one that expires first, alive) and took the units at its
+		// next look (1.9 s; the bound is 1.5 s). A quota's waiter now
+		// watches every fast-failover holder's session.
+		name: "AQuotasWaiterWatchesEveryFastFailoverHolder", cfg: slowPoll, runs: 2,
+		steps: []Step{
+			{Do: DoTry, Agent: 0, Name: "b", Mode: FastQuota3W1},
+			{Do: DoTry, Agent: 3, Name: "b", Mode: FastQuota3W1},
+			{Do: DoTry, Agent: 3, Name: "b", Mode: FastQuota3W1},
+			{Do: DoAcquire, Agent: 2, Name: "b", Mode: FastQuota3W2, For: waitLimit},
+			{Do: DoAwait, Name: "b"},
+			{Do: DoSleep, For: 500 * time.Millisecond},
+			{Do: DoKill, Agent: 3},
+		},
+	},
+	{
 		// Maximum holds: a holder whose lease ends by itself hands the name
 		// to the waiters, plain and fast-failover, of an exclusive lease and
 		// of shared ones.

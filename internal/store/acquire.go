@@ -61,6 +61,11 @@ type AcquireResult struct {
 	// HolderSession is the backend pid of a session-bound holder's
 	// session (0 when none).
 	HolderSession int32
+	// Holders, when a quota refused the attempt, are the quota's live
+	// session-bound holders, by row, with their backend pids: the death
+	// of any of them may free the units the attempt needs (nil for the
+	// other kinds, whose refusal names the one holder that matters).
+	Holders map[string]int32
 	// Ahead is the number of live waiters of other clients queued before a
 	// queued attempt; while there are any, a free lease is theirs.
 	Ahead int64

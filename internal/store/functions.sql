@@ -555,7 +555,10 @@ $pglease$
 --     session that ended, and not this client's rows deleted below) whose
 --     weights and p_weight sum to more than p_capacity refuse it; the
 --     holder reported is one bound to a session first (for the waiter to
---     watch), then the one that expires first.
+--     watch), then the one that expires first; o_holders lists every live
+--     session-bound holder of the quota (row to backend pid), whose
+--     sessions the waiter watches, as a semaphore's waiter watches each
+--     slot's: the end of any of them may free the units it needs.
 -- Otherwise the name's own row, ended, is deleted (waiting for a Guard's
 -- lock on it, so that its stale holder's guarded write commits first),
 -- rows of this client's leases of the name and kind that it does not hold
@@ -567,7 +570,9 @@ $pglease$
 -- hear the table's channel), and a quota's wait that cannot queue (no
 -- session: p_queue_ttl_ms without p_queued) as a polling one, live while
 -- fresh, which keeps its place while it keeps being refused. Returns
--- CreateAcquire's columns and the row written (o_name).
+-- CreateAcquire's columns, the row written (o_name) and, for a quota's
+-- refusal, its session-bound holders (o_holders, a JSON object; '{}'
+-- otherwise).
 CREATE OR REPLACE FUNCTION {{acquire_shared_fn}}(
 {{acquire_shared_params}}
 {{acquire_shared_result}})
@@ -593,7 +598,7 @@ BEGIN
     v_srv := {{server}};
     o_acquired := false; o_token := 0; o_session_bound := false; o_owner := '';
     o_other_token := 0; o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := '';
-    o_watchable := false; o_ahead := 0; o_pid := 0; o_name := '';
+    o_watchable := false; o_ahead := 0; o_pid := 0; o_name := ''; o_holders := '{}';
     IF NOT (p_kind = 'shared' AND p_weight = 1 AND p_capacity = 0
             OR p_kind = 'quota' AND p_weight BETWEEN 1 AND p_capacity) THEN
         RAISE EXCEPTION 'pglease: % acquires shared leases or units of a quota, not % of weight % and size %',
@@ -662,6 +667,13 @@ BEGIN
             o_owner := q."owner"; o_other_token := q."token"; o_remaining_ms := q."remaining_ms";
             o_heartbeat_ms := q."heartbeat_ms"; o_session_bound := q."session_bound";
             o_watchable := q."session_bound"; o_pid := coalesce(q."pid", 0);
+            IF q."session_bound" THEN
+                SELECT coalesce(jsonb_object_agg(l."name", l."session_pid"), '{}') INTO o_holders
+                  FROM {{table}} AS l
+                 WHERE l."semaphore" = p_name AND l."kind" = 'quota' AND l."expires_at" > now()
+                   AND l."session_pid" IS NOT NULL AND l."session_server" = v_srv
+                   AND NOT {{session_ended(p_ns, l."session_pid", true)}};
+            END IF;
         END IF;
     END IF;
     IF v_held OR v_full OR o_ahead > 0 THEN

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -208,6 +209,7 @@ type acquireRow struct {
 	remMS, hbMS int64
 	sess        bool   // o_session_bound: the new row's, or the holder's
 	name        string // o_name: the row a shared acquisition wrote
+	holders     []byte // o_holders: a quota's session-bound holders (JSON)
 }
 
 // result is the outcome the row describes.
@@ -219,6 +221,9 @@ func (x *acquireRow) result() AcquireResult {
 		r.SessionBound = x.sess
 	} else {
 		r.HolderInSession = x.sess
+	}
+	if len(x.holders) > 2 { // not "{}"
+		_ = json.Unmarshal(x.holders, &r.Holders) // the server's jsonb_object_agg: rows to pids
 	}
 	return r
 }
@@ -242,9 +247,10 @@ var acquireColumns = outParams[acquireRow]{
 }
 
 // sharedColumns are the result columns of CreateAcquireShared:
-// CreateAcquire's, and the row written.
+// CreateAcquire's, the row written, and a quota's session-bound holders.
 var sharedColumns = append(acquireColumns[:len(acquireColumns):len(acquireColumns)],
-	outParam[acquireRow]{"o_name", "text", func(x *acquireRow) any { return &x.name }})
+	outParam[acquireRow]{"o_name", "text", func(x *acquireRow) any { return &x.name }},
+	outParam[acquireRow]{"o_holders", "jsonb", func(x *acquireRow) any { return &x.holders }})
 
 // releaseRow is the row of the release function.
 type releaseRow struct{ released, notified, nowait int64 }
@@ -294,14 +300,14 @@ func (s signature[C]) pass() string {
 }
 
 // v9 is the result columns as schema versions 7 to 9 return them: the
-// clash's kind and size in one int code, o_clash.
+// clash's kind and size in one int code, o_clash, and no quota's holders.
 func (cs outParams[R]) v9() outParams[R] {
 	var out outParams[R]
 	for _, c := range cs {
 		switch c.name {
 		case "o_clash_kind":
 			out = append(out, outParam[R]{name: "o_clash", typ: "integer"})
-		case "o_clash_size":
+		case "o_clash_size", "o_holders":
 		default:
 			out = append(out, c)
 		}
