@@ -65,7 +65,13 @@ func TestDiagWriterNeverBlocks(t *testing.T) {
 		t.Fatalf("%d writes of a line did not return in %s while the sink was blocked", n, patience)
 	}
 	close(sink.open)
-	waitFor(t, "the count of dropped lines", func() bool { return strings.Contains(sink.String(), "were dropped") })
+	// The count goes out after the first line that does, while the rest
+	// of the queue is still being written: wait for all of it.
+	waitFor(t, "the count of dropped lines and the queue written out", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.size == 0 && strings.Contains(sink.String(), "were dropped")
+	})
 	out := sink.String()
 	kept := strings.Count(out, line)
 	var dropped int
