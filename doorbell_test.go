@@ -15,6 +15,17 @@ func bellArmed(c *Client, holder string) bool {
 	return w != nil && w.armed && !w.quiet && !w.failed
 }
 
+// belled reports whether c's dedicated session holds its bell.
+func belled(c *Client) bool {
+	s := c.conn.sess.Load()
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.belled
+}
+
 // listening reports whether c's dedicated session listens for
 // notifications.
 func listening(c *Client) bool {
@@ -41,6 +52,11 @@ func TestFirstWaiterWatchesTheDoorbellInsteadOfListening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The holder's session comes up beside its acquisition. A waiter that
+	// looks first finds no bell and listens (for listenLinger after it
+	// watches the bell that comes later): wait for the bell, as a holder
+	// of some time has one (a CI flake on a loaded machine).
+	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
 	got := waitFor(ctx, w, "bell")
 	pgtest.WaitFor(t, patience, "the waiter to watch the holder's doorbell", func() bool { return bellArmed(w, h.id) })
 	if listening(w) {
