@@ -249,7 +249,7 @@ func givingUpLeavesNothingBehind(t *testing.T, opts []Option) {
 		t.Fatalf("another client's TryAcquire after the abandoned attempt: %v", err)
 	}
 	defer l.Release(ctx)
-	if o.session && !l.FastFailover() {
+	if o.session && !l.session {
 		t.Fatal("the abandoned attempt kept its session lock: another client's fast-failover lease is not session-bound")
 	}
 }
@@ -348,7 +348,7 @@ func TestTokensIncreaseAcrossServerRestart(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := c.Cleanup(ctx); err != nil || n != 0 {
+		if n, err := c.cleanup(ctx); err != nil || n != 0 {
 			t.Fatalf("Cleanup = %d, %v", n, err)
 		}
 		if err := cl.Restart(ctx, mode); err != nil {
@@ -376,7 +376,7 @@ func TestTokensIncreaseAcrossServerRestart(t *testing.T) {
 func TestLateAcquireReplyIsNotHandedOut(t *testing.T) {
 	ctx := testCtx(t)
 	c, proxy := proxiedClient(t, Config{})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	proxy.SetDelay(600 * time.Millisecond) // round trip ≥ 1.2 s > TTL − margin
@@ -401,7 +401,7 @@ func TestOrphanedRowOfThisClientIsFreed(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{Owner: "shared-label"})
 	other := testClient(t, Config{Table: c.cfg.Table, Owner: "shared-label"})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	plant := func(name string, of *Client) {
@@ -514,7 +514,7 @@ func TestWaiterTakesACrashedHoldersLeaseAtItsExpiry(t *testing.T) {
 	const ttl = 2 * time.Second
 	log := newEventLog()
 	c := testClient(t, Config{PollInterval: time.Hour, Observer: log})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	holder, token := startHolder(t, c.cfg.Table, "plain", ttl, false)

@@ -14,7 +14,7 @@ import (
 func BenchmarkTryAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	c := testClient(b, Config{})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -186,7 +186,7 @@ func BenchmarkAcquireMany(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
 			c := testClient(b, Config{})
-			if err := c.Migrate(ctx); err != nil {
+			if err := c.migrate(ctx); err != nil {
 				b.Fatal(err)
 			}
 			opts := append([]Option{WithTTL(time.Hour)}, bc.opts...)

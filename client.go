@@ -217,53 +217,6 @@ func appName(owner string) string {
 // Owner returns the owner label of this client's leases.
 func (c *Client) Owner() string { return c.cfg.Owner }
 
-// DDL returns the SQL that creates the lease table "[schema.]table" (empty
-// means the default, "pglease_leases") and its token sequence, for users'
-// own migration tools; it is idempotent. An invalid name is reported as
-// an *[InvalidError] of kind "identifier".
-func DDL(table string) (string, error) {
-	st, err := newStore(table)
-	if err != nil {
-		return "", err
-	}
-	return st.DDL(), nil
-}
-
-// Migrate creates the lease table and its sequence when missing and checks
-// the layout of an existing table. Clients do this before their first
-// acquisition, and again before the next one once they found their table
-// gone (its leases in it end when it finds that, at its next renewal at the
-// latest), unless [Config.DisableAutoMigrate] is
-// set;
-// [Client.ForceRelease], [Client.RequestStepDown] and [Client.Cleanup] do
-// it only for a table that exists (they never create one: [ErrNoTable]),
-// and [Client.Get] and [Client.List] never do. Any number of clients may migrate at once, each spelling the table
-// its own way ("pglease_leases", "public.pglease_leases", another
-// search_path): they serialize on a lock of the table's schema as the
-// server resolves it, so exactly one creates or upgrades what is missing.
-// Its locks of the tables are taken with a short lock_timeout (200 ms): a
-// migration behind an open transaction on the tables (a report, pg_dump)
-// gives up, so that renewals and other statements never queue behind it
-// for longer, logs a warning naming the sessions that hold the locks, and
-// tries again, with growing pauses, until ctx ends; its error then names
-// those sessions and matches ctx's error.
-func (c *Client) Migrate(ctx context.Context) error {
-	if err := c.life.checkOpen(); err != nil {
-		return err
-	}
-	c.schema.mu.Lock()
-	defer c.schema.mu.Unlock()
-	if err := c.st.EnsureSchema(ctx, c.db); err != nil {
-		return opError("create the lease table "+c.st.Names.QualifiedTable(), err)
-	}
-	if c.schema.lostTable {
-		c.cfg.Logger.WarnContext(ctx, "pglease: the lease table had disappeared (dropped, or lost in a failover or a restore) and was migrated again, created anew if no other client had done so first;"+
-			" a new token sequence starts at the server clock in microseconds, above the tokens the lost one handed out", "table", c.st.Names.QualifiedTable())
-	}
-	c.schema.ready, c.schema.lostTable = true, false
-	return nil
-}
-
 // ensureSchema runs Migrate once per client (or only checks the table when
 // auto-migration is off).
 func (c *Client) ensureSchema(ctx context.Context) error {
@@ -282,7 +235,7 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 			if c.schema.lostTable {
 				return c.lostTableError()
 			}
-			return errorf("%w: %s does not exist: create it with 'pglease migrate' (or Client.Migrate, or the statements of DDL in a migration) as a role that may; this client does not, as Config.DisableAutoMigrate is set",
+			return errorf("%w: %s does not exist: create it with 'pglease migrate' (or admin.Migrate, or the statements of admin.DDL in a migration) as a role that may; this client does not, as Config.DisableAutoMigrate is set",
 				ErrNoTable, c.st.Names.QualifiedTable())
 		}
 		if err := c.st.CheckShape(ctx, c.db); err != nil {
@@ -291,7 +244,7 @@ func (c *Client) ensureSchema(ctx context.Context) error {
 		c.schema.ready, c.schema.lostTable = true, false
 		return nil
 	}
-	return c.Migrate(ctx)
+	return c.migrate(ctx)
 }
 
 // tableLost reports whether err says that the lease table (its schema, or
@@ -344,7 +297,7 @@ func (c *Client) forgetCheck(lost bool) {
 // used it (tableLost).
 func (c *Client) lostTableError() error {
 	return errorf("%w: %s no longer exists: it was dropped, or lost in a failover or a restore, and the leases held in it ended with it; "+
-		"recreate it with 'pglease migrate' (or Client.Migrate) as a role that owns its schema; this client does not, as Config.DisableAutoMigrate is set",
+		"recreate it with 'pglease migrate' (or admin.Migrate) as a role that owns its schema; this client does not, as Config.DisableAutoMigrate is set",
 		ErrNoTable, c.st.Names.QualifiedTable())
 }
 
@@ -483,66 +436,6 @@ func (c *Client) Get(ctx context.Context, name string) (Info, error) {
 	return infoOf(rec), nil
 }
 
-// List returns every lease row, held or expired, ordered by name. Like
-// [Client.Get] it only reads and needs only SELECT on the table; without
-// the table it returns an empty slice.
-func (c *Client) List(ctx context.Context) ([]Info, error) {
-	var recs []store.Record
-	err := c.read(ctx, "list leases", func() (err error) {
-		recs, err = c.st.List(ctx, c.db)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Info, len(recs))
-	for i, r := range recs {
-		out[i] = infoOf(r)
-	}
-	return out, nil
-}
-
-// ForceRelease deletes the lease of name whoever holds it, wakes waiters,
-// and returns what it deleted; name may be a slot's ("name#i"). It is an
-// administrative action: the holder learns of it at its next renewal and
-// its lease ends with [ErrLeaseLost]. It returns [ErrNoLease] when the
-// table has no row for name, and [ErrNoTable] when there is no table: it
-// never creates one.
-func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
-	if err := checkRowName(name); err != nil {
-		return Info{}, err
-	}
-	if err := c.prepareExisting(ctx); err != nil {
-		return Info{}, err
-	}
-	rec, ok, err := c.st.ForceRelease(ctx, c.db, name)
-	if err != nil {
-		return Info{}, c.existingError(ctx, "force-release", err)
-	}
-	if !ok {
-		return Info{}, errorf("%w: %q", ErrNoLease, name)
-	}
-	return infoOf(rec), nil
-}
-
-// Cleanup deletes expired rows and returns how many. Tokens are unaffected:
-// they keep increasing. Without the table it returns [ErrNoTable]: it
-// never creates one.
-func (c *Client) Cleanup(ctx context.Context) (int64, error) {
-	if err := c.prepareExisting(ctx); err != nil {
-		return 0, err
-	}
-	var n int64
-	err := c.retry(ctx, func() (err error) {
-		n, err = c.st.Cleanup(ctx, c.db)
-		return err
-	})
-	if err != nil {
-		return 0, c.existingError(ctx, "clean up", err)
-	}
-	return n, nil
-}
-
 // retry runs a statement that may be sent again when its connection failed
 // (a server restart leaves stale connections in the pool; the first use of
 // each fails): reads, and deletes of expired rows. At most three tries.
@@ -651,5 +544,5 @@ func (c *Client) existingError(ctx context.Context, op string, err error) error 
 
 func (c *Client) noTable() error {
 	return errorf("%w: %s does not exist in this database (nothing was created or changed): check the table's name; "+
-		"Client.Migrate creates it", ErrNoTable, c.st.Names.QualifiedTable())
+		"admin.Migrate creates it", ErrNoTable, c.st.Names.QualifiedTable())
 }

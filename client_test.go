@@ -156,7 +156,7 @@ func TestCallsRetriedAfterServerRestart(t *testing.T) {
 		if _, err := c.Get(ctx, "none"); err != nil && !errors.Is(err, ErrNoLease) {
 			t.Fatalf("%s: Get: %v", mode, err)
 		}
-		if _, err := c.List(ctx); err != nil {
+		if _, err := c.list(ctx); err != nil {
 			t.Fatalf("%s: List: %v", mode, err)
 		}
 		l, err := c.TryAcquire(ctx, "after-"+mode, WithTTL(time.Minute))

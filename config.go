@@ -65,7 +65,7 @@ type Config struct {
 	DisableNotify bool
 	// DisableAutoMigrate stops the client from creating its table when it
 	// is missing; use it when the table is created by a migration tool
-	// (see [DDL]). Such a client that finds its table gone after using it
+	// (see package admin: its DDL and Migrate). Such a client that finds its table gone after using it
 	// (dropped, or lost in a failover or a restore) fails every call at
 	// once with [ErrNoTable] until the table is created again; without it,
 	// the client's next acquisition creates it anew.
@@ -340,7 +340,7 @@ type Plan struct {
 // that form is reserved for the slots of semaphores ("job#0" is slot 0 of
 // "job"), so that a lease name never meets a slot's; with [WithSlots] the
 // slot names must fit in 255 bytes too. Every call that acquires checks
-// its name so; [Client.Get], [Client.ForceRelease] and
+// its name so; [Client.Get], admin.ForceRelease and
 // [Client.RequestStepDown] also accept slot names, to reach slot rows.
 func (cfg Config) Plan(name string, opts ...Option) (Plan, error) {
 	if err := checkName(name); err != nil {

@@ -172,7 +172,7 @@ func TestInvalidInputIsRejectedBeforeAnythingIsSent(t *testing.T) {
 		if _, err := Open(ctx, "postgres://nowhere.invalid:1/db", Config{Table: table}); !isInvalid(err, kindIdentifier) {
 			t.Errorf("table %q: %v, want an invalid identifier", table, err)
 		}
-		if _, err := DDL(table); !isInvalid(err, kindIdentifier) {
+		if _, err := schemaDDL(table); !isInvalid(err, kindIdentifier) {
 			t.Errorf("DDL(%q): %v", table, err)
 		}
 	}
@@ -194,7 +194,7 @@ func TestInvalidInputIsRejectedBeforeAnythingIsSent(t *testing.T) {
 		t.Errorf("min hold above TTL: %v", err)
 	}
 	// None of it created a row.
-	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
+	if infos, err := c.list(ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("List = %v, %v; want no rows", infos, err)
 	}
 	if err := nameErr(strings.Repeat("é", 127)); err != nil {

@@ -58,7 +58,7 @@
 //     server timestamps.
 //   - Nothing stolen. Renew and release are scoped by (name, token); two
 //     clients that share an owner label cannot touch each other's leases.
-//     Only [Client.ForceRelease] takes a lease from its holder, and the
+//     Only admin.ForceRelease takes a lease from its holder, and the
 //     holder learns of it at its next renewal.
 //   - Within one Client a name is a mutex between goroutines too: there is no
 //     silent re-entry.
@@ -195,7 +195,7 @@
 // A blocked [Client.Acquire] wakes at a release, at the moment the holder's
 // lease would expire, and at a slow fallback poll ([Config.PollInterval]); the
 // last two never stop. Goroutines of one client queue locally, first come
-// first served. Clients queue on the server ([Client.Waiters] lists the
+// first served. Clients queue on the server (admin.Waiters lists the
 // queues), and a release wakes the first waiter alone. A new attempt may take
 // a free lease ahead of the queue only until the first waiter's turn is 100 ms
 // old; then the lease is promised to it, and other attempts get a *[HeldError]

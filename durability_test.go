@@ -33,7 +33,7 @@ func TestRolesAsynchronousCommitDoesNotWeakenLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if v := pgtest.Value[string](t, "SELECT setting FROM pg_db_role_setting s, unnest(s.setconfig) AS setting WHERE s.setrole = $1::regrole", role); v != "synchronous_commit=off" {

@@ -40,7 +40,7 @@ var (
 	// ErrClosed is returned by calls on a closed [Client], and is the cause
 	// of the end of every lease the client held when it was closed.
 	ErrClosed = errors.New("pglease: client closed")
-	// ErrNoLease is returned by [Client.Get] and [Client.ForceRelease]
+	// ErrNoLease is returned by [Client.Get] and admin.ForceRelease
 	// when the table has no row for the name, by [Client.RequestStepDown]
 	// when nothing holds it.
 	ErrNoLease = errors.New("pglease: no such lease")
@@ -60,15 +60,15 @@ var (
 	// created in (no schema of the search_path exists). Nothing was
 	// changed.
 	ErrSchema = errors.New("pglease: unusable lease table")
-	// ErrNoTable is returned by [Client.ForceRelease],
-	// [Client.RequestStepDown] and [Client.Cleanup] when the lease table
+	// ErrNoTable is returned by admin.ForceRelease,
+	// [Client.RequestStepDown] and admin.Cleanup when the lease table
 	// (or its schema) does not exist: they act on rows that are there and
 	// never create the table, so a mistyped table name is reported rather
 	// than created. Nothing was changed. It is also returned by the calls
 	// of a client with [Config.DisableAutoMigrate] that need the table
 	// when it does not exist: never created, or gone since the client
 	// used it (dropped, or lost in a failover or a restore), until it is
-	// created ('pglease migrate', [Client.Migrate]).
+	// created ('pglease migrate', admin.Migrate).
 	ErrNoTable = errors.New("pglease: no lease table")
 )
 
@@ -289,7 +289,7 @@ func opError(op string, err error) error {
 	case store.KindPrivilege:
 		hint = " (the role lacks a privilege on the lease table or its sequence: grant it, or have a role that owns them create the table; see docs/OPERATIONS.md)"
 	case store.KindMissing:
-		hint = " (the lease table or its schema does not exist: it was never created, or was dropped, or lost in a failover or a restore; create it with Client.Migrate, which a client does before its first acquisition, and again before the next one once it found the table lost, unless Config.DisableAutoMigrate is set)"
+		hint = " (the lease table or its schema does not exist: it was never created, or was dropped, or lost in a failover or a restore; create it with admin.Migrate, which a client does before its first acquisition, and again before the next one once it found the table lost, unless Config.DisableAutoMigrate is set)"
 	case store.KindAuth:
 		hint = " (authentication failed: check the user and password)"
 	case store.KindNoDatabase:

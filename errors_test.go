@@ -18,7 +18,7 @@ import (
 func TestServerErrorsCarryAHintAndTheirCause(t *testing.T) {
 	for code, want := range map[string]string{
 		"42501": "privilege",
-		"42P01": "Client.Migrate",
+		"42P01": "admin.Migrate",
 		"28P01": "password",
 		"3D000": "database does not exist",
 		"53200": "max_locks_per_transaction",
@@ -144,7 +144,7 @@ func TestValidationFailuresMatchTheirSentinel(t *testing.T) {
 	if err := c.Run(ctx, "n", nil); !isInvalid(err, kindArgument) {
 		t.Errorf("Run with a nil function: %v", err)
 	}
-	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
+	if infos, err := c.list(ctx); err != nil || len(infos) != 0 {
 		t.Errorf("rows after refused calls: %v, %v", infos, err)
 	}
 }
@@ -193,7 +193,7 @@ func TestErrorsSayPgleaseOnce(t *testing.T) {
 		t.Fatalf("Acquire past its context: %v", gaveUp)
 	}
 	checkPrefixOnce(t, gaveUp)
-	if _, err := other.ForceRelease(ctx, "once"); err != nil {
+	if _, err := other.forceRelease(ctx, "once"); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Renew(ctx); !errors.Is(err, ErrLeaseLost) {
@@ -215,7 +215,7 @@ func TestErrorsSayPgleaseOnce(t *testing.T) {
 	// the row gone.
 	short := testClient(t, Config{Table: c.cfg.Table, TTL: time.Second})
 	ran := short.TryRun(ctx, "run", func(fctx context.Context) error {
-		if _, err := other.ForceRelease(ctx, "run"); err != nil {
+		if _, err := other.forceRelease(ctx, "run"); err != nil {
 			return err
 		}
 		select {

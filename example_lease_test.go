@@ -120,43 +120,10 @@ func ExampleWithFastFailover() {
 		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	fmt.Println("fast failover:", lease.FastFailover())
+	info, err := client.Get(ctx, lease.Name()) // the row, as operators see it
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("fast failover:", info.FastFailover)
 	// Output: fast failover: true
-}
-
-// Operators: who holds what, since when, and is the holder alive?
-func ExampleClient_List() {
-	ctx := context.Background()
-	client, err := pglease.Open(ctx, os.Getenv("DATABASE_URL"), pglease.Config{Owner: "reporter-1"})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
-	lease, err := client.TryAcquire(ctx, "example-list")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer lease.Release(ctx)
-	infos, err := client.List(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, info := range infos {
-		if info.Name == "example-list" {
-			held := info.Remaining > 0
-			stale := held && info.HeartbeatAge > time.Minute
-			fmt.Println(info.Name, info.Owner, info.Kind, held, stale)
-		}
-	}
-	// Output: example-list reporter-1 plain true false
-}
-
-// The DDL for migration tools (golang-migrate, goose, atlas, Alembic…).
-func ExampleDDL() {
-	ddl, err := pglease.DDL("ops.leases")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(ddl[:len(`CREATE SCHEMA IF NOT EXISTS "ops"`)])
-	// Output: CREATE SCHEMA IF NOT EXISTS "ops"
 }

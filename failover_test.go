@@ -23,7 +23,7 @@ func TestWaiterTakesOverAtOnceWhenAFastFailoverHolderIsKilled(t *testing.T) {
 	const ttl = time.Minute
 	log := newEventLog()
 	c := testClient(t, Config{PollInterval: time.Hour, Observer: log})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	holder, token := startHolder(t, c.cfg.Table, "ff", ttl, true)
@@ -44,8 +44,8 @@ func TestWaiterTakesOverAtOnceWhenAFastFailoverHolderIsKilled(t *testing.T) {
 	if l == nil {
 		t.FailNow()
 	}
-	if l.Token() <= token || !l.FastFailover() {
-		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.FastFailover())
+	if l.Token() <= token || !l.session {
+		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.session)
 	}
 	t.Logf("kill → acquired in %s", time.Since(killed))
 	_ = l.Release(ctx)
@@ -263,8 +263,8 @@ func TestPlainWaiterTakesOverFromADeadSessionHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	if l.Token() <= token || l.FastFailover() {
-		t.Fatalf("token %d after the holder's %d, session-bound %v", l.Token(), token, l.FastFailover())
+	if l.Token() <= token || l.session {
+		t.Fatalf("token %d after the holder's %d, session-bound %v", l.Token(), token, l.session)
 	}
 	if n := attempts.Load(); n > 5 {
 		t.Fatalf("a plain waiter made %d attempts before it took a dead fast-failover holder's lease over", n)
@@ -279,7 +279,7 @@ func TestPlainWaiterTakesOverFromADeadSessionHolder(t *testing.T) {
 func TestFastFailoverWinnerOfARaceIsSessionBound(t *testing.T) {
 	ctx := testCtx(t)
 	first := testClient(t, Config{Owner: "c0"})
-	if err := first.Migrate(ctx); err != nil {
+	if err := first.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	clients := []*Client{first}
@@ -307,7 +307,7 @@ func TestFastFailoverWinnerOfARaceIsSessionBound(t *testing.T) {
 			switch {
 			case err == nil:
 				won++
-				if !leases[i].FastFailover() {
+				if !leases[i].session {
 					t.Errorf("round %d: the winner's lease (%s, token %d) is not session-bound", round, clients[i].Owner(), leases[i].Token())
 				}
 				if err := leases[i].Release(ctx); err != nil {
@@ -333,7 +333,7 @@ func TestASetTakesOverFromADeadFastFailoverHolder(t *testing.T) {
 	table := pgtest.Schema(t) + ".leases"
 	log := newEventLog()
 	w := testClient(t, Config{Table: table, PollInterval: time.Hour, Observer: log})
-	if err := w.Migrate(ctx); err != nil {
+	if err := w.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 

@@ -81,12 +81,12 @@ func TestFailedGuardAbortsTransaction(t *testing.T) {
 				serverSays bool
 			}{
 				{"ForceReleased", func(ctx context.Context, t *testing.T, l *Lease, other *Client) {
-					if _, err := other.ForceRelease(ctx, l.Name()); err != nil {
+					if _, err := other.forceRelease(ctx, l.Name()); err != nil {
 						t.Fatal(err)
 					}
 				}, true},
 				{"TakenOver", func(ctx context.Context, t *testing.T, l *Lease, other *Client) {
-					if _, err := other.ForceRelease(ctx, l.Name()); err != nil {
+					if _, err := other.forceRelease(ctx, l.Name()); err != nil {
 						t.Fatal(err)
 					}
 					if _, err := other.TryAcquire(ctx, l.Name()); err != nil {
@@ -245,7 +245,7 @@ func TestGuardBlocksTakeoverUntilCommit(t *testing.T) {
 	admin := testClient(t, Config{Table: c.cfg.Table, Owner: "force-releaser"})
 	forced := make(chan error, 1)
 	go func() {
-		_, err := admin.ForceRelease(ctx, "g")
+		_, err := admin.forceRelease(ctx, "g")
 		forced <- err
 	}()
 	pgtest.WaitLockWait(t, "pglease force-releaser")

@@ -87,7 +87,7 @@ func queueBehind(ctx context.Context, table, name string, opts []Option, ttl tim
 	poll, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		ws, err := w.Waiters(poll, name)
+		ws, err := w.waiters(poll, name)
 		if err != nil {
 			return err
 		}

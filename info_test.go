@@ -51,7 +51,7 @@ func TestInfoAndWaitersNameEveryKind(t *testing.T) {
 			t.Errorf("Get(%q): kind %+v, want %+v", name, got, w)
 		}
 	}
-	infos, err := c.List(ctx)
+	infos, err := c.list(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestInfoAndWaitersNameEveryKind(t *testing.T) {
 	leases.QueueShared("q", "q-reader")
 	leases.QueueShared("cfg", "cfg-reader")
 	leases.QueueShared("free", "free-reader")
-	ws, err := c.Waiters(ctx)
+	ws, err := c.waiters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func oneKeySpace(t *testing.T, opts []Option) {
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		if i == 0 {
-			if err := c.Migrate(ctx); err != nil {
+			if err := c.migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}

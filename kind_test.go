@@ -122,7 +122,7 @@ func ran(context.Context) error { return nil }
 func TestCallOptionRules(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	written := func(prefix string) (rows, waiters int) {

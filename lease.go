@@ -95,11 +95,6 @@ func (l *Lease) Token() int64 { return l.token }
 // TTL returns the lease's time-to-live.
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
-// FastFailover reports whether the lease was acquired [WithFastFailover],
-// and so is bound to the client's database session: a lease asked for
-// with the option is always bound, or not acquired at all.
-func (l *Lease) FastFailover() bool { return l.session }
-
 // Context returns the lease's lifetime as a context: its Done channel is
 // closed the moment the lease ends (released, lost or its client closed),
 // and then context.Cause says why, with an error matching [ErrReleased],

@@ -64,7 +64,7 @@ func TestSilentFirstHostOfAMultiHostDSN(t *testing.T) {
 		t.Fatalf("Open with a silent first host: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	l, err := c.Acquire(ctx, "multi", WithTTL(time.Minute), WithFastFailover())

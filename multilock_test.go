@@ -258,7 +258,7 @@ func TestASetIsLostTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.ForceRelease(ctx, "b"); err != nil {
+	if _, err := admin.forceRelease(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	// The renewal that notices (the background one would, within a
@@ -453,7 +453,7 @@ func TestAcquireAllRefusesBadInput(t *testing.T) {
 			}
 		}
 	}
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := rows(t, c).Count(); n != 0 {

@@ -69,7 +69,7 @@ func TestEveryReportedLeaseIsReportedEndedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.ForceRelease(ctx, "lost"); err != nil {
+	if _, err := admin.forceRelease(ctx, "lost"); err != nil {
 		t.Fatal(err)
 	}
 	log.await(t, "the force-released lease to be reported lost", is(EventLost, "lost"))

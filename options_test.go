@@ -57,7 +57,7 @@ func TestUnsafeLeaseTimingRefused(t *testing.T) {
 	} else {
 		_ = l.Release(ctx)
 	}
-	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
+	if infos, err := c.list(ctx); err != nil || len(infos) != 0 {
 		t.Errorf("rows after refused leases: %v, %v", infos, err)
 	}
 }

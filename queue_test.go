@@ -452,7 +452,7 @@ func TestAWaitThatGivesUpMidStatementLeavesTheQueue(t *testing.T) {
 		return pgtest.Value[bool](t, `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')`, pid)
 	})
 	pgtest.WaitFor(t, 8*time.Second, "the waiter that gave up to leave the queue (its registration lives 16 s)", func() bool {
-		ws, err := h.Waiters(ctx, "q")
+		ws, err := h.waiters(ctx, "q")
 		if err != nil {
 			t.Fatal(err)
 		}

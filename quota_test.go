@@ -44,7 +44,7 @@ func TestQuotaHoldsAtMostItsCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the tenth unit: %v", err)
 	}
-	infos, err := a.List(ctx)
+	infos, err := a.list(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func quotaInOrder(t *testing.T, cfg Config) {
 	if _, err := small.TryAcquire(ctx, "q", WithQuota(4, 1), ttl); !errors.As(err, &he) {
 		t.Fatalf("a unit beside the holder of all 4: %v, want a *HeldError", err)
 	}
-	if ws, err := small.Waiters(ctx, "q"); err != nil || len(ws) != 0 {
+	if ws, err := small.waiters(ctx, "q"); err != nil || len(ws) != 0 {
 		t.Fatalf("waiters once granted: %v, %v", ws, err)
 	}
 	_ = l.Release(ctx)

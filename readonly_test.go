@@ -22,7 +22,7 @@ func TestReadsOnMissingTableChangeNothing(t *testing.T) {
 	for _, table := range []string{missing + ".leases", pgtest.Schema(t) + ".leases"} {
 		for _, noMigrate := range []bool{false, true} {
 			c := testClient(t, Config{Table: table, DisableAutoMigrate: noMigrate})
-			infos, err := c.List(ctx)
+			infos, err := c.list(ctx)
 			if err != nil || infos == nil || len(infos) != 0 {
 				t.Fatalf("%s (DisableAutoMigrate %v): List = %#v, %v; want an empty slice", table, noMigrate, infos, err)
 			}
@@ -52,9 +52,9 @@ func TestAdminCallsOnMissingTableCreateNothing(t *testing.T) {
 	check := func(c *Client, what string) {
 		t.Helper()
 		name := c.st.Names.QualifiedTable()
-		_, err := c.ForceRelease(ctx, "x")
+		_, err := c.forceRelease(ctx, "x")
 		errs := map[string]error{"ForceRelease": err, "RequestStepDown": c.RequestStepDown(ctx, "x")}
-		n, err := c.Cleanup(ctx)
+		n, err := c.cleanup(ctx)
 		if n != 0 {
 			t.Errorf("%s: Cleanup = %d", what, n)
 		}
@@ -90,13 +90,13 @@ func TestAdminCallsOnMissingTableCreateNothing(t *testing.T) {
 	_ = l.Release(ctx)
 
 	// The table there: an unknown name is ErrNoLease, as it was.
-	if _, err := c.ForceRelease(ctx, "x"); !errors.Is(err, ErrNoTable) {
+	if _, err := c.forceRelease(ctx, "x"); !errors.Is(err, ErrNoTable) {
 		t.Fatalf("ForceRelease after DROP TABLE and a release: %v, want ErrNoTable", err)
 	}
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ForceRelease(ctx, "x"); !errors.Is(err, ErrNoLease) || errors.Is(err, ErrNoTable) {
+	if _, err := c.forceRelease(ctx, "x"); !errors.Is(err, ErrNoLease) || errors.Is(err, ErrNoTable) {
 		t.Fatalf("ForceRelease of a free name: %v, want ErrNoLease", err)
 	}
 }
@@ -128,7 +128,7 @@ func TestReadsNeedOnlySelect(t *testing.T) {
 			t.Fatalf("Open as %s: %v", role, err)
 		}
 		defer reader.Close()
-		infos, err := reader.List(ctx)
+		infos, err := reader.list(ctx)
 		if err != nil || len(infos) != 1 || infos[0].Name != "held" || infos[0].Token != l.Token() || infos[0].Remaining <= 0 {
 			t.Fatalf("DisableAutoMigrate %v: List as a SELECT-only role = %+v, %v", noMigrate, infos, err)
 		}
@@ -166,7 +166,7 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	pgtest.Exec(t, `ALTER TABLE `+tbl+` DROP COLUMN session_server, DROP COLUMN semaphore, DROP COLUMN slots, DROP COLUMN stepdown_at, DROP COLUMN kind, DROP COLUMN weight`)
 	pgtest.Exec(t, `COMMENT ON TABLE `+tbl+` IS 'pglease lease table, schema version 1'`)
 	c := testClient(t, Config{Table: schema + ".leases"})
-	if infos, err := c.List(ctx); err != nil || len(infos) != 1 || infos[0].Owner != "v1" {
+	if infos, err := c.list(ctx); err != nil || len(infos) != 1 || infos[0].Owner != "v1" {
 		t.Fatalf("List on a version-1 table: %+v, %v", infos, err)
 	}
 	if in, err := c.Get(ctx, "old"); err != nil || in.Token != l.Token()+100 {
@@ -183,7 +183,7 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	// A newer version.
 	pgtest.Exec(t, fmt.Sprintf(`COMMENT ON TABLE %s IS 'pglease lease table, schema version %d'`, tbl, store.SchemaVersion+1))
 	c = testClient(t, Config{Table: schema + ".leases"})
-	if _, err := c.List(ctx); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "newer") {
+	if _, err := c.list(ctx); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("List on a newer table: %v, want ErrSchema", err)
 	}
 
@@ -191,7 +191,7 @@ func TestReadsCheckTheTableWithoutChangingIt(t *testing.T) {
 	schema = pgtest.Schema(t)
 	pgtest.Exec(t, `CREATE TABLE `+pgx.Identifier{schema, "leases"}.Sanitize()+` (name text PRIMARY KEY, owner text)`)
 	c = testClient(t, Config{Table: schema + ".leases"})
-	if _, err := c.List(ctx); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "nothing was changed") {
+	if _, err := c.list(ctx); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "nothing was changed") {
 		t.Fatalf("List on a foreign table: %v, want ErrSchema", err)
 	}
 	if _, err := c.Get(ctx, "x"); !errors.Is(err, ErrSchema) {
@@ -208,14 +208,14 @@ func TestReadsAfterTableDropped(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{Table: pgtest.Schema(t) + ".leases", DisableAutoMigrate: true})
 	owner := testClient(t, Config{Table: c.cfg.Table})
-	if err := owner.Migrate(ctx); err != nil {
+	if err := owner.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if infos, err := c.List(ctx); err != nil || len(infos) != 0 {
+	if infos, err := c.list(ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("List = %v, %v", infos, err)
 	}
 	pgtest.Exec(t, `DROP TABLE `+c.st.Names.QualifiedTable())
-	infos, err := c.List(ctx)
+	infos, err := c.list(ctx)
 	if err != nil || infos == nil || len(infos) != 0 {
 		t.Fatalf("List after DROP TABLE = %#v, %v; want an empty slice", infos, err)
 	}

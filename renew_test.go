@@ -22,7 +22,7 @@ func TestTakeoverAndForceReleaseDetectedAtNextRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := admin.ForceRelease(ctx, "job")
+	info, err := admin.forceRelease(ctx, "job")
 	if err != nil || info.Token != l.Token() || info.Owner != a.Owner() {
 		t.Fatalf("ForceRelease = %+v, %v", info, err)
 	}
@@ -42,7 +42,7 @@ func TestTakeoverAndForceReleaseDetectedAtNextRenewal(t *testing.T) {
 	if info, err := admin.Get(ctx, "job"); err != nil || info.Token != l2.Token() {
 		t.Fatalf("new holder's row changed: %+v %v", info, err)
 	}
-	if _, err := admin.ForceRelease(ctx, "nope"); !errors.Is(err, ErrNoLease) {
+	if _, err := admin.forceRelease(ctx, "nope"); !errors.Is(err, ErrNoLease) {
 		t.Fatalf("ForceRelease of a missing name: %v", err)
 	}
 }
@@ -67,7 +67,7 @@ func partitionedHolderLosesFirst(t *testing.T, opts ...Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o, _ := holder.leaseOptions(entryAcquire, opts); o.session && !l.FastFailover() {
+	if o, _ := holder.leaseOptions(entryAcquire, opts); o.session && !l.session {
 		t.Fatal("lease not session-bound")
 	}
 	acquired := make(chan time.Time, 1)

@@ -112,7 +112,7 @@ func TestAnEarlierSessionTheRoleMayNotEndIsReported(t *testing.T) {
 	ctx := testCtx(t)
 	schema := pgtest.Schema(t)
 	owner := testClient(t, Config{Table: schema + ".leases"})
-	if err := owner.Migrate(ctx); err != nil {
+	if err := owner.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	role := schema + "_app"

@@ -79,7 +79,7 @@ func TestTryRunReportsLossWhileRunning(t *testing.T) {
 	c := testClient(t, Config{})
 	admin := testClient(t, Config{Table: c.cfg.Table})
 	err := c.TryRun(ctx, "job", func(ctx context.Context) error {
-		if _, err := admin.ForceRelease(ctx, "job"); err != nil {
+		if _, err := admin.forceRelease(ctx, "job"); err != nil {
 			return err
 		}
 		select {

@@ -19,7 +19,7 @@ func TestRoleWithoutCreateWorksOnExistingTable(t *testing.T) {
 	ctx := testCtx(t)
 	schema := pgtest.Schema(t)
 	owner := testClient(t, Config{Table: schema + ".leases"})
-	if err := owner.Migrate(ctx); err != nil {
+	if err := owner.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	role := schema + "_app"
@@ -79,7 +79,7 @@ func TestExistingTableOfAnotherShapeIsReportedAndUntouched(t *testing.T) {
 }
 
 func TestDDLIsExportedAndVersioned(t *testing.T) {
-	ddl, err := DDL("ops.locks")
+	ddl, err := schemaDDL("ops.locks")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestDDLIsExportedAndVersioned(t *testing.T) {
 	}
 	// The DDL runs as is, twice, and the client accepts the result.
 	schema := pgtest.Schema(t)
-	ddl, _ = DDL(schema + ".mig")
+	ddl, _ = schemaDDL(schema + ".mig")
 	pgtest.Exec(t, ddl)
 	pgtest.Exec(t, ddl)
 	c := testClient(t, Config{Table: schema + ".mig", DisableAutoMigrate: true})
@@ -125,8 +125,8 @@ func TestTokenSequenceRepairedBehindTable(t *testing.T) {
 		pgtest.Exec(t, tc.sql)
 		if tc.name == "behind" {
 			strict := testClient(t, Config{Table: c.cfg.Table, DisableAutoMigrate: true})
-			if _, err := strict.TryAcquire(ctx, "x"); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "Client.Migrate") {
-				t.Fatalf("%s: a client that may not migrate: %v, want ErrSchema naming Client.Migrate", tc.name, err)
+			if _, err := strict.TryAcquire(ctx, "x"); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "admin.Migrate") {
+				t.Fatalf("%s: a client that may not migrate: %v, want ErrSchema naming admin.Migrate", tc.name, err)
 			}
 		}
 		fresh := testClient(t, Config{Table: c.cfg.Table})
@@ -148,7 +148,7 @@ func TestVersion3TableIsMigrated(t *testing.T) {
 	ctx := testCtx(t)
 	schema := pgtest.Schema(t)
 	owner := testClient(t, Config{Table: schema + ".leases"})
-	if err := owner.Migrate(ctx); err != nil {
+	if err := owner.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	held, err := owner.TryAcquire(ctx, "kept", WithTTL(time.Minute))
@@ -165,7 +165,7 @@ func TestVersion3TableIsMigrated(t *testing.T) {
 		t.Fatalf("TryAcquire on a version-3 table without migrating: %v, want ErrSchema saying to migrate", err)
 	}
 	c := testClient(t, Config{Table: schema + ".leases"})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var comment string
@@ -257,7 +257,7 @@ func startAtOnce(t *testing.T, n int, prepare func(t *testing.T, schema string))
 			defer wg.Done()
 			<-start
 			if i%2 == 0 {
-				if err := c.Migrate(ctx); err != nil {
+				if err := c.migrate(ctx); err != nil {
 					t.Errorf("client %d (%s): Migrate: %v", i, label, err)
 					return
 				}
@@ -304,7 +304,7 @@ func startAtOnce(t *testing.T, n int, prepare func(t *testing.T, schema string))
 // and step-down columns and the semaphore index (version 4).
 func downgradeToVersion2(t *testing.T, schema string) {
 	c := testClient(t, Config{Table: schema + ".leases"})
-	if err := c.Migrate(testCtx(t)); err != nil {
+	if err := c.migrate(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	tbl := c.st.Names.QualifiedTable()
@@ -324,7 +324,7 @@ func TestUnqualifiedTableWithNoSchemaToCreateIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	err = c.Migrate(ctx)
+	err = c.migrate(ctx)
 	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "pglease_no_such_schema") || !strings.Contains(err.Error(), "SCHEMA.TABLE") {
 		t.Fatalf("Migrate with no existing schema on the search_path: %v, want ErrSchema naming the search_path and what to do", err)
 	}

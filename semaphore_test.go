@@ -297,7 +297,7 @@ func TestSemaphoreMismatchedContendersNeverMix(t *testing.T) {
 func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lead := func(context.Context) error { return nil }
@@ -338,7 +338,7 @@ func TestSlotNamesAreReservedForSemaphores(t *testing.T) {
 	if err != nil || info.Token != l.Token() || info.Kind != "semaphore" || info.Of != "job" || info.Size != 2 || info.Weight != 1 {
 		t.Fatalf("Get(%q) of a held slot: %+v, %v; want kind semaphore of job, size 2, weight 1", l.Name(), info, err)
 	}
-	if _, err := c.ForceRelease(ctx, l.Name()); err != nil {
+	if _, err := c.forceRelease(ctx, l.Name()); err != nil {
 		t.Fatalf("ForceRelease(%q): %v", l.Name(), err)
 	}
 	if _, err := c.Get(ctx, l.Name()); !errors.Is(err, ErrNoLease) {

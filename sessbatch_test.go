@@ -164,8 +164,8 @@ func TestConcurrentFastFailoverAcquisitionsAreBatched(t *testing.T) {
 		}
 		l := r.l
 		leases = append(leases, l)
-		if causeOf(l.Context()) != nil || !l.FastFailover() || l.epoch != c.conn.sess.Load().currentEpoch() {
-			t.Errorf("%s: err %v, session-bound %v, epoch %d", l.Name(), causeOf(l.Context()), l.FastFailover(), l.epoch)
+		if causeOf(l.Context()) != nil || !l.session || l.epoch != c.conn.sess.Load().currentEpoch() {
+			t.Errorf("%s: err %v, session-bound %v, epoch %d", l.Name(), causeOf(l.Context()), l.session, l.epoch)
 		}
 		if prev, dup := tokens[l.Token()]; dup {
 			t.Errorf("%s and %s share token %d", prev, l.Name(), l.Token())
@@ -239,8 +239,8 @@ func TestFailedBatchRunsItsAcquisitionsAlone(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("%s: %v", names[i], r.err)
 		}
-		if !r.l.FastFailover() || causeOf(r.l.Context()) != nil {
-			t.Errorf("%s: session-bound %v, err %v", names[i], r.l.FastFailover(), causeOf(r.l.Context()))
+		if !r.l.session || causeOf(r.l.Context()) != nil {
+			t.Errorf("%s: session-bound %v, err %v", names[i], r.l.session, causeOf(r.l.Context()))
 		}
 		leases = append(leases, r.l)
 	}

@@ -20,7 +20,7 @@ import (
 //
 // Never read from or write to the returned file; close it when done. It
 // fails with an error matching [ErrSessionUnavailable] when the lease was
-// not acquired with fast failover ([Lease.FastFailover]), has ended, or its connection has been replaced, and
+// not acquired with fast failover, has ended, or its connection has been replaced, and
 // with another error where the connection has no descriptor to share (a
 // database/sql client of another driver, a platform without them).
 func (l *Lease) SessionFile() (*os.File, error) {

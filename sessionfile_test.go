@@ -19,7 +19,7 @@ func TestSessionFileKeepsTheSessionUntilEveryCopyIsClosed(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
 	other := testClient(t, Config{Table: c.cfg.Table})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 

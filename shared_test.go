@@ -48,7 +48,7 @@ func TestSharedLeasesExcludeAnExclusiveOne(t *testing.T) {
 		got <- l
 	}()
 	waitWaiters(t, a, "schema", "writer")
-	if ws, err := a.Waiters(ctx, "schema"); err != nil || len(ws) != 1 || ws[0].Kind != "plain" {
+	if ws, err := a.waiters(ctx, "schema"); err != nil || len(ws) != 1 || ws[0].Kind != "plain" {
 		t.Fatalf("the exclusive waiter: %+v, %v; want one of kind plain", ws, err)
 	}
 	if in, err := a.Get(ctx, ra.Name()); err != nil || in.Kind != "shared" || in.Of != "schema" || in.Size != 0 || in.Weight != 1 {
@@ -83,7 +83,7 @@ func TestSharedLeasesExcludeAnExclusiveOne(t *testing.T) {
 		}()
 	}
 	waitWaiters(t, a, "schema", "reader-a", "reader-b")
-	if ws, err := a.Waiters(ctx, "schema"); err != nil || len(ws) != 2 || ws[0].Kind != "shared" || ws[1].Kind != "shared" {
+	if ws, err := a.waiters(ctx, "schema"); err != nil || len(ws) != 2 || ws[0].Kind != "shared" || ws[1].Kind != "shared" {
 		t.Fatalf("the shared waiters: %+v, %v; want two of kind shared", ws, err)
 	}
 	if in, err := a.Get(ctx, "schema"); err != nil || in.Kind != "plain" || in.Of != "" || in.Size != 0 || in.Weight != 1 {
@@ -106,7 +106,7 @@ func TestSharedLeasesExcludeAnExclusiveOne(t *testing.T) {
 func waitWaiters(t *testing.T, c *Client, name string, owners ...string) {
 	t.Helper()
 	pgtest.WaitFor(t, patience, "waiters "+strings.Join(owners, ", ")+" in the queue of "+name, func() bool {
-		ws, err := c.Waiters(context.Background(), name)
+		ws, err := c.waiters(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -566,7 +566,7 @@ func TestAPollingWriterLeavesWhenItGivesUp(t *testing.T) {
 		gave <- err
 	}()
 	pgtest.WaitFor(t, patience, "the polling writer to be listed", func() bool {
-		ws, err := r.Waiters(ctx, "config")
+		ws, err := r.waiters(ctx, "config")
 		return err == nil && len(ws) == 1 && ws[0].Owner == "writer" && ws[0].Kind == "plain"
 	})
 	var he *HeldError
@@ -582,7 +582,7 @@ func TestAPollingWriterLeavesWhenItGivesUp(t *testing.T) {
 		second, err = r.TryAcquire(ctx, "config", WithShared())
 		return err == nil
 	})
-	if ws, err := r.Waiters(ctx, "config"); err != nil || len(ws) != 0 {
+	if ws, err := r.waiters(ctx, "config"); err != nil || len(ws) != 0 {
 		t.Fatalf("waiters once the writer left: %v, %v", ws, err)
 	}
 	_ = second.Release(ctx)

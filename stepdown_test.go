@@ -120,7 +120,7 @@ func TestStepDownRequestReachesALeaseHolder(t *testing.T) {
 			if err := admin.RequestStepDown(ctx, "job"); !errors.Is(err, ErrNoTable) {
 				t.Fatalf("RequestStepDown before the table exists = %v, want ErrNoTable", err)
 			}
-			if err := holder.Migrate(ctx); err != nil {
+			if err := holder.migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if err := admin.RequestStepDown(ctx, "job"); !errors.Is(err, ErrNoLease) {

@@ -105,8 +105,8 @@ func TestFastFailoverAfterAHandOff(t *testing.T) {
 	lb := receiveLease(t, gotB, "the first waiter to get the name by hand-off")
 	endSession(t, lb)
 	lc := receiveLease(t, gotC, "the second waiter to take over when the new holder's session ended")
-	if lc.Token() <= lb.Token() || !lc.FastFailover() {
-		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.FastFailover())
+	if lc.Token() <= lb.Token() || !lc.session {
+		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.session)
 	}
 	_ = lc.Release(ctx)
 }
@@ -362,8 +362,8 @@ func TestAPlainWaiterTakesOverFromADeadFastFailoverHolder(t *testing.T) {
 	waitQueued(t, a, c, "ff")
 	endSession(t, la)
 	lb := receiveLease(t, gotB, "the plain waiter, first in the queue, to take over when the holder's session ended")
-	if lb.Token() <= la.Token() || lb.FastFailover() {
-		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), la.Token(), lb.FastFailover())
+	if lb.Token() <= la.Token() || lb.session {
+		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), la.Token(), lb.session)
 	}
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -401,15 +401,15 @@ func TestFastFailoverAfterAnExpiryTakeoverFromALiveSession(t *testing.T) {
 	}
 	gotB := waitFor(ctx, b, "ff", ffOpts...)
 	lb := receiveLease(t, gotB, "the waiter to take the expired lease over")
-	if lb.Token() <= r.Token || !lb.FastFailover() {
-		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), r.Token, lb.FastFailover())
+	if lb.Token() <= r.Token || !lb.session {
+		t.Fatalf("token %d after %d, session-bound %v", lb.Token(), r.Token, lb.session)
 	}
 	gotC := waitFor(ctx, c, "ff", ffOpts...)
 	waitQueued(t, b, c, "ff")
 	endSession(t, lb)
 	lc := receiveLease(t, gotC, "the next waiter to take over when the new holder's session ended")
-	if lc.Token() <= lb.Token() || !lc.FastFailover() {
-		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.FastFailover())
+	if lc.Token() <= lb.Token() || !lc.session {
+		t.Fatalf("token %d after %d, session-bound %v", lc.Token(), lb.Token(), lc.session)
 	}
 	_ = lc.Release(ctx)
 }
@@ -423,7 +423,7 @@ func secondWaiterBehindANode(t *testing.T) (*Client, *exec.Cmd, int64, <-chan ou
 	t.Helper()
 	ctx := testCtx(t)
 	c := ffClients(t, 1)[0]
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	node, token := startHolderEnv(t, c.cfg.Table, "ff", time.Minute, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_FIRST_WAITER=1")
@@ -449,8 +449,8 @@ func TestFastFailoverWhenTheHolderAndTheFirstWaiterDieTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := receiveLease(t, got, "the second waiter to take over when the holder and the first waiter died (the TTL is a minute, the poll an hour)")
-	if l.Token() <= token || !l.FastFailover() {
-		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.FastFailover())
+	if l.Token() <= token || !l.session {
+		t.Fatalf("token %d (holder had %d), session-bound %v", l.Token(), token, l.session)
 	}
 	t.Logf("kill → acquired in %s", time.Since(killed))
 	_ = l.Release(ctx)

@@ -46,11 +46,11 @@ func upgradeFrom(t *testing.T, v, how string) {
 	pgtest.Exec(t, `SELECT setval($1::regclass, 7)`, pgx.Identifier{schema, "leases_token_seq"}.Sanitize())
 
 	if how == "Migrate" {
-		if err := testClient(t, Config{Table: schema + ".leases"}).Migrate(ctx); err != nil {
+		if err := testClient(t, Config{Table: schema + ".leases"}).migrate(ctx); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 	} else {
-		ddl, err := DDL(schema + ".leases")
+		ddl, err := schemaDDL(schema + ".leases")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestShapeCheckNamesWhatIsMissing(t *testing.T) {
 			ctx := testCtx(t)
 			table := pgtest.Schema(t) + ".leases"
 			owner := testClient(t, Config{Table: table})
-			if err := owner.Migrate(ctx); err != nil {
+			if err := owner.migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
 			n := owner.st.Names
@@ -190,7 +190,7 @@ func TestShapeCheckNamesWhatIsMissing(t *testing.T) {
 					t.Errorf("the error does not say %q: %v", w, err)
 				}
 			}
-			err = testClient(t, Config{Table: table}).Migrate(ctx)
+			err = testClient(t, Config{Table: table}).migrate(ctx)
 			if !tc.repaired {
 				if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "nothing was changed") {
 					t.Fatalf("Migrate: %v, want ErrSchema saying nothing was changed", err)
@@ -258,7 +258,7 @@ func TestMigrationBehindAReaderNeverStallsRenewals(t *testing.T) {
 	logs := make(chan slog.Record, 100)
 	migrator := testClient(t, Config{Table: table, Logger: slog.New(recordHandler{logs})})
 	done := make(chan error, 1)
-	go func() { done <- migrator.Migrate(ctx) }()
+	go func() { done <- migrator.migrate(ctx) }()
 
 	timer := time.NewTimer(open)
 	defer timer.Stop()
@@ -315,7 +315,7 @@ func TestBlockedMigrationSaysWhoBlocksIt(t *testing.T) {
 	_, pid := openReader(ctx, t, c.st.Names)
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	err := c.Migrate(mctx)
+	err := c.migrate(mctx)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Migrate behind an open reader: %v, want the context's deadline", err)
 	}
@@ -336,14 +336,14 @@ func TestExportedDDLRefusesNewerAndForeignTables(t *testing.T) {
 
 	schema := pgtest.Schema(t)
 	c := testClient(t, Config{Table: schema + ".leases"})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	n := c.st.Names
 	pgtest.Exec(t, `ALTER TABLE `+n.QualifiedWaiters()+` DROP COLUMN shared`)
 	newer := fmt.Sprintf("pglease lease table, schema version %d", store.SchemaVersion+1)
 	pgtest.Exec(t, `COMMENT ON TABLE `+n.QualifiedTable()+` IS '`+newer+`'`)
-	ddl, err := DDL(schema + ".leases")
+	ddl, err := schemaDDL(schema + ".leases")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestExportedDDLRefusesNewerAndForeignTables(t *testing.T) {
 
 	foreign := pgtest.Schema(t)
 	pgtest.Exec(t, `CREATE TABLE `+pgx.Identifier{foreign, "leases"}.Sanitize()+` (name text PRIMARY KEY, owner text)`)
-	ddl, _ = DDL(foreign + ".leases")
+	ddl, _ = schemaDDL(foreign + ".leases")
 	if _, err := conn.Exec(ctx, ddl); err == nil || !strings.Contains(err.Error(), "not a pglease lease table") {
 		t.Fatalf("the DDL over another table: %v, want it refused", err)
 	}

@@ -23,15 +23,15 @@ func TestWaitersListsTheQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiters := func() []Waiter {
+	waiters := func() []store.Waiter {
 		t.Helper()
-		ws, err := holder.Waiters(ctx, "job")
+		ws, err := holder.waiters(ctx, "job")
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ws
 	}
-	owners := func(ws []Waiter) (out []string) {
+	owners := func(ws []store.Waiter) (out []string) {
 		for _, w := range ws {
 			out = append(out, w.Owner)
 		}
@@ -60,14 +60,14 @@ func TestWaitersListsTheQueue(t *testing.T) {
 			t.Errorf("waiter %+v", w)
 		}
 	}
-	if all, err := holder.Waiters(ctx); err != nil || len(all) != 2 {
+	if all, err := holder.waiters(ctx); err != nil || len(all) != 2 {
 		t.Errorf("every queue: %v, %v; want the two waiters of job", all, err)
 	}
-	if none, err := holder.Waiters(ctx, "other"); err != nil || len(none) != 0 {
+	if none, err := holder.waiters(ctx, "other"); err != nil || len(none) != 0 {
 		t.Errorf("the queue of a name nobody waits for: %v, %v", none, err)
 	}
 	var ie *InvalidError
-	if _, err := holder.Waiters(ctx, ""); !errors.As(err, &ie) {
+	if _, err := holder.waiters(ctx, ""); !errors.As(err, &ie) {
 		t.Errorf("Waiters of an empty name: %v, want an *InvalidError", err)
 	}
 
@@ -97,7 +97,7 @@ func TestWaitersListsTheQueue(t *testing.T) {
 func TestWaitersWithoutTable(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{})
-	ws, err := c.Waiters(ctx)
+	ws, err := c.waiters(ctx)
 	if err != nil || len(ws) != 0 {
 		t.Fatalf("Waiters without a table: %v, %v", ws, err)
 	}
@@ -115,7 +115,7 @@ func TestWaitersWithoutTable(t *testing.T) {
 func TestVersion6WaitersTableIsMigrated(t *testing.T) {
 	ctx := testCtx(t)
 	c := testClient(t, Config{Owner: "holder"})
-	if err := c.Migrate(ctx); err != nil {
+	if err := c.migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, `ALTER TABLE `+c.st.Names.QualifiedWaiters()+` DROP COLUMN owner`)
@@ -134,7 +134,7 @@ func TestVersion6WaitersTableIsMigrated(t *testing.T) {
 	defer cancel()
 	go func() { _, _ = w.Acquire(wctx, "job") }()
 	pgtest.WaitFor(t, patience, "the waiter in the queue", func() bool {
-		ws, err := c.Waiters(ctx, "job")
+		ws, err := c.waiters(ctx, "job")
 		if err != nil {
 			t.Fatal(err)
 		}

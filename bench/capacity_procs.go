@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // ---- one client holding many leases ----
@@ -42,7 +43,7 @@ func capLeases(ctx context.Context, e *env, cc capConfig, n int, ff bool) (r cap
 		_ = c.Close()
 		logf("CAP leases n=%d: Close released them in %v", n, time.Since(t0).Round(time.Millisecond))
 	}()
-	if err := c.Migrate(ctx); err != nil {
+	if err := admin.Migrate(ctx, c); err != nil {
 		r.err = err
 		return r
 	}

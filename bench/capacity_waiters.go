@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // ---- many clients ----
@@ -25,7 +26,7 @@ func capClients(ctx context.Context, e *env, cc capConfig, n int) (r capClientRo
 		return r
 	}
 	defer own.Close()
-	if err := own.Migrate(ctx); err != nil {
+	if err := admin.Migrate(ctx, own); err != nil {
 		r.err = err
 		return r
 	}

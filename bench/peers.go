@@ -19,6 +19,7 @@ import (
 	_ "github.com/lib/pq" // pglock's own driver
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // errBusy is returned by a lock that does not block when the name is held
@@ -124,7 +125,7 @@ func openPglease(ff bool) func(ctx context.Context, e *env, o peerOpts) (locker,
 		if err != nil {
 			return nil, err
 		}
-		if err := c.Migrate(ctx); err != nil {
+		if err := admin.Migrate(ctx, c); err != nil {
 			c.Close()
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -252,7 +253,7 @@ func TestAHolderResumingAfterItsLeaseEndedClaimsNothing(t *testing.T) {
 	table := tableIn(t)
 	s, proxy := proxiedScheduler(t, table, "paused")
 	sched := oneTickDue(t, s, "job")
-	admin := leaseClient(t, table)
+	operator := leaseClient(t, table)
 	var mu sync.Mutex
 	tokens := map[int64]int{} // the runs of the tick, by lease token
 	paused := make(chan int64, 1)
@@ -268,7 +269,7 @@ func TestAHolderResumingAfterItsLeaseEndedClaimsNothing(t *testing.T) {
 			// server, and lets it go before this one resumes.
 			ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
 			defer cancel()
-			l, err := admin.Acquire(ctx, "cron:job")
+			l, err := operator.Acquire(ctx, "cron:job")
 			if err != nil {
 				t.Errorf("another holder's Acquire: %v", err)
 			} else {
@@ -373,7 +374,7 @@ func TestALostRunIsRetriedUnderRetry(t *testing.T) {
 	}
 	startReplica(t, s)
 	first := pgtest.Receive(t, started, "the first run")
-	if _, err := leaseClient(t, table).ForceRelease(context.Background(), "cron:job"); err != nil {
+	if _, err := admin.ForceRelease(context.Background(), leaseClient(t, table), "cron:job"); err != nil {
 		t.Fatal(err)
 	}
 	second := pgtest.Receive(t, started, "the tick's second attempt")

@@ -142,7 +142,7 @@ func deref(t *time.Time) time.Time {
 
 // DDL returns the SQL that creates the jobs and runs tables of the lease
 // table "[schema.]table" ("" for the default), for users' own migration
-// tools (the lease table's is pglease.DDL); it is idempotent.
+// tools (the lease table's is admin.DDL); it is idempotent.
 func DDL(table string) (string, error) {
 	t, err := tablesOf(table)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -209,7 +210,7 @@ func TestClaimIsAtomic(t *testing.T) {
 // may not create anything runs on them.
 func TestDDL(t *testing.T) {
 	table := tableIn(t)
-	ddl, err := pglease.DDL(table)
+	ddl, err := admin.DDL(table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // Config configures a [Scheduler].
@@ -245,7 +246,7 @@ func (s *Scheduler) prepare(ctx context.Context) error {
 // Migrate creates the lease table and the jobs and runs tables when
 // missing (Run does it first, unless Config.DisableAutoMigrate is set).
 func (s *Scheduler) Migrate(ctx context.Context) error {
-	if err := s.client.Migrate(ctx); err != nil {
+	if err := admin.Migrate(ctx, s.client); err != nil {
 		return err
 	}
 	exists, err := tablesExist(ctx, s.pool, s.q)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -428,12 +429,12 @@ func TestALostLeaseEndsTheRunAsLost(t *testing.T) {
 	}
 	startReplica(t, s)
 	tick := pgtest.Receive(t, started, "the first run")
-	admin, err := pglease.NewFromPool(pgtest.Pool(t), pglease.Config{Table: table})
+	operator, err := pglease.NewFromPool(pgtest.Pool(t), pglease.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
-	if _, err := admin.ForceRelease(context.Background(), "cron:job"); err != nil {
+	defer operator.Close()
+	if _, err := admin.ForceRelease(context.Background(), operator, "cron:job"); err != nil {
 		t.Fatal(err)
 	}
 	newRunHistory(t, table).wait("job", 1, func(r Run) bool { return r.Tick.Equal(tick.At) && r.Status == StatusLost })

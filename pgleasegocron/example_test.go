@@ -10,6 +10,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/pgleasegocron"
 )
 
@@ -45,7 +46,7 @@ func ExampleNewLocker() {
 		log.Fatal(err)
 	}
 	fmt.Println("lease kept past the run:", info.Remaining > 0)
-	if _, err := leases.ForceRelease(ctx, pgleasegocron.LeasePrefix+"refresh-cache"); err != nil { // for the next run of this example
+	if _, err := admin.ForceRelease(ctx, leases, pgleasegocron.LeasePrefix+"refresh-cache"); err != nil { // for the next run of this example
 		log.Fatal(err)
 	}
 	// Output:

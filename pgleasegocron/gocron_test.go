@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -57,7 +58,7 @@ func TestLocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	operator := testClient(t, table, "operator")
-	if _, err := operator.ForceRelease(ctx, LeasePrefix+"other"); err != nil {
+	if _, err := admin.ForceRelease(ctx, operator, LeasePrefix+"other"); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.(lock).lease.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {

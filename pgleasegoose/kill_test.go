@@ -21,6 +21,7 @@ import (
 	"github.com/pressly/goose/v3/database"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -319,7 +320,7 @@ func forceReleaseMidMigration(t *testing.T, env ...string) {
 	})
 	ctx := context.Background()
 	released := time.Now()
-	if _, err := testClient(t, table, "operator").ForceRelease(ctx, "goose"); err != nil {
+	if _, err := admin.ForceRelease(ctx, testClient(t, table, "operator"), "goose"); err != nil {
 		t.Fatal(err)
 	}
 

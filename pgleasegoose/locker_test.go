@@ -17,6 +17,7 @@ import (
 	"github.com/pressly/goose/v3/database"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -113,7 +114,7 @@ func TestUnlockReportsALostLease(t *testing.T) {
 	if err := l.Lock(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testClient(t, table, "operator").ForceRelease(ctx, "goose"); err != nil {
+	if _, err := admin.ForceRelease(ctx, testClient(t, table, "operator"), "goose"); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Lease().Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
@@ -227,7 +228,7 @@ func TestStoreFencesEveryWrite(t *testing.T) {
 			t.Cleanup(func() { _ = db.Close() })
 			operator := testClient(t, table, "operator")
 			forceRelease := func(ctx context.Context) {
-				if _, err := operator.ForceRelease(ctx, "goose"); err != nil {
+				if _, err := admin.ForceRelease(ctx, operator, "goose"); err != nil {
 					t.Error(err)
 				}
 			}
@@ -315,7 +316,7 @@ func TestContextStopsTheMigrationInFlight(t *testing.T) {
 		if l == nil {
 			return errors.New("no lease")
 		}
-		if _, err := operator.ForceRelease(context.Background(), l.Name()); err != nil {
+		if _, err := admin.ForceRelease(context.Background(), operator, l.Name()); err != nil {
 			return err
 		}
 		if err := l.Renew(context.Background()); !errors.Is(err, pglease.ErrLeaseLost) {

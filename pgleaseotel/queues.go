@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // QueueOptions configures [ObserveQueues]. The zero value is ready to
@@ -25,7 +26,7 @@ type QueueOptions struct {
 }
 
 // ObserveQueues records who waits in client's lease table (see
-// [pglease.Client.Waiters]) as two gauges, read at each collection
+// [admin.Waiters]) as two gauges, read at each collection
 // through client, so that they cover every waiting client of the fleet,
 // not only this process's:
 //
@@ -60,7 +61,7 @@ func ObserveQueues(client *pglease.Client, opts QueueOptions) (metric.Registrati
 	return m.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		ws, err := client.Waiters(ctx)
+		ws, err := admin.Waiters(ctx, client)
 		if err != nil {
 			return err
 		}

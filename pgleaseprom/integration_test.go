@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -100,7 +101,7 @@ func TestWithClient(t *testing.T) {
 	log := newEventLog()
 	table := pgtest.Schema(t) + ".leases"
 	c := openClient(t, pglease.Config{Table: table, Observer: log.tee(o)})
-	admin := openClient(t, pglease.Config{Table: table})
+	operator := openClient(t, pglease.Config{Table: table})
 
 	// Acquire, renew (TTL 1 s: a heartbeat every third of a second),
 	// release.
@@ -130,7 +131,7 @@ func TestWithClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.await(t, "the acquisition of taken", is(pglease.EventAcquired, "taken"))
-	if _, err := admin.ForceRelease(ctx, "taken"); err != nil {
+	if _, err := admin.ForceRelease(ctx, operator, "taken"); err != nil {
 		t.Fatal(err)
 	}
 	log.await(t, "the loss of the force-released lease", is(pglease.EventLost, "taken"))

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // QueueOptions configures a [Queues] collector. The zero value is ready
@@ -22,7 +23,7 @@ type QueueOptions struct {
 }
 
 // Queues is a [prometheus.Collector] of who waits in one lease table
-// (see [pglease.Client.Waiters]). Unlike an [Observer], which counts what
+// (see [admin.Waiters]). Unlike an [Observer], which counts what
 // its own clients do, it reads the table's queue at each scrape, through
 // client, so it sees every waiting client of the fleet. The metrics (with
 // the default Namespace):
@@ -75,7 +76,7 @@ func (q *Queues) Describe(ch chan<- *prometheus.Desc) {
 func (q *Queues) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
 	defer cancel()
-	ws, err := q.client.Waiters(ctx)
+	ws, err := admin.Waiters(ctx, q.client)
 	if err != nil {
 		q.errors.Inc()
 	} else {

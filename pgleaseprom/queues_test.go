@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -91,7 +92,7 @@ pglease_queue_read_errors_total{table="ops.leases"} 1
 `)); err != nil {
 		t.Error(err)
 	}
-	if _, err := holder.Waiters(ctx); !errors.Is(err, pglease.ErrClosed) {
+	if _, err := admin.Waiters(ctx, holder); !errors.Is(err, pglease.ErrClosed) {
 		t.Errorf("Waiters on a closed client: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -63,7 +64,7 @@ func TestLostLeaseJobIsRetried(t *testing.T) {
 		if !ok {
 			return errors.New("no lease")
 		}
-		if _, err := operator.ForceRelease(context.Background(), l.Name()); err != nil {
+		if _, err := admin.ForceRelease(context.Background(), operator, l.Name()); err != nil {
 			return err
 		}
 		if err := l.Renew(context.Background()); !errors.Is(err, pglease.ErrLeaseLost) {

@@ -9,6 +9,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -123,7 +124,7 @@ func TestWork(t *testing.T) {
 	operator := testClient(t, table, "operator")
 	err = within(a, job("mutex", `{}`), func(ctx context.Context) error {
 		l, _ := LeaseOf(ctx)
-		if _, err := operator.ForceRelease(context.Background(), l.Name()); err != nil {
+		if _, err := admin.ForceRelease(context.Background(), operator, l.Name()); err != nil {
 			t.Fatal(err)
 		}
 		_ = l.Renew(context.Background())

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // The seed corpora below run in every plain `go test`; explore further with
@@ -76,7 +77,7 @@ func FuzzDDL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, table string) {
-		ddl, err := pglease.DDL(table)
+		ddl, err := admin.DDL(table)
 		if validTable(table) != (err == nil) {
 			t.Fatalf("DDL(%q) error %v, valid = %v", table, err, validTable(table))
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -133,7 +134,7 @@ func startRun(t *testing.T, sc scenario) *run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Migrate(ctx); err != nil {
+	if err := admin.Migrate(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -65,7 +66,7 @@ func TestHostileNamesAreRejectedBeforeAnythingIsSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Migrate(ctx); err != nil {
+	if err := admin.Migrate(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	for what, name := range hostileNames {
@@ -89,7 +90,7 @@ func TestHostileNamesAreRejectedBeforeAnythingIsSent(t *testing.T) {
 			if _, err := c.Get(ctx, name); !isInvalid(err, "lease name") {
 				t.Errorf("Get: %v, want an invalid lease name", err)
 			}
-			if _, err := c.ForceRelease(ctx, name); !isInvalid(err, "lease name") {
+			if _, err := admin.ForceRelease(ctx, c, name); !isInvalid(err, "lease name") {
 				t.Errorf("ForceRelease: %v, want an invalid lease name", err)
 			}
 		})
@@ -106,7 +107,7 @@ func TestHostileNamesAreRejectedBeforeAnythingIsSent(t *testing.T) {
 		}
 		_ = l.Release(ctx)
 	}
-	leases, err := c.List(ctx)
+	leases, err := admin.List(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestHostileTTLs(t *testing.T) {
 		t.Errorf("100-year lease: TTL %v remaining %v, %v", info.TTL, info.Remaining, err)
 	}
 	_ = l.Release(ctx)
-	if rows, err := c.List(ctx); err != nil || len(rows) != 0 {
+	if rows, err := admin.List(ctx, c); err != nil || len(rows) != 0 {
 		t.Errorf("rows left: %d, %v", len(rows), err)
 	}
 }
@@ -173,7 +174,7 @@ func TestHostileIdentifiersAreRejectedBeforeConnecting(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	dsn, connections := countingServer(t)
 	for _, table := range hostileTables {
-		if _, err := pglease.DDL(table); !isInvalid(err, "identifier") {
+		if _, err := admin.DDL(table); !isInvalid(err, "identifier") {
 			t.Errorf("DDL(%q): %v, want an invalid identifier", table, err)
 		}
 		_, err := pglease.Open(ctx, dsn, pglease.Config{Table: table})
@@ -189,7 +190,7 @@ func TestHostileIdentifiersAreRejectedBeforeConnecting(t *testing.T) {
 	}
 	// Edge cases that are valid.
 	for _, table := range []string{"_", strings.Repeat("t", 63), "s_1.t_2", "select.from"} {
-		ddl, err := pglease.DDL(table)
+		ddl, err := admin.DDL(table)
 		if err != nil {
 			t.Errorf("DDL(%q): %v", table, err)
 			continue
@@ -236,7 +237,7 @@ func TestExistingTableOfAnotherShape(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			err = c.Migrate(ctx)
+			err = admin.Migrate(ctx, c)
 			if !errors.Is(err, pglease.ErrSchema) {
 				t.Fatalf("Migrate: %v, want ErrSchema", err)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -49,7 +50,7 @@ func TestPgBouncerRefusesFastFailover(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rows, err := c.List(ctx); err != nil || len(rows) != 0 {
+	if rows, err := admin.List(ctx, c); err != nil || len(rows) != 0 {
 		t.Fatalf("refused FastFailover attempts left rows behind: %v, %v", rows, err)
 	}
 }

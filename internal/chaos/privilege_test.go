@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -98,13 +99,13 @@ func TestMinimalPrivilegeRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.List(ctx); err != nil {
+	if _, err := admin.List(ctx, c); err != nil {
 		t.Errorf("List as restricted role: %v", err)
 	}
-	if _, err := c.Cleanup(ctx); err != nil {
+	if _, err := admin.Cleanup(ctx, c); err != nil {
 		t.Errorf("Cleanup as restricted role: %v", err)
 	}
-	if _, err := c.ForceRelease(ctx, "nobody"); !errors.Is(err, pglease.ErrNoLease) {
+	if _, err := admin.ForceRelease(ctx, c, "nobody"); !errors.Is(err, pglease.ErrNoLease) {
 		t.Errorf("ForceRelease as restricted role: %v, want ErrNoLease", err)
 	}
 	r.waitProgress(Now())

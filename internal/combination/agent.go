@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // EnvAgent is the environment variable that, set to a JSON [AgentConfig],
@@ -138,7 +139,7 @@ func (a *agent) do(cmd Command) {
 	if cmd.Op == CmdMigrate && c != nil {
 		r.Call = now()
 		ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
-		r.Err = describe(c.Migrate(ctx))
+		r.Err = describe(admin.Migrate(ctx, c))
 		cancel()
 		a.send(r)
 		return
@@ -183,7 +184,7 @@ func (a *agent) do(cmd Command) {
 		}
 		r.T = now()
 		if err == nil {
-			r.Leases = a.hold(cmd.Handle, held{leases: []*pglease.Lease{l}, release: l.Release})
+			r.Leases = a.hold(cmd.Handle, held{leases: []*pglease.Lease{l}, release: l.Release}, cmd.Fast, c)
 		}
 	case CmdAll, CmdTryAll:
 		var s *pglease.LeaseSet
@@ -194,7 +195,7 @@ func (a *agent) do(cmd Command) {
 		}
 		r.T = now()
 		if err == nil {
-			r.Leases = a.hold(cmd.Handle, held{leases: s.Leases(), release: s.Release})
+			r.Leases = a.hold(cmd.Handle, held{leases: s.Leases(), release: s.Release}, cmd.Fast, c)
 		}
 	case CmdRelease:
 		h, ok := a.held(cmd.Handle)
@@ -264,17 +265,33 @@ func (a *agent) held(handle int) (held, bool) {
 	return h, ok
 }
 
+// bound reports whether the row of a lease asked for with fast failover
+// is bound to its holder's session, as the table says (the checker's
+// "unbound fast-failover lease"). Once the row is gone or another holder's
+// (the lease ended already, or the read failed), the table cannot say,
+// and it reports the lease as asked for.
+func bound(c *pglease.Client, l *pglease.Lease) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	in, err := c.Get(ctx, l.Name())
+	if err != nil || in.Token != l.Token() {
+		return true
+	}
+	return in.FastFailover
+}
+
 // hold keeps what an acquisition returned under handle, reports each
 // lease's end, and releases it when some client asks its holder to step
-// down (the holder's decision, here always to obey).
-func (a *agent) hold(handle int, h held) []Granted {
+// down (the holder's decision, here always to obey). fast says whether
+// the leases were asked for with fast failover.
+func (a *agent) hold(handle int, h held, fast bool, c *pglease.Client) []Granted {
 	a.mu.Lock()
 	a.leases[handle] = h
 	a.mu.Unlock()
 	var out []Granted
 	var once sync.Once
 	for _, l := range h.leases {
-		out = append(out, Granted{Row: l.Name(), Token: l.Token(), Session: l.FastFailover(), Dl: l.Deadline().UnixNano()})
+		out = append(out, Granted{Row: l.Name(), Token: l.Token(), Session: fast && bound(c, l), Dl: l.Deadline().UnixNano()})
 		a.watchers.Add(1)
 		go func() {
 			defer a.watchers.Done()

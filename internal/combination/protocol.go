@@ -18,7 +18,7 @@ import (
 // Command kinds.
 const (
 	CmdOpen     = "open"     // pglease.Open
-	CmdMigrate  = "migrate"  // Client.Migrate: create the table if missing
+	CmdMigrate  = "migrate"  // admin.Migrate: create the table if missing
 	CmdAcquire  = "acquire"  // Client.Acquire, bounded by Timeout
 	CmdTry      = "try"      // Client.TryAcquire
 	CmdAll      = "all"      // Client.AcquireAll, bounded by Timeout

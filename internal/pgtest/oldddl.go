@@ -10,7 +10,7 @@ import (
 
 // oldDDL holds the DDL that earlier versions of pglease exported, one file
 // per schema version (ddl/vN.sql), each for the table
-// "pglease_fixture"."leases", as pglease.DDL printed it at the commit its
+// "pglease_fixture"."leases", as admin.DDL printed it at the commit its
 // header names.
 //
 //go:embed ddl/*.sql

@@ -157,7 +157,7 @@ func TestEveryModuleInstallsOnceTagged(t *testing.T) {
 	})
 }
 
-// consumerMain uses the root module (DDL, Event), pgleaseprom
+// consumerMain uses the root module (admin.DDL, Event), pgleaseprom
 // (Register, Observe), pgleaseotel (New, Observe) and pgleasecron (Parse),
 // and prints the versions of our modules it was built with.
 const consumerMain = `package main
@@ -172,6 +172,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/pgleasecron"
 	"github.com/pglease/pglease/pgleaseotel"
 	"github.com/pglease/pglease/pgleaseprom"
@@ -188,7 +189,7 @@ func main() {
 			}
 		}
 	}
-	ddl, err := pglease.DDL("")
+	ddl, err := admin.DDL("")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

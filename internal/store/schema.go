@@ -105,7 +105,7 @@ type SchemaError struct {
 func (e *SchemaError) Error() string { return e.Msg }
 
 // migrateAdvice ends the message of every problem a migration repairs.
-const migrateAdvice = "run 'pglease migrate' (or Client.Migrate) as a role that owns the table"
+const migrateAdvice = "run 'pglease migrate' (or admin.Migrate) as a role that owns the table"
 
 // Migrations take their locks with a short lock_timeout and try again
 // after a pause, so that the statements that queue behind a lock request
@@ -131,7 +131,7 @@ func (e *BlockedError) Error() string {
 	if e.Blockers != "" {
 		msg += "; holding locks of its tables: " + e.Blockers
 	}
-	msg += "; end those transactions or wait for them, then run 'pglease migrate' (or Client.Migrate) again"
+	msg += "; end those transactions or wait for them, then run 'pglease migrate' (or admin.Migrate) again"
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
@@ -367,7 +367,7 @@ func (s *Store) tokensBehind(ctx context.Context, q Querier) (bool, error) {
 // tokenSequenceBehind: the table holds tokens the sequence has not reached;
 // Migrate (as a role that may alter the sequence) repairs it.
 func tokenSequenceBehind(s *Store) error {
-	return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the token sequence %s is behind the largest token in %s (a table-only restore or a replication cutover?): new leases would get old fencing tokens; migrate the table (Client.Migrate) as a role that owns it to repair the sequence", s.Names.QualifiedSeq(), s.Names.QualifiedTable())}
+	return &SchemaError{Migrate: true, Msg: fmt.Sprintf("the token sequence %s is behind the largest token in %s (a table-only restore or a replication cutover?): new leases would get old fencing tokens; migrate the table (admin.Migrate) as a role that owns it to repair the sequence", s.Names.QualifiedSeq(), s.Names.QualifiedTable())}
 }
 
 func (s *Store) version(ctx context.Context, q Querier) (int, error) {
@@ -455,7 +455,7 @@ func (s *Store) CheckShape(ctx context.Context, q Querier) error {
 		return err
 	}
 	if ns == "" {
-		return &SchemaError{Msg: fmt.Sprintf("%s does not exist; create it (Client.Migrate)", table)}
+		return &SchemaError{Msg: fmt.Sprintf("%s does not exist; create it (admin.Migrate)", table)}
 	}
 	s.ns.Store(&ns)
 	return nil

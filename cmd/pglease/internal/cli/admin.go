@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
 	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 	"github.com/pglease/pglease/pgleasecron"
@@ -124,7 +125,7 @@ func (e *env) cmdList(ctx context.Context, args []string) int {
 }
 
 func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
-	infos, err := c.List(ctx)
+	infos, err := admin.List(ctx, c)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -151,8 +152,8 @@ func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string
 // order. A role that may read the lease table but not its waiters table
 // gets the leases all the same: the queues are nil then (unknown), and a
 // warning says what to grant.
-func (e *env) queuesOf(ctx context.Context, c *pglease.Client, names ...string) (map[string][]pglease.Waiter, error) {
-	ws, err := c.Waiters(ctx, names...)
+func (e *env) queuesOf(ctx context.Context, c *pglease.Client, names ...string) (map[string][]admin.Waiter, error) {
+	ws, err := admin.Waiters(ctx, c, names...)
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
 		fmt.Fprintf(e.stderr, "pglease: warning: cannot tell who waits: %s (grant SELECT on the waiters table to see the queues)\n", e.redact(pe.Message))
 		return nil, nil
@@ -164,11 +165,11 @@ func (e *env) queuesOf(ctx context.Context, c *pglease.Client, names ...string) 
 }
 
 // queueOf is the queue of a lease row (see queue.Of).
-func queueOf(in pglease.Info, queues map[string][]pglease.Waiter) []pglease.Waiter {
+func queueOf(in pglease.Info, queues map[string][]admin.Waiter) []admin.Waiter {
 	return queues[queue.Of(in)]
 }
 
-func (e *env) printTable(infos []pglease.Info, queues map[string][]pglease.Waiter) {
+func (e *env) printTable(infos []pglease.Info, queues map[string][]admin.Waiter) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tHEARTBEAT AGE\tSTATE\tWAITING")
 	for _, in := range infos {
@@ -178,7 +179,7 @@ func (e *env) printTable(infos []pglease.Info, queues map[string][]pglease.Waite
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", display(in.Name, 48), display(in.Owner, 40),
 			in.Token, human.Duration(in.HeldFor), expires, human.Duration(in.HeartbeatAge), kindState(in), queue.Describe(queueOf(in, queues), queues != nil, 3,
-				func(o string) string { return display(o, 40) }, func(w pglease.Waiter) time.Duration { return w.Waited }))
+				func(o string) string { return display(o, 40) }, func(w admin.Waiter) time.Duration { return w.Waited }))
 	}
 	tw.Flush()
 }
@@ -250,11 +251,11 @@ type waiterJSON struct {
 	Owner         string    `json:"owner"`
 	Since         time.Time `json:"since"`
 	WaitedSeconds float64   `json:"waited_seconds"`
-	Kind          string    `json:"kind"`   // the kind of lease it waits for (pglease.Waiter's)
+	Kind          string    `json:"kind"`   // the kind of lease it waits for (admin.Waiter's)
 	Shared        bool      `json:"shared"` // Kind is not "plain" (a shared lease's wait), kept for earlier versions' readers
 }
 
-func toJSON(in pglease.Info, queues map[string][]pglease.Waiter) leaseJSON {
+func toJSON(in pglease.Info, queues map[string][]admin.Waiter) leaseJSON {
 	j := leaseJSON{Name: in.Name, Owner: in.Owner, Token: in.Token, State: state(in),
 		AcquiredAt: in.AcquiredAt, RenewedAt: in.RenewedAt, ExpiresAt: in.ExpiresAt,
 		TTLSeconds: in.TTL.Seconds(), HeldForSeconds: in.HeldFor.Seconds(),
@@ -318,7 +319,7 @@ func (e *env) cmdRelease(ctx context.Context, args []string) int {
 }
 
 func (e *env) release(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int {
-	in, err := c.ForceRelease(ctx, name)
+	in, err := admin.ForceRelease(ctx, c, name)
 	switch {
 	case errors.Is(err, pglease.ErrNoTable):
 		return e.noTable(fs, "no lease "+display(name, 255)+" to release")
@@ -361,7 +362,7 @@ func (e *env) cmdMigrate(ctx context.Context, args []string) int {
 }
 
 func (e *env) migrate(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
-	if err := c.Migrate(ctx); err != nil {
+	if err := admin.Migrate(ctx, c); err != nil {
 		return e.fail(err)
 	}
 	fmt.Fprintf(e.stdout, "lease table %s is ready\n", tableName(fs.str("table")))
@@ -376,7 +377,7 @@ func (e *env) cmdSchema(args []string) int {
 	if err := noArgs(fs); err != nil {
 		return e.usage("schema", err)
 	}
-	ddl, err := pglease.DDL(fs.str("table"))
+	ddl, err := admin.DDL(fs.str("table"))
 	if err != nil {
 		return e.usage("schema", checkTable(fs.str("table")))
 	}
@@ -396,7 +397,7 @@ func (e *env) cmdCleanup(ctx context.Context, args []string) int {
 }
 
 func (e *env) cleanup(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
-	n, err := c.Cleanup(ctx)
+	n, err := admin.Cleanup(ctx, c)
 	if errors.Is(err, pglease.ErrNoTable) {
 		return e.noTable(fs, "there are no expired leases to delete")
 	}

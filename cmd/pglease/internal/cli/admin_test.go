@@ -209,7 +209,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 }
 
 // A table pglease cannot use is reported as such, with what to do in the
-// tool's own terms (the library names Client.Migrate), and left as it was.
+// tool's own terms (the library names admin.Migrate), and left as it was.
 func TestAdminReportsAnUnusableTableWithTheMigrateCommand(t *testing.T) {
 	t.Parallel()
 	env, table := tableEnv(t)

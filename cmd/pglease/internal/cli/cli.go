@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 // Exit statuses of the tool (see docs/CLI.md).
@@ -94,7 +95,7 @@ func (e *env) fail(err error) int {
 	}
 	fmt.Fprintln(e.stderr, msg)
 	if errors.Is(err, pglease.ErrSchema) {
-		// The library names Client.Migrate; here the tool's command does it.
+		// The library names admin.Migrate; here the tool's command does it.
 		fmt.Fprintln(e.stderr, "pglease: 'pglease migrate', run as a role that owns the table, upgrades or repairs a table pglease created; it changes nothing in a table of another layout.")
 	}
 	return exitError
@@ -119,7 +120,7 @@ func (e *env) parse(cmd string, args []string) (fs *flagSet, code int, done bool
 
 // checkTable validates a --table value without connecting.
 func checkTable(table string) error {
-	if _, err := pglease.DDL(table); err != nil {
+	if _, err := admin.DDL(table); err != nil {
 		return usagef("invalid --table %s: each part of [SCHEMA.]TABLE must match [a-z_][a-z0-9_]{0,62}", quoteArg(table))
 	}
 	return nil

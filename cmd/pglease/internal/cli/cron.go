@@ -320,7 +320,7 @@ func (c *cron) runCommand(j cronJob, t pgleasecron.Tick) error {
 	vars := []string{"PGLEASE_NAME=" + lease.Name(), "PGLEASE_OWNER=" + c.o.owner,
 		"PGLEASE_TOKEN=" + strconv.FormatInt(lease.Token(), 10), "PGLEASE_JOB=" + j.name,
 		"PGLEASE_TICK=" + t.At.UTC().Format(time.RFC3339Nano), "PGLEASE_ATTEMPT=" + strconv.Itoa(t.Attempt)}
-	session := c.e.sessionFile(lease)
+	session := c.e.sessionFile(lease, c.o.fast)
 	sup, err := startSupervisor(child{path: "/bin/sh", argv: []string{"/bin/sh", "-c", j.command},
 		env: childEnv(os.Environ(), vars), grace: c.o.grace, deadline: lease.Deadline(), session: session}, c.e)
 	if session != nil {

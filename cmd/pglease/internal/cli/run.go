@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 var runFlags = append([]flagSpec{
@@ -308,7 +309,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 	closeWait := 2 * time.Second
 	defer func() { closeBounded(c, closeWait) }()
 	o.owner = c.Owner() // without --owner, the library's default: PGLEASE_OWNER
-	if err := c.Migrate(waitCtx); err != nil {
+	if err := admin.Migrate(waitCtx, c); err != nil {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
 		}
@@ -378,7 +379,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 // while the group might still be dying).
 func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs chan os.Signal) int {
 	held := time.Now()
-	session := e.sessionFile(lease)
+	session := e.sessionFile(lease, o.fast)
 	sup, err := startSupervisor(child{path: o.path, argv: o.command, env: childEnv(os.Environ(), leaseVars(o, lease)),
 		grace: o.grace, stdin: true, deadline: lease.Deadline(), session: session}, e)
 	if session != nil {
@@ -402,10 +403,11 @@ func (e *env) hold(ctx context.Context, o runOptions, lease *pglease.Lease, sigs
 	return e.finish(ctx, lease, sup, terminated, holdTerm)
 }
 
-// sessionFile is a copy of the database session a session-bound lease is
-// bound to, for the supervisor to hold (see supervise_unix.go), or nil.
-func (e *env) sessionFile(lease *pglease.Lease) *os.File {
-	if !lease.FastFailover() {
+// sessionFile is a copy of the database session a lease acquired with
+// fast failover (fast) is bound to, for the supervisor to hold (see
+// supervise_unix.go), or nil.
+func (e *env) sessionFile(lease *pglease.Lease, fast bool) *os.File {
+	if !fast {
 		return nil
 	}
 	f, err := lease.SessionFile()

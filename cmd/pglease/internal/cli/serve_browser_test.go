@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -167,13 +168,13 @@ func TestServeInBrowser(t *testing.T) {
 	// console's) to the DOM.
 	ctx, cancel := context.WithTimeout(context.Background(), pgtest.Patience)
 	defer cancel()
-	admin, err := pglease.Open(ctx, pgtest.DSN(t), pglease.Config{Table: table, Owner: "browser-test"})
+	operator, err := pglease.Open(ctx, pgtest.DSN(t), pglease.Config{Table: table, Owner: "browser-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer operator.Close()
 	began := time.Now()
-	if _, err := admin.ForceRelease(ctx, "deploy-lock"); err != nil {
+	if _, err := admin.ForceRelease(ctx, operator, "deploy-lock"); err != nil {
 		t.Fatalf("release: %v", err)
 	}
 	returned := time.Now()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
 	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 )
@@ -77,7 +78,7 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 		row := rowData{Name: l.Name, Owner: l.Owner, Token: strconv.FormatInt(l.Token, 10), State: l.State,
 			Metadata: compactJSON(l.Metadata), HeldFor: human.Duration(now.Sub(l.AcquiredAt)),
 			HeartbeatAge: human.Duration(now.Sub(l.RenewedAt)), Waiting: queue.Describe(l.Waiters, s.Status.QueuesOK, 0,
-				func(o string) string { return o }, func(w pglease.Waiter) time.Duration { return now.Sub(w.Since) }),
+				func(o string) string { return o }, func(w admin.Waiter) time.Duration { return now.Sub(w.Since) }),
 			Kind: human.Kind(l.Kind, l.Weight, l.Size)}
 		if left := l.ExpiresAt.Sub(now); left > 0 && l.State != stateExpired {
 			row.ExpiresIn = human.Duration(left)
@@ -251,7 +252,7 @@ func (c *Console) release(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	c.hub.noteReleasing(name)
-	in, err := c.client.ForceRelease(ctx, name)
+	in, err := admin.ForceRelease(ctx, c.client, name)
 	if err != nil {
 		c.hub.forgetReleasing(name)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/cmd/pglease/internal/console"
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -79,7 +80,7 @@ func (f *fixture) client() *pglease.Client {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := c.Migrate(ctx); err != nil {
+	if err := admin.Migrate(ctx, c); err != nil {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { c.Close() })

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
 	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 )
@@ -24,8 +25,8 @@ const (
 type lease struct {
 	pglease.Info
 	State      string
-	StaleAfter time.Duration    // the threshold this row was judged by
-	Waiters    []pglease.Waiter // who waits for it, first in line first (see queue.Of)
+	StaleAfter time.Duration  // the threshold this row was judged by
+	Waiters    []admin.Waiter // who waits for it, first in line first (see queue.Of)
 }
 
 // status is what the page shows about the console's own connections.
@@ -86,7 +87,7 @@ func judge(r pglease.Info, staleAfter time.Duration) (string, time.Duration) {
 }
 
 // leasesOf judges every record of a read, and gives each its queue.
-func leasesOf(recs []pglease.Info, queues map[string][]pglease.Waiter, staleAfter time.Duration) []lease {
+func leasesOf(recs []pglease.Info, queues map[string][]admin.Waiter, staleAfter time.Duration) []lease {
 	out := make([]lease, len(recs))
 	for i, r := range recs {
 		out[i].Info = r
@@ -98,8 +99,8 @@ func leasesOf(recs []pglease.Info, queues map[string][]pglease.Waiter, staleAfte
 
 // sameQueue reports whether two reads show the same clients waiting, in
 // the same order.
-func sameQueue(a, b []pglease.Waiter) bool {
-	return slices.EqualFunc(a, b, func(x, y pglease.Waiter) bool {
+func sameQueue(a, b []admin.Waiter) bool {
+	return slices.EqualFunc(a, b, func(x, y admin.Waiter) bool {
 		return x.Owner == y.Owner && x.Since.Equal(y.Since) && x.Kind == y.Kind
 	})
 }
@@ -222,7 +223,7 @@ type (
 	waiterJSON struct {
 		Owner string `json:"owner"`
 		Since int64  `json:"since"`
-		Kind  string `json:"kind"` // pglease.Waiter's
+		Kind  string `json:"kind"` // admin.Waiter's
 		// KindLabel is what the page shows of Kind (human.Kind: "" for
 		// an exclusive wait).
 		KindLabel string `json:"kind_label"`

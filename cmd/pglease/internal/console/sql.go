@@ -11,11 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/cmd/pglease/internal/queue"
 )
 
 // The console's own SQL: what it reads besides the rows, which it reads
-// with pglease.Client.List. Every value is a bind parameter; the one
+// with admin.List. Every value is a bind parameter; the one
 // identifier, the channel of LISTEN, was checked by pglease.Config.Validate
 // and is quoted.
 const (
@@ -83,7 +84,7 @@ type read struct {
 	Leases []pglease.Info
 	// Queues are the waiters of each name (queue.ByName); nil when the
 	// role may not read the waiters table.
-	Queues map[string][]pglease.Waiter
+	Queues map[string][]admin.Waiter
 }
 
 // readTable reads the server's clock and whether the table exists, then
@@ -96,7 +97,7 @@ func readTable(ctx context.Context, pool *pgxpool.Pool, client *pglease.Client, 
 		return r, err
 	}
 	var err error
-	if r.Leases, err = client.List(ctx); err != nil {
+	if r.Leases, err = admin.List(ctx, client); err != nil {
 		return r, err
 	}
 	r.Queues, err = readQueues(ctx, client)
@@ -105,8 +106,8 @@ func readTable(ctx context.Context, pool *pgxpool.Pool, client *pglease.Client, 
 
 // readQueues reads who waits for what: nil, and no error, when the role
 // may not read the waiters table.
-func readQueues(ctx context.Context, client *pglease.Client) (map[string][]pglease.Waiter, error) {
-	ws, err := client.Waiters(ctx)
+func readQueues(ctx context.Context, client *pglease.Client) (map[string][]admin.Waiter, error) {
+	ws, err := admin.Waiters(ctx, client)
 	if privilege(err) {
 		return nil, nil
 	}

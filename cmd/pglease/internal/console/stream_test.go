@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/cmd/pglease/internal/console"
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -164,7 +165,7 @@ func TestAViewerBeforeTheFirstReadSeesThatRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Migrate(ctx); err != nil {
+	if err := admin.Migrate(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	l, err := c.TryAcquire(ctx, "held-at-start", pglease.WithTTL(time.Minute))

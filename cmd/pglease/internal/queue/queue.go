@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
 )
 
@@ -37,8 +38,8 @@ func Of(in pglease.Info) string {
 
 // ByName groups waiters by the name they wait for, keeping their order
 // (first in line first). The map is never nil.
-func ByName(ws []pglease.Waiter) map[string][]pglease.Waiter {
-	q := map[string][]pglease.Waiter{}
+func ByName(ws []admin.Waiter) map[string][]admin.Waiter {
+	q := map[string][]admin.Waiter{}
 	for _, w := range ws {
 		q[w.Name] = append(q[w.Name], w)
 	}
@@ -51,7 +52,7 @@ func ByName(ws []pglease.Waiter) map[string][]pglease.Waiter {
 // for a registration without one), how long it has waited (waited says)
 // and, for a wait of a kind other than plain, its kind ("(shared)", see
 // human.Kind), at most limit of them (0: all) and then how many more.
-func Describe(q []pglease.Waiter, known bool, limit int, show func(string) string, waited func(pglease.Waiter) time.Duration) string {
+func Describe(q []admin.Waiter, known bool, limit int, show func(string) string, waited func(admin.Waiter) time.Duration) string {
 	switch {
 	case !known:
 		return "?"

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 )
 
 func TestName(t *testing.T) {
@@ -36,16 +37,16 @@ func TestOf(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
-	ws := []pglease.Waiter{
+	ws := []admin.Waiter{
 		{Owner: "a", Waited: 1500 * time.Millisecond, Kind: "plain"},
 		{Owner: "", Waited: 20 * time.Millisecond, Kind: "shared"},
 		{Owner: "c", Waited: -time.Second, Kind: "later"},
 		{Owner: "d"},
 	}
 	same := func(s string) string { return s }
-	waited := func(w pglease.Waiter) time.Duration { return w.Waited }
+	waited := func(w admin.Waiter) time.Duration { return w.Waited }
 	for _, tc := range []struct {
-		q     []pglease.Waiter
+		q     []admin.Waiter
 		known bool
 		limit int
 		want  string
