@@ -106,3 +106,21 @@ func TestDerivedNamesStayDistinct(t *testing.T) {
 		t.Fatalf("derived = %q", got)
 	}
 }
+
+// Function bodies read their parameters by name: no positional $n in
+// functions.sql nor in the DDL built from it (its macros included), so that
+// a parameter added to a signature cannot shift what a body reads.
+func TestFunctionBodiesUseParameterNames(t *testing.T) {
+	positional := regexp.MustCompile(`\$[0-9]`)
+	if loc := positional.FindStringIndex(functionsSQL); loc != nil {
+		t.Errorf("functions.sql reads a parameter by position: %q", functionsSQL[max(0, loc[0]-60):loc[1]])
+	}
+	s, err := New("ops.locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc := positional.FindStringIndex(s.DDL()); loc != nil {
+		ddl := s.DDL()
+		t.Errorf("the DDL reads a parameter by position: %q", ddl[max(0, loc[0]-60):loc[1]])
+	}
+}
