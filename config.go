@@ -65,10 +65,11 @@ type Config struct {
 	DisableNotify bool
 	// DisableAutoMigrate stops the client from creating its table when it
 	// is missing; use it when the table is created by a migration tool
-	// (see package admin: its DDL and Migrate). Such a client that finds its table gone after using it
-	// (dropped, or lost in a failover or a restore) fails every call at
-	// once with [ErrNoTable] until the table is created again; without it,
-	// the client's next acquisition creates it anew.
+	// (see package admin: its DDL and Migrate). Such a client that finds
+	// its table gone after using it (dropped, or lost in a failover or a
+	// restore) fails every call at once with [ErrNoTable] until the table
+	// is created again; without it, the client's next acquisition creates
+	// it anew.
 	DisableAutoMigrate bool
 	// AlertAfter makes a contender report [EventAlert] (and log a warning)
 	// when the holder it finds has not renewed for longer than this, while

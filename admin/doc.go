@@ -12,8 +12,8 @@
 // given, through that client's connections, with its retries and its
 // errors ([pglease.ErrNoTable], [pglease.ErrClosed], ...). Reads need only
 // SELECT on the table (and on its waiters table, "<table>_waiters");
-// [ForceRelease] and [Cleanup] need to delete its rows; [Migrate] needs to
-// create them.
+// [ForceRelease] and [Cleanup] need to delete its rows; [Migrate] needs a
+// role that may create the table, or that owns it to upgrade it.
 //
 // The functions are safe for concurrent use, as the client is.
 package admin
