@@ -174,13 +174,10 @@ func (a *acquisition) refusal(ctx context.Context, r reply) error {
 		// but its reply was lost. Free it by token; the caller retries.
 		c.cfg.Logger.WarnContext(ctx, "pglease: releasing a lease row whose acquisition reply was lost", "name", n.name, "token", n.OtherToken)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.StatementTimeout)
-		rel, err := c.st.Release(rctx, c.db, n.name, n.OtherToken)
+		err := c.release(rctx, n.name, n.OtherToken)
 		cancel()
 		if err != nil {
 			return opError(fmt.Sprintf("release an orphaned row of %q", n.name), err)
-		}
-		if rel.WokeFirst {
-			c.ringBell()
 		}
 		return errorf("acquire %q: %w", n.name, errOrphan)
 	}

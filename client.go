@@ -424,8 +424,10 @@ func (c *Client) Get(ctx context.Context, name string) (Info, error) {
 	var rec store.Record
 	var ok bool
 	err := c.read(ctx, "read lease", func() (err error) {
-		rec, ok, err = c.st.Get(ctx, c.db, name)
-		return err
+		return c.exec(ctx, func(ctx context.Context, q store.DB, _ *sessState) (err error) {
+			rec, ok, err = c.st.Get(ctx, q, name)
+			return err
+		})
 	})
 	if err != nil {
 		return Info{}, err

@@ -42,6 +42,9 @@ type connection struct {
 // and bell 0: the client's waits may queue, and its releases ring.
 func (s *session) connect() (_ dconn, proxied, live bool, _ error) {
 	c := s.c
+	if hook := testHookConnect.Load(); hook != nil {
+		(*hook)(c.id)
+	}
 	ctx, cancel := context.WithTimeout(c.life.bg, c.connectBudget())
 	defer cancel()
 	cfg, err := c.dedicatedConfig(ctx)
@@ -85,6 +88,10 @@ func (s *session) connect() (_ dconn, proxied, live bool, _ error) {
 	}
 	return pgxConn{pc}, proxied, live, nil
 }
+
+// testHookConnect, when set by a test, runs as a dedicated session begins
+// to connect, with its client's id.
+var testHookConnect atomic.Pointer[func(client string)]
 
 // clientLock takes the session lock and the client lock on a new dedicated
 // connection (see SessionLock and ClientLock in session.sql). It reports

@@ -409,19 +409,43 @@ func (c *Client) ringBell() {
 	c.life.goBackground(func() {
 		err := s.do(c.life.bg, c.cfg.StatementTimeout, func(ctx context.Context, q store.Querier, st *sessState) error {
 			done() // a release after this rings again
-			if !st.belled {
-				return nil
-			}
-			k, err := c.st.Ring(ctx, q, c.id, *st.bell)
-			*st.bell = k
-			if err != nil && c.life.bg.Err() == nil {
-				c.cfg.Logger.WarnContext(ctx, "pglease: could not ring the doorbell; the first waiter looks again at its expiry timer or fallback poll", "err", err)
-			}
-			return err
+			return c.ring(ctx, q, st)
 		})
 		if err != nil {
 			done() // the ring may not have run (the session was down)
 		}
+	})
+}
+
+// ring rings this client's bell on the dedicated session (st its state),
+// if it holds one.
+func (c *Client) ring(ctx context.Context, q store.Querier, st *sessState) error {
+	if !st.belled {
+		return nil
+	}
+	k, err := c.st.Ring(ctx, q, c.id, *st.bell)
+	*st.bell = k
+	if err != nil && c.life.bg.Err() == nil {
+		c.cfg.Logger.WarnContext(ctx, "pglease: could not ring the doorbell; the first waiter looks again at its expiry timer or fallback poll", "err", err)
+	}
+	return err
+}
+
+// release deletes the row of a lease by token (see Release in
+// functions.sql) and rings the bell when the release woke the first
+// waiter: at once when it ran on the dedicated session, else from there
+// in the background (ringBell).
+func (c *Client) release(ctx context.Context, name string, token int64) error {
+	return c.exec(ctx, func(ctx context.Context, q store.DB, st *sessState) error {
+		rel, err := c.st.Release(ctx, q, name, token)
+		switch {
+		case err != nil || !rel.WokeFirst:
+		case st != nil:
+			_ = c.ring(ctx, q, st) // the waiter looks again at its expiry timer or fallback poll
+		default:
+			c.ringBell()
+		}
+		return err
 	})
 }
 

@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -150,15 +151,26 @@ func TestAnIdleClientStopsListening(t *testing.T) {
 	pgtest.WaitFor(t, patience, "the idle client to stop listening", func() bool { return !listening(c) })
 }
 
-// A holder whose dedicated session starts only after its waiter looked for
-// its bell (a client that tried, and opens its session with its first
-// renewal) is waited for by notifications until then; the waiter's
-// watcher looks again, finds the bell, and the waiter watches it.
+// A holder whose dedicated session connects only after its waiter looked
+// for its bell (its first try ran on the pool while the session connected)
+// is waited for by notifications until then; the waiter's watcher looks
+// again, finds the bell, and the waiter watches it.
 func TestAWaiterWatchesABellThatCameLater(t *testing.T) {
 	ctx := testCtx(t)
 	cs := ffClients(t, 2)
 	h, w := cs[0], cs[1]
-	l, err := h.TryAcquire(ctx, "late", WithTTL(time.Hour)) // no renewal within the test
+	proceed := make(chan struct{})
+	hook := func(client string) {
+		if client == h.id {
+			<-proceed
+		}
+	}
+	testHookConnect.Store(&hook)
+	t.Cleanup(func() { testHookConnect.Store(nil) })
+	var once sync.Once
+	release := func() { once.Do(func() { close(proceed) }) }
+	t.Cleanup(release)
+	l, err := h.TryAcquire(ctx, "late", WithTTL(time.Hour)) // on the pool: the session waits for proceed
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +179,8 @@ func TestAWaiterWatchesABellThatCameLater(t *testing.T) {
 	if bellArmed(w, h.id) {
 		t.Fatal("the waiter watches a bell the holder does not have yet")
 	}
-	s, err := h.session() // as the holder's first renewal would
+	release() // the holder's session connects
+	s, err := h.session()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,10 +57,16 @@ type acquisition struct {
 // goroutine of this client holds them (take).
 func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	c := a.c
-	if a.wait {
-		if _, err := c.session(); err != nil { // starts the listener
+	// The session runs the client's statements, renews its leases, rings
+	// its bell and listens: started with the first acquisition, so that
+	// the client's statements, whether it waits or tries, share it (a
+	// client with DisableNotify opens it for its first wait or renewal).
+	if a.wait || !c.cfg.DisableNotify {
+		if _, err := c.session(); err != nil {
 			return nil, err
 		}
+	}
+	if a.wait {
 		a.w = c.newWaker(a.name, a.names, a.kind.queue())
 		defer a.w.stop()
 	}

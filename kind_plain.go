@@ -23,6 +23,19 @@ func (kindPlain) statement(a *acquisition, unit []string) func(context.Context) 
 	return a.rowStatement(unit[0], "")
 }
 
+// busyRow turns a lock timeout of an attempt (on the dedicated session,
+// which waits for a lock at most sessionLockTimeout: see Client.exec)
+// into a refusal by an unknown holder: the row or the name is busy (a
+// guarded transaction, a contender's acquisition).
+func busyRow(res acquireResult, err error) (acquireResult, error) {
+	if store.Classify(err) != store.KindLockTimeout {
+		return res, err
+	}
+	res = acquireResult{busy: true}
+	res.OtherRemaining = -1
+	return res, nil
+}
+
 // rowStatement is the statement of an attempt on the row name, a slot of
 // the semaphore semaphore if not empty: Acquire, on the dedicated session
 // for a fast-failover lease (acquireInSession, which may batch it with
@@ -41,7 +54,11 @@ func (a *acquisition) rowStatement(name, semaphore string) func(context.Context)
 		if o.session {
 			res, r.epoch, r.err = c.acquireInSession(args)
 		} else {
-			res.AcquireResult, r.err = c.st.Acquire(sctx, c.db, args)
+			r.err = c.exec(sctx, func(ctx context.Context, q store.DB, _ *sessState) (err error) {
+				res.AcquireResult, err = c.st.Acquire(ctx, q, args)
+				return err
+			})
+			res, r.err = busyRow(res, r.err)
 		}
 		r.granted = res.Acquired
 		r.rows = []nameReply{{name: name, acquireResult: res}}

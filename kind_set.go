@@ -60,7 +60,10 @@ func (kindSet) statement(a *acquisition, unit []string) func(context.Context) re
 	return func(sctx context.Context) (r reply) {
 		r.sent = time.Now()
 		var res store.AcquireAllResult
-		res, r.err = c.st.AcquireAll(sctx, c.db, args)
+		r.err = c.exec(sctx, func(ctx context.Context, q store.DB, _ *sessState) (err error) {
+			res, err = c.st.AcquireAll(ctx, q, args)
+			return err
+		})
 		r.granted = res.Acquired
 		r.rows = make([]nameReply, len(res.Names))
 		for i, n := range res.Names {

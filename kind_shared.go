@@ -69,7 +69,11 @@ func (a *acquisition) shareStatement(args store.SharedArgs) func(context.Context
 				return c.st.AcquireShared(ctx, q, bound)
 			})
 		} else {
-			res.AcquireResult, row, r.err = c.st.AcquireShared(sctx, c.db, args)
+			r.err = c.exec(sctx, func(ctx context.Context, q store.DB, _ *sessState) (err error) {
+				res.AcquireResult, row, err = c.st.AcquireShared(ctx, q, args)
+				return err
+			})
+			res, r.err = busyRow(res, r.err)
 		}
 		r.granted = res.Acquired
 		if !r.granted {

@@ -346,14 +346,10 @@ func (l *Lease) removeRow(ctx context.Context, report bool) error {
 	}
 }
 
-// releaseRow deletes the row by token, on the pool (a session-bound
-// lease too: its binding is its session's lock, which the session keeps).
+// releaseRow deletes the row by token (a session-bound lease too: its
+// binding is its session's lock, which the session keeps).
 func (c *Client) releaseRow(ctx context.Context, l *Lease) error {
-	rel, err := c.st.Release(ctx, c.db, l.name, l.token)
-	if err == nil && rel.WokeFirst {
-		c.ringBell() // the first waiter may watch this client's doorbell
-	}
-	return err
+	return c.release(ctx, l.name, l.token)
 }
 
 // Renew renews the lease now (a manual heartbeat; renewal also runs in the

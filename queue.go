@@ -66,7 +66,7 @@ func (c *Client) leaveQueue(w *waker, name string, then func()) {
 		}
 		ctx, cancel := context.WithTimeout(c.life.bg, c.cfg.StatementTimeout)
 		defer cancel()
-		if err := c.st.Unqueue(ctx, c.db, c.id, name); err != nil && c.life.bg.Err() == nil {
+		if err := c.exec(ctx, func(ctx context.Context, q store.DB, _ *sessState) error { return c.st.Unqueue(ctx, q, c.id, name) }); err != nil && c.life.bg.Err() == nil {
 			c.cfg.Logger.WarnContext(ctx, "pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", name, "err", err)
 		}
 	}) {

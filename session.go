@@ -44,6 +44,9 @@ type session struct {
 	// proxied: the connection's server backend is not its own (a
 	// transaction-pooling proxy); it cannot hold session-bound leases.
 	proxied bool
+	// serving: the connection runs the client's statements (see
+	// Client.exec): a pgx connection of its own, connected.
+	serving bool
 	// live: the connection holds the client lock, so this client's waits
 	// queue (queueArgs), unless Config.DisableNotify; belled: it holds a
 	// bell, bell (see Ring); ringing: a ring is queued (ringBell).
@@ -84,6 +87,7 @@ type sessState struct {
 	// locked: the connection holds its session lock (see bindable).
 	locked  *bool
 	proxied bool
+	serving bool // the connection runs the client's statements (Client.exec)
 }
 
 // sessionWatch is the dedicated connection's context watcher. pgx closes a
@@ -204,6 +208,50 @@ func (s *session) run(ctx context.Context, op *sessOp) error {
 	}
 }
 
+// errNotServing: the session stopped running the client's statements
+// before it ran one; it runs on the pool instead (see Client.exec).
+var errNotServing = errors.New("pglease: the dedicated session does not run statements now")
+
+// exec runs fn, one of the client's statements, on its dedicated session
+// when that runs them now (st is then the session's state), and otherwise
+// on the pool (st nil). So a client's statements, its renewals and its
+// waits share one connection (see "Connections" in the package
+// documentation); the pool serves a client without such a session
+// (database/sql with another driver, a transaction-pooling proxy), and
+// its statements while the session connects or reconnects.
+//
+// On the session fn gets a context of its own, bounded by the server's
+// statement_timeout and a second (see session.do): when ctx ends first,
+// exec returns ctx.Err() and the statement still runs. A lock wait on the
+// session ends after its lock_timeout (sessionLockTimeout), so that the
+// session does not sit behind a row lock (a guarded transaction) while
+// renewals wait.
+func (c *Client) exec(ctx context.Context, fn func(ctx context.Context, q store.DB, st *sessState) error) error {
+	if s := c.conn.sess.Load(); s != nil && s.servesNow() {
+		err := s.do(ctx, c.cfg.StatementTimeout+time.Second, func(sctx context.Context, q store.Querier, st *sessState) error {
+			db, ok := q.(store.DB) // a pgx connection's is
+			if !st.serving || !ok {
+				return errNotServing
+			}
+			return fn(sctx, db, st)
+		})
+		if !errors.Is(err, errNotServing) && !errors.Is(err, ErrClosed) {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return fn(ctx, c.db, nil)
+}
+
+// servesNow reports whether the session runs the client's statements now.
+func (s *session) servesNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serving
+}
+
 // isLive reports whether the current connection lets this client's waits
 // queue (see session.live).
 func (s *session) isLive() bool {
@@ -253,6 +301,8 @@ func (s *session) loop() {
 			s.epoch = s.conns
 			s.keepalive, s.locked = 0, false
 			s.proxied = proxied
+			_, isPgx := conn.(pgxConn)
+			s.serving = isPgx && !proxied
 			s.live, s.belled, s.bell, s.listening = live && !c.cfg.DisableNotify, live, 0, false
 			s.sock = nil
 			if pc, ok := conn.(pgxConn); ok {
@@ -290,7 +340,7 @@ func (s *session) loop() {
 			}
 			s.stop = cancel
 		}
-		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, proxied: s.proxied, belled: s.belled, bell: &s.bell}
+		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, proxied: s.proxied, serving: s.serving, belled: s.belled, bell: &s.bell}
 		s.mu.Unlock()
 
 		if op != nil {
@@ -418,7 +468,7 @@ func (s *session) lost(conn dconn, err error) dconn {
 	s.mu.Lock()
 	epoch := s.epoch
 	s.epoch = 0
-	s.live, s.belled, s.listening = false, false, false
+	s.serving, s.live, s.belled, s.listening = false, false, false, false
 	s.sock = nil
 	s.mu.Unlock()
 	s.c.sessionLost(epoch, err)

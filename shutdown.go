@@ -173,15 +173,7 @@ func (c *Client) releaseOrphans() error {
 // lost, by token.
 func (c *Client) releaseOrphan(ctx context.Context, o store.Orphan) error {
 	c.cfg.Logger.WarnContext(ctx, "pglease: releasing a lease row whose acquisition reply was lost", "name", o.Name, "token", o.Token)
-	var rel store.ReleaseResult
-	err := c.retry(ctx, func() (err error) {
-		rel, err = c.st.Release(ctx, c.db, o.Name, o.Token)
-		return err
-	})
-	if err == nil && rel.WokeFirst {
-		c.ringBell()
-	}
-	return err
+	return c.retry(ctx, func() error { return c.release(ctx, o.Name, o.Token) })
 }
 
 // sweepLater releases, in the background, the rows of this client that a
