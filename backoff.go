@@ -43,6 +43,11 @@ var (
 	// holds none (a client's session starts with its first wait, or its
 	// first renewal, a third of the TTL after its first acquisition).
 	probeBell = pauses{time.Second, 30 * time.Second}
+	// interruptAgain: a cancel request sent again while a watcher's
+	// statement on the dedicated session has not returned (the server
+	// dropped the last one, sent before the statement began: session.go:
+	// interrupt).
+	interruptAgain = pauses{20 * time.Millisecond, time.Second}
 )
 
 // promisedLookFirst is the first pause of a wait queued behind a waiter to

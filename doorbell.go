@@ -17,6 +17,7 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -241,22 +242,20 @@ func (wk *wakeups) bellGone(w *bellWatcher) {
 // or until it stops.
 func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 	defer close(w.done)
-	conn, err := c.watchConn(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.wake.bellGone(w)
-		}
-		return
-	}
-	defer conn.close()
-	q := conn.querier()
+	line := &watchLine{c: c}
+	defer line.close()
 	expect := -1
 	b := probeBell.start()
 	for {
 		if hook := testHookBell.Load(); hook != nil {
 			(*hook)(w.holder)
 		}
-		k, ok, err := c.st.ProbeBell(ctx, q, w.holder)
+		var k int
+		var ok bool
+		err := line.query(ctx, func(ctx context.Context, q store.Querier) (err error) {
+			k, ok, err = c.st.ProbeBell(ctx, q, w.holder)
+			return err
+		})
 		if err != nil {
 			if ctx.Err() == nil {
 				c.wake.bellGone(w)
@@ -267,6 +266,7 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 			// No bell now: the waits listen; look again later.
 			expect = -1
 			if !c.wake.noBell(w) {
+				line.idle()
 				select { // no waits: until one comes
 				case <-w.again:
 				case <-ctx.Done():
@@ -284,7 +284,7 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 		b.reset()
 		waits := k != expect && c.wake.rang(w, true) || k == expect && c.wake.hasWaits(w)
 		if waits {
-			rang, err := c.awaitBell(ctx, q, w, k)
+			rang, err := c.awaitBell(ctx, line, w, k)
 			if err != nil {
 				if ctx.Err() == nil {
 					c.wake.bellGone(w)
@@ -296,6 +296,7 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 		}
 		if !waits {
 			expect = -1
+			line.idle()
 			select {
 			case <-w.again:
 			case <-ctx.Done():
@@ -315,16 +316,19 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 // an event), so the next statement returns at once and the waits wake.
 // Only as in runBell's gap between a grant and a block do sixteen rings
 // in that instant go unseen.
-func (c *Client) awaitBell(ctx context.Context, q store.Querier, w *bellWatcher, k int) (bool, error) {
+func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher, k int) (bool, error) {
 	for {
-		err := c.st.AwaitBell(ctx, q, w.holder, k)
+		err := line.await(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			return c.st.AwaitBell(ctx, conn, w.holder, k, c.wake.watchTimeout)
+		})
 		if err == nil {
 			return true, nil
 		}
-		if store.Classify(err) != store.KindLockTimeout || ctx.Err() != nil {
+		interrupted := errors.Is(err, errInterrupted) && ctx.Err() == nil
+		if !interrupted && (store.Classify(err) != store.KindLockTimeout || ctx.Err() != nil) {
 			return false, err
 		}
-		if hook := testHookWatchTimeout.Load(); hook != nil {
+		if hook := testHookWatchTimeout.Load(); hook != nil && !interrupted {
 			(*hook)("bell")
 		}
 		if !c.wake.hasWaits(w) {
@@ -355,18 +359,6 @@ func (wk *wakeups) hasWaits(w *bellWatcher) bool {
 		w.armed = false
 	}
 	return len(w.names) > 0
-}
-
-// watchConn opens a connection of its own for a watcher of a bell.
-func (c *Client) watchConn(ctx context.Context) (*pgxConn, error) {
-	cfg, err := c.dedicatedConfig(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if cfg == nil { // not reached: a client without sessions rings no bell
-		return nil, ErrSessionUnavailable
-	}
-	return c.dialWatch(ctx, cfg)
 }
 
 // dialWatch opens a watcher's connection (a bell's or a session's) to

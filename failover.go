@@ -11,6 +11,7 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -278,16 +279,13 @@ func (w *sessionWatcher) rearm() { wake(w.again) }
 // the next statement returns at once.
 func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher) {
 	defer close(w.done)
-	var conn *pgxConn
-	defer func() {
-		if conn != nil {
-			conn.close()
-		}
-	}()
+	line := &watchLine{c: c}
+	defer line.close()
 	b := reconnectWatcher.start()
 	timedOut := false
 	for {
 		if !timedOut {
+			line.idle()
 			select {
 			case <-w.again:
 			case <-ctx.Done():
@@ -295,23 +293,13 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 			}
 		}
 		timedOut = false
-		if conn == nil {
-			cfg, err := c.dedicatedConfig(ctx)
-			if err != nil || cfg == nil {
-				return
-			}
-			pc, err := c.dialWatch(ctx, cfg)
-			if err != nil {
-				w.rearm()
-				select {
-				case <-time.After(b.next()):
-				case <-ctx.Done():
-				}
-				continue
-			}
-			conn = pc
+		err := line.await(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			return c.st.AwaitSession(ctx, conn, holder, c.wake.watchTimeout)
+		})
+		if errors.Is(err, errInterrupted) && ctx.Err() == nil {
+			timedOut = true // the session's other work came first: wait again
+			continue
 		}
-		err := c.st.AwaitSession(ctx, conn.querier(), holder)
 		if err != nil && store.Classify(err) == store.KindLockTimeout && ctx.Err() == nil {
 			// The holder's session lives on: wait for it again.
 			if hook := testHookWatchTimeout.Load(); hook != nil {
@@ -321,12 +309,16 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 			continue
 		}
 		if err != nil {
-			conn.close()
-			conn = nil
+			line.close()
 			if ctx.Err() != nil {
 				return
 			}
 			w.rearm()
+			select {
+			case <-time.After(b.next()):
+			case <-ctx.Done():
+				return
+			}
 			continue
 		}
 		b.reset()

@@ -34,7 +34,13 @@ type session struct {
 	mu   sync.Mutex
 	ops  []*sessOp
 	kick chan struct{}
-	stop context.CancelFunc // interrupts the current notification wait
+	// stop interrupts what the idle session does: its wait for
+	// notifications, or a watcher's statement (a cancel request).
+	stop func()
+	// The watch slot (see session.watch): slot is the watcher line that
+	// holds it, watchReq its statement waiting to run.
+	slot     *watchLine
+	watchReq *sessWatch
 	// epoch numbers connections, never reusing a number; 0 means not
 	// connected. conns counts the connections made.
 	epoch     uint64
@@ -327,6 +333,18 @@ func (s *session) loop() {
 				continue
 			}
 		}
+		if op == nil && s.watchReq != nil {
+			w := s.watchReq
+			s.watchReq = nil
+			change, _ := s.listenChange(stepDowns)
+			if change != 0 || s.listening || !s.serving {
+				s.mu.Unlock()
+				w.res <- errNoSlot
+				continue
+			}
+			conn = s.runWatch(conn.(pgxConn), w) // unlocks s.mu
+			continue
+		}
 		var wctx context.Context
 		var change int
 		if op == nil {
@@ -338,7 +356,7 @@ func (s *session) loop() {
 			} else {
 				wctx, cancel = context.WithCancel(c.life.bg)
 			}
-			s.stop = cancel
+			s.stop = func() { cancel() }
 		}
 		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, proxied: s.proxied, serving: s.serving, belled: s.belled, bell: &s.bell}
 		s.mu.Unlock()
@@ -388,6 +406,134 @@ func (s *session) loop() {
 			// interrupted for an operation or by Close
 		default:
 			conn = s.lost(conn, err)
+		}
+	}
+}
+
+// sessWatch is a watcher's blocking statement queued on the session.
+type sessWatch struct {
+	fn    func(ctx context.Context, conn *pgx.Conn) error
+	bound time.Duration // its client-side bound (the server's is shorter)
+	res   chan error
+}
+
+var (
+	// errNoSlot: the session does not run a watcher's statement now (another
+	// watcher holds its slot, it listens for notifications, or it does not
+	// run the client's statements); the watcher uses a connection of its own.
+	errNoSlot = errors.New("pglease: the dedicated session's watch slot is not free")
+	// errInterrupted: a watcher's statement on the session was cancelled so
+	// that the session could run an operation, or listen; the watcher waits
+	// again.
+	errInterrupted = errors.New("pglease: a watcher's wait on the dedicated session was interrupted")
+)
+
+// watch runs fn, a watcher's blocking statement, on the session while it
+// is idle, for line l, which then holds the session's watch slot until it
+// lets go of it (unslot): so a waiting client watches one holder's bell,
+// or one holder's session, on its one connection. It fails with errNoSlot
+// when another line holds the slot, or the session does not run the
+// client's statements now, or listens for notifications (which the server
+// delivers only between statements). While fn runs, the session's other
+// work (an operation queued, a need to listen) interrupts it with a cancel
+// request (runWatch): watch then fails with errInterrupted.
+func (s *session) watch(ctx context.Context, l *watchLine, bound time.Duration, fn func(ctx context.Context, conn *pgx.Conn) error) error {
+	s.mu.Lock()
+	if s.slot != nil && s.slot != l || !s.serving || s.listening || s.c.cfg.DisableNotify {
+		s.mu.Unlock()
+		return errNoSlot
+	}
+	s.slot = l
+	w := &sessWatch{fn: fn, bound: bound, res: make(chan error, 1)}
+	s.watchReq = w
+	if s.stop != nil {
+		s.stop()
+	}
+	s.mu.Unlock()
+	wake(s.kick)
+	select {
+	case err := <-w.res:
+		return err
+	case <-ctx.Done():
+		s.mu.Lock()
+		if s.watchReq == w {
+			s.watchReq = nil
+		} else if s.stop != nil {
+			s.stop() // it may run now: interrupt it
+		}
+		s.mu.Unlock()
+		return ctx.Err()
+	case <-s.done:
+		return errNoSlot
+	}
+}
+
+// unslot lets go of the watch slot, if l holds it.
+func (s *session) unslot(l *watchLine) {
+	s.mu.Lock()
+	if s.slot == l {
+		s.slot = nil
+	}
+	s.mu.Unlock()
+}
+
+// runWatch runs a watcher's statement (s.mu held, and unlocked here). What
+// interrupts an idle session (s.stop) sends a cancel request meanwhile; the
+// statement then fails (query_canceled), and errInterrupted is answered.
+// The next statement on the connection is sent only once the cancel request
+// was delivered, so it cannot hit that one: a cancel that reaches the
+// backend between statements is dropped by the server. It returns the
+// connection, or nil when it failed.
+func (s *session) runWatch(conn pgxConn, w *sessWatch) dconn {
+	c := s.c
+	var fired atomic.Bool
+	finished := make(chan struct{}) // the statement returned
+	delivered := make(chan struct{})
+	s.stop = func() {
+		if fired.CompareAndSwap(false, true) {
+			go func() {
+				defer close(delivered)
+				s.interrupt(conn, finished)
+			}()
+		}
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeoutCause(c.life.bg, w.bound, errOverdue)
+	err := w.fn(ctx, conn.c)
+	cancel()
+	close(finished)
+	s.mu.Lock()
+	s.stop = nil
+	s.mu.Unlock()
+	if fired.Load() {
+		<-delivered
+		if store.Classify(err) == store.KindCanceled {
+			err = errInterrupted
+		}
+	}
+	var dc dconn = conn
+	if err != nil && !conn.alive() {
+		dc = s.lost(conn, err)
+	}
+	w.res <- err
+	return dc
+}
+
+// interrupt sends cancel requests for the watcher's statement running on
+// conn until it has returned (finished). The server drops a cancel that
+// reaches the backend between statements: one sent before the statement
+// began, or between the two statements of its batch; so one is sent again
+// after a moment, then less often, while the statement runs.
+func (s *session) interrupt(conn pgxConn, finished <-chan struct{}) {
+	b := interruptAgain.start()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), s.c.connectTimeout())
+		_ = conn.c.PgConn().CancelRequest(ctx)
+		cancel()
+		select {
+		case <-finished:
+			return
+		case <-time.After(b.next()):
 		}
 	}
 }

@@ -78,3 +78,22 @@ func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs
 	}
 	return rs, nil
 }
+
+// await runs a watcher's blocking statement, bounded by wait alone (see
+// WatchBounds in session.sql): one batch, one round trip, on a connection
+// whose own statement_timeout and lock_timeout may be shorter (the
+// dedicated session's).
+func (s *Store) await(ctx context.Context, conn Batcher, wait time.Duration, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(s.Q.WatchBounds, strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
+	b.Queue(sql, args...)
+	br := conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

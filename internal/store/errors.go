@@ -37,6 +37,9 @@ const (
 	// found the schema just before a DROP SCHEMA committed reports the
 	// function missing, not the schema).
 	KindMissingFunction
+	// KindCanceled: the statement was cancelled (57014): by a cancel
+	// request, or by statement_timeout.
+	KindCanceled
 )
 
 // Classify returns the kind of err; KindOther for anything not listed,
@@ -57,6 +60,8 @@ func Classify(err error) Kind {
 		return KindLockTimeout
 	case "42883":
 		return KindMissingFunction
+	case "57014":
+		return KindCanceled
 	}
 	return KindOther
 }

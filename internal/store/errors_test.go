@@ -79,6 +79,7 @@ func TestClassifyReadsSQLStatesOfEveryDriver(t *testing.T) {
 		{&pgconn.PgError{Code: "53200"}, KindLockTableFull},
 		{&pgconn.PgError{Code: "55P03"}, KindLockTimeout},
 		{&pgconn.PgError{Code: "42883"}, KindMissingFunction},
+		{&pgconn.PgError{Code: "57014"}, KindCanceled},
 		{sqlStateErr("42501"), KindPrivilege},
 		{sqlStateErr("23505"), KindOther},
 	} {

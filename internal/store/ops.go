@@ -266,13 +266,14 @@ func (s *Store) SessionSettings(ctx context.Context, q Querier, statement, lock 
 }
 
 // AwaitSession blocks until the dedicated session of backend pid ends (at
-// once when it is gone already).
-func (s *Store) AwaitSession(ctx context.Context, q Querier, pid int32) error {
+// once when it is gone already), or for at most wait: then it fails with a
+// lock timeout.
+func (s *Store) AwaitSession(ctx context.Context, conn Batcher, pid int32, wait time.Duration) error {
 	ns, err := s.lockNS()
 	if err != nil {
 		return err
 	}
-	return q.Query(ctx, s.Q.AwaitSession, []any{pid, ns}, func(Row) error { return nil })
+	return s.await(ctx, conn, wait, s.Q.AwaitSession, pid, ns)
 }
 
 // SessionLock takes the session lock of this session (see SessionLock in
@@ -375,12 +376,12 @@ func (s *Store) ProbeBell(ctx context.Context, q Querier, client string) (int, b
 	return held[0], true, nil
 }
 
-// AwaitBell blocks until bell k of client is free: its session rang it, or
-// ended.
-func (s *Store) AwaitBell(ctx context.Context, q Querier, client string, k int) error {
+// AwaitBell blocks until bell k of client is free (its session rang it, or
+// ended), or for at most wait: then it fails with a lock timeout.
+func (s *Store) AwaitBell(ctx context.Context, conn Batcher, client string, k int, wait time.Duration) error {
 	ns, err := s.lockNS()
 	if err != nil {
 		return err
 	}
-	return q.Query(ctx, s.Q.AwaitBell, []any{ns, client, k}, func(Row) error { return nil })
+	return s.await(ctx, conn, wait, s.Q.AwaitBell, ns, client, k)
 }

@@ -74,8 +74,21 @@ SELECT k FROM generate_series(0, 15) AS k
 
 -- name: AwaitBell
 -- Blocks until bell $3 of client $2 is free (its next ring, or the end of
--- its session), then lets go at once. $1 namespace.
+-- its session), then lets go at once (at the end of its batch: see
+-- WatchBounds). $1 namespace.
 SELECT pg_advisory_xact_lock_shared({{bell_key($1::text, $2::text, $3::int)}})
+
+-- name: WatchBounds
+-- Sent in one batch before a watcher's blocking statement (AwaitBell,
+-- AwaitSession), and reverted at the batch's end: the statement waits for
+-- its lock at most $1 ms, and no statement_timeout ends it sooner. It may
+-- run on the client's dedicated session, whose own bounds are shorter.
+-- (The server arms a statement's timeout as each statement of a batch
+-- starts, from the setting then: see BatchStatementTimeout.) A wait that
+-- times out found the lock still held; the watcher waits again, so that
+-- no snapshot of a waiting client is older than $1 ms.
+SELECT set_config('lock_timeout', $1::text, true),
+       set_config('statement_timeout', '0', true)
 
 -- name: Listen
 LISTEN {{channel}}

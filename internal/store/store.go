@@ -194,6 +194,7 @@ type Queries struct {
 	Orphans                                                   string
 	SessionKeepalive, AwaitSession                            string
 	Ring, ProbeBell, AwaitBell, EndEarlierSession             string
+	WatchBounds                                               string
 	BackendPID, SessionSettings, BatchStatementTimeout        string
 	AcquireAllLocks, AcquireAll                               string // multi.go
 	RefuseNewer, SequenceShape                                string // schema.go
@@ -289,7 +290,7 @@ func Build(n Names) Queries {
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
 		Orphans:          get("Orphans"),
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"),
-		Ring: get("Ring"), ProbeBell: get("ProbeBell"), AwaitBell: get("AwaitBell"),
+		Ring: get("Ring"), ProbeBell: get("ProbeBell"), AwaitBell: get("AwaitBell"), WatchBounds: get("WatchBounds"),
 		EndEarlierSession: get("EndEarlierSession"),
 		BackendPID:        get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
