@@ -261,6 +261,12 @@ func logged(records <-chan slog.Record, msg string) bool {
 func TestCloseWithTheDatabaseUnreachableSaysWhatItLeaves(t *testing.T) {
 	ctx := testCtx(t)
 	c, proxy := proxiedClient(t, Config{})
+	// The dedicated session runs the client's statements once it has
+	// connected; the warm-up prepares them there.
+	if _, err := c.session(); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the dedicated session", func() bool { return c.conn.sess.Load().servesNow() })
 	warm, err := c.TryAcquire(ctx, "warm")
 	if err != nil {
 		t.Fatal(err)

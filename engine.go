@@ -343,6 +343,13 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult, exclusive bool) {
 			// nothing else would wake the waiters behind before their
 			// poll.
 			r.inSession = append(r.inSession, heldBy{res.name, res.HolderSession})
+			if rep.queued && res.OtherClient != "" && res.OtherClient != a.c.id {
+				// Its bell, which its session frees as it ends, serves as
+				// well, on the wait's own dedicated session: a ring
+				// (a release) wakes the wait too, which then finds the
+				// name promised and looks again after a moment.
+				r.bellOf = res.OtherClient
+			}
 		}
 		return
 	}

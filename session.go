@@ -178,9 +178,12 @@ func (c *Client) session() (*session, error) {
 	return s, nil
 }
 
-// do runs fn on the dedicated connection and waits for it, or for ctx. fn
-// gets a context of its own bounded by timeout: cancelling a statement would
-// close the connection and with it every session-bound lease.
+// do runs fn on the dedicated connection and waits for it. fn gets a
+// context of its own bounded by timeout: cancelling a statement would close
+// the connection and with it every session-bound lease. When ctx ends
+// first, an operation still queued is dropped (do returns ctx.Err()), and
+// one that runs is waited for: do returns only once fn has ended or surely
+// never runs.
 func (s *session) do(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, q store.Querier, st *sessState) error) error {
 	return s.run(ctx, &sessOp{timeout: timeout, fn: fn, res: make(chan error, 1)})
 }
@@ -207,9 +210,27 @@ func (s *session) run(ctx context.Context, op *sessOp) error {
 	select {
 	case err := <-op.res:
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	case <-s.done:
+	case <-ctx.Done():
+		// An operation still queued never runs; one that runs is waited
+		// for (within its own bound), so that the caller knows it ended.
+		s.mu.Lock()
+		if i := slices.Index(s.ops, op); i >= 0 {
+			s.ops = slices.Delete(s.ops, i, i+1)
+			s.mu.Unlock()
+			return ctx.Err()
+		}
+		s.mu.Unlock()
+		select {
+		case err := <-op.res:
+			return err
+		case <-s.done:
+		}
+	}
+	select { // the loop answers every operation before it ends
+	case err := <-op.res:
+		return err
+	default:
 		return ErrClosed
 	}
 }
@@ -227,8 +248,10 @@ var errNotServing = errors.New("pglease: the dedicated session does not run stat
 // its statements while the session connects or reconnects.
 //
 // On the session fn gets a context of its own, bounded by the server's
-// statement_timeout and a second (see session.do): when ctx ends first,
-// exec returns ctx.Err() and the statement still runs. A lock wait on the
+// statement_timeout and a second (see session.do): when ctx ends first, a
+// statement still queued never runs (exec returns ctx.Err()), and one that
+// runs is waited for, as a pool's statement is cancelled and waited for:
+// exec returns only once its statement ended. A lock wait on the
 // session ends after its lock_timeout (sessionLockTimeout), so that the
 // session does not sit behind a row lock (a guarded transaction) while
 // renewals wait.
@@ -241,7 +264,11 @@ func (c *Client) exec(ctx context.Context, fn func(ctx context.Context, q store.
 			}
 			return fn(sctx, db, st)
 		})
-		if !errors.Is(err, errNotServing) && !errors.Is(err, ErrClosed) {
+		// Close stops the session (ErrClosed), and cuts the statement it
+		// runs then: that one ran or not, and may run again (every
+		// statement of the client is idempotent by token).
+		closing := err != nil && c.life.bg.Err() != nil && !store.FromServer(err)
+		if !errors.Is(err, errNotServing) && !errors.Is(err, ErrClosed) && !closing {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
@@ -337,10 +364,28 @@ func (s *session) loop() {
 			w := s.watchReq
 			s.watchReq = nil
 			change, _ := s.listenChange(stepDowns)
-			if change != 0 || s.listening || !s.serving {
+			if change > 0 || s.listening && (stepDowns || s.listeners > 0) || !s.serving {
 				s.mu.Unlock()
 				w.res <- errNoSlot
 				continue
+			}
+			if s.listening {
+				// It listens only as it lingers: a watch on the session
+				// is worth more than the connection it would take.
+				s.mu.Unlock()
+				if err := s.listen(conn, false); err != nil {
+					w.res <- errNoSlot
+					if !conn.alive() {
+						conn = s.lost(conn, err)
+					}
+					continue
+				}
+				s.mu.Lock()
+				if len(s.ops) > 0 || s.listeners > 0 {
+					s.watchReq = w // an operation first, or listen again
+					s.mu.Unlock()
+					continue
+				}
 			}
 			conn = s.runWatch(conn.(pgxConn), w) // unlocks s.mu
 			continue
@@ -428,18 +473,31 @@ var (
 	errInterrupted = errors.New("pglease: a watcher's wait on the dedicated session was interrupted")
 )
 
+// needsNotifications reports whether the client needs notifications for
+// more than own (0 or 1) of its waits: for other waits or observers, or
+// for leases whose holders hear step-down requests.
+func (s *session) needsNotifications(own int) bool {
+	if s.c.reg.hearsStepDowns() {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listeners > own
+}
+
 // watch runs fn, a watcher's blocking statement, on the session while it
 // is idle, for line l, which then holds the session's watch slot until it
 // lets go of it (unslot): so a waiting client watches one holder's bell,
 // or one holder's session, on its one connection. It fails with errNoSlot
 // when another line holds the slot, or the session does not run the
-// client's statements now, or listens for notifications (which the server
-// delivers only between statements). While fn runs, the session's other
+// client's statements now, or needs to listen for notifications (which the
+// server delivers only between statements); a session that listens only
+// as it lingers (listenLinger) stops listening for the watch. While fn runs, the session's other
 // work (an operation queued, a need to listen) interrupts it with a cancel
 // request (runWatch): watch then fails with errInterrupted.
 func (s *session) watch(ctx context.Context, l *watchLine, bound time.Duration, fn func(ctx context.Context, conn *pgx.Conn) error) error {
 	s.mu.Lock()
-	if s.slot != nil && s.slot != l || !s.serving || s.listening || s.c.cfg.DisableNotify {
+	if s.slot != nil && s.slot != l || !s.serving || s.listeners > 0 || s.c.cfg.DisableNotify {
 		s.mu.Unlock()
 		return errNoSlot
 	}

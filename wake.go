@@ -191,11 +191,17 @@ func (w *waker) doorbell(r *roundResult, since time.Time, delay time.Duration) t
 		return delay
 	}
 	s := c.conn.sess.Load() // a wait starts it (run)
-	if r.bellOf != "" && (w.bell == r.bellOf || !s.isListening()) {
-		// (A wait does not begin to watch a bell while its session listens
-		// already, for other waits, an observer or a holder, or for 30 s
-		// after: the release's notification reaches it, and a bell would
-		// add to the hand-off and save nothing.)
+	own := 0
+	if w.unlisten != nil {
+		own = 1
+	}
+	if r.bellOf != "" && (w.bell == r.bellOf || !s.needsNotifications(own)) {
+		// (A wait does not begin to watch a bell while its client needs
+		// notifications for other waits, an observer or a holder: the
+		// release's notification reaches it, and a bell would take a
+		// connection of its own, the session listening. One that listened
+		// itself, or a session that only lingers, moves to the bell: it is
+		// watched on the session.)
 		switch w.watch(r.bellOf, since) {
 		case bellRangSince:
 			r.inSession = nil

@@ -1,0 +1,118 @@
+package pglease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// fleetSize is the number of clients of each fleet test: enough that a
+// connection more per client shows, few enough for the test server's
+// max_connections.
+const fleetSize = 12
+
+// fleet opens n clients on one table, owners tag-0 … tag-(n-1), and
+// returns them with a count of the server connections whose application
+// name is one of theirs.
+func fleet(t *testing.T, tag string, n int, cfg Config) ([]*Client, func() int) {
+	t.Helper()
+	cs := make([]*Client, n)
+	for i := range cs {
+		cfg.Owner = fmt.Sprintf("%s-%d", tag, i)
+		cs[i] = testClient(t, cfg)
+		cfg.Table = cs[0].cfg.Table
+	}
+	if err := cs[0].migrate(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	conns := func() int {
+		return pgtest.Value[int](t, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1`, appName(tag+"-")+"%")
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i, c := range cs {
+			s := c.conn.sess.Load()
+			t.Logf("client %d: listening %v, bell watchers %d, session watchers %d", i, s != nil && s.isListening(), len(c.wake.bells), len(c.wake.watchers))
+		}
+		t.Logf("connections:\n%s", pgtest.Value[string](t, `SELECT string_agg(application_name || ' ' || state || ' ' || coalesce(wait_event, '-') || ' ' || left(query, 60), E'\n' ORDER BY application_name) FROM pg_stat_activity WHERE application_name LIKE $1`, appName(tag+"-")+"%"))
+	})
+	return cs, conns
+}
+
+// A fleet costs one connection per client (SPEC §3.4): once the pools'
+// idle connections closed, each client of a fleet electing on one name,
+// and each of a fleet waiting on names another client holds, keeps its
+// dedicated session alone: its statements, its renewals, its bell
+// watcher (or, behind a fast-failover holder, its watch of the holder's
+// bell) run there. Before, a first waiter watched the holder's bell on a
+// connection of its own, and every waiter behind a fast-failover holder
+// watched its session on one.
+func TestAFleetCostsOneConnectionPerClient(t *testing.T) {
+	defer func(d time.Duration) { poolIdleTime = d }(poolIdleTime)
+	poolIdleTime = time.Second
+	for _, ff := range []bool{false, true} {
+		var opts []Option
+		mode := "plain"
+		if ff {
+			opts, mode = []Option{WithFastFailover()}, "fast-failover"
+		}
+		t.Run("electors "+mode, func(t *testing.T) {
+			ctx := testCtx(t)
+			tag := "fleet-e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			cs, conns := fleet(t, tag, fleetSize, Config{PollInterval: time.Minute})
+			rctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			for _, c := range cs {
+				e, err := c.NewElector("leader", func(ctx context.Context) error { <-ctx.Done(); return nil },
+					ElectorConfig{LeaseOptions: append([]Option{WithTTL(time.Minute)}, opts...)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Go(func() { _ = e.Run(rctx) })
+			}
+			pgtest.WaitFor(t, patience, "every other elector to queue", func() bool { return queued(t, cs[0], "leader") == fleetSize-1 })
+			pgtest.WaitFor(t, patience, fmt.Sprintf("%d electors to keep %d connections", fleetSize, fleetSize), func() bool { return conns() <= fleetSize })
+		})
+		t.Run("waiters "+mode, func(t *testing.T) {
+			ctx := testCtx(t)
+			tag := "fleet-w-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			cs, conns := fleet(t, tag, fleetSize+1, Config{PollInterval: time.Minute})
+			h, ws := cs[0], cs[1:]
+			for i := range ws {
+				if _, err := h.TryAcquire(ctx, fmt.Sprint("w", i), append([]Option{WithTTL(time.Minute)}, opts...)...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			for i, w := range ws {
+				go func() { _, _ = w.Acquire(wctx, fmt.Sprint("w", i), opts...) }()
+			}
+			for i, w := range ws {
+				waitQueued(t, h, w, fmt.Sprint("w", i))
+			}
+			pgtest.WaitFor(t, patience, fmt.Sprintf("%d waiting clients and their holder to keep %d connections", len(ws), len(cs)), func() bool { return conns() <= len(cs) })
+			for _, w := range ws {
+				if n := watchers(w); n != 1 {
+					t.Fatalf("a waiting client runs %d watchers of the holder, want 1 (its bell)", n)
+				}
+			}
+		})
+	}
+}
+
+// watchers is the number of watchers (of bells and of sessions) c runs.
+func watchers(c *Client) int {
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	return len(c.wake.bells) + len(c.wake.watchers)
+}
