@@ -54,6 +54,7 @@ type fleetRow struct {
 	holder  int  // waiters: the holder client's connections, counted before the waiters started
 	conns   int  // the bench database's client connections after the settle
 	settled bool // two counts a second apart agreed
+	retried int  // the times an Open, an Elector's Run or a waiter's Acquire returned an error, and was retried
 	err     error
 }
 
@@ -152,8 +153,8 @@ func runFleet(ctx context.Context, e *env, cfg *config) (rows []fleetRow, maxCon
 	for _, n := range cfg.fleetNs {
 		for _, role := range []string{"electors", "waiters"} {
 			r := fleetRun(ctx, e, cfg, role, n)
-			logf("FLEET %-8s n=%d procs=%d start=%v conns=%d holder=%d per-client=%.2f settled=%v fits-1.1N=%v err=%v", role, n, r.procs,
-				r.start.Round(time.Millisecond), r.conns, r.holder, r.perClient(), r.settled, r.fits(), r.err)
+			logf("FLEET %-8s n=%d procs=%d start=%v conns=%d holder=%d per-client=%.2f settled=%v fits-1.1N=%v retried=%d err=%v", role, n, r.procs,
+				r.start.Round(time.Millisecond), r.conns, r.holder, r.perClient(), r.settled, r.fits(), r.retried, r.err)
 			rows = append(rows, r)
 		}
 	}
@@ -217,7 +218,7 @@ func fleetRun(ctx context.Context, e *env, cfg *config, role string, n int) (r f
 	defer func() {
 		stopCapProcs(procs)
 	}()
-	// The children report "HELD x errors": x is the electors leading, or
+	// The children report "HELD x retried": x is the electors leading, or
 	// the waiters that got a name (which the holder holds: none should).
 	if role == "electors" {
 		deadline := time.Now().Add(time.Minute)
@@ -230,11 +231,10 @@ func fleetRun(ctx context.Context, e *env, cfg *config, role string, n int) (r f
 		}
 	}
 	r.conns, r.settled, r.err = settledConns(ctx, e, cfg.fleetSettle)
-	held, failed := leaseCounts(procs)
+	held, retried := leaseCounts(procs)
+	r.retried = retried
 	switch {
 	case r.err != nil:
-	case failed > 0:
-		r.err = fmt.Errorf("%d clients failed (see the log)", failed)
 	case role == "electors" && held != 1:
 		r.err = fmt.Errorf("%d electors lead at the count, want 1", held)
 	case role == "waiters" && held != 0:
@@ -247,65 +247,80 @@ func fleetRun(ctx context.Context, e *env, cfg *config, role string, n int) (r f
 // (16 at a time), each of which runs an Elector on s.Prefix (electors) or
 // blocks in Acquire on its name (waiters), then reports every 200 ms
 // "HELD x failed": the electors leading or the waiters that got their
-// name, and the clients that failed.
+// name, and the times an Open, an Elector's Run or a waiter's Acquire
+// returned an error. Those are retried a second later, as an application would (an
+// Elector with a new one), so that the fleet stays whole; the first few
+// errors are logged.
 func fleetChild(ctx context.Context, e *env, s capSpec) error {
-	var mu sync.Mutex
-	var electors []*pglease.Elector // this child's
+	electors := make([]atomic.Pointer[pglease.Elector], s.Clients)
 	var got, failed atomic.Int64
-	fail := func(what string, err error) {
-		if ctx.Err() == nil {
-			failed.Add(1)
-			fmt.Fprintf(os.Stderr, "bench child %s: %s: %v\n", s.Role, what, err)
+	retry := func(what string, err error) bool {
+		if ctx.Err() != nil {
+			return false
 		}
+		if failed.Add(1) <= 5 {
+			fmt.Fprintf(os.Stderr, "bench child %s: %s: %v (retried)\n", s.Role, what, err)
+		}
+		sleepCtx(ctx, time.Second)
+		return ctx.Err() == nil
+	}
+	lead := func(ctx context.Context) error {
+		<-ctx.Done()
+		return nil
 	}
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
-	var openErr atomic.Pointer[error]
 	for i := range s.Clients {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			c, err := pglease.Open(ctx, e.dsn, pglease.Config{Table: s.Table})
-			if err != nil {
-				openErr.CompareAndSwap(nil, &err)
-				return
+			for err != nil {
+				if !retry("open", err) {
+					return
+				}
+				c, err = pglease.Open(ctx, e.dsn, pglease.Config{Table: s.Table})
 			}
 			if s.Role == roleWaiters {
 				name := s.Prefix + strconv.Itoa(s.First+i)
 				go func() {
-					l, err := c.Acquire(ctx, name)
-					if err == nil {
-						got.Add(1)
-						_ = l.Release(context.Background())
-						return
+					for {
+						l, err := c.Acquire(ctx, name)
+						if err == nil {
+							got.Add(1)
+							_ = l.Release(context.Background())
+							return
+						}
+						if !retry("acquire "+name, err) {
+							return
+						}
 					}
-					fail("acquire "+name, err)
 				}()
 				return
 			}
-			el, err := c.NewElector(s.Prefix, func(ctx context.Context) error {
-				<-ctx.Done()
-				return nil
-			}, pglease.ElectorConfig{})
-			if err != nil {
-				openErr.CompareAndSwap(nil, &err)
-				return
-			}
-			mu.Lock()
-			electors = append(electors, el)
-			mu.Unlock()
-			go func() { fail("elector", el.Run(ctx)) }()
+			go func() {
+				for {
+					el, err := c.NewElector(s.Prefix, lead, pglease.ElectorConfig{})
+					if err == nil {
+						electors[i].Store(el)
+						err = el.Run(ctx)
+					}
+					if !retry("elector", err) {
+						return
+					}
+				}
+			}()
 		})
 	}
 	wg.Wait()
-	if p := openErr.Load(); p != nil {
-		return *p
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	fmt.Println("READY")
 	for {
 		held := got.Load()
-		for _, el := range electors {
-			if el.IsLeader() {
+		for i := range electors {
+			if el := electors[i].Load(); el != nil && el.IsLeader() {
 				held++
 			}
 		}
@@ -325,19 +340,19 @@ func (r *report) mdFleet(w func(string, ...any)) {
 		"*Electors*: every client runs an Elector on one name; counted once exactly one leads and the others have campaigned for %v. "+
 		"*Waiters*: one holder client takes N names with TryAcquire (and renews one, so that its session is up), then N clients each block in Acquire on one of them; counted after %v, the holder's connections (counted before the waiters started) left out of *per client*. "+
 		"*Connections* counts the bench database's client backends, every second after the settle until two counts agree (*settled*). "+
-		"*Fits 1.1 N* says whether the whole fleet, holder included, fits max_connections = 1.1 × N (connections ≤ 1.1 N + 10). max_connections was %d during the run.\n\n",
+		"*Retried* counts the times a client's Open, an Elector's Run or a waiter's Acquire returned an error before the count (each retried a second later, an Elector with a new one, so that the fleet stays whole; the child logs the first few). *Fits 1.1 N* says whether the whole fleet, holder included, fits max_connections = 1.1 × N (connections ≤ 1.1 N + 10). max_connections was %d during the run.\n\n",
 		r.cfg.fleetSettle, r.cfg.fleetSettle, r.fleetMaxConns)
-	w("| N | fleet | processes | start s | connections | holder's | per client | settled | fits 1.1 N |\n|---:|---|---:|---:|---:|---:|---:|---|---|\n")
+	w("| N | fleet | processes | start s | connections | holder's | per client | settled | retried | fits 1.1 N |\n|---:|---|---:|---:|---:|---:|---:|---|---:|---|\n")
 	for _, x := range r.fleet {
 		if x.err != nil {
-			w("| %d | %s | %d | | | | | | %s |\n", x.clients, x.role, x.procs, errCell(x.err))
+			w("| %d | %s | %d | | | | | | | %s |\n", x.clients, x.role, x.procs, errCell(x.err))
 			continue
 		}
 		holder := "–"
 		if x.role == "waiters" {
 			holder = fmt.Sprint(x.holder)
 		}
-		w("| %d | %s | %d | %.1f | %d | %s | %.2f | %s | %s |\n", x.clients, x.role, x.procs, x.start.Seconds(), x.conns, holder, x.perClient(), yesNo(x.settled), yesNo(x.fits()))
+		w("| %d | %s | %d | %.1f | %d | %s | %.2f | %s | %d | %s |\n", x.clients, x.role, x.procs, x.start.Seconds(), x.conns, holder, x.perClient(), yesNo(x.settled), x.retried, yesNo(x.fits()))
 	}
 	w("\n")
 }

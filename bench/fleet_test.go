@@ -92,7 +92,7 @@ func TestMarkdownS7AndFleet(t *testing.T) {
 			{peer: p("pglease"), holding: holdShared, others: 5, conns: 12, err: errors.New("boom")},
 		},
 		fleet: []fleetRow{
-			{role: "electors", clients: 10, procs: 1, conns: 29, settled: true},
+			{role: "electors", clients: 10, procs: 1, conns: 29, settled: true, retried: 2},
 			{role: "waiters", clients: 1000, procs: 5, holder: 3, conns: 1013, settled: true},
 			{role: "waiters", clients: 100, procs: 1, err: errors.New("too many clients")},
 		},
@@ -102,8 +102,8 @@ func TestMarkdownS7AndFleet(t *testing.T) {
 		"| pglease | tried | 5 | 1 | 3.0 | 3.0 | 3.0 | 3.0 | 1.50× | 0 | 17 | 3.00 |",
 		"| pglease | shared | 0 | 1 | 2.0 | 2.0 | 2.0 | 2.0 | 1.00× | 0 | – | – |",
 		"| pglease | shared | 5 | 0 | | | | | | error: boom | 12 | – |",
-		"| 10 | electors | 1 | 0.0 | 29 | – | 2.90 | yes | no |",
-		"| 1000 | waiters | 5 | 0.0 | 1013 | 3 | 1.01 | yes | yes |",
-		"| 100 | waiters | 1 | | | | | | error: too many clients |",
+		"| 10 | electors | 1 | 0.0 | 29 | – | 2.90 | yes | 2 | no |",
+		"| 1000 | waiters | 5 | 0.0 | 1013 | 3 | 1.01 | yes | 0 | yes |",
+		"| 100 | waiters | 1 | | | | | | | error: too many clients |",
 	)
 }
