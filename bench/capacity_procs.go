@@ -146,6 +146,7 @@ type capSpec struct {
 	Names   int           `json:"names,omitempty"`
 	FF      bool          `json:"ff,omitempty"`
 	Hold    time.Duration `json:"hold,omitempty"`
+	First   int           `json:"first,omitempty"` // FLEET waiters: the first name's number
 }
 
 // capEvent is a waiter's acquisition (got) or the moment just before its
@@ -275,6 +276,8 @@ func capChild(ctx context.Context, e *env) error {
 		return capChildClients(ctx, e, s)
 	case "waiters":
 		return capChildWaiters(ctx, e, s)
+	case roleElectors, roleWaiters:
+		return fleetChild(ctx, e, s)
 	}
 	return fmt.Errorf("unknown CAP role %q", s.Role)
 }

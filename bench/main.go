@@ -26,7 +26,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,8 +61,12 @@ type config struct {
 	s6TTL   time.Duration
 	s6Small map[string]bool
 
-	s7Others []int // clients waiting on other names, per row
-	s7Settle time.Duration
+	s7Others   []int // clients waiting on other names, per row
+	s7Settle   time.Duration
+	s7Holdings []string // how the holder of the names they wait on took them (holdWaited…)
+
+	fleetNs     []int // FLEET: the fleet sizes
+	fleetSettle time.Duration
 }
 
 // waitTTL is the TTL a peer uses in the waiting scenarios (S2, S3, S5).
@@ -92,7 +95,8 @@ func fullConfig() *config {
 		// them every 2 s saturate this 2-core server.
 		s6NFor:   map[string]int{"pglock": 2000},
 		s6Small:  set("pglease", "pglease-ff", "etcd"),
-		s7Others: []int{0, 50, 200, 500}, s7Settle: 3 * time.Second,
+		s7Others: []int{0, 50, 200, 500}, s7Settle: 3 * time.Second, s7Holdings: s7Holdings,
+		fleetNs: []int{10, 100, 1000}, fleetSettle: 3 * time.Second,
 	}
 }
 
@@ -109,7 +113,8 @@ func quickConfig() *config {
 		s5MultiPeers: set("pglease"),
 		s6N:          100, s6TTL: 1200 * time.Millisecond,
 		s6Small:  set("pglease"),
-		s7Others: []int{0, 5}, s7Settle: 300 * time.Millisecond,
+		s7Others: []int{0, 5}, s7Settle: 300 * time.Millisecond, s7Holdings: []string{holdWaited},
+		fleetNs: []int{10, 50}, fleetSettle: 500 * time.Millisecond,
 	}
 }
 
@@ -127,9 +132,11 @@ func main() {
 	var (
 		quick     = flag.Bool("quick", false, "smoke run: every scenario, tiny durations")
 		out       = flag.String("out", "out", "directory for results.md and handoff.png")
-		scenarios = flag.String("scenarios", "S1,S2,S3,S4,S5,S6,S7", "scenarios to run")
+		scenarios = flag.String("scenarios", "S1,S2,S3,S4,S5,S6,S7", "scenarios to run (also CAP and FLEET, pglease only)")
 		peerList  = flag.String("peers", "", "peers to run (default all): "+peerIDs())
 		others    = flag.String("others", "", "S7: the numbers of clients waiting on other names, one row each (default 0,50,200,500; quick 0,5)")
+		holders   = flag.String("s7holders", "", "S7: how the holder of the names the others wait on took them, one set of rows each: waited,tried,ff,shared (pglease peers; default waited,tried,ff,shared; quick waited)")
+		fleet     = flag.String("fleet", "", "FLEET: the fleet sizes (default 10,100,1000; quick 10,50)")
 		child     = flag.String("child", "", "internal: child role (hold, wait)")
 		cPeer     = flag.String("peer", "", "internal: child's peer")
 		cName     = flag.String("name", "", "internal: child's lease name")
@@ -159,15 +166,23 @@ func main() {
 		cfg = quickConfig()
 	}
 	cfg.scenarios = set(strings.Split(strings.ToUpper(*scenarios), ",")...)
+	var err error
 	if *others != "" {
-		cfg.s7Others = nil
-		for _, f := range strings.Split(*others, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 0 {
-				fmt.Fprintf(os.Stderr, "bench: -others %q: want a comma-separated list of client counts, e.g. 0,50,200,500\n", *others)
-				os.Exit(2)
-			}
-			cfg.s7Others = append(cfg.s7Others, n)
+		if cfg.s7Others, err = parseInts(*others); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -others:", err)
+			os.Exit(2)
+		}
+	}
+	if *fleet != "" {
+		if cfg.fleetNs, err = parseInts(*fleet); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -fleet:", err)
+			os.Exit(2)
+		}
+	}
+	if *holders != "" {
+		if cfg.s7Holdings, err = parseHoldings(*holders); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -s7holders:", err)
+			os.Exit(2)
 		}
 	}
 	if *peerList != "" {
@@ -229,7 +244,10 @@ func (c *config) selected(keep func(*peer) bool) []*peer {
 
 func run(ctx context.Context, cfg *config, outDir string) error {
 	start := time.Now()
-	peerScenarios := len(cfg.scenarios) > 1 || !cfg.scenarios["CAP"] // CAP runs pglease only
+	peerScenarios := false // CAP and FLEET run pglease only
+	for s := range cfg.scenarios {
+		peerScenarios = peerScenarios || (s != "CAP" && s != "FLEET")
+	}
 	needRedis := peerScenarios && len(cfg.selected(func(p *peer) bool { return p.backend == "redis" })) > 0
 	needEtcd := peerScenarios && len(cfg.selected(func(p *peer) bool { return p.backend == "etcd" })) > 0
 	e, err := startEnv(ctx, logf, needRedis, needEtcd)
@@ -273,10 +291,13 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 	}
 	if cfg.scenarios["S7"] {
 		for _, p := range cfg.selected(func(p *peer) bool { return s7Peers[p.id] }) {
-			for _, others := range cfg.s7Others {
-				r := runS7(ctx, e, cfg, p, others)
-				logf("S7 %-10s others=%d n=%d p50=%v p99=%v viol=%d err=%v", p.id, others, len(r.lat), r.lat.pct(50), r.lat.pct(99), r.violations, r.err)
-				rep.s7 = append(rep.s7, r)
+			for _, holding := range holdingsFor(p.id, cfg.s7Holdings) {
+				for _, others := range cfg.s7Others {
+					r := runS7(ctx, e, cfg, p, holding, others)
+					rep.s7 = append(rep.s7, r)
+					logf("S7 %-10s holder=%s others=%d n=%d p50=%v p99=%v viol=%d conns=%d per-client=%s err=%v", p.id, holding, others, len(r.lat), r.lat.pct(50), r.lat.pct(99),
+						r.violations, r.conns, rep.s7PerClient(&rep.s7[len(rep.s7)-1]), r.err)
+				}
 			}
 		}
 	}
@@ -302,6 +323,9 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 				float64(r.d.stmts)/2, r.perLease, r.d.cpuPercent(), r.err)
 			rep.s6 = append(rep.s6, r)
 		}
+	}
+	if cfg.scenarios["FLEET"] {
+		rep.fleet, rep.fleetMaxConns = runFleet(ctx, e, cfg)
 	}
 	capMD := ""
 	if cfg.scenarios["CAP"] {

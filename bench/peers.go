@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -141,11 +142,17 @@ func openPglease(ff bool) func(ctx context.Context, e *env, o peerOpts) (locker,
 }
 
 func (p *pgleaseLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
+	return p.lockWith(ctx, name, block)
+}
+
+// lockWith is lock with extra options added to the locker's own (S7's
+// holder topologies: WithFastFailover, WithShared).
+func (p *pgleaseLocker) lockWith(ctx context.Context, name string, block bool, extra ...pglease.Option) (unlock, error) {
 	acquire := p.c.TryAcquire
 	if block {
 		acquire = p.c.Acquire
 	}
-	l, err := acquire(ctx, name, p.opts...)
+	l, err := acquire(ctx, name, append(slices.Clip(p.opts), extra...)...)
 	if errors.Is(err, pglease.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return nil, errBusy
 	}

@@ -26,6 +26,9 @@ type report struct {
 	s5      []s5Row
 	s6      []s6Row
 	s7      []s7Row
+
+	fleet         []fleetRow
+	fleetMaxConns int // max_connections during FLEET
 }
 
 func machineInfo(ctx context.Context, e *env) []string {
@@ -88,7 +91,7 @@ func (r *report) markdown() string {
 	sections := []struct {
 		rows int
 		md   func(w func(string, ...any))
-	}{{len(r.s1), r.mdS1}, {len(r.s2), r.mdS2}, {len(r.s3), r.mdS3}, {len(r.s4), r.mdS4}, {len(r.s5), r.mdS5}, {len(r.s6), r.mdS6}, {len(r.s7), r.mdS7}}
+	}{{len(r.s1), r.mdS1}, {len(r.s2), r.mdS2}, {len(r.s3), r.mdS3}, {len(r.s4), r.mdS4}, {len(r.s5), r.mdS5}, {len(r.s6), r.mdS6}, {len(r.s7), r.mdS7}, {len(r.fleet), r.mdFleet}}
 	for _, s := range sections {
 		if s.rows > 0 {
 			s.md(w)
