@@ -119,6 +119,13 @@ func (a *acquisition) attempt(ctx context.Context, unit []string, slots []*local
 		if errors.Is(r.err, ErrSessionUnavailable) {
 			return nil, r, r.err
 		}
+		if errors.Is(r.err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The statement outlived the client's own bound
+			// (StatementTimeout), not the caller's: a slow server, as
+			// statement_timeout would say; a waiting acquisition tries
+			// again (its outcome is swept as unknown).
+			r.err = fmt.Errorf("%w: %w", errSlow, r.err)
+		}
 		return nil, r, opError("acquire "+a.kind.describe(unit), r.err)
 	}
 	if !r.granted {

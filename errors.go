@@ -193,7 +193,7 @@ func (e *KindError) Error() string {
 // restarting or failing over, too many connections) so that the same call
 // may succeed later.
 func IsRetryable(err error) bool {
-	return store.Retryable(err) || redo(err) || errors.Is(err, errRowBusy)
+	return store.Retryable(err) || redo(err) || errors.Is(err, errRowBusy) || errors.Is(err, errSlow)
 }
 
 // lostError is the cause of a lost lease: it matches ErrLeaseLost (and
@@ -215,12 +215,17 @@ func sessionEnded(why string) *lostError { return &lostError{why: why, session: 
 
 // The internal errors below never reach a caller on their own: an
 // acquisition retries after the first three (see redo), errProxied is
-// wrapped in ErrSessionUnavailable, errRowBusy is retryable, and the last
+// wrapped in ErrSessionUnavailable, errRowBusy and errSlow are retryable
+// (errSlow reaches a caller wrapped, as the cause of a failed attempt), and the last
 // two are causes of contexts.
 var (
 	// errLate: an acquisition succeeded, but its reply came after the
 	// lease's safety deadline, so it was released at once.
 	errLate = errors.New("the reply came after the lease's safety deadline; the lease was released (retry)")
+	// errSlow: a statement outlived the client's bound of it
+	// (Config.StatementTimeout), the caller's context still alive; it is
+	// retryable, as the server's statement_timeout is.
+	errSlow = errors.New("the statement outlived its bound (Config.StatementTimeout): the server is slow or unreachable")
 	// errOrphan: the attempt found, and released, a row this client wrote
 	// in an acquisition whose reply was lost.
 	errOrphan = errors.New("released a row of this client whose acquisition reply was lost (retry)")
