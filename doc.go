@@ -26,8 +26,8 @@
 // in one round trip, and gives the new holder a fencing token drawn from a
 // sequence. The holder's [Client] renews every lease it holds with one
 // statement per renewal interval (TTL/3 by default) on a connection of its
-// own, so renewals never queue behind the application's use of a shared
-// pool. [Lease.Release] deletes the row and wakes the first waiting client,
+// own (see Connections), so renewals never queue behind the application's
+// use of a shared pool. [Lease.Release] deletes the row and wakes the first waiting client,
 // so [Client.Acquire] wakes at once instead of polling (see Waiting).
 //
 // # Guarantees
@@ -204,6 +204,25 @@
 // over at once; one woken that never acquires holds the others up until its
 // registration goes stale (three fallback polls and a second). Waiting and
 // holding clients keep no transaction or snapshot open past 20 seconds.
+//
+// # Connections
+//
+// A client's statements, renewals, waits, electors, observers and step-down
+// requests share one connection: its dedicated session, opened with its
+// first acquisition (or wait, or renewal), named "pglease <owner>" in
+// pg_stat_activity. A waiting client blocks there on the holder's doorbell
+// (or, for a fast-failover holder, the holder's session) while the session
+// has nothing else to do; its own statements interrupt that wait with a
+// cancel request, which takes no connection slot. A client takes more
+// connections only for a second holder it waits on at once, or a wait
+// while it listens for notifications for other waits, an observer or a
+// holder that hears step-down requests (one per such holder, at most
+// sixteen), and for the statements it runs while its session connects. The
+// pool of [Open] serves a client without such a session (database/sql with
+// another driver, a transaction-pooling proxy); its idle connections close
+// after 30 s. So a fleet of clients electing on one name, or each waiting
+// on a name another client holds, costs one server connection per client
+// (docs/BENCHMARKS.md measures a thousand).
 //
 // # Fast failover
 //

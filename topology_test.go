@@ -417,7 +417,7 @@ func TestFastFailoverAfterAnExpiryTakeoverFromALiveSession(t *testing.T) {
 // secondWaiterBehindANode runs a process (a node) in which one client holds
 // "ff" with fast failover (TTL a minute) and another waits for it, first in
 // line, and a client of this process that waits second, until it watches
-// the holder's session. It returns that client, the node, the holder's
+// the holder (its bell, or its session). It returns that client, the node, the holder's
 // token and where the second waiter's outcome arrives.
 func secondWaiterBehindANode(t *testing.T) (*Client, *exec.Cmd, int64, <-chan outcome) {
 	t.Helper()
@@ -429,9 +429,16 @@ func secondWaiterBehindANode(t *testing.T) (*Client, *exec.Cmd, int64, <-chan ou
 	node, token := startHolderEnv(t, c.cfg.Table, "ff", time.Minute, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_FIRST_WAITER=1")
 	got := waitFor(ctx, c, "ff", ffOpts...)
 	waitQueued(t, c, c, "ff")
-	pgtest.WaitFor(t, patience, "the second waiter to watch the holder's session", func() bool {
+	// It watches the holder's bell (which the holder's session frees as it
+	// ends), or, should it listen, the holder's session.
+	pgtest.WaitFor(t, patience, "the second waiter to watch the holder's session or bell", func() bool {
 		c.wake.mu.Lock()
 		defer c.wake.mu.Unlock()
+		for _, w := range c.wake.bells {
+			if w.armed && !w.quiet && !w.failed {
+				return true
+			}
+		}
 		return len(c.wake.watchers) > 0
 	})
 	return c, node, token, got
