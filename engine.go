@@ -347,8 +347,13 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult, exclusive bool) {
 				// Its bell, which its session frees as it ends, serves as
 				// well, on the wait's own dedicated session: a ring
 				// (a release) wakes the wait too, which then finds the
-				// name promised and looks again after a moment.
+				// name promised and looks again after a moment. It
+				// listens for nothing, so it also looks at the holder's
+				// expiry: a waiter ahead of it may take the name over
+				// then (the holder paused), and this wait must then watch
+				// that one.
 				r.bellOf = res.OtherClient
+				r.note(queuedError(res), res.OtherRemaining)
 			}
 		}
 		return
