@@ -222,7 +222,8 @@
 // another driver, a transaction-pooling proxy); its idle connections close
 // after 30 s. So a fleet of clients electing on one name, or each waiting
 // on a name another client holds, costs one server connection per client
-// (docs/BENCHMARKS.md measures a thousand).
+// once those have closed (docs/BENCHMARKS.md measures a thousand); while it
+// starts, a client may hold two for up to 45 s.
 //
 // # Fast failover
 //
