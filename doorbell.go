@@ -68,6 +68,10 @@ type bellWatcher struct {
 	again         chan struct{} // a wait came to a watcher left without any
 	cancel        context.CancelFunc
 	done          chan struct{}
+	// unblock ends the watcher's wait on the session's watch slot, if
+	// any: a watcher left without waits must not keep the session busy
+	// until the client's next statement interrupts it.
+	unblock context.CancelFunc
 }
 
 // bellNews is what a holder's bell tells a wait refused by an attempt
@@ -167,6 +171,9 @@ func (wk *wakeups) unwatchBell(holder, name string) {
 	}
 	if w.names[name]--; w.names[name] <= 0 {
 		delete(w.names, name)
+	}
+	if len(w.names) == 0 && w.unblock != nil {
+		w.unblock()
 	}
 	if len(w.names) == 0 && !w.failed && w.idle == nil {
 		w.idle = time.AfterFunc(bellLinger, func() {
@@ -316,20 +323,46 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 // an event), so the next statement returns at once and the waits wake.
 // Only as in runBell's gap between a grant and a block do sixteen rings
 // in that instant go unseen.
+//
+// The watcher's waits poll at its pace: each statement waits at most
+// Config.PollInterval (if shorter than watchTimeout), and one that times
+// out wakes the waits, which look again (their fallback poll: see
+// waker.doorbell). So a waiting client's poll does not interrupt its
+// session's watch, which costs a cancel request.
 func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher, k int) (bool, error) {
+	wait := min(c.wake.watchTimeout, c.cfg.PollInterval)
 	for {
-		err := line.await(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			return c.st.AwaitBell(ctx, conn, w.holder, k, c.wake.watchTimeout)
-		})
-		if err == nil {
+		actx, unblock := context.WithCancel(ctx)
+		c.wake.mu.Lock()
+		w.unblock = unblock
+		waits := len(w.names) > 0
+		c.wake.mu.Unlock()
+		var err error
+		if waits {
+			err = line.await(ctx, actx, func(ctx context.Context, conn *pgx.Conn) error {
+				return c.st.AwaitBell(ctx, conn, w.holder, k, wait)
+			})
+		}
+		left := actx.Err() != nil // unblocked: left without waits
+		unblock()
+		switch {
+		case !waits:
+			return false, nil
+		case err == nil:
 			return true, nil
-		}
-		interrupted := errors.Is(err, errInterrupted) && ctx.Err() == nil
-		if !interrupted && (store.Classify(err) != store.KindLockTimeout || ctx.Err() != nil) {
+		case ctx.Err() != nil:
 			return false, err
-		}
-		if hook := testHookWatchTimeout.Load(); hook != nil && !interrupted {
-			(*hook)("bell")
+		case left || errors.Is(err, errInterrupted):
+			// Left without waits, or the session's own work came first.
+		case store.Classify(err) == store.KindLockTimeout:
+			if hook := testHookWatchTimeout.Load(); hook != nil {
+				(*hook)("bell")
+			}
+			if wait < c.wake.watchTimeout {
+				c.wake.wakeWaits(w.names) // their poll
+			}
+		default:
+			return false, err
 		}
 		if !c.wake.hasWaits(w) {
 			return false, nil

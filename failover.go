@@ -293,7 +293,7 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 			}
 		}
 		timedOut = false
-		err := line.await(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		err := line.await(ctx, ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return c.st.AwaitSession(ctx, conn, holder, c.wake.watchTimeout)
 		})
 		if errors.Is(err, errInterrupted) && ctx.Err() == nil {

@@ -585,6 +585,9 @@ func (s *session) runWatch(conn pgxConn, w *sessWatch) dconn {
 func (s *session) interrupt(conn pgxConn, finished <-chan struct{}) {
 	b := interruptAgain.start()
 	for {
+		if hook := testHookInterrupt.Load(); hook != nil {
+			(*hook)(s.c.id)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.c.connectTimeout())
 		_ = conn.c.PgConn().CancelRequest(ctx)
 		cancel()
@@ -595,6 +598,10 @@ func (s *session) interrupt(conn pgxConn, finished <-chan struct{}) {
 		}
 	}
 }
+
+// testHookInterrupt, when set by a test, runs before each cancel request
+// that interrupts a watcher's statement, with the client's id.
+var testHookInterrupt atomic.Pointer[func(client string)]
 
 // takeBatch returns op, an acquisition just taken from the queue, with the
 // acquisitions of other names queued right behind it, at most limit in

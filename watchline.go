@@ -40,11 +40,16 @@ func (l *watchLine) query(ctx context.Context, fn func(ctx context.Context, q st
 // can have it, else on its own connection, opened now if need be. On the
 // session it fails with errInterrupted when the session's other work
 // interrupted it: the watcher waits again, as after a lock timeout.
-func (l *watchLine) await(ctx context.Context, fn func(ctx context.Context, conn *pgx.Conn) error) error {
+//
+// slot, a context within ctx, ends a wait in the session's watch slot
+// early (its watcher has no wait left): await then returns slot's error.
+// A wait on the line's own connection runs on: cancelling its statement
+// would close the connection.
+func (l *watchLine) await(ctx, slot context.Context, fn func(ctx context.Context, conn *pgx.Conn) error) error {
 	if l.own == nil {
 		if s := l.c.conn.sess.Load(); s != nil {
-			err := s.watch(ctx, l, l.c.wake.watchTimeout+l.c.cfg.StatementTimeout, fn)
-			if !errors.Is(err, errNoSlot) && (err == nil || store.FromServer(err) || errors.Is(err, errInterrupted) || ctx.Err() != nil) {
+			err := s.watch(slot, l, l.c.wake.watchTimeout+l.c.cfg.StatementTimeout, fn)
+			if !errors.Is(err, errNoSlot) && (err == nil || store.FromServer(err) || errors.Is(err, errInterrupted) || slot.Err() != nil) {
 				return err
 			}
 			// No slot, or the session failed under it: a connection of
