@@ -223,7 +223,8 @@
 // after 30 s. So a fleet of clients electing on one name, or each waiting
 // on a name another client holds, costs one server connection per client
 // once those have closed (docs/BENCHMARKS.md measures a thousand); while it
-// starts, a client may hold two for up to 45 s.
+// starts, a client holds two until its pool's connection has been idle for
+// 30 s (checked every 15 s).
 //
 // # Fast failover
 //

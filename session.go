@@ -401,7 +401,7 @@ func (s *session) loop() {
 			} else {
 				wctx, cancel = context.WithCancel(c.life.bg)
 			}
-			s.stop = func() { cancel() }
+			s.stop = cancel
 		}
 		st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, proxied: s.proxied, serving: s.serving, belled: s.belled, bell: &s.bell}
 		s.mu.Unlock()

@@ -208,10 +208,10 @@ func (w *waker) doorbell(r *roundResult, since time.Time, delay time.Duration) t
 			return 0
 		case bellWatched:
 			r.inSession = nil
-			if delay >= c.cfg.PollInterval {
-				// Its fallback poll comes from the watcher (awaitBell),
-				// whose wait it would otherwise interrupt; this one only
-				// backs it up.
+			if c.cfg.PollInterval < c.wake.watchTimeout && delay >= c.cfg.PollInterval {
+				// Its fallback poll comes from the watcher, whose wait
+				// times out at the poll (awaitBell) and which it would
+				// otherwise interrupt; this one only backs it up.
 				delay = c.cfg.PollInterval + c.wake.watchTimeout
 			}
 			return delay
