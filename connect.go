@@ -89,6 +89,19 @@ func (s *session) connect() (_ dconn, proxied, live bool, _ error) {
 	return pgxConn{pc}, proxied, live, nil
 }
 
+// dropPoolConns closes the connections of the pool that Open created, the
+// idle ones now and the busy ones as they return, once the dedicated
+// session runs the client's statements: they served its start (Open's
+// check, the first statements while the session connected), and would
+// otherwise stay open until idle for poolIdleTime, a second connection per
+// client in a fleet that starts at once. A pool the caller owns is left
+// alone.
+func (cn *connection) dropPoolConns() {
+	if cn.ownPool != nil {
+		cn.ownPool.Reset()
+	}
+}
+
 // testHookConnect, when set by a test, runs as a dedicated session begins
 // to connect, with its client's id.
 var testHookConnect atomic.Pointer[func(client string)]

@@ -219,12 +219,15 @@
 // holder that hears step-down requests (one per such holder, at most
 // sixteen), and for the statements it runs while its session connects. The
 // pool of [Open] serves a client without such a session (database/sql with
-// another driver, a transaction-pooling proxy); its idle connections close
-// after 30 s. So a fleet of clients electing on one name, or each waiting
-// on a name another client holds, costs one server connection per client
-// once those have closed (docs/BENCHMARKS.md measures a thousand); while it
-// starts, a client holds two until its pool's connection has been idle for
-// 30 s (checked every 15 s).
+// another driver, a transaction-pooling proxy), and serves the client's
+// start: Open's check and the statements it runs while its session
+// connects. Once the session runs its statements, the pool's connections
+// close (busy ones as they return); others it opens later close after
+// 30 s idle. So a fleet of clients electing on one name, or each waiting on
+// a name another client holds (whichever way it took it: tried, waited,
+// fast-failover or shared), costs one server connection per client
+// (docs/BENCHMARKS.md measures a thousand); while it starts, a client
+// holds two for the moment its session takes to connect.
 //
 // # Fast failover
 //

@@ -192,3 +192,68 @@ func TestAWaiterWatchesABellThatCameLater(t *testing.T) {
 	nl := receiveLease(t, got, "the waiter to get the name")
 	_ = nl.Release(ctx)
 }
+
+// A wait for an exclusive lease refused by shared holders watches the
+// doorbell of one of them, not for notifications (schema version 11: the
+// refusal names a shared holder's client, and its release rings): a fleet
+// waiting behind readers does not slow every release in the database. When
+// several clients share the name, the waiter gets it once the last one
+// released, whichever order they release in (its poll is an hour): the
+// release of the holder it watches rings, and the waiter then watches the
+// next; a release of another finds the one it watches still holding.
+func TestAWaiterBehindSharedHoldersWatchesADoorbell(t *testing.T) {
+	for _, watchedFirst := range []bool{false, true} {
+		name := "the other holder releases first"
+		if watchedFirst {
+			name = "the watched holder releases first"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			cs := ffClients(t, 3)
+			hs, w := cs[:2], cs[2]
+			held := map[string]*Lease{}
+			for _, h := range hs {
+				l, err := h.TryAcquire(ctx, "readers", WithShared())
+				if err != nil {
+					t.Fatal(err)
+				}
+				held[h.id] = l
+				pgtest.WaitFor(t, patience, "the shared holder's session to hold its bell", func() bool { return belled(h) })
+			}
+			got := waitFor(ctx, w, "readers")
+			var watched, other *Client
+			pgtest.WaitFor(t, patience, "the waiter to watch a shared holder's doorbell", func() bool {
+				for i, h := range hs {
+					if bellArmed(w, h.id) {
+						watched, other = h, hs[1-i]
+						return true
+					}
+				}
+				return false
+			})
+			if listening(w) {
+				t.Fatal("the waiter's session listens for notifications")
+			}
+			first, second := other, watched
+			if watchedFirst {
+				first, second = watched, other
+			}
+			if err := held[first.id].Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if watchedFirst {
+				pgtest.WaitFor(t, patience, "the waiter to watch the remaining holder's doorbell", func() bool { return bellArmed(w, second.id) })
+			}
+			select {
+			case o := <-got:
+				t.Fatalf("the waiter got the name while a shared holder holds it: %v, %v", o.l, o.err)
+			default:
+			}
+			if err := held[second.id].Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			nl := receiveLease(t, got, "the waiter to get the name when the last shared holder released")
+			_ = nl.Release(ctx)
+		})
+	}
+}

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -115,4 +116,35 @@ func watchers(c *Client) int {
 	c.wake.mu.Lock()
 	defer c.wake.mu.Unlock()
 	return len(c.wake.bells) + len(c.wake.watchers)
+}
+
+// A client whose dedicated session runs its statements keeps that
+// connection alone (SPEC §3.4): the pool's connections that served its
+// start (Open's check, its first statements while the session connected)
+// close once the session serves, not after they idled for poolIdleTime; a
+// fleet that starts at once needs no second connection per client for
+// long. Before, each stayed open for 30 to 45 s.
+func TestAClientDropsItsStartConnectionsOnceItsSessionServes(t *testing.T) {
+	defer func(d time.Duration) { poolIdleTime = d }(poolIdleTime)
+	poolIdleTime = time.Hour
+	ctx := testCtx(t)
+	tag := "fleet-s-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cs, conns := fleet(t, tag, 2, Config{})
+	if got := conns(); got < 2 {
+		t.Fatalf("%d connections after Open, want each client's pool connection", got)
+	}
+	l, err := cs[0].TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs[1].TryAcquire(ctx, "job"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("a second client's TryAcquire: %v, want held", err)
+	}
+	pgtest.WaitFor(t, patience, "each client to keep its session alone", func() bool { return conns() == 2 })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := conns(); got != 2 {
+		t.Fatalf("%d connections after a release, want 2", got)
+	}
 }

@@ -19,11 +19,11 @@ import (
 
 // earlierReleases are commits of earlier schema versions whose clients
 // TestOlderReleaseDuringAnUpgrade runs beside this one: the last commit of
-// schema version 7, of version 8 and of version 9.
+// schema version 7, of version 8, of version 9 and of version 10.
 var earlierReleases = []struct {
 	rev     string
 	version int
-}{{"8810b4a", 7}, {"23c8c33", 8}, {"9f55155", 9}}
+}{{"8810b4a", 7}, {"23c8c33", 8}, {"9f55155", 9}, {"9bec93e", 10}}
 
 // TestOlderReleaseDuringAnUpgrade runs a client of an earlier release,
 // built from git history, through a rolling upgrade: it holds leases on a

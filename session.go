@@ -342,7 +342,11 @@ func (s *session) loop() {
 				s.sock = pc.c.PgConn().Conn()
 			}
 			s.lastErr = nil
+			serving := s.serving
 			s.mu.Unlock()
+			if serving {
+				c.conn.dropPoolConns()
+			}
 			c.wake.hub.notifyAll() // notifications may have been missed while down
 		}
 		stepDowns := c.reg.hearsStepDowns()

@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,18 +160,19 @@ func (l *Leases) Insert(name, owner string, token int64, ttl time.Duration, meta
 }
 
 // InsertOfKind writes a live row of name of any kind, as an acquisition
-// of schema version 10 writes one but without its checks: kind is the
+// of schema version 10 or later writes one but without its checks: kind is the
 // word the "kind" column records (a kind a later version may add
 // included), of the name the row belongs to ("semaphore"; "" for NULL),
 // size its kind's size ("slots") and weight the units of it the row
 // takes. The row is held by owner with token for ttl. The table must be of
-// schema version 10 (the fence lets the transaction write as its
-// acquisitions do).
+// schema version 10 or later (the fence lets the transaction write as its
+// acquisitions do, marked with the version its comment records).
 func (l *Leases) InsertOfKind(name, owner string, token int64, ttl time.Duration, kind, of string, size, weight int) {
 	l.t.Helper()
+	version := strconv.Itoa(l.Version())
 	withConnTo(l.t, l.dsn, func(ctx context.Context, conn *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SET LOCAL pglease.writer = '10'`); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT set_config('pglease.writer', $1, true)`, version); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO `+l.table+`

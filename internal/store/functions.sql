@@ -238,7 +238,7 @@ BEGIN
                coalesce(l."session_pid" IS NOT NULL AND l."session_server" = v_srv, false) AS "session_bound",
                (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
                (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
-               l."session_pid" AS "pid"
+               l."session_pid" AS "pid", l."metadata"->>'client' AS "client"
           INTO r FROM {{table}} AS l
          WHERE l."semaphore" = p_name AND l."kind" = 'shared' AND l."expires_at" > now()
            AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}}
@@ -374,9 +374,11 @@ BEGIN
     END IF;
 
     -- The holder the refusal reports: the name's own live row; else a live
-    -- shared holder, whose client is not reported (it is not this wait's to
-    -- watch a doorbell of, nor an orphan of this client's: a shared lease
-    -- of its own); else the name's row as it is; else none (remaining -1).
+    -- shared holder, whose client is reported when it is another's
+    -- (schema version 11: the wait watches that client's doorbell, which
+    -- its release of the shared lease rings; a shared lease of this
+    -- client's own is no orphan of its, and has no bell to watch); else the
+    -- name's row as it is; else none (remaining -1).
     o_clash_kind := coalesce(v_clash_kind, ''); o_clash_size := coalesce(v_clash_size, 0);
     o_token := 0;
     IF v_held OR (v_row AND NOT v_reading) THEN
@@ -386,7 +388,8 @@ BEGIN
     ELSIF v_reading THEN
         o_session_bound := r."session_bound"; o_owner := r."owner"; o_other_token := r."token";
         o_remaining_ms := r."remaining_ms"; o_heartbeat_ms := r."heartbeat_ms";
-        o_client := ''; o_pid := coalesce(r."pid", 0);
+        o_client := CASE WHEN r."client" <> p_client THEN r."client" ELSE '' END;
+        o_pid := coalesce(r."pid", 0);
     ELSE
         o_session_bound := false; o_owner := ''; o_other_token := 0;
         o_remaining_ms := -1; o_heartbeat_ms := 0; o_client := ''; o_pid := 0;
@@ -460,8 +463,10 @@ BEGIN
         -- a release of the name itself would: it takes the name if this
         -- was the last shared lease, and otherwise looks at the ones left
         -- (it watches the session of one bound to its session, and this
-        -- one may have been it). (It listens: no doorbell to ring,
-        -- o_notified stays 1.)
+        -- one may have been it). Since schema version 11 it may watch this
+        -- client's doorbell instead of listening (the refusal reports a
+        -- shared holder's client): o_notified 2 has the client ring it, as
+        -- a release that woke the first waiter of a name does.
         o_notified := 1;
         PERFORM pg_notify('pglease_' || w."client", v_shared)
           FROM (SELECT w."client" FROM {{waiters}} AS w
@@ -471,6 +476,9 @@ BEGIN
                             ELSE false END
                  ORDER BY w."since", w."client"
                  LIMIT 1) AS w;
+        IF FOUND THEN
+            o_notified := 2;
+        END IF;
         RETURN;
     END IF;
     IF NOT v_waiters THEN

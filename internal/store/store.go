@@ -25,8 +25,10 @@ var sessionSQL string
 // binds a session-bound row, not the layout; version 6 added the
 // acquisition and release functions, version 7 the owner of a waiter,
 // version 8 shared leases, version 9 the fence against earlier releases'
-// acquisitions: see UpgradeTable.)
-const SchemaVersion = 10
+// acquisitions, version 10 the kind and weight of a row (quotas), version
+// 11 the client of a shared holder in a refusal, whose doorbell its
+// release rings: see UpgradeTable and CreateAcquire.)
+const SchemaVersion = 11
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
