@@ -48,7 +48,10 @@ type Config struct {
 	RenewInterval time.Duration
 	// PollInterval bounds how long a blocked [Client.Acquire] waits between
 	// checks when no notification arrives (lost notifications, PgBouncer).
-	// Default 5s.
+	// Default 5s. A wait that watches its holder's doorbell checks every
+	// 20 s instead, when PollInterval is shorter: the doorbell, the
+	// holder's expiry and its session's end wake it, and the check comes
+	// with its watch's periodic renewal (see "Waiting" above).
 	PollInterval time.Duration
 	// StatementTimeout bounds each statement pglease runs outside a lease's
 	// safety deadline. Default 10s.

@@ -193,8 +193,9 @@
 // # Waiting
 //
 // A blocked [Client.Acquire] wakes at a release, at the moment the holder's
-// lease would expire, and at a slow fallback poll ([Config.PollInterval]); the
-// last two never stop. Goroutines of one client queue locally, first come
+// lease would expire, and at a slow fallback poll ([Config.PollInterval], or
+// every 20 s for a wait that watches its holder's doorbell); the last two
+// never stop. Goroutines of one client queue locally, first come
 // first served. Clients queue on the server (admin.Waiters lists the
 // queues), and a release wakes the first waiter alone. A new attempt may take
 // a free lease ahead of the queue only until the first waiter's turn is 100 ms

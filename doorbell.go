@@ -324,13 +324,16 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 // Only as in runBell's gap between a grant and a block do sixteen rings
 // in that instant go unseen.
 //
-// The watcher's waits poll at its pace: each statement waits at most
-// Config.PollInterval (if shorter than watchTimeout), and one that times
-// out wakes the waits, which look again (their fallback poll: see
-// waker.doorbell). So a waiting client's poll does not interrupt its
-// session's watch, which costs a cancel request.
+// When Config.PollInterval is not longer than watchTimeout, the watcher's
+// waits poll at its pace: a statement that times out wakes them, and they
+// look again (their fallback poll: see waker.doorbell). So a waiting
+// client's poll neither interrupts its session's watch, which costs a
+// cancel request, nor arms it again more than once per watchTimeout (SPEC
+// §1.9): a bell's ring, its holder's session's end and its holder's expiry
+// wake the waits at once, and the poll only backs those up.
 func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher, k int) (bool, error) {
-	wait := min(c.wake.watchTimeout, c.cfg.PollInterval)
+	wait := c.wake.watchTimeout
+	polls := c.cfg.PollInterval <= wait
 	for {
 		actx, unblock := context.WithCancel(ctx)
 		c.wake.mu.Lock()
@@ -358,7 +361,7 @@ func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher,
 			if hook := testHookWatchTimeout.Load(); hook != nil {
 				(*hook)("bell")
 			}
-			if wait < c.wake.watchTimeout {
+			if polls {
 				c.wake.wakeWaits(w.names) // their poll
 			}
 		default:

@@ -34,7 +34,7 @@ func (kindQuota) statement(a *acquisition, unit []string) func(context.Context) 
 	if a.w != nil && !args.Queued {
 		// No session to queue with: keep this wait's place in line as a
 		// polling waiter (it leaves the queue when the wait ends).
-		args.QueueTTL, a.w.polling = a.c.queueTTL(), true
+		args.QueueTTL, a.w.polling = a.c.queueTTL(false), true
 	}
 	return a.shareStatement(args)
 }

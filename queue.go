@@ -27,11 +27,11 @@ func (c *Client) queueArgs(w *waker, args *store.AcquireArgs) {
 	if err != nil || !s.isLive() {
 		w.sub.queued.Store(false)
 		if w.mode == queues {
-			args.QueueTTL, w.polling = c.queueTTL(), true
+			args.QueueTTL, w.polling = c.queueTTL(false), true
 		}
 		return
 	}
-	args.Queued, args.QueueTTL, w.queued = true, c.queueTTL(), true
+	args.Queued, args.QueueTTL, w.queued = true, c.queueTTL(true), true
 }
 
 // fairAfter is how long the first queued waiter may be overtaken once its
@@ -39,11 +39,19 @@ func (c *Client) queueArgs(w *waker, args *store.AcquireArgs) {
 // docs/DESIGN-WAITING.md).
 const fairAfter = store.FairAfter
 
-// queueTTL is how long a registration in the queue stays fresh: a waiter
-// attempts at least every PollInterval, and each attempt refreshes it, so
-// only a waiter that stopped attempting (a crash its session survives, a
-// partition) goes stale, and is passed over.
-func (c *Client) queueTTL() time.Duration { return 3*c.cfg.PollInterval + time.Second }
+// queueTTL is how long a registration in the queue stays fresh: each
+// attempt refreshes it, and a waiter attempts at least every PollInterval,
+// or, when it watches its holder's doorbell (a queued wait may), every
+// watchTimeout, its watcher's poll (see awaitBell); so only a waiter that
+// stopped attempting (a crash its session survives, a partition) goes
+// stale, and is passed over.
+func (c *Client) queueTTL(queued bool) time.Duration {
+	ttl := 3*c.cfg.PollInterval + time.Second
+	if queued && c.cfg.PollInterval <= c.wake.watchTimeout {
+		ttl += c.wake.watchTimeout
+	}
+	return ttl
+}
 
 // leaveQueue removes the wait's registration for name from the server's
 // queue, if an attempt made one, and then runs then; in the background,

@@ -404,7 +404,7 @@ func TestFastFailoverWaitsShareOneWatcher(t *testing.T) {
 // once that statement has ended: the statement, which goes on after the
 // call returned, registers the wait again (with a fresh expiry), and a
 // leave sent at once would come first and leave that registration behind,
-// live for the queue's TTL (3 × PollInterval + 1 s) while the client
+// live for the queue's TTL (3 × PollInterval + 21 s) while the client
 // lives, the name promised to it and every other waiter held up.
 func TestAWaitThatGivesUpMidStatementLeavesTheQueue(t *testing.T) {
 	ctx := testCtx(t)
@@ -472,4 +472,47 @@ func TestAWaitThatGivesUpMidStatementLeavesTheQueue(t *testing.T) {
 		t.Fatalf("the name, free, was refused to another client: %v", err)
 	}
 	_ = l.Release(ctx)
+}
+
+// A first waiter that watches its holder's doorbell attempts only at its
+// watcher's poll (each watch timeout), and its registration in the queue
+// stays fresh in between: a release wakes it, and rings, however long it
+// has waited. With the registration's freshness of a waiter that polls
+// (3 × PollInterval + 1 s, shorter than the watch timeout here), it went
+// stale between two attempts, a release then woke nobody and rang no
+// bell, and the wait learnt of it only at its next poll.
+func TestAWaitOnADoorbellStaysRegisteredBetweenItsPolls(t *testing.T) {
+	ctx := testCtx(t)
+	cfg := Config{PollInterval: 300 * time.Millisecond}
+	h := testClient(t, cfg)
+	cfg.Table = h.cfg.Table
+	w := testClient(t, cfg)
+	w.wake.watchTimeout = 3 * time.Second
+	l, err := h.Acquire(ctx, "fresh", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
+	timeouts := countWatchTimeouts(t, "bell")
+	got := waitFor(ctx, w, "fresh")
+	pgtest.WaitFor(t, patience, "the waiter to watch the holder's doorbell", func() bool { return bellArmed(w, h.id) })
+	live := func() bool {
+		return pgtest.Value[bool](t, `SELECT coalesce(bool_and("expires_at" > now()), false) FROM `+w.st.Names.QualifiedWaiters()+` WHERE "name" = 'fresh' AND "client" = $1`, w.id)
+	}
+	// Two of the watcher's polls, sampled.
+	deadline := time.Now().Add(patience)
+	for timeouts.Load() < 2 {
+		if !live() {
+			t.Fatalf("the waiter's registration went stale between its polls (%d watch timeouts so far)", timeouts.Load())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter's watcher timed out %d times in %v, want 2", timeouts.Load(), patience)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nl := receiveLease(t, got, "the waiter to get the name")
+	_ = nl.Release(ctx)
 }

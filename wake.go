@@ -155,8 +155,14 @@ func (w *waker) expiryWait(remaining time.Duration) time.Duration {
 	if remaining < 0 { // the holder's row appeared concurrently, or is busy
 		return 5*time.Millisecond + rand.N(20*time.Millisecond)
 	}
-	d := remaining + time.Millisecond + rand.N(remaining/50+5*time.Millisecond)
-	return min(d, w.c.cfg.PollInterval)
+	return min(w.expiryAfter(remaining), w.c.cfg.PollInterval)
+}
+
+// expiryAfter is how long to sleep, unbounded, until a holder's lease
+// with remaining time left (0 or more) would expire, with expiryWait's
+// jitter.
+func (w *waker) expiryAfter(remaining time.Duration) time.Duration {
+	return remaining + time.Millisecond + rand.N(remaining/50+5*time.Millisecond)
 }
 
 // lookAgain bounds delay, the pause before the next attempt of a wait
@@ -208,11 +214,18 @@ func (w *waker) doorbell(r *roundResult, since time.Time, delay time.Duration) t
 			return 0
 		case bellWatched:
 			r.inSession = nil
-			if c.cfg.PollInterval < c.wake.watchTimeout && delay >= c.cfg.PollInterval {
+			if c.cfg.PollInterval <= c.wake.watchTimeout && delay >= c.cfg.PollInterval {
 				// Its fallback poll comes from the watcher, whose wait
-				// times out at the poll (awaitBell) and which it would
-				// otherwise interrupt; this one only backs it up.
+				// times out every watchTimeout and wakes its waits
+				// (awaitBell): the wait does not interrupt it at each
+				// PollInterval, so that the watch is armed again at most
+				// once per watchTimeout (SPEC §1.9). The wait wakes
+				// itself only at its holder's expiry, when that comes
+				// first; else this only backs the watcher up.
 				delay = c.cfg.PollInterval + c.wake.watchTimeout
+				if r.soonest >= 0 {
+					delay = min(delay, w.expiryAfter(r.soonest))
+				}
 			}
 			return delay
 		}
