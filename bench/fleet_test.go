@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -51,7 +52,7 @@ func TestHoldingsFor(t *testing.T) {
 
 func TestFleetSpecs(t *testing.T) {
 	for _, c := range []struct{ n, procs int }{{10, 1}, {200, 1}, {201, 2}, {1000, 5}, {5000, 10}} {
-		specs := fleetSpecs(roleWaiters, c.n, "p-")
+		specs := fleetSpecs(roleWaiters, c.n, fleetTable, "p-")
 		if len(specs) != c.procs {
 			t.Errorf("%d clients: %d children, want %d", c.n, len(specs), c.procs)
 		}
@@ -65,6 +66,18 @@ func TestFleetSpecs(t *testing.T) {
 		if next != c.n {
 			t.Errorf("%d clients: the specs have %d", c.n, next)
 		}
+	}
+}
+
+func TestChildBystandersErr(t *testing.T) {
+	if err := childBystandersErr(0, 0); err != nil {
+		t.Errorf("no client got its name or failed: %v, want nil", err)
+	}
+	if err := childBystandersErr(1, 0); err == nil || !strings.Contains(err.Error(), "1 waiting clients got their name") {
+		t.Errorf("a client got its name: %v", err)
+	}
+	if err := childBystandersErr(0, 3); err == nil || !strings.Contains(err.Error(), "failed 3 times") {
+		t.Errorf("3 failures: %v", err)
 	}
 }
 
