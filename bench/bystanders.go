@@ -24,6 +24,7 @@ type s7Row struct {
 	others     int           // clients blocked on other names meanwhile
 	conns      int           // client connections to the bench database after the settle; -1 unknown
 	start      time.Duration // the time the others took to open and start waiting
+	retried    int           // the times a waiting client's Open or wait failed and was retried (child processes)
 	lat        durs
 	violations int64
 	err        error
@@ -120,14 +121,14 @@ const (
 // bystanders starts n clients each blocked on a name of its own, all held
 // by one more client (which took them as holding says, and holds one name
 // when n is 0), and returns once they have been waiting for cfg.s7Settle,
-// with r.start (the time the n clients took to open and start waiting) and
+// with r.start (the time the n clients took to open and start waiting),
 // r.conns (the bench database's client connections then, -1 if the count
-// failed) set. A pglease peer's waiting clients run in child processes
+// failed) and r.retried set. A pglease peer's waiting clients run in child processes
 // (this binary re-executed, as FLEET's waiters are: fleetProcs(n) of them,
 // each opening s7Opens clients at a time), any other peer's in this
-// process (s7Opens opened at a time). stop ends them, and reports an error
-// if a waiting client got its name (which the holder holds throughout) or
-// failed.
+// process (s7Opens opened at a time). stop ends them, sets r.retried again
+// and reports an error if a waiting client got its name (which the holder
+// holds throughout) or, in this process, failed.
 func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding string, n int, r *s7Row) (stop func() error, err error) {
 	r.conns = -1
 	// The backends of the last row's killed children take a moment to go.
@@ -139,9 +140,10 @@ func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding strin
 		return nil, err
 	}
 	var closers []func()
-	check := func() error { return nil }
+	check := func() (int, error) { return 0, nil }
 	stop = func() error {
-		err := check()
+		var err error
+		r.retried, err = check()
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
@@ -192,7 +194,7 @@ func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding strin
 		}
 	}
 	sleepCtx(ctx, cfg.s7Settle)
-	if err := check(); err != nil {
+	if r.retried, err = check(); err != nil {
 		return fail(err)
 	}
 	if c, cerr := benchConns(ctx, e); cerr == nil {
@@ -210,10 +212,11 @@ func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding strin
 // (roleWaiters, as FLEET's waiters, but with the holder's MaxConns 2 per
 // client, its fast failover and ttl), client i blocked in Acquire on
 // prefix+i of table, and returns once they all wait; it appends their
-// killing to closers. check reports the waiting clients that got their name
-// or whose Open or Acquire failed (as the children last said: they report
-// every 200 ms).
-func childBystanders(ctx context.Context, e *env, holder *pgleaseLocker, table, prefix string, n int, ttl time.Duration, closers *[]func()) (check func() error, err error) {
+// killing to closers. check returns the times a waiting client's Open or
+// Acquire failed (each retried a second later, as FLEET's are: under load
+// an Open's connect may time out) and an error if a waiting client got its
+// name, as the children last said (they report every 200 ms).
+func childBystanders(ctx context.Context, e *env, holder *pgleaseLocker, table, prefix string, n int, ttl time.Duration, closers *[]func()) (check func() (int, error), err error) {
 	specs := fleetSpecs(roleWaiters, n, table, prefix)
 	for i := range specs {
 		specs[i].MaxConns, specs[i].FF, specs[i].TTL = 2, holder.ff, ttl
@@ -223,27 +226,20 @@ func childBystanders(ctx context.Context, e *env, holder *pgleaseLocker, table, 
 		return nil, err
 	}
 	*closers = append(*closers, func() { stopCapProcs(procs) })
-	return func() error { return childBystandersErr(leaseCounts(procs)) }, nil
-}
-
-// childBystandersErr is the error of S7's waiting children when they
-// report got clients that got their name or failed errors (each retried),
-// or nil.
-func childBystandersErr(got, failed int) error {
-	switch {
-	case got > 0:
-		return fmt.Errorf("%d waiting clients got their name, which another client holds", got)
-	case failed > 0:
-		return fmt.Errorf("the waiting clients' Open or Acquire failed %d times (retried; see the log)", failed)
-	}
-	return nil
+	return func() (int, error) {
+		got, retried := leaseCounts(procs)
+		if got > 0 {
+			return retried, fmt.Errorf("%d waiting clients got their name, which another client holds", got)
+		}
+		return retried, nil
+	}, nil
 }
 
 // inProcBystanders opens n clients of p in this process, s7Opens at a
 // time, and has client i block on prefix+i; it appends the end of their
-// waits and their closing to closers. check reports the first waiting
-// client that got its name or failed.
-func inProcBystanders(ctx context.Context, e *env, cfg *config, p *peer, prefix string, n int, closers *[]func()) (check func() error, err error) {
+// waits and their closing to closers. check reports the last waiting
+// client that got its name or failed (never retried: 0).
+func inProcBystanders(ctx context.Context, e *env, cfg *config, p *peer, prefix string, n int, closers *[]func()) (check func() (int, error), err error) {
 	lks := make([]locker, n)
 	// Closed after the waits end (closers run in reverse).
 	*closers = append(*closers, func() {
@@ -298,10 +294,10 @@ func inProcBystanders(ctx context.Context, e *env, cfg *config, p *peer, prefix 
 			}
 		})
 	}
-	return func() error {
+	return func() (int, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return werr
+		return 0, werr
 	}, nil
 }
 
@@ -329,7 +325,7 @@ func (r *report) s7PerClient(x *s7Row) string {
 func (r *report) mdS7(w func(string, ...any)) {
 	w("## S7 — hand-off amid clients waiting on other names\n\n")
 	w("S3's hand-off between two clients of their own (a holder and one blocked waiter), while *others* more clients, each of its own, wait blocked on a name of their own, all held by one more client (on the same table, waiting %v before the first sample; with no others that client holds one name nobody waits on). "+
-		"pglease's others run in child processes (the bench binary re-executed, one per 200 clients, at most 10, each opening 16 clients at a time, as FLEET's waiters; MaxConns 2 each), the advisory lock's in the bench process (opened 16 at a time); the holder and the hand-off pair run in the bench process. A waiting client that gets its name, or whose Open or wait fails, fails the row. "+
+		"pglease's others run in child processes (the bench binary re-executed, one per 200 clients, at most 10, each opening 16 clients at a time, as FLEET's waiters; MaxConns 2 each), the advisory lock's in the bench process (opened 16 at a time); the holder and the hand-off pair run in the bench process. A waiting client that gets its name fails the row, as does one whose Open or wait fails in the bench process; in a child, that is retried a second later (as FLEET's are) and counted below the table. "+
 		"*Holder took* is how that client took the names: waited = a blocking acquire of the free name, tried = TryAcquire, ff = TryAcquire with WithFastFailover, shared = TryAcquire with WithShared (the others wait for an exclusive lease); pglease FastFailover's leases are all fast-failover, so its ff is its tried. "+
 		"A hand-off should cost the same however many clients wait on other names; *p50 ÷ none* is the p50 over that of the same peer and topology with none waiting. "+
 		"*Connections* counts the bench database's client backends once the others have waited %v (before the hand-offs; the hand-off pair not included); *per waiting client* is the increase over the row with none waiting, per other client. At most %d samples or %v per row.\n\n",
@@ -357,6 +353,15 @@ func (r *report) mdS7(w func(string, ...any)) {
 			ms(x.lat.pct(99)), ms(x.lat.pct(100)), rel, x.violations, conns, r.s7PerClient(x))
 	}
 	w("\n")
+	var retried []string
+	for _, x := range r.s7 {
+		if x.retried > 0 {
+			retried = append(retried, fmt.Sprintf("%s, %s, %d others: %d", x.peer.title, x.holding, x.others, x.retried))
+		}
+	}
+	if len(retried) > 0 {
+		w("Waiting clients' Opens or waits that failed and were retried: %s.\n\n", strings.Join(retried, "; "))
+	}
 }
 
 // s7Peers are the peers S7 runs: pglease in both modes, and raw advisory

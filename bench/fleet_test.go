@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -69,18 +68,6 @@ func TestFleetSpecs(t *testing.T) {
 	}
 }
 
-func TestChildBystandersErr(t *testing.T) {
-	if err := childBystandersErr(0, 0); err != nil {
-		t.Errorf("no client got its name or failed: %v, want nil", err)
-	}
-	if err := childBystandersErr(1, 0); err == nil || !strings.Contains(err.Error(), "1 waiting clients got their name") {
-		t.Errorf("a client got its name: %v", err)
-	}
-	if err := childBystandersErr(0, 3); err == nil || !strings.Contains(err.Error(), "failed 3 times") {
-		t.Errorf("3 failures: %v", err)
-	}
-}
-
 func TestFleetRow(t *testing.T) {
 	r := fleetRow{role: "waiters", clients: 1000, holder: 3, conns: 1103}
 	if got := r.perClient(); got != 1.1 {
@@ -100,7 +87,7 @@ func TestMarkdownS7AndFleet(t *testing.T) {
 	r := &report{cfg: quickConfig(), fleetMaxConns: 3100,
 		s7: []s7Row{
 			{peer: p("pglease"), holding: holdTried, others: 0, conns: 2, lat: msDurs(2)},
-			{peer: p("pglease"), holding: holdTried, others: 5, conns: 17, lat: msDurs(3)},
+			{peer: p("pglease"), holding: holdTried, others: 5, conns: 17, lat: msDurs(3), retried: 2},
 			{peer: p("pglease"), holding: holdShared, others: 0, conns: -1, lat: msDurs(2)},
 			{peer: p("pglease"), holding: holdShared, others: 5, conns: 12, err: errors.New("boom")},
 		},
@@ -115,6 +102,7 @@ func TestMarkdownS7AndFleet(t *testing.T) {
 		"| pglease | tried | 5 | 1 | 3.0 | 3.0 | 3.0 | 3.0 | 1.50× | 0 | 17 | 3.00 |",
 		"| pglease | shared | 0 | 1 | 2.0 | 2.0 | 2.0 | 2.0 | 1.00× | 0 | – | – |",
 		"| pglease | shared | 5 | 0 | | | | | | error: boom | 12 | – |",
+		"Waiting clients' Opens or waits that failed and were retried: pglease, tried, 5 others: 2.",
 		"| 10 | electors | 1 | 0.0 | 29 | – | 2.90 | yes | 2 | no |",
 		"| 1000 | waiters | 5 | 0.0 | 1013 | 3 | 1.01 | yes | 0 | yes |",
 		"| 100 | waiters | 1 | | | | | | | error: too many clients |",
