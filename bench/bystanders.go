@@ -121,7 +121,8 @@ const (
 // bystanders starts n clients each blocked on a name of its own, all held
 // by one more client (which took them as holding says, and holds one name
 // when n is 0), and returns once they have been waiting for cfg.s7Settle,
-// with r.start (the time the n clients took to open and start waiting),
+// with r.start (the time the n clients took to open and start waiting,
+// their connections up),
 // r.conns (the bench database's client connections then, -1 if the count
 // failed) and r.retried set. A pglease peer's waiting clients run in child processes
 // (this binary re-executed, as FLEET's waiters are: fleetProcs(n) of them,
@@ -212,7 +213,8 @@ func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding strin
 // (roleWaiters, as FLEET's waiters, but with the holder's MaxConns 2 per
 // client, its fast failover and ttl), client i blocked in Acquire on
 // prefix+i of table, and returns once they all wait; it appends their
-// killing to closers. check returns the times a waiting client's Open or
+// killing to closers, and waits until their connections stop growing (the
+// sessions connect after a child's ready). check returns the times a waiting client's Open or
 // Acquire failed (each retried a second later, as FLEET's are: under load
 // an Open's connect may time out) and an error if a waiting client got its
 // name, as the children last said (they report every 200 ms).
@@ -221,11 +223,19 @@ func childBystanders(ctx context.Context, e *env, holder *pgleaseLocker, table, 
 	for i := range specs {
 		specs[i].MaxConns, specs[i].FF, specs[i].TTL = 2, holder.ff, ttl
 	}
+	t0 := time.Now()
 	procs, err := startCapProcs(ctx, e, specs)
 	if err != nil {
 		return nil, err
 	}
 	*closers = append(*closers, func() { stopCapProcs(procs) })
+	// A child is ready once its clients have opened and called Acquire;
+	// their dedicated sessions may still be connecting (1,000 clients on a
+	// 2-core machine: for tens of seconds). The settle starts once they have.
+	opened := time.Since(t0)
+	c, grew := connsSteady(ctx, e, 3*time.Second, 3*time.Minute)
+	logf("S7: %d waiting clients in %d processes opened in %v; their connections stopped growing %v later at %d (grew for %v)",
+		n, len(procs), opened.Round(time.Millisecond), (time.Since(t0) - opened).Round(time.Millisecond), c, grew.Round(time.Millisecond))
 	return func() (int, error) {
 		got, retried := leaseCounts(procs)
 		if got > 0 {
@@ -233,6 +243,23 @@ func childBystanders(ctx context.Context, e *env, holder *pgleaseLocker, table, 
 		}
 		return retried, nil
 	}, nil
+}
+
+// connsSteady waits until the bench database's client connections have
+// not grown for quiet (counted every second), at most limit, and returns
+// the last count and how long it grew.
+func connsSteady(ctx context.Context, e *env, quiet, limit time.Duration) (n int, grew time.Duration) {
+	t0 := time.Now()
+	n, last := -1, t0
+	for ctx.Err() == nil && time.Since(t0) < limit {
+		if c, err := benchConns(ctx, e); err == nil && c > n {
+			n, last = c, time.Now()
+		} else if time.Since(last) >= quiet {
+			break
+		}
+		sleepCtx(ctx, time.Second)
+	}
+	return n, last.Sub(t0)
 }
 
 // inProcBystanders opens n clients of p in this process, s7Opens at a
@@ -325,7 +352,7 @@ func (r *report) s7PerClient(x *s7Row) string {
 func (r *report) mdS7(w func(string, ...any)) {
 	w("## S7 — hand-off amid clients waiting on other names\n\n")
 	w("S3's hand-off between two clients of their own (a holder and one blocked waiter), while *others* more clients, each of its own, wait blocked on a name of their own, all held by one more client (on the same table, waiting %v before the first sample; with no others that client holds one name nobody waits on). "+
-		"pglease's others run in child processes (the bench binary re-executed, one per 200 clients, at most 10, each opening 16 clients at a time, as FLEET's waiters; MaxConns 2 each), the advisory lock's in the bench process (opened 16 at a time); the holder and the hand-off pair run in the bench process. A waiting client that gets its name fails the row, as does one whose Open or wait fails in the bench process; in a child, that is retried a second later (as FLEET's are) and counted below the table. "+
+		"pglease's others run in child processes (the bench binary re-executed, one per 200 clients, at most 10, each opening 16 clients at a time, as FLEET's waiters; MaxConns 2 each; the wait starts once the bench database's connections have stopped growing for 3 s, the waiters' sessions up), the advisory lock's in the bench process (opened 16 at a time); the holder and the hand-off pair run in the bench process. A waiting client that gets its name fails the row, as does one whose Open or wait fails in the bench process; in a child, that is retried a second later (as FLEET's are) and counted below the table. "+
 		"*Holder took* is how that client took the names: waited = a blocking acquire of the free name, tried = TryAcquire, ff = TryAcquire with WithFastFailover, shared = TryAcquire with WithShared (the others wait for an exclusive lease); pglease FastFailover's leases are all fast-failover, so its ff is its tried. "+
 		"A hand-off should cost the same however many clients wait on other names; *p50 ÷ none* is the p50 over that of the same peer and topology with none waiting. "+
 		"*Connections* counts the bench database's client backends once the others have waited %v (before the hand-offs; the hand-off pair not included); *per waiting client* is the increase over the row with none waiting, per other client. At most %d samples or %v per row.\n\n",
