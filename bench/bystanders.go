@@ -122,12 +122,11 @@ const (
 // by one more client (which took them as holding says, and holds one name
 // when n is 0), and returns once they have been waiting for cfg.s7Settle,
 // with r.start (the time the n clients took to open and start waiting,
-// their connections up),
-// r.conns (the bench database's client connections then, -1 if the count
-// failed) and r.retried set. A pglease peer's waiting clients run in child processes
-// (this binary re-executed, as FLEET's waiters are: fleetProcs(n) of them,
-// each opening s7Opens clients at a time), any other peer's in this
-// process (s7Opens opened at a time). stop ends them, sets r.retried again
+// their connections up), r.conns (the bench database's client connections
+// then, -1 if the count failed) and r.retried set. A pglease peer's waiting
+// clients run in child processes (this binary re-executed, as FLEET's
+// waiters are: fleetProcs(n) of them, each opening s7Opens clients at a
+// time), any other peer's in this process (s7Opens opened at a time). stop ends them, sets r.retried again
 // and reports an error if a waiting client got its name (which the holder
 // holds throughout) or, in this process, failed.
 func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding string, n int, r *s7Row) (stop func() error, err error) {
@@ -214,10 +213,11 @@ func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding strin
 // client, its fast failover and ttl), client i blocked in Acquire on
 // prefix+i of table, and returns once they all wait; it appends their
 // killing to closers, and waits until their connections stop growing (the
-// sessions connect after a child's ready). check returns the times a waiting client's Open or
-// Acquire failed (each retried a second later, as FLEET's are: under load
-// an Open's connect may time out) and an error if a waiting client got its
-// name, as the children last said (they report every 200 ms).
+// sessions connect after a child's ready). check returns the times a
+// waiting client's Open or Acquire failed (each retried a second later, as
+// FLEET's are: under load an Open's connect may time out) and an error if
+// a waiting client got its name, as the children last said (they report
+// every 200 ms).
 func childBystanders(ctx context.Context, e *env, holder *pgleaseLocker, table, prefix string, n int, ttl time.Duration, closers *[]func()) (check func() (int, error), err error) {
 	specs := fleetSpecs(roleWaiters, n, table, prefix)
 	for i := range specs {
@@ -231,7 +231,8 @@ func childBystanders(ctx context.Context, e *env, holder *pgleaseLocker, table, 
 	*closers = append(*closers, func() { stopCapProcs(procs) })
 	// A child is ready once its clients have opened and called Acquire;
 	// their dedicated sessions may still be connecting (1,000 clients on a
-	// 2-core machine: for tens of seconds). The settle starts once they have.
+	// 2-core machine: their connections grew for 5 to 8 s more). The settle
+	// starts once they have.
 	opened := time.Since(t0)
 	c, grew := connsSteady(ctx, e, 3*time.Second, 3*time.Minute)
 	logf("S7: %d waiting clients in %d processes opened in %v; their connections stopped growing %v later at %d (grew for %v)",

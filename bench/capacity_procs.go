@@ -136,7 +136,7 @@ func capLeases(ctx context.Context, e *env, cc capConfig, n int, ff bool) (r cap
 
 // capSpec is one child's part, passed in $BENCH_CAP.
 type capSpec struct {
-	Role     string        `json:"role"` // "clients" or "waiters"
+	Role     string        `json:"role"` // "clients", "waiters", roleElectors or roleWaiters (FLEET, S7)
 	Table    string        `json:"table"`
 	Prefix   string        `json:"prefix"`
 	Clients  int           `json:"clients,omitempty"`
