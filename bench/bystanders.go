@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/pglease/pglease"
 )
@@ -18,9 +20,11 @@ import (
 
 type s7Row struct {
 	peer       *peer
-	holding    string // how the holder took the bystanders' names (holdWaited…)
-	others     int    // clients blocked on other names meanwhile
-	conns      int    // client connections to the bench database after the settle; -1 unknown
+	holding    string        // how the holder took the bystanders' names (holdWaited…)
+	others     int           // clients blocked on other names meanwhile
+	conns      int           // client connections to the bench database after the settle; -1 unknown
+	start      time.Duration // the time the others took to open and start waiting
+	retried    int           // the times a waiting client's Open or wait failed and was retried (child processes)
 	lat        durs
 	violations int64
 	err        error
@@ -92,58 +96,84 @@ func take(ctx context.Context, holder locker, holding, name string) (unlock, err
 // holding says (with no others, it holds one name nobody waits on).
 func runS7(ctx context.Context, e *env, cfg *config, p *peer, holding string, others int) (r s7Row) {
 	r.peer, r.holding, r.others = p, holding, others
-	stop, conns, err := bystanders(ctx, e, cfg, p, holding, others)
-	r.conns = conns
+	stop, err := bystanders(ctx, e, cfg, p, holding, others, &r)
 	if err != nil {
 		r.err = err
 		return r
 	}
-	defer stop()
 	r.lat, r.violations, r.err = measureHandoffs(ctx, e, cfg, p, 1, false)
+	// A waiting client that got its name during the hand-offs fails the row
+	// too.
+	if err := stop(); r.err == nil {
+		r.err = err
+	}
 	return r
 }
 
-// bystanders starts n clients each blocked on a name of its own, all
-// held by one more client (which took them as holding says, and holds one
-// name when n is 0), and returns once they have been waiting for
-// cfg.s7Settle, with the bench database's client connections counted then
-// (-1 if the count failed); stop ends them.
-func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding string, n int) (stop func(), conns int, err error) {
-	conns = -1
+// s7TableTag is the table tag of S7 (S3's table, pglease_leases_s3 for
+// pglease), and s7Opens the clients opened at a time, in each child process
+// or in the bench process.
+const (
+	s7TableTag = "_s3"
+	s7Opens    = 16
+)
+
+// bystanders starts n clients each blocked on a name of its own, all held
+// by one more client (which took them as holding says, and holds one name
+// when n is 0), and returns once they have been waiting for cfg.s7Settle,
+// with r.start (the time the n clients took to open and start waiting,
+// their connections up), r.conns (the bench database's client connections
+// then, -1 if the count failed) and r.retried set. A pglease peer's waiting
+// clients run in child processes (this binary re-executed, as FLEET's
+// waiters are: fleetProcs(n) of them, each opening s7Opens clients at a
+// time), any other peer's in this process (s7Opens opened at a time). stop ends them, sets r.retried again
+// and reports an error if a waiting client got its name (which the holder
+// holds throughout) or, in this process, failed.
+func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding string, n int, r *s7Row) (stop func() error, err error) {
+	r.conns = -1
+	// The backends of the last row's killed children take a moment to go.
+	waitConns(ctx, e, 0, 30*time.Second)
 	// Advisory locks hold a connection per lock and per blocked waiter;
 	// pglease a dedicated one per client and its pool's.
 	restore, _, _, err := capEnsureConns(ctx, e, 3*n+100)
 	if err != nil {
-		return nil, conns, err
+		return nil, err
 	}
 	var closers []func()
-	stop = func() {
+	check := func() (int, error) { return 0, nil }
+	stop = func() error {
+		var err error
+		r.retried, err = check()
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 		restore()
+		return err
 	}
-	fail := func(err error) (func(), int, error) {
-		stop()
-		return nil, conns, err
+	fail := func(err error) (func() error, error) {
+		_ = stop()
+		return nil, err
 	}
-	holder, err := p.open(ctx, e, peerOpts{tableTag: "_s3", conns: int32(n + 2), ttl: cfg.waitTTL(p)})
+	// The holder migrates the table, once for the row: the waiting clients
+	// only open clients on it.
+	holder, err := p.open(ctx, e, peerOpts{tableTag: s7TableTag, conns: int32(n + 2), ttl: cfg.waitTTL(p)})
 	if err != nil {
 		return fail(err)
 	}
 	closers = append(closers, holder.close)
-	tag := randHex(6)
-	names := make([]string, max(n, 1))
-	for i := range names {
-		names[i] = fmt.Sprintf("s7-%s-%d", tag, i)
+	// Waiting client i waits on prefix+i (a child derives its names from
+	// its first one's number).
+	prefix := "s7-" + randHex(6) + "-"
+	for i := range max(n, 1) {
+		name := prefix + strconv.Itoa(i)
 		// With holdWaited, a blocking lock of a free name: pglease's holder
 		// then has its dedicated session (and bell) at once, as a client
 		// that waited for a lease once does; one that only tried (holdTried,
 		// holdFF, holdShared) may open it later, and the waiting clients
 		// then listen for notifications until they find its bell.
-		u, err := take(ctx, holder, holding, names[i])
+		u, err := take(ctx, holder, holding, name)
 		if err != nil {
-			return fail(fmt.Errorf("hold %s (%s) for the waiting clients: %w", names[i], holding, err))
+			return fail(fmt.Errorf("hold %s (%s) for the waiting clients: %w", name, holding, err))
 		}
 		closers = append(closers, func() {
 			rctx, cancel := releaseCtx()
@@ -151,26 +181,136 @@ func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding strin
 			_ = u(rctx)
 		})
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	if n > 0 {
+		t0 := time.Now()
+		if pl, ok := holder.(*pgleaseLocker); ok {
+			check, err = childBystanders(ctx, e, pl, "pglease_leases"+s7TableTag, prefix, n, cfg.waitTTL(p), &closers)
+		} else {
+			check, err = inProcBystanders(ctx, e, cfg, p, prefix, n, &closers)
+		}
+		r.start = time.Since(t0)
+		if err != nil {
+			return fail(fmt.Errorf("%d waiting clients: %w", n, err))
+		}
+	}
+	sleepCtx(ctx, cfg.s7Settle)
+	if r.retried, err = check(); err != nil {
+		return fail(err)
+	}
+	if c, cerr := benchConns(ctx, e); cerr == nil {
+		r.conns = c
+	} else {
+		logf("S7 %s %s others=%d: counting connections: %v", p.id, holding, n, cerr)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	return stop, nil
+}
+
+// childBystanders starts n pglease waiting clients in child processes
+// (roleWaiters, as FLEET's waiters, but with the holder's MaxConns 2 per
+// client, its fast failover and ttl), client i blocked in Acquire on
+// prefix+i of table, and returns once they all wait; it appends their
+// killing to closers, and waits until their connections stop growing (the
+// sessions connect after a child's ready). check returns the times a
+// waiting client's Open or Acquire failed (each retried a second later, as
+// FLEET's are: under load an Open's connect may time out) and an error if
+// a waiting client got its name, as the children last said (they report
+// every 200 ms).
+func childBystanders(ctx context.Context, e *env, holder *pgleaseLocker, table, prefix string, n int, ttl time.Duration, closers *[]func()) (check func() (int, error), err error) {
+	specs := fleetSpecs(roleWaiters, n, table, prefix)
+	for i := range specs {
+		specs[i].MaxConns, specs[i].FF, specs[i].TTL = 2, holder.ff, ttl
+	}
+	t0 := time.Now()
+	procs, err := startCapProcs(ctx, e, specs)
+	if err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, func() { stopCapProcs(procs) })
+	// A child is ready once its clients have opened and called Acquire;
+	// their dedicated sessions may still be connecting (1,000 clients on a
+	// 2-core machine: their connections grew for 5 to 8 s more). The settle
+	// starts once they have.
+	opened := time.Since(t0)
+	c, grew := connsSteady(ctx, e, 3*time.Second, 3*time.Minute)
+	logf("S7: %d waiting clients in %d processes opened in %v; their connections stopped growing %v later at %d (grew for %v)",
+		n, len(procs), opened.Round(time.Millisecond), (time.Since(t0) - opened).Round(time.Millisecond), c, grew.Round(time.Millisecond))
+	return func() (int, error) {
+		got, retried := leaseCounts(procs)
+		if got > 0 {
+			return retried, fmt.Errorf("%d waiting clients got their name, which another client holds", got)
+		}
+		return retried, nil
+	}, nil
+}
+
+// connsSteady waits until the bench database's client connections have
+// not grown for quiet (counted every second), at most limit, and returns
+// the last count and how long it grew.
+func connsSteady(ctx context.Context, e *env, quiet, limit time.Duration) (n int, grew time.Duration) {
+	t0 := time.Now()
+	n, last := -1, t0
+	for ctx.Err() == nil && time.Since(t0) < limit {
+		if c, err := benchConns(ctx, e); err == nil && c > n {
+			n, last = c, time.Now()
+		} else if time.Since(last) >= quiet {
+			break
+		}
+		sleepCtx(ctx, time.Second)
+	}
+	return n, last.Sub(t0)
+}
+
+// inProcBystanders opens n clients of p in this process, s7Opens at a
+// time, and has client i block on prefix+i; it appends the end of their
+// waits and their closing to closers. check reports the last waiting
+// client that got its name or failed (never retried: 0).
+func inProcBystanders(ctx context.Context, e *env, cfg *config, p *peer, prefix string, n int, closers *[]func()) (check func() (int, error), err error) {
+	lks := make([]locker, n)
+	// Closed after the waits end (closers run in reverse).
+	*closers = append(*closers, func() {
+		for _, lk := range lks {
+			if lk != nil {
+				lk.close()
+			}
+		}
+	})
 	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, s7Opens)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			lk, err := p.open(ctx, e, peerOpts{tableTag: s7TableTag, conns: 2, ttl: cfg.waitTTL(p)})
+			mu.Lock()
+			defer mu.Unlock()
+			lks[i] = lk
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("waiting client %d: %w", i+1, err)
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	wctx, cancel := context.WithCancel(ctx)
 	var werr error
-	closers = append(closers, func() {
+	*closers = append(*closers, func() {
 		cancel()
 		wg.Wait()
 	})
-	for i := range n {
-		lk, err := p.open(ctx, e, peerOpts{tableTag: "_s3", conns: 2, ttl: cfg.waitTTL(p)})
-		if err != nil {
-			return fail(fmt.Errorf("waiting client %d of %d: %w", i+1, n, err))
-		}
-		// Closed after the waits end (closers run in reverse).
-		closers = append(closers[:len(closers)-1], lk.close, closers[len(closers)-1])
+	for i, lk := range lks {
+		name := prefix + strconv.Itoa(i)
 		wg.Go(func() {
-			u, err := lk.lock(wctx, names[i], true)
+			u, err := lk.lock(wctx, name, true)
 			if err == nil {
 				// The holder never releases while the waiters wait.
-				err = fmt.Errorf("a waiting client got %s, which another client holds", names[i])
+				err = fmt.Errorf("a waiting client got %s, which another client holds", name)
 				rctx, cancel := releaseCtx()
 				_ = u(rctx)
 				cancel()
@@ -182,19 +322,11 @@ func bystanders(ctx context.Context, e *env, cfg *config, p *peer, holding strin
 			}
 		})
 	}
-	sleepCtx(ctx, cfg.s7Settle)
-	mu.Lock()
-	err = werr
-	mu.Unlock()
-	if err != nil {
-		return fail(err)
-	}
-	if c, cerr := benchConns(ctx, e); cerr == nil {
-		conns = c
-	} else {
-		logf("S7 %s %s others=%d: counting connections: %v", p.id, holding, n, cerr)
-	}
-	return stop, conns, ctx.Err()
+	return func() (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return 0, werr
+	}, nil
 }
 
 // s7Base returns the row of peer id and holder topology holding with no
@@ -221,6 +353,7 @@ func (r *report) s7PerClient(x *s7Row) string {
 func (r *report) mdS7(w func(string, ...any)) {
 	w("## S7 — hand-off amid clients waiting on other names\n\n")
 	w("S3's hand-off between two clients of their own (a holder and one blocked waiter), while *others* more clients, each of its own, wait blocked on a name of their own, all held by one more client (on the same table, waiting %v before the first sample; with no others that client holds one name nobody waits on). "+
+		"pglease's others run in child processes (the bench binary re-executed, one per 200 clients, at most 10, each opening 16 clients at a time, as FLEET's waiters; MaxConns 2 each; the wait starts once the bench database's connections have stopped growing for 3 s, the waiters' sessions up), the advisory lock's in the bench process (opened 16 at a time); the holder and the hand-off pair run in the bench process. A waiting client that gets its name fails the row, as does one whose Open or wait fails in the bench process; in a child, that is retried a second later (as FLEET's are) and counted below the table. "+
 		"*Holder took* is how that client took the names: waited = a blocking acquire of the free name, tried = TryAcquire, ff = TryAcquire with WithFastFailover, shared = TryAcquire with WithShared (the others wait for an exclusive lease); pglease FastFailover's leases are all fast-failover, so its ff is its tried. "+
 		"A hand-off should cost the same however many clients wait on other names; *p50 ÷ none* is the p50 over that of the same peer and topology with none waiting. "+
 		"*Connections* counts the bench database's client backends once the others have waited %v (before the hand-offs; the hand-off pair not included); *per waiting client* is the increase over the row with none waiting, per other client. At most %d samples or %v per row.\n\n",
@@ -248,6 +381,15 @@ func (r *report) mdS7(w func(string, ...any)) {
 			ms(x.lat.pct(99)), ms(x.lat.pct(100)), rel, x.violations, conns, r.s7PerClient(x))
 	}
 	w("\n")
+	var retried []string
+	for _, x := range r.s7 {
+		if x.retried > 0 {
+			retried = append(retried, fmt.Sprintf("%s, %s, %d others: %d", x.peer.title, x.holding, x.others, x.retried))
+		}
+	}
+	if len(retried) > 0 {
+		w("Waiting clients' Opens or waits that failed and were retried: %s.\n\n", strings.Join(retried, "; "))
+	}
 }
 
 // s7Peers are the peers S7 runs: pglease in both modes, and raw advisory

@@ -136,17 +136,18 @@ func capLeases(ctx context.Context, e *env, cc capConfig, n int, ff bool) (r cap
 
 // capSpec is one child's part, passed in $BENCH_CAP.
 type capSpec struct {
-	Role    string        `json:"role"` // "clients" or "waiters"
-	Table   string        `json:"table"`
-	Prefix  string        `json:"prefix"`
-	Clients int           `json:"clients,omitempty"`
-	Leases  int           `json:"leases,omitempty"`
-	TTL     time.Duration `json:"ttl,omitempty"`
-	Waiters int           `json:"waiters,omitempty"`
-	Names   int           `json:"names,omitempty"`
-	FF      bool          `json:"ff,omitempty"`
-	Hold    time.Duration `json:"hold,omitempty"`
-	First   int           `json:"first,omitempty"` // FLEET waiters: the first name's number
+	Role     string        `json:"role"` // "clients", "waiters", roleElectors or roleWaiters (FLEET, S7)
+	Table    string        `json:"table"`
+	Prefix   string        `json:"prefix"`
+	Clients  int           `json:"clients,omitempty"`
+	Leases   int           `json:"leases,omitempty"`
+	TTL      time.Duration `json:"ttl,omitempty"`
+	Waiters  int           `json:"waiters,omitempty"`
+	Names    int           `json:"names,omitempty"`
+	FF       bool          `json:"ff,omitempty"`
+	Hold     time.Duration `json:"hold,omitempty"`
+	First    int           `json:"first,omitempty"`     // FLEET and S7 waiters: the first name's number
+	MaxConns int32         `json:"max_conns,omitempty"` // FLEET and S7 clients' pool size; 0: the default
 }
 
 // capEvent is a waiter's acquisition (got) or the moment just before its

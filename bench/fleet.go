@@ -84,9 +84,9 @@ func parseInts(s string) ([]int, error) {
 // at most 10.
 func fleetProcs(n int) int { return min(10, max(1, (n+199)/200)) }
 
-// fleetSpecs splits n clients of role among fleetProcs(n) children; a
-// waiters child's clients wait on names prefix+First… in turn.
-func fleetSpecs(role string, n int, prefix string) []capSpec {
+// fleetSpecs splits n clients of role on table among fleetProcs(n)
+// children; a waiters child's clients wait on names prefix+First… in turn.
+func fleetSpecs(role string, n int, table, prefix string) []capSpec {
 	procs := fleetProcs(n)
 	var specs []capSpec
 	first := 0
@@ -95,7 +95,7 @@ func fleetSpecs(role string, n int, prefix string) []capSpec {
 		if i < n%procs {
 			k++
 		}
-		specs = append(specs, capSpec{Role: role, Table: fleetTable, Prefix: prefix, Clients: k, First: first})
+		specs = append(specs, capSpec{Role: role, Table: table, Prefix: prefix, Clients: k, First: first})
 		first += k
 	}
 	return specs
@@ -209,7 +209,7 @@ func fleetRun(ctx context.Context, e *env, cfg *config, role string, n int) (r f
 		}
 	}
 	t0 := time.Now()
-	procs, err := startCapProcs(ctx, e, fleetSpecs(childRole, n, prefix))
+	procs, err := startCapProcs(ctx, e, fleetSpecs(childRole, n, fleetTable, prefix))
 	r.start = time.Since(t0)
 	if err != nil {
 		r.err = err
@@ -243,9 +243,11 @@ func fleetRun(ctx context.Context, e *env, cfg *config, role string, n int) (r f
 	return r
 }
 
-// fleetChild is the child side of a fleet: it opens s.Clients clients
-// (16 at a time), each of which runs an Elector on s.Prefix (electors) or
-// blocks in Acquire on its name (waiters), then reports every 200 ms
+// fleetChild is the child side of a fleet (and of S7's waiting clients):
+// it opens s.Clients clients (16 at a time; MaxConns s.MaxConns when set),
+// each of which runs an Elector on s.Prefix (electors) or blocks in
+// Acquire on its name (waiters; with WithFastFailover if s.FF, WithTTL if
+// s.TTL), then reports every 200 ms
 // "HELD x failed": the electors leading or the waiters that got their
 // name, and the times an Open, an Elector's Run or a waiter's Acquire
 // returned an error. Those are retried a second later, as an application would (an
@@ -268,24 +270,32 @@ func fleetChild(ctx context.Context, e *env, s capSpec) error {
 		<-ctx.Done()
 		return nil
 	}
+	ccfg := pglease.Config{Table: s.Table, MaxConns: s.MaxConns}
+	var opts []pglease.Option
+	if s.FF {
+		opts = append(opts, pglease.WithFastFailover())
+	}
+	if s.TTL > 0 {
+		opts = append(opts, pglease.WithTTL(s.TTL))
+	}
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for i := range s.Clients {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c, err := pglease.Open(ctx, e.dsn, pglease.Config{Table: s.Table})
+			c, err := pglease.Open(ctx, e.dsn, ccfg)
 			for err != nil {
 				if !retry("open", err) {
 					return
 				}
-				c, err = pglease.Open(ctx, e.dsn, pglease.Config{Table: s.Table})
+				c, err = pglease.Open(ctx, e.dsn, ccfg)
 			}
 			if s.Role == roleWaiters {
 				name := s.Prefix + strconv.Itoa(s.First+i)
 				go func() {
 					for {
-						l, err := c.Acquire(ctx, name)
+						l, err := c.Acquire(ctx, name, opts...)
 						if err == nil {
 							got.Add(1)
 							_ = l.Release(context.Background())

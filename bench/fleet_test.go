@@ -51,7 +51,7 @@ func TestHoldingsFor(t *testing.T) {
 
 func TestFleetSpecs(t *testing.T) {
 	for _, c := range []struct{ n, procs int }{{10, 1}, {200, 1}, {201, 2}, {1000, 5}, {5000, 10}} {
-		specs := fleetSpecs(roleWaiters, c.n, "p-")
+		specs := fleetSpecs(roleWaiters, c.n, fleetTable, "p-")
 		if len(specs) != c.procs {
 			t.Errorf("%d clients: %d children, want %d", c.n, len(specs), c.procs)
 		}
@@ -87,7 +87,7 @@ func TestMarkdownS7AndFleet(t *testing.T) {
 	r := &report{cfg: quickConfig(), fleetMaxConns: 3100,
 		s7: []s7Row{
 			{peer: p("pglease"), holding: holdTried, others: 0, conns: 2, lat: msDurs(2)},
-			{peer: p("pglease"), holding: holdTried, others: 5, conns: 17, lat: msDurs(3)},
+			{peer: p("pglease"), holding: holdTried, others: 5, conns: 17, lat: msDurs(3), retried: 2},
 			{peer: p("pglease"), holding: holdShared, others: 0, conns: -1, lat: msDurs(2)},
 			{peer: p("pglease"), holding: holdShared, others: 5, conns: 12, err: errors.New("boom")},
 		},
@@ -102,6 +102,7 @@ func TestMarkdownS7AndFleet(t *testing.T) {
 		"| pglease | tried | 5 | 1 | 3.0 | 3.0 | 3.0 | 3.0 | 1.50× | 0 | 17 | 3.00 |",
 		"| pglease | shared | 0 | 1 | 2.0 | 2.0 | 2.0 | 2.0 | 1.00× | 0 | – | – |",
 		"| pglease | shared | 5 | 0 | | | | | | error: boom | 12 | – |",
+		"Waiting clients' Opens or waits that failed and were retried: pglease, tried, 5 others: 2.",
 		"| 10 | electors | 1 | 0.0 | 29 | – | 2.90 | yes | 2 | no |",
 		"| 1000 | waiters | 5 | 0.0 | 1013 | 3 | 1.01 | yes | 0 | yes |",
 		"| 100 | waiters | 1 | | | | | | | error: too many clients |",

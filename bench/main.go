@@ -297,8 +297,8 @@ func run(ctx context.Context, cfg *config, outDir string) error {
 				for _, others := range cfg.s7Others {
 					r := runS7(ctx, e, cfg, p, holding, others)
 					rep.s7 = append(rep.s7, r)
-					logf("S7 %-10s holder=%s others=%d n=%d p50=%v p99=%v viol=%d conns=%d per-client=%s err=%v", p.id, holding, others, len(r.lat), r.lat.pct(50), r.lat.pct(99),
-						r.violations, r.conns, rep.s7PerClient(&rep.s7[len(rep.s7)-1]), r.err)
+					logf("S7 %-10s holder=%s others=%d start=%v n=%d p50=%v p99=%v viol=%d conns=%d per-client=%s retried=%d err=%v", p.id, holding, others, r.start.Round(time.Millisecond),
+						len(r.lat), r.lat.pct(50), r.lat.pct(99), r.violations, r.conns, rep.s7PerClient(&rep.s7[len(rep.s7)-1]), r.retried, r.err)
 				}
 			}
 		}

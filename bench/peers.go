@@ -114,6 +114,7 @@ func newPool(ctx context.Context, dsn string, conns int32) (*pgxpool.Pool, error
 type pgleaseLocker struct {
 	c    *pglease.Client
 	opts []pglease.Option
+	ff   bool // opts has WithFastFailover (peer pglease-ff)
 }
 
 func openPglease(ff bool) func(ctx context.Context, e *env, o peerOpts) (locker, error) {
@@ -130,7 +131,7 @@ func openPglease(ff bool) func(ctx context.Context, e *env, o peerOpts) (locker,
 			c.Close()
 			return nil, err
 		}
-		l := &pgleaseLocker{c: c}
+		l := &pgleaseLocker{c: c, ff: ff}
 		if o.ttl > 0 {
 			l.opts = append(l.opts, pglease.WithTTL(o.ttl))
 		}
