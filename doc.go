@@ -204,7 +204,7 @@
 // its turn plus 100 ms of others' bursts. A waiter whose client died is passed
 // over at once; one woken that never acquires holds the others up until its
 // registration goes stale (three fallback polls and a second). Waiting and
-// holding clients keep no transaction or snapshot open past 20 seconds.
+// holding clients keep no transaction or snapshot open past 25 seconds.
 //
 // # Connections
 //

@@ -11,8 +11,8 @@ package pglease
 // time the server grants it, it wakes those waits and blocks on the next.
 // The server wakes the watchers of that bell and no other backend, where
 // a notification makes it signal every listening backend of the database.
-// No statement of a watcher waits longer than watchTimeout: a wait that
-// outlives it waits again, so that no snapshot of a waiting client holds
+// No statement of a watcher waits longer than watchTimeout and a quarter
+// (wakeups.watchWait): a wait that outlives it waits again, so that no snapshot of a waiting client holds
 // back VACUUM (see awaitBell).
 
 import (
@@ -34,12 +34,13 @@ const bellLinger = 30 * time.Second
 
 // watchTimeout bounds each statement with which a watcher waits on the
 // server (a holder's bell, a holder's session: wakeups.watchTimeout, which
-// tests shorten): it is the lock_timeout of the watchers' connections. A
+// tests shorten), lengthened by up to a quarter at random (see
+// wakeups.watchWait): it is the lock_timeout that statement carries. A
 // statement that waits holds a snapshot, which keeps VACUUM from removing
 // any row deleted after it was taken, in the whole database, and keeps
 // CREATE INDEX CONCURRENTLY waiting; so a wait that times out waits again
 // with a new statement, and a waiting client's snapshots are never older
-// than this (and each waiting watcher costs one statement per period).
+// than 25 s (and each waiting watcher costs one statement per period).
 const watchTimeout = 20 * time.Second
 
 // maxBells bounds the bell watchers of a client, and so the connections
@@ -332,9 +333,9 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 // §1.9): a bell's ring, its holder's session's end and its holder's expiry
 // wake the waits at once, and the poll only backs those up.
 func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher, k int) (bool, error) {
-	wait := c.wake.watchTimeout
-	polls := c.cfg.PollInterval <= wait
+	polls := c.cfg.PollInterval <= c.wake.watchTimeout
 	for {
+		wait := c.wake.watchWait()
 		actx, unblock := context.WithCancel(ctx)
 		c.wake.mu.Lock()
 		w.unblock = unblock

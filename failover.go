@@ -294,7 +294,7 @@ func (c *Client) runWatcher(ctx context.Context, holder int32, w *sessionWatcher
 		}
 		timedOut = false
 		err := line.await(ctx, ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			return c.st.AwaitSession(ctx, conn, holder, c.wake.watchTimeout)
+			return c.st.AwaitSession(ctx, conn, holder, c.wake.watchWait())
 		})
 		if errors.Is(err, errInterrupted) && ctx.Err() == nil {
 			timedOut = true // the session's other work came first: wait again

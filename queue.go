@@ -48,7 +48,7 @@ const fairAfter = store.FairAfter
 func (c *Client) queueTTL(queued bool) time.Duration {
 	ttl := 3*c.cfg.PollInterval + time.Second
 	if queued && c.cfg.PollInterval <= c.wake.watchTimeout {
-		ttl += c.wake.watchTimeout
+		ttl += c.wake.watchMax()
 	}
 	return ttl
 }

@@ -222,7 +222,7 @@ func (w *waker) doorbell(r *roundResult, since time.Time, delay time.Duration) t
 				// once per watchTimeout (SPEC §1.9). The wait wakes
 				// itself only at its holder's expiry, when that comes
 				// first; else this only backs the watcher up.
-				delay = c.cfg.PollInterval + c.wake.watchTimeout
+				delay = c.cfg.PollInterval + c.wake.watchMax()
 				if r.soonest >= 0 {
 					delay = min(delay, w.expiryAfter(r.soonest))
 				}

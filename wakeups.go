@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -29,6 +30,21 @@ type wakeups struct {
 	listenLinger time.Duration // see listenLinger in listen.go
 	watchTimeout time.Duration // see watchTimeout in doorbell.go
 }
+
+// watchWait returns how long one statement of a watcher waits on the
+// server: watchTimeout, lengthened by up to a quarter at random, so that
+// the watchers of many clients that began to wait at once (a fleet that
+// started together, the waiters a ring woke) do not all time out, look
+// again and wait anew in the same instant, a burst of statements and lock
+// manager work that holds up everything else on the server. Never shorter
+// than watchTimeout: a watch is armed again at most once per watchTimeout
+// (SPEC §1.9), and its snapshot is never older than watchMax.
+func (wk *wakeups) watchWait() time.Duration {
+	return wk.watchTimeout + rand.N(wk.watchTimeout/4+1)
+}
+
+// watchMax is the longest watchWait.
+func (wk *wakeups) watchMax() time.Duration { return wk.watchTimeout + wk.watchTimeout/4 }
 
 func (wk *wakeups) init() {
 	wk.hub.init()

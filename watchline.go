@@ -48,7 +48,7 @@ func (l *watchLine) query(ctx context.Context, fn func(ctx context.Context, q st
 func (l *watchLine) await(ctx, slot context.Context, fn func(ctx context.Context, conn *pgx.Conn) error) error {
 	if l.own == nil {
 		if s := l.c.conn.sess.Load(); s != nil {
-			err := s.watch(slot, l, l.c.wake.watchTimeout+l.c.cfg.StatementTimeout, fn)
+			err := s.watch(slot, l, l.c.wake.watchMax()+l.c.cfg.StatementTimeout, fn)
 			if !errors.Is(err, errNoSlot) && (err == nil || store.FromServer(err) || errors.Is(err, errInterrupted) || slot.Err() != nil) {
 				return err
 			}

@@ -137,6 +137,7 @@ func main() {
 		scenarios = flag.String("scenarios", "S1,S2,S3,S4,S5,S6,S7", "scenarios to run (also CAP and FLEET, pglease only)")
 		peerList  = flag.String("peers", "", "peers to run (default all): "+peerIDs())
 		others    = flag.String("others", "", "S7: the numbers of clients waiting on other names, one row each (default 0,50,200,500; quick 0,5)")
+		s7settle  = flag.Duration("s7settle", 0, "S7: how long the others wait before the first hand-off sample (default 30s; quick 300ms)")
 		holders   = flag.String("s7holders", "", "S7: how the holder of the names the others wait on took them, one set of rows each: waited,tried,ff,shared (pglease peers; default waited,tried,ff,shared; quick waited)")
 		fleet     = flag.String("fleet", "", "FLEET: the fleet sizes (default 10,100,1000; quick 10,50)")
 		child     = flag.String("child", "", "internal: child role (hold, wait)")
@@ -180,6 +181,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench: -fleet:", err)
 			os.Exit(2)
 		}
+	}
+	if *s7settle > 0 {
+		cfg.s7Settle = *s7settle
 	}
 	if *holders != "" {
 		if cfg.s7Holdings, err = parseHoldings(*holders); err != nil {
