@@ -74,10 +74,15 @@ func (s *session) poke() {
 
 // listenChange says whether the session must start (+1) or stop (-1)
 // listening, and how long it may wait for notifications before it looks
-// again (0: as long as it likes). s.mu is held.
+// again (0: as long as it likes). s.mu is held. A session behind a
+// transaction-pooling proxy never listens: its LISTEN would stay on
+// whichever server backend ran it, which other clients share, so that the
+// notifications would reach them (and that backend would be signalled at
+// every NOTIFY of the database for as long as the proxy keeps it); its
+// client's waits poll, as with Config.DisableNotify.
 func (s *session) listenChange(stepDowns bool) (int, time.Duration) {
 	c := s.c
-	if c.cfg.DisableNotify || s.epoch == 0 {
+	if c.cfg.DisableNotify || s.epoch == 0 || s.proxied {
 		return 0, 0
 	}
 	now := time.Now()

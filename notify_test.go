@@ -89,3 +89,20 @@ func TestDroppedListenerIsRecovered(t *testing.T) {
 	}
 	_ = l2.Release(ctx)
 }
+
+// A dedicated session behind a transaction-pooling proxy (PgBouncer) never
+// listens, however many waits, observers or step-down hearers its client
+// has: its LISTEN would stay on a server backend other clients share, so
+// that their notifications (and every NOTIFY's signal) would reach it and
+// not this client. Its waits poll. Before, it listened as any session
+// (found by the bench's waiters behind PgBouncer).
+func TestASessionBehindATransactionPoolerDoesNotListen(t *testing.T) {
+	c := testClient(t, Config{})
+	for _, proxied := range []bool{false, true} {
+		s := &session{c: c, epoch: 1, proxied: proxied, listeners: 1}
+		change, _ := s.listenChange(true)
+		if want := map[bool]int{false: +1, true: 0}[proxied]; change != want {
+			t.Errorf("proxied %v: listen change %+d, want %+d", proxied, change, want)
+		}
+	}
+}
