@@ -67,6 +67,8 @@ type config struct {
 
 	fleetNs     []int // FLEET: the fleet sizes
 	fleetSettle time.Duration
+
+	capParts map[string]bool // CAP: the parts to run (all when empty)
 }
 
 // waitTTL is the TTL a peer uses in the waiting scenarios (S2, S3, S5).
@@ -139,6 +141,7 @@ func main() {
 		others    = flag.String("others", "", "S7: the numbers of clients waiting on other names, one row each (default 0,50,200,500; quick 0,5)")
 		holders   = flag.String("s7holders", "", "S7: how the holder of the names the others wait on took them, one set of rows each: waited,tried,ff,shared (pglease peers; default waited,tried,ff,shared; quick waited)")
 		fleet     = flag.String("fleet", "", "FLEET: the fleet sizes (default 10,100,1000; quick 10,50)")
+		capPart   = flag.String("cappart", "", "CAP: the parts to run (default all): "+strings.Join(capParts, ","))
 		child     = flag.String("child", "", "internal: child role (hold, wait)")
 		cPeer     = flag.String("peer", "", "internal: child's peer")
 		cName     = flag.String("name", "", "internal: child's lease name")
@@ -179,6 +182,15 @@ func main() {
 		if cfg.fleetNs, err = parseInts(*fleet); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: -fleet:", err)
 			os.Exit(2)
+		}
+	}
+	if *capPart != "" {
+		cfg.capParts = set(strings.Split(strings.ToLower(*capPart), ",")...)
+		for p := range cfg.capParts {
+			if !slices.Contains(capParts, p) {
+				fmt.Fprintf(os.Stderr, "bench: -cappart: unknown part %q (known: %s)\n", p, strings.Join(capParts, ","))
+				os.Exit(2)
+			}
 		}
 	}
 	if *holders != "" {
