@@ -6,7 +6,12 @@ package main
 // failover). It is not in the default scenario list (the full sweep takes
 // several minutes); run it with
 //
-//	go run . -scenarios CAP [-quick] [-out DIR]
+//	go run . -scenarios CAP [-quick] [-out DIR] [-cappart leases,clients,waiters,pgbouncer]
+//
+// (-cappart runs only the parts named). The pgbouncer part runs waiting
+// clients through PgBouncer in transaction pooling mode (pgbouncer.go
+// starts it; the rows are skipped when it is not installed) and the same
+// waiters directly, for comparison: capacity_pgb.go.
 //
 // It appends its section to results.md and writes the same section to
 // capacity.md, ready to paste into docs/BENCHMARKS.md: the measured tables,
@@ -53,6 +58,35 @@ type capConfig struct {
 	waitWindow time.Duration
 	chain      time.Duration // hand-off chain
 	chainHold  time.Duration // each holder of the chain holds this long
+
+	// waiters behind PgBouncer (and the same directly, for comparison)
+	pgbs      []capPgbCase
+	pgbSettle time.Duration
+	pgbWindow time.Duration
+	pgbRounds int // hand-offs from the holder to the waiters
+}
+
+// capParts are the parts of CAP that -cappart selects.
+var capParts = []string{"leases", "clients", "waiters", "pgbouncer"}
+
+// only keeps the parts of cc in parts (all when parts is empty).
+func (cc capConfig) only(parts map[string]bool) capConfig {
+	if len(parts) == 0 {
+		return cc
+	}
+	if !parts["leases"] {
+		cc.leaseNs, cc.leaseFFNs = nil, nil
+	}
+	if !parts["clients"] {
+		cc.clientNs = nil
+	}
+	if !parts["waiters"] {
+		cc.waits = nil
+	}
+	if !parts["pgbouncer"] {
+		cc.pgbs = nil
+	}
+	return cc
 }
 
 type capWaitCase struct {
@@ -65,7 +99,11 @@ type capWaitCase struct {
 const pgleasePoll = 5 * time.Second
 
 func capConfigFor(cfg *config) capConfig {
-	if cfg.quick {
+	return capConfigSized(cfg.quick).only(cfg.capParts)
+}
+
+func capConfigSized(quick bool) capConfig {
+	if quick {
 		return capConfig{
 			idle:    500 * time.Millisecond,
 			leaseNs: []int{100, 1000}, leaseFFNs: []int{100}, leaseTTL: 1200 * time.Millisecond,
@@ -75,6 +113,8 @@ func capConfigFor(cfg *config) capConfig {
 			waits:      []capWaitCase{{10, 1, 1, false}, {20, 1, 2, false}, {40, 4, 2, false}, {20, 1, 2, true}},
 			waitSettle: 300 * time.Millisecond, waitWindow: 600 * time.Millisecond,
 			chain: 400 * time.Millisecond, chainHold: 10 * time.Millisecond,
+			pgbs:      []capPgbCase{{5, 1, true}, {5, 1, false}},
+			pgbSettle: 3 * time.Second, pgbWindow: 3 * time.Second, pgbRounds: 2,
 		}
 	}
 	return capConfig{
@@ -96,6 +136,10 @@ func capConfigFor(cfg *config) capConfig {
 		},
 		waitSettle: 3 * time.Second, waitWindow: 2 * pgleasePoll,
 		chain: 3 * time.Second, chainHold: 20 * time.Millisecond,
+		// Every waiter has looked at least once more after its start-up
+		// before the window.
+		pgbs:      []capPgbCase{{10, 2, true}, {100, 4, true}, {100, 4, false}},
+		pgbSettle: pgleasePoll + 2*time.Second, pgbWindow: 2 * pgleasePoll, pgbRounds: 10,
 	}
 }
 
@@ -103,7 +147,7 @@ func capConfigFor(cfg *config) capConfig {
 // (the dedicated connection and one pooled), a session watcher per waiting
 // fast-failover (client, name), and room for the measuring process.
 func (cc capConfig) maxConnsNeeded() int {
-	if len(cc.clientNs) == 0 && len(cc.waits) == 0 {
+	if len(cc.clientNs) == 0 && len(cc.waits) == 0 && len(cc.pgbs) == 0 {
 		return 0
 	}
 	n := 0
@@ -116,6 +160,15 @@ func (cc capConfig) maxConnsNeeded() int {
 			k += w.procs * min(w.names, w.waiters/max(w.procs, 1))
 		}
 		n = max(n, k)
+	}
+	for _, w := range cc.pgbs {
+		// Through PgBouncer, its pool; directly, a dedicated connection
+		// and the pool's per client, and a bell watched on the side.
+		if w.bouncer {
+			n = max(n, capPgbPool)
+		} else {
+			n = max(n, 3*w.waiters)
+		}
 	}
 	return n + cc.acquirers + 100
 }
@@ -289,7 +342,11 @@ type capResult struct {
 	leases   []capLeaseRow
 	clients  []capClientRow
 	waits    []capWaitRow
-	err      error
+	pgbs     []capPgbRow
+	// pgbSkipped says why the PgBouncer rows were skipped.
+	pgbSkipped error
+	pgbVer     string // " 1.18.0": PgBouncer's version, with a leading space
+	err        error
 }
 
 // bg is the idle server's CPU, in CPU seconds per second.
@@ -352,6 +409,20 @@ func runCAP(ctx context.Context, e *env, cfg *config) *capResult {
 		logf("CAP waiters=%d names=%d procs=%d ff=%v stmts/s=%.2f conns=%d handoffs=%d p50=%v stmts/handoff=%.1f overlaps=%d err=%v", w.waiters, w.names, w.procs, w.ff,
 			x.d.stmtsPerSec(), x.d.conns, len(x.lat), x.lat.pct(50), x.handoffStmts(), x.overlaps, x.err)
 		r.waits = append(r.waits, x)
+	}
+	for _, w := range cc.pgbs {
+		if w.bouncer && pgBouncerBin() == "" {
+			logf("CAP waiters behind PgBouncer skipped: %v", errNoPgBouncer)
+			r.pgbSkipped = errNoPgBouncer
+			continue
+		}
+		if w.bouncer && r.pgbVer == "" {
+			r.pgbVer = pgBouncerVersion()
+		}
+		x := capPgbWaiters(ctx, e, cc, w)
+		logf("CAP pgbouncer waiters=%d via=%s stmts/s=%.2f conns=%d pgb clients=%d servers=%d cpu=%.1f%% wake-ups=%v err=%v",
+			w.waiters, w.via(), x.d.stmtsPerSec(), x.conns(), x.pgb.clients, x.pgb.servers, pct(x.d.delta, r.bg()), x.wake, x.err)
+		r.pgbs = append(r.pgbs, x)
 	}
 	r.elapsed = time.Since(start)
 	return r

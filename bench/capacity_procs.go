@@ -136,7 +136,7 @@ func capLeases(ctx context.Context, e *env, cc capConfig, n int, ff bool) (r cap
 
 // capSpec is one child's part, passed in $BENCH_CAP.
 type capSpec struct {
-	Role     string        `json:"role"` // "clients", "waiters", roleElectors or roleWaiters (FLEET, S7)
+	Role     string        `json:"role"` // "clients", "waiters", roleElectors or roleWaiters (FLEET, S7), rolePgbWaiters (CAP)
 	Table    string        `json:"table"`
 	Prefix   string        `json:"prefix"`
 	Clients  int           `json:"clients,omitempty"`
@@ -148,6 +148,7 @@ type capSpec struct {
 	Hold     time.Duration `json:"hold,omitempty"`
 	First    int           `json:"first,omitempty"`     // FLEET and S7 waiters: the first name's number
 	MaxConns int32         `json:"max_conns,omitempty"` // FLEET and S7 clients' pool size; 0: the default
+	DSN      string        `json:"dsn,omitempty"`       // pgbwaiters: the DSN (through PgBouncer) when not the parent's
 }
 
 // capEvent is a waiter's acquisition (got) or the moment just before its
@@ -277,6 +278,8 @@ func capChild(ctx context.Context, e *env) error {
 		return capChildClients(ctx, e, s)
 	case "waiters":
 		return capChildWaiters(ctx, e, s)
+	case rolePgbWaiters:
+		return capChildPgbWaiters(ctx, e, s)
 	case roleElectors, roleWaiters:
 		return fleetChild(ctx, e, s)
 	}

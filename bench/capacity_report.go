@@ -103,6 +103,7 @@ func (r *capResult) markdown() string {
 	r.mdLeases(w)
 	r.mdClients(w)
 	r.mdWaiters(w)
+	r.mdPgb(w)
 	r.mdModel(w, deriveModel(r))
 	return b.String()
 }
@@ -189,6 +190,45 @@ func (r *capResult) mdWaiters(w func(string, ...any)) {
 			ms(x.lat.pct(50)), ms(x.lat.pct(90)), ms(x.lat.pct(99)), ms(x.lat.pct(100)), num(x.handoffStmts()), cpuCell(x.chain.delta, 0, us, x.handoffCPU()), x.overlaps)
 	}
 	w("\n")
+}
+
+func (r *capResult) mdPgb(w func(string, ...any)) {
+	if len(r.pgbs) == 0 && r.pgbSkipped == nil {
+		return
+	}
+	bg, cc := r.bg(), r.cc
+	w("### Waiters behind PgBouncer (transaction pooling)\n\n")
+	if r.pgbSkipped != nil {
+		w("Skipped: %s.\n\n", errCell(r.pgbSkipped))
+	}
+	if len(r.pgbs) == 0 {
+		return
+	}
+	w("W clients (`Open` with the defaults, one `Client` each) in child processes, each with one goroutine blocked in `Acquire` on one name, which a client of the measuring process, connected directly, holds (default TTL, renewed). *PgBouncer*: the waiters connect through PgBouncer%s in transaction pooling mode (default_pool_size %d, started by the bench), so each finds its dedicated session proxied (its backend pid differs from the connection's): it runs everything on its pool, cannot LISTEN or watch the holder's doorbell, and relies on looking again, every `PollInterval` (%v) or at the holder's expiry when that comes first: if only the first waiter's looks found the release, a wake-up would average PollInterval/2. *direct*: the same waiters connected to the server. Waiting is measured over %v, %v after the waiters started: statements from pg_stat_statements (through PgBouncer they still run on the server), *expected* W ÷ %v plus the holder's renewals (through PgBouncer the server also runs PgBouncer's `SET application_name` whenever a client's transaction lands on a server connection another client used last, pglease naming each client's connections: the bench logs the window's statements by kind); *server connections* are the bench database's backends the waiters added (through PgBouncer: its server connections), PgBouncer's client and server connections come from its SHOW POOLS; PgBouncer's own CPU is not in the server's. Then %d rounds: the holder releases the round's name, and the *wake-up* is the time until the first waiter acquires it (wall clock of one host, across processes); the winner keeps it, every client then waits on the next round's name, which the holder releases after a random %v to %v, once every client has looked at it.\n\n",
+		r.pgbVer, capPgbPool, pgleasePoll, cc.pgbWindow, cc.pgbSettle, pgleasePoll, cc.pgbRounds, pgleasePoll+time.Second, 2*pgleasePoll+time.Second)
+	w("| waiters connect | waiters (clients) | processes | waiting statements/s | expected | server CPU %% | server connections | PgBouncer client connections | PgBouncer server connections | PgBouncer CPU %% | wake-ups | mean ms | p50 ms | p90 ms | max ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.pgbs {
+		if x.err != nil && len(x.wake) == 0 {
+			w("| %s | %d | %d | | | | | | | | | | | | %s |\n", x.via(), x.waiters, x.procs, errCell(x.err))
+			continue
+		}
+		pgbC, pgbS, pgbCPU := "–", "–", "–"
+		if x.bouncer {
+			pgbC, pgbS = strconv.Itoa(x.pgb.clients), strconv.Itoa(x.pgb.servers)
+			if x.d.dur > 0 {
+				pgbCPU = fmt.Sprintf("%.1f", 100*x.pgbCPU.Seconds()/x.d.dur.Seconds())
+			}
+		}
+		w("| %s | %d | %d | %s | %s | %s | %d | %s | %s | %s | %d | %s | %s | %s | %s |\n", x.via(), x.waiters, x.procs,
+			num(x.d.stmtsPerSec()), num(x.expectedRate()), pctCell(x.d.delta, bg), x.conns(), pgbC, pgbS, pgbCPU, len(x.wake),
+			ms(x.wake.mean()), ms(x.wake.pct(50)), ms(x.wake.pct(90)), ms(x.wake.pct(100)))
+	}
+	w("\n")
+	for _, x := range r.pgbs {
+		if x.err != nil && len(x.wake) > 0 { // failed after some rounds
+			w("%s, %d waiters: %s\n\n", x.via(), x.waiters, errCell(x.err))
+		}
+	}
 }
 
 func usOr(v float64, ok bool) string {
@@ -298,8 +338,12 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	}
 	w("\n")
 	r.mdStop(w, m, budget, def.TTL)
-	w("Not measured here: a server on its own machine (clients and server share these cores, so client CPU competes with the server's), network round trips (loopback only), replication and synchronous standbys, PgBouncer, fast failover beyond %d leases, bloat and vacuum of a table renewed at this rate over hours, and several tables (each has its own notification channel, so a release wakes only the clients of its table). Other work on the machine (another benchmark, builds) may have run at the same time.\n\n",
-		slices.Max(append([]int{0}, r.cc.leaseFFNs...)))
+	pgb := "PgBouncer, "
+	if len(r.pgbs) > 0 {
+		pgb = "PgBouncer beyond the waiters above, "
+	}
+	w("Not measured here: a server on its own machine (clients and server share these cores, so client CPU competes with the server's), network round trips (loopback only), replication and synchronous standbys, %sfast failover beyond %d leases, bloat and vacuum of a table renewed at this rate over hours, and several tables (each has its own notification channel, so a release wakes only the clients of its table). Other work on the machine (another benchmark, builds) may have run at the same time.\n\n",
+		pgb, slices.Max(append([]int{0}, r.cc.leaseFFNs...)))
 }
 
 // mdStop renders where one server stops being enough as the number of

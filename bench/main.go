@@ -67,6 +67,8 @@ type config struct {
 
 	fleetNs     []int // FLEET: the fleet sizes
 	fleetSettle time.Duration
+
+	capParts map[string]bool // CAP: the parts to run (all when empty)
 }
 
 // waitTTL is the TTL a peer uses in the waiting scenarios (S2, S3, S5).
@@ -95,7 +97,7 @@ func fullConfig() *config {
 		// them every 2 s saturate this 2-core server.
 		s6NFor:   map[string]int{"pglock": 2000},
 		s6Small:  set("pglease", "pglease-ff", "etcd"),
-		s7Others: []int{0, 50, 200, 500}, s7Settle: 3 * time.Second, s7Holdings: s7Holdings,
+		s7Others: []int{0, 50, 200, 500}, s7Settle: 30 * time.Second, s7Holdings: s7Holdings,
 		// The settle outlasts a pool's idle time (30 s): a client's Open
 		// pings through its pool, whose connection then idles until then.
 		fleetNs: []int{10, 100, 1000}, fleetSettle: 35 * time.Second,
@@ -140,6 +142,7 @@ func main() {
 		s7settle  = flag.Duration("s7settle", 0, "S7: how long the others wait before the first hand-off sample (default 30s; quick 300ms)")
 		holders   = flag.String("s7holders", "", "S7: how the holder of the names the others wait on took them, one set of rows each: waited,tried,ff,shared (pglease peers; default waited,tried,ff,shared; quick waited)")
 		fleet     = flag.String("fleet", "", "FLEET: the fleet sizes (default 10,100,1000; quick 10,50)")
+		capPart   = flag.String("cappart", "", "CAP: the parts to run (default all): "+strings.Join(capParts, ","))
 		child     = flag.String("child", "", "internal: child role (hold, wait)")
 		cPeer     = flag.String("peer", "", "internal: child's peer")
 		cName     = flag.String("name", "", "internal: child's lease name")
@@ -184,6 +187,15 @@ func main() {
 	}
 	if *s7settle > 0 {
 		cfg.s7Settle = *s7settle
+	}
+	if *capPart != "" {
+		cfg.capParts = set(strings.Split(strings.ToLower(*capPart), ",")...)
+		for p := range cfg.capParts {
+			if !slices.Contains(capParts, p) {
+				fmt.Fprintf(os.Stderr, "bench: -cappart: unknown part %q (known: %s)\n", p, strings.Join(capParts, ","))
+				os.Exit(2)
+			}
+		}
 	}
 	if *holders != "" {
 		if cfg.s7Holdings, err = parseHoldings(*holders); err != nil {
