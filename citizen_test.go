@@ -460,3 +460,50 @@ func TestAWaitOnADoorbellArmsItsWatchAtMostOncePerWatchTimeout(t *testing.T) {
 	}
 	pgtest.WaitFor(t, patience, "the waiter to look again (its fallback poll)", func() bool { return attempts.Load() > a0 })
 }
+
+// A first waiter that watches its holder's doorbell looks at its holder's
+// expiry when it comes, and the watch's statement ends then (it waits
+// until the first of that and its timeout): its attempts do not
+// interrupt the watch with cancel requests. Before, each look at the
+// expiry of a holder that renews interrupted it (here about one per
+// second), and a thousand waits on names one client renewed at once sent
+// a burst of cancel requests at every renewal.
+func TestAWaitOnADoorbellLooksAtTheExpiryWithoutInterruptingItsWatch(t *testing.T) {
+	ctx := testCtx(t)
+	cfg := Config{PollInterval: time.Hour}
+	h := testClient(t, cfg)
+	cfg.Table = h.cfg.Table
+	w := testClient(t, cfg)
+	l, err := h.Acquire(ctx, "expiry", WithTTL(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
+	var attempts, interrupts atomic.Int64
+	attempt := func(client, name string) {
+		if client == w.id {
+			attempts.Add(1)
+		}
+	}
+	testHookAttempt.Store(&attempt)
+	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	interrupt := func(client string) {
+		if client == w.id {
+			interrupts.Add(1)
+		}
+	}
+	testHookInterrupt.Store(&interrupt)
+	t.Cleanup(func() { testHookInterrupt.Store(nil) })
+	wctx, cancel := context.WithCancel(ctx)
+	got := waitFor(wctx, w, "expiry")
+	defer func() { cancel(); <-got }()
+	pgtest.WaitFor(t, patience, "the waiter to watch the holder's doorbell", func() bool { return bellArmed(w, h.id) })
+	a0, i0 := attempts.Load(), interrupts.Load()
+	pgtest.WaitFor(t, patience, "the waiter to look at its holder's expiry five times", func() bool { return attempts.Load()-a0 >= 5 })
+	a, i := attempts.Load()-a0, interrupts.Load()-i0
+	t.Logf("%d looks at the holder's expiry, %d cancel requests", a, i)
+	if i > 1 {
+		t.Fatalf("%d looks at the holder's expiry sent %d cancel requests to the waiter's own watch, want at most 1", a, i)
+	}
+}

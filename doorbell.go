@@ -71,8 +71,20 @@ type bellWatcher struct {
 	done          chan struct{}
 	// unblock ends the watcher's wait on the session's watch slot, if
 	// any: a watcher left without waits must not keep the session busy
-	// until the client's next statement interrupts it.
+	// until the client's next statement interrupts it. until: when the
+	// statement it waits in now ends (zero between statements).
 	unblock context.CancelFunc
+	until   time.Time
+	// due: per name, when its wait looks at its holder's expiry, which
+	// the watcher's statement ends at (awaitBell) rather than the wait
+	// interrupting it. pending: the names whose waits the watcher woke and
+	// that have not looked again yet; it waits for them (settle) before it
+	// waits on the bell again, so that their attempts, which run on the
+	// session too, need not interrupt it with a cancel request. settled is
+	// signalled as pending empties.
+	due     map[string]time.Time
+	pending map[string]bool
+	settled chan struct{}
 }
 
 // bellNews is what a holder's bell tells a wait refused by an attempt
@@ -125,7 +137,8 @@ func (c *Client) watchBell(holder, name string, since time.Time) bellNews {
 		if c.life.isClosed() || len(wk.bells) >= maxBells {
 			return bellSilent
 		}
-		w = &bellWatcher{holder: holder, names: map[string]int{}, again: make(chan struct{}, 1), done: make(chan struct{})}
+		w = &bellWatcher{holder: holder, names: map[string]int{}, again: make(chan struct{}, 1), done: make(chan struct{}),
+			due: map[string]time.Time{}, pending: map[string]bool{}, settled: make(chan struct{}, 1)}
 		var ctx context.Context
 		ctx, w.cancel = context.WithCancel(c.life.bg)
 		wk.bells[holder] = w
@@ -172,6 +185,8 @@ func (wk *wakeups) unwatchBell(holder, name string) {
 	}
 	if w.names[name]--; w.names[name] <= 0 {
 		delete(w.names, name)
+		delete(w.due, name)
+		w.lookedLocked(name)
 	}
 	if len(w.names) == 0 && w.unblock != nil {
 		w.unblock()
@@ -200,7 +215,127 @@ func (wk *wakeups) rang(w *bellWatcher, armed bool) bool {
 	w.armed = (armed || w.armed) && len(w.names) > 0
 	w.quiet = false
 	wk.mu.Unlock()
-	return wk.wakeWaits(w.names)
+	return wk.wakeBellWaits(w, false, false)
+}
+
+// wakeBellWaits wakes the waits of w, those whose look at their holder's
+// expiry is due (dueOnly) or all of them, as wakeWaits does (timed: for
+// their poll or that look, not a ring), and records them pending: the
+// watcher waits for them to look again (settle) before it waits on the
+// bell again. It reports whether it woke any.
+func (wk *wakeups) wakeBellWaits(w *bellWatcher, dueOnly, timed bool) bool {
+	now := time.Now()
+	wk.mu.Lock()
+	list := make([]string, 0, len(w.names))
+	for n := range w.names {
+		if at, ok := w.due[n]; dueOnly && (!ok || at.After(now)) {
+			continue
+		}
+		list = append(list, n)
+		delete(w.due, n)
+		w.pending[n] = true
+	}
+	wk.mu.Unlock()
+	for _, n := range list {
+		if timed {
+			wk.hub.notifyTimed(n)
+		} else {
+			wk.hub.notify(n, true)
+		}
+	}
+	return len(list) > 0
+}
+
+// attempting records that the wait of name on holder's bell is about to
+// look again (its own timer, or a wake-up other than its watcher's): the
+// watcher, which its attempt interrupts, waits for it to have looked
+// before it waits again (settle), and then knows its due look.
+func (wk *wakeups) attempting(holder, name string) {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	if w := wk.bells[holder]; w != nil && w.names[name] > 0 {
+		w.pending[name] = true
+	}
+}
+
+// looked records that the wait of name on holder's bell looked again
+// since its watcher woke it, and when it is next to look at its holder's
+// expiry (due; zero: at its poll), which the watcher's statements end at.
+// A due before the end of the statement the watcher waits in now (it
+// began before this wait's look) ends that statement, so that the next
+// ends in time.
+func (wk *wakeups) looked(holder, name string, due time.Time) {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	w := wk.bells[holder]
+	if w == nil || w.names[name] == 0 {
+		return
+	}
+	if due.IsZero() {
+		delete(w.due, name)
+	} else {
+		w.due[name] = due
+	}
+	w.lookedLocked(name)
+	if !due.IsZero() && !w.until.IsZero() && due.Before(w.until.Add(-dueSlack)) && w.unblock != nil {
+		w.unblock()
+	}
+}
+
+// dueSlack is how much later than a wait's due look the watcher's
+// statement may end without being ended for it.
+const dueSlack = 50 * time.Millisecond
+
+// lookedLocked clears name's pending mark; wakeups.mu is held.
+func (w *bellWatcher) lookedLocked(name string) {
+	if w.pending[name] {
+		delete(w.pending, name)
+		if len(w.pending) == 0 {
+			wake(w.settled)
+		}
+	}
+}
+
+// settleWait bounds how long a watcher waits for the waits it woke to
+// look again (a wait whose attempt failed does not say so) before it
+// waits on the bell again.
+const settleWait = time.Second
+
+// settle waits until the waits w woke have looked again, or settleWait.
+func (wk *wakeups) settle(ctx context.Context, w *bellWatcher) {
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	for {
+		wk.mu.Lock()
+		n := len(w.pending)
+		wk.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-w.settled:
+		case <-t.C:
+			wk.mu.Lock()
+			clear(w.pending)
+			wk.mu.Unlock()
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// nextWait returns how long w's next statement waits: watchWait, or until
+// the first due look of its waits when that comes sooner (byDue).
+func (wk *wakeups) nextWait(w *bellWatcher) (wait time.Duration, byDue bool) {
+	wait = wk.watchWait()
+	now := time.Now()
+	for _, at := range w.due {
+		if d := at.Sub(now); d < wait {
+			wait, byDue = d, true
+		}
+	}
+	return wait, byDue
 }
 
 // wakeWaits wakes the local waits of names (a watcher's, guarded by wk.mu,
@@ -316,9 +451,11 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 
 // awaitBell blocks until bell k of w's holder is free (the holder rang,
 // or its session ended) and reports true; or false when w is left without
-// waits. Each statement waits at most watchTimeout (the lock_timeout of
-// the watcher's connection); one that times out found the bell still
-// held, so nothing rang, and the next blocks at once, waking no wait. No
+// waits. Each statement waits watchWait (its lock_timeout), or until the
+// first due look of its waits at their holder's expiry, which it then
+// wakes; one that times out found the bell still held, so nothing rang,
+// and the next blocks once the waits it woke have looked (settle), so
+// that their attempts need not interrupt it. No
 // ring is missed in between: a ring frees bell k, and a shared lock of a
 // free bell is granted at once (the wait is on the bell's state, not on
 // an event), so the next statement returns at once and the waits wake.
@@ -327,27 +464,43 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 //
 // When Config.PollInterval is not longer than watchTimeout, the watcher's
 // waits poll at its pace: a statement that times out wakes them, and they
-// look again (their fallback poll: see waker.doorbell). So a waiting
-// client's poll neither interrupts its session's watch, which costs a
-// cancel request, nor arms it again more than once per watchTimeout (SPEC
-// §1.9): a bell's ring, its holder's session's end and its holder's expiry
-// wake the waits at once, and the poll only backs those up.
+// look again (their fallback poll: see waker.watched). So a waiting
+// client's poll and its looks at its holder's expiry neither interrupt its
+// session's watch, which costs a cancel request, nor arm it again more
+// than once per watchTimeout for the poll (SPEC §1.9): a bell's ring and
+// its holder's session's end wake the waits at once, its holder's expiry
+// when it comes, and the poll only backs those up.
 func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher, k int) (bool, error) {
 	polls := c.cfg.PollInterval <= c.wake.watchTimeout
 	for {
-		wait := c.wake.watchWait()
+		c.wake.settle(ctx, w)
 		actx, unblock := context.WithCancel(ctx)
 		c.wake.mu.Lock()
 		w.unblock = unblock
 		waits := len(w.names) > 0
+		wait, due := c.wake.nextWait(w)
 		c.wake.mu.Unlock()
 		var err error
-		if waits {
+		byDue := false
+		if waits && due && wait < minWatchWait {
+			err = errDueNow
+		} else if waits {
 			err = line.await(ctx, actx, func(ctx context.Context, conn *pgx.Conn) error {
+				// Planned as the statement starts, with the waits' latest
+				// due looks.
+				c.wake.mu.Lock()
+				wait, due := c.wake.nextWait(w)
+				wait = max(wait, minWatchWait)
+				byDue = due
+				w.until = time.Now().Add(wait)
+				c.wake.mu.Unlock()
 				return c.st.AwaitBell(ctx, conn, w.holder, k, wait)
 			})
+			c.wake.mu.Lock()
+			w.until = time.Time{}
+			c.wake.mu.Unlock()
 		}
-		left := actx.Err() != nil // unblocked: left without waits
+		left := actx.Err() != nil // unblocked: left without waits, or to plan again
 		unblock()
 		switch {
 		case !waits:
@@ -356,14 +509,20 @@ func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher,
 			return true, nil
 		case ctx.Err() != nil:
 			return false, err
+		case errors.Is(err, errDueNow):
+			c.wake.wakeBellWaits(w, true, true)
 		case left || errors.Is(err, errInterrupted):
-			// Left without waits, or the session's own work came first.
+			// Left without waits, a sooner due look, or the session's own
+			// work came first.
 		case store.Classify(err) == store.KindLockTimeout:
 			if hook := testHookWatchTimeout.Load(); hook != nil {
 				(*hook)("bell")
 			}
-			if polls {
-				c.wake.wakeWaits(w.names) // their poll
+			switch {
+			case byDue:
+				c.wake.wakeBellWaits(w, true, true) // their look at the holder's expiry
+			case polls:
+				c.wake.wakeBellWaits(w, false, true) // their poll
 			}
 		default:
 			return false, err
@@ -373,6 +532,15 @@ func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher,
 		}
 	}
 }
+
+// minWatchWait is the shortest wait of a watcher's statement (its
+// lock_timeout is in milliseconds, and 0 would wait for ever): a due look
+// sooner than that, as the watcher is to wait, wakes its wait at once.
+const minWatchWait = time.Millisecond
+
+// errDueNow ends a watcher's turn without a statement: a wait's look at
+// its holder's expiry is due.
+var errDueNow = errors.New("pglease: a wait's look is due")
 
 // noBell records that w's holder holds no bell now, waking the waits (they
 // listen) when it did, and reports whether w has waits.

@@ -80,6 +80,9 @@ func (a *acquisition) run(ctx context.Context) ([]*Lease, error) {
 	retries := 0
 	for {
 		began := time.Now()
+		if a.w != nil && a.w.bell != "" {
+			c.wake.attempting(a.w.bell, a.w.name)
+		}
 		r := a.round(ctx)
 		n := classify(ctx, c.life.bg, &r, a.wait, retries, last)
 		var delay time.Duration

@@ -21,6 +21,9 @@ type subscription struct {
 	// queued: the waiter's last attempt registered it in the server's
 	// queue; it is woken by targeted notifications only.
 	queued atomic.Bool
+	// timed: the last wake-up was its bell watcher's poll or look at its
+	// holder's expiry (notifyTimed), not a release's.
+	timed atomic.Bool
 }
 
 func (h *hub) init() { h.subs = map[string]map[*subscription]struct{}{} }
@@ -79,8 +82,24 @@ func (h *hub) notify(name string, targeted bool) {
 func (h *hub) wakeSubs(name string, targeted bool) {
 	for s := range h.subs[name] {
 		if targeted || !s.queued.Load() {
+			s.timed.Store(false)
 			wake(s.ch)
 		}
+	}
+}
+
+// notifyTimed wakes the subscribers of name for their poll or their look
+// at their holder's expiry, which their bell watcher's statement ended at
+// (see wakeBellWaits): no release, so that a refusal then is no wake-up in
+// vain (see waker.lookAgain). A release's wake-up before they look wins.
+func (h *hub) notifyTimed(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[name] {
+		if len(s.ch) == 0 {
+			s.timed.Store(true)
+		}
+		wake(s.ch)
 	}
 }
 

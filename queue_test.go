@@ -404,7 +404,7 @@ func TestFastFailoverWaitsShareOneWatcher(t *testing.T) {
 // once that statement has ended: the statement, which goes on after the
 // call returned, registers the wait again (with a fresh expiry), and a
 // leave sent at once would come first and leave that registration behind,
-// live for the queue's TTL (3 × PollInterval + 21 s) while the client
+// live for the queue's TTL (3 × PollInterval + 26 s) while the client
 // lives, the name promised to it and every other waiter held up.
 func TestAWaitThatGivesUpMidStatementLeavesTheQueue(t *testing.T) {
 	ctx := testCtx(t)
