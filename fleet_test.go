@@ -148,3 +148,49 @@ func TestAClientDropsItsStartConnectionsOnceItsSessionServes(t *testing.T) {
 		t.Fatalf("%d connections after a release, want 2", got)
 	}
 }
+
+// A watcher that blocks on a connection of its own because the session's
+// watch slot was taken (here by the watcher of another holder's bell)
+// moves back to the session once the slot is free, rather than keep its
+// connection for as long as it watches. Before, it kept it: a fleet
+// waiting behind fast-failover holders measured two connections per
+// client once a watcher of the holder's session had held the slot while
+// its bell's watcher started.
+func TestAWatcherMovesBackToTheSessionWhenTheSlotFrees(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	h1, h2, w := cs[0], cs[1], cs[2]
+	w.wake.watchTimeout = 300 * time.Millisecond
+	conns := func() int {
+		return pgtest.Value[int](t, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName(w.cfg.Owner))
+	}
+	l1, err := h1.Acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := h2.Acquire(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*Client{h1, h2} {
+		pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
+	}
+	ga := waitFor(ctx, w, "a")
+	pgtest.WaitFor(t, patience, "the waiter to watch the first holder's doorbell", func() bool { return bellArmed(w, h1.id) })
+	gb := waitFor(ctx, w, "b")
+	pgtest.WaitFor(t, patience, "the waiter to watch the second holder's doorbell", func() bool { return bellArmed(w, h2.id) })
+	pgtest.WaitFor(t, patience, "the second watcher's connection", func() bool { return conns() == 2 })
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	la := receiveLease(t, ga, "the waiter to get the first name")
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the second watcher to move back to the session", func() bool { return conns() == 1 })
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := receiveLease(t, gb, "the waiter to get the second name at the ring")
+	_ = lb.Release(ctx)
+}

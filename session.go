@@ -530,6 +530,14 @@ func (s *session) watch(ctx context.Context, l *watchLine, bound time.Duration, 
 	}
 }
 
+// slotFree reports whether a line would have the watch slot now (see
+// watch).
+func (s *session) slotFree() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slot == nil && s.serving && s.listeners == 0 && !s.c.cfg.DisableNotify
+}
+
 // unslot lets go of the watch slot, if l holds it.
 func (s *session) unslot(l *watchLine) {
 	s.mu.Lock()

@@ -46,6 +46,16 @@ func (l *watchLine) query(ctx context.Context, fn func(ctx context.Context, q st
 // A wait on the line's own connection runs on: cancelling its statement
 // would close the connection.
 func (l *watchLine) await(ctx, slot context.Context, fn func(ctx context.Context, conn *pgx.Conn) error) error {
+	if l.own != nil {
+		if s := l.c.conn.sess.Load(); s != nil && s.slotFree() {
+			// The slot freed (the line that held it let go, the client
+			// listens no more): back to the session, which a waiting
+			// client's one watcher shares, rather than keep a connection
+			// of its own for as long as it watches.
+			l.own.close()
+			l.own = nil
+		}
+	}
 	if l.own == nil {
 		if s := l.c.conn.sess.Load(); s != nil {
 			err := s.watch(slot, l, l.c.wake.watchMax()+l.c.cfg.StatementTimeout, fn)
