@@ -388,6 +388,16 @@ func (h *holders) follow(c *Client, inSession []heldBy, delay time.Duration) tim
 	return delay
 }
 
+// drop stops watching the sessions the acquisition watches: it watches
+// its holder's bell instead, which the holder's session frees as it ends
+// (see waker.doorbell). A watch started before (a first attempt made
+// while the client's session was not up yet, which watches no bell) would
+// otherwise keep a connection of its own as long as the wait.
+func (h *holders) drop(c *Client) {
+	h.stop(c)
+	h.watched, h.watchers = nil, 0
+}
+
 // stop drops the acquisition's interest in the sessions it watches.
 func (h *holders) stop(c *Client) {
 	for name, wt := range h.watched {

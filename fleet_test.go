@@ -194,3 +194,44 @@ func TestAWatcherMovesBackToTheSessionWhenTheSlotFrees(t *testing.T) {
 	lb := receiveLease(t, gb, "the waiter to get the second name at the ring")
 	_ = lb.Release(ctx)
 }
+
+// A wait behind a fast-failover holder that watched the holder's session
+// while its client's session was not up yet (it could not watch a bell
+// then) stops watching that session once it watches the holder's bell,
+// which the holder's session frees as it ends: it keeps no connection of
+// its own for it. Before, the session's watcher stayed for as long as the
+// wait: 1,000 clients waiting on names a fast-failover holder had tried
+// kept two connections each (S7).
+func TestAWaitThatWatchesTheBellDropsItsWatchOfTheHoldersSession(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 2)
+	h, w := cs[0], cs[1]
+	l := mustTry(t, h, "ff")
+	defer l.Release(ctx)
+	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
+	// The waiter's session connects only once its wait watches the
+	// holder's session.
+	up := make(chan struct{})
+	hook := func(client string) {
+		if client == w.id {
+			<-up
+		}
+	}
+	testHookConnect.Store(&hook)
+	t.Cleanup(func() { testHookConnect.Store(nil) })
+	wctx, cancel := context.WithCancel(ctx)
+	got := waitFor(wctx, w, "ff")
+	defer func() { cancel(); <-got }()
+	pgtest.WaitFor(t, patience, "the wait to watch the holder's session", func() bool { return watchers(w) == 1 && !bellArmed(w, h.id) })
+	close(up)
+	pgtest.WaitFor(t, patience, "the wait to watch the holder's bell", func() bool { return bellArmed(w, h.id) })
+	pgtest.WaitFor(t, patience, "the wait to stop watching the holder's session", func() bool {
+		w.wake.mu.Lock()
+		defer w.wake.mu.Unlock()
+		return len(w.wake.watchers) == 0
+	})
+	conns := func() int {
+		return pgtest.Value[int](t, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName(w.cfg.Owner))
+	}
+	pgtest.WaitFor(t, patience, "the waiting client to keep its session alone", func() bool { return conns() == 1 })
+}

@@ -218,6 +218,7 @@ func (w *waker) doorbell(r *roundResult, since time.Time, delay time.Duration, s
 			return 0
 		case bellWatched:
 			r.inSession = nil
+			w.holders.drop(c)
 			if shortened {
 				// The queue's own look again (a first registration, a
 				// turn's promise): the wait's own, soon.
