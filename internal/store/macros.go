@@ -51,7 +51,12 @@ const (
 //     pid)}}, {{bell_key(ns, client, i)}}: the bigint keys of the seeds;
 //   - {{client_gone(ns, client)}}: true when the client lock is free (no
 //     dedicated session of the client lives), and then held shared until
-//     the transaction ends;
+//     the transaction ends. The client's own session, which holds it, may
+//     take it shared too (a backend's locks do not conflict with each
+//     other): it is not gone when this backend holds it (schema version
+//     11; before, a client's own queued wait, for an exclusive lease of a
+//     name it held shared, counted as gone at its own session's release,
+//     and was not woken);
 //   - {{session_gone(ns, pid)}}: the same of a session lock;
 //   - {{session_ended(ns, pid, here)}}: the session of a session-bound
 //     row has ended: the row records a pid, not this backend's, of a
@@ -78,7 +83,11 @@ var keyMacros = map[string]macro{
 		return "hashtextextended(" + a[0] + " || " + a[1] + ", " + strconv.Itoa(seedBell) + " + " + a[2] + ")"
 	}),
 	"client_gone": fixed(2, func(a []string) string {
-		return "pg_try_advisory_xact_lock_shared({{client_key(" + a[0] + ", " + a[1] + ")}})"
+		k := "{{client_key(" + a[0] + ", " + a[1] + ")}}"
+		return "(CASE WHEN pg_try_advisory_xact_lock_shared(" + k + ") THEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS pl" +
+			" WHERE pl.locktype = 'advisory' AND pl.pid = pg_backend_pid() AND pl.granted AND pl.mode = 'ExclusiveLock'" +
+			" AND pl.objsubid = 1 AND pl.classid::bigint = ((" + k + ") >> 32) & 4294967295 AND pl.objid::bigint = (" + k + ") & 4294967295)" +
+			" ELSE false END)"
 	}),
 	"session_gone": fixed(2, func(a []string) string {
 		return "pg_try_advisory_xact_lock_shared({{session_key(" + a[0] + ", " + a[1] + ")}})"
