@@ -7,6 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 // BenchmarkTryAcquireRelease measures one uncontended TryAcquire plus
@@ -222,4 +227,55 @@ func BenchmarkAcquireMany(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*leases), "µs/lease")
 		})
 	}
+}
+
+// BenchmarkClientOverStore times, alternately in every iteration, the
+// store's own Acquire + Release (one statement each, on a connection of
+// the benchmark's) and a client's TryAcquire + Release of a plain lease
+// (the same two statements, on the client's session, plus everything the
+// client does around them); distinct names, uncontended. client/store is
+// what the client adds to its store call (SPEC §3.4: at most 1.2), which
+// machine noise moves far less than either time.
+func BenchmarkClientOverStore(b *testing.B) {
+	ctx := context.Background()
+	c := testClient(b, Config{})
+	if err := c.migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "warm"); err != nil { // the session, up
+		b.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, pgtest.DSN(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	q := store.Pgx(conn)
+	var st, cl time.Duration
+	for i := 0; b.Loop(); i++ {
+		t0 := time.Now()
+		r, err := c.st.Acquire(ctx, q, store.AcquireArgs{Name: fmt.Sprintf("s-%d", i%1024), Owner: c.cfg.Owner,
+			TTL: 30 * time.Second, Metadata: []byte("{}"), Client: c.id, FairAfter: fairAfter})
+		if err != nil || !r.Acquired {
+			b.Fatalf("store Acquire: %v (acquired %v)", err, r.Acquired)
+		}
+		if rel, err := c.st.Release(ctx, q, fmt.Sprintf("s-%d", i%1024), r.Token); err != nil || !rel.Released {
+			b.Fatalf("store Release: %v (ours %v)", err, rel.Released)
+		}
+		t1 := time.Now()
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("c-%d", i%1024))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		st += t1.Sub(t0)
+		cl += t2.Sub(t1)
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(b.N) }
+	b.ReportMetric(us(st), "store-µs")
+	b.ReportMetric(us(cl), "client-µs")
+	b.ReportMetric(float64(cl)/float64(st), "client/store")
 }

@@ -630,21 +630,70 @@ func (c *Client) ring(ctx context.Context, q store.Querier, st *sessState) error
 
 // release deletes the row of a lease by token (see Release in
 // functions.sql) and rings the bell when the release woke the first
-// waiter: at once when it ran on the dedicated session, else from there
-// in the background (ringBell).
+// waiter, in the background on the dedicated session (ringBell): before
+// this client's next statement there, so that the first waiter, not the
+// releasing client taking the name again at once, has the next turn
+// (docs/BENCHMARKS.md, S2). A release that woke nobody rings unless the
+// client takes the name again (ringUnlessRetaken).
 func (c *Client) release(ctx context.Context, name string, token int64) error {
-	return c.exec(ctx, func(ctx context.Context, q store.DB, st *sessState) error {
+	return c.exec(ctx, func(ctx context.Context, q store.DB, _ *sessState) error {
 		rel, err := c.st.Release(ctx, q, name, token)
 		switch {
-		case err != nil || !rel.WokeFirst:
-		case st != nil:
-			_ = c.ring(ctx, q, st) // the waiter looks again at its expiry timer or fallback poll
-		default:
+		case err != nil:
+		case rel.WokeFirst:
 			c.ringBell()
+		case rel.Unannounced:
+			c.ringUnlessRetaken(name)
 		}
 		return err
 	})
 }
+
+// ringUnlessRetaken rings this client's bell, shortly, after a release of
+// name that woke nobody (store.ReleaseResult.Unannounced): the name's
+// first waiter, woken already in its turn, looks again by itself and may
+// take the name, and the waiters behind it that watch this client's bell
+// (behind a fast-failover holder: see refusedOne) would otherwise go on
+// watching a client that no longer holds the name, deaf to the hand-offs
+// after it until their fallback poll. Not when this client took the name
+// again meanwhile (a burst: it still holds it, and its rings stay theirs):
+// one ring after the burst, not one per release. A ring wakes the waits
+// watching the bell, which look again.
+func (c *Client) ringUnlessRetaken(name string) {
+	s := c.conn.sess.Load()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.belled {
+		return
+	}
+	if s.unannounced == nil {
+		s.unannounced = make(map[string]bool)
+	}
+	s.unannounced[name] = true
+	if len(s.unannounced) > 1 {
+		return // a ring is due already
+	}
+	time.AfterFunc(retakeGrace, func() {
+		s.mu.Lock()
+		names := s.unannounced
+		s.unannounced = nil
+		s.mu.Unlock()
+		for n := range names {
+			if c.reg.lease(n) == nil && c.life.bg.Err() == nil {
+				c.ringBell()
+				return
+			}
+		}
+	})
+}
+
+// retakeGrace is how long after a release that woke nobody its client
+// rings unless it took the name again (ringUnlessRetaken): longer than a
+// burst's release-to-acquisition gap, short against the fallback poll.
+const retakeGrace = 2 * store.WakeEvery
 
 // testHookBell, when set by a test, runs in a bell watcher just before it
 // probes the holder's bell, with the holder's client id.

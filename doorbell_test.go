@@ -257,3 +257,48 @@ func TestAWaiterBehindSharedHoldersWatchesADoorbell(t *testing.T) {
 		})
 	}
 }
+
+// A wait queued behind another, behind a fast-failover holder, watches the
+// holder's bell (refusedOne). When the name passes to the first waiter
+// without a ring — the holder's release came within the first waiter's
+// turn, after it had been woken once, so the release woke nobody and the
+// first waiter looks again by itself — the releasing client rings its bell
+// soon after unless it took the name again, and the waits on it look
+// again. Before, the wait behind went on watching a client that no longer
+// held the name, and learnt of its own turn only at its poll: 16 separate
+// clients contending for one fast-failover name managed 17 acquisitions a
+// second instead of 400.
+func TestAWaitBehindLearnsOfAHandOffThatRangNoBell(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	h, first, second := cs[0], cs[1], cs[2]
+	for _, c := range cs {
+		c.wake.watchTimeout = time.Minute // no watch's poll within the test's patience
+	}
+	l, err := h.TryAcquire(ctx, "x", WithFastFailover())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
+	got1 := waitFor(ctx, first, "x", WithFastFailover())
+	waitQueued(t, h, first, "x")
+	pgtest.WaitFor(t, patience, "the first waiter to watch the holder's doorbell", func() bool { return bellArmed(first, h.id) })
+	got2 := waitFor(ctx, second, "x", WithFastFailover())
+	waitQueued(t, h, second, "x")
+	pgtest.WaitFor(t, patience, "the wait behind to watch the holder's doorbell", func() bool { return bellArmed(second, h.id) })
+	// The first waiter's turn began, as a release that woke it in vain
+	// leaves it: the release below wakes nobody.
+	pgtest.Exec(t, `UPDATE `+h.st.Names.QualifiedWaiters()+` SET "notified_at" = now() WHERE "name" = 'x' AND "client" = $1`, first.id)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l1 := receiveLease(t, got1, "the first waiter to take the name after the holder's release")
+	pgtest.WaitFor(t, patience, "the wait behind to watch the new holder's doorbell or listen", func() bool {
+		return bellArmed(second, first.id) || listening(second)
+	})
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := receiveLease(t, got2, "the wait behind to take the name at its turn")
+	_ = l2.Release(ctx)
+}

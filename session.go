@@ -59,6 +59,9 @@ type session struct {
 	live, belled bool
 	bell         int
 	ringing      bool
+	// unannounced: names this client released waking nobody, for which a
+	// ring is due unless it takes them again (ringUnlessRetaken).
+	unannounced map[string]bool
 	// listening: the connection listens for notifications, which it does
 	// while the client holds a lease whose holder listens for step-down
 	// requests, or listeners > 0 (waits and observers that need them), and

@@ -74,6 +74,8 @@ type waker struct {
 	// holders: the fast-failover holders the wait has seen, and the
 	// watchers of their sessions.
 	holders holders
+	// behind: the last round was refused behind waiters queued ahead.
+	behind bool
 	// inflight, when the wait gave up with an attempt's statement still
 	// running (see detached), is closed once that statement has ended.
 	inflight <-chan struct{}
@@ -100,6 +102,7 @@ func (c *Client) newWaker(name string, names []string, mode queueMode) *waker {
 // backoff, or 0). Either way it follows the round's fast-failover holders,
 // shortening the pause to watch one.
 func (w *waker) plan(r *roundResult, since time.Time, delay time.Duration) time.Duration {
+	w.behind = r.err == nil && r.behind
 	if r.err == nil {
 		// A release running alongside this wait's first registration may
 		// not have seen it, and woken nobody: look once more.
@@ -123,6 +126,19 @@ func (w *waker) pause(ctx context.Context, d time.Duration) {
 	case <-w.sub.ch:
 		if !w.sub.timed.Swap(false) {
 			w.woke(time.Now())
+			if w.behind && w.bell != "" {
+				// A ring of the holder's bell, which a wait behind other
+				// waiters watches (refusedOne): the release woke the
+				// first of them, which takes the name. This wait looks
+				// again once it did, to watch the new holder, rather than
+				// contend with its acquisition for the name.
+				t.Reset(behindLook)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				case <-w.c.life.bg.Done():
+				}
+			}
 		}
 	case <-t.C:
 	case <-ctx.Done():
@@ -266,6 +282,11 @@ func (w *waker) watched(r *roundResult) time.Duration {
 	c.wake.looked(w.bell, w.name, due)
 	return backup
 }
+
+// behindLook is how long after a ring of its holder's bell a wait queued
+// behind other waiters looks again: the first waiter, which the ring woke
+// too, takes the name meanwhile.
+const behindLook = store.WakeEvery
 
 // dueGrace is how long after its due look at its holder's expiry a wait
 // that watches a bell wakes by itself, should its watcher not have woken

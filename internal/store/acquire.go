@@ -215,8 +215,10 @@ func (s *Store) Release(ctx context.Context, q Querier, name string, token int64
 	err = q.Query(ctx, s.Q.Release, releaseParams.args(releaseCall{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()}),
 		func(r Row) error { return r.Scan(releaseColumns.dest(&x)...) })
 	// The release function notifies the first waiter's channel and the
-	// table's together, and only so, when it wakes the first waiter.
-	return ReleaseResult{Released: x.released > 0, WokeFirst: x.notified == 2}, err
+	// table's together, and only so, when it wakes the first waiter; it
+	// notifies nothing when it deletes the row while that waiter, woken
+	// already in its turn, looks again by itself, or keeps the row.
+	return ReleaseResult{Released: x.released > 0, WokeFirst: x.notified == 2, Unannounced: x.released > 0 && x.notified == 0}, err
 }
 
 // ReleaseResult is the outcome of a release.
@@ -225,4 +227,10 @@ type ReleaseResult struct {
 	// WokeFirst: the release woke the first waiter of the queue, whose
 	// client may watch the releasing client's doorbell: ring it.
 	WokeFirst bool
+	// Unannounced: the release woke nobody, as the name's first waiter,
+	// woken already in its turn (within FairAfter), looks again by itself
+	// (or the row was kept until its minimum hold). Waiters behind it that
+	// watch the releasing client's doorbell learn from no ring that
+	// another client may take the name now.
+	Unannounced bool
 }
