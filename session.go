@@ -59,6 +59,9 @@ type session struct {
 	live, belled bool
 	bell         int
 	ringing      bool
+	// execs: the client's statements on the session now, queued or
+	// running (see Client.exec).
+	execs atomic.Int32
 	// unannounced: names this client released waking nobody, for which a
 	// ring is due unless it takes them again (ringUnlessRetaken).
 	unannounced map[string]bool
@@ -258,8 +261,22 @@ var errNotServing = errors.New("pglease: the dedicated session does not run stat
 // session ends after its lock_timeout (sessionLockTimeout), so that the
 // session does not sit behind a row lock (a guarded transaction) while
 // renewals wait.
+//
+// A statement that comes while execsOnSession others of the client's
+// statements are on the session, queued or running, runs on the pool
+// instead: one connection runs one statement at a time, each waiting for
+// its own WAL flush, so that the goroutines of a busy client would queue
+// behind one another (see docs/BENCHMARKS.md, CAP: 16 goroutines acquiring
+// 10,000 leases on distinct names). The pool's connections close once
+// idle (poolIdleTime), and an idle or waiting client keeps its one
+// connection: a wait's attempt and its watcher's look at the holder's bell
+// may meet on the session, and do not open a connection for that.
 func (c *Client) exec(ctx context.Context, fn func(ctx context.Context, q store.DB, st *sessState) error) error {
 	if s := c.conn.sess.Load(); s != nil && s.servesNow() {
+		if s.execs.Add(1) > execsOnSession { // the session is backlogged
+			s.execs.Add(-1)
+			return fn(ctx, c.db, nil)
+		}
 		err := s.do(ctx, c.cfg.StatementTimeout+time.Second, func(sctx context.Context, q store.Querier, st *sessState) error {
 			db, ok := q.(store.DB) // a pgx connection's is
 			if !st.serving || !ok {
@@ -267,6 +284,7 @@ func (c *Client) exec(ctx context.Context, fn func(ctx context.Context, q store.
 			}
 			return fn(sctx, db, st)
 		})
+		s.execs.Add(-1)
 		// Close stops the session (ErrClosed), and cuts the statement it
 		// runs then: that one ran or not, and may run again (every
 		// statement of the client is idempotent by token).
@@ -280,6 +298,11 @@ func (c *Client) exec(ctx context.Context, fn func(ctx context.Context, q store.
 	}
 	return fn(ctx, c.db, nil)
 }
+
+// execsOnSession is how many of the client's statements the session takes
+// at once, queued or running, before the next runs on the pool (see
+// Client.exec).
+const execsOnSession = 2
 
 // servesNow reports whether the session runs the client's statements now.
 func (s *session) servesNow() bool {
