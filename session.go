@@ -299,6 +299,18 @@ func (c *Client) exec(ctx context.Context, fn func(ctx context.Context, q store.
 	return fn(ctx, c.db, nil)
 }
 
+// idleLinger is how long after an operation the session waits for the
+// next one without reading its connection. An idle session otherwise
+// reads it, to hear notifications and its own end at once, and an
+// operation interrupts that read: a context's cancel, a deadline set on
+// the socket and the reader woken by the poller, a handful of thread
+// wake-ups that cost more than the statement's own round trip on a busy
+// machine. A client's statements come in runs (an acquisition and its
+// release, a burst), so the session looks for the next one first. A
+// notification or the connection's end that comes meanwhile is read
+// idleLinger later at most.
+const idleLinger = 2 * time.Millisecond
+
 // execsOnSession is how many of the client's statements the session takes
 // at once, queued or running, before the next runs on the pool (see
 // Client.exec).
@@ -330,6 +342,11 @@ func (s *session) loop() {
 	c := s.c
 	var conn dconn
 	backoff := reconnectSession.start()
+	// lastOp: when the loop last ran an operation (zero once it lingered
+	// idleLinger after it); linger times that wait.
+	var lastOp time.Time
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	defer func() {
 		if conn != nil {
 			conn.close()
@@ -387,6 +404,7 @@ func (s *session) loop() {
 				st := &sessState{epoch: s.epoch, keepalive: &s.keepalive, locked: &s.locked, belled: s.belled, bell: &s.bell}
 				s.mu.Unlock()
 				conn = s.runBatch(pc, st, batch)
+				lastOp = time.Now()
 				continue
 			}
 		}
@@ -420,6 +438,23 @@ func (s *session) loop() {
 			conn = s.runWatch(conn.(pgxConn), w) // unlocks s.mu
 			continue
 		}
+		if op == nil && !s.listening && s.listeners == 0 && !stepDowns && !lastOp.IsZero() {
+			if left := idleLinger - time.Since(lastOp); left > 0 {
+				// Just after a statement: the client's next is likely near
+				// (a release after an acquisition, a burst), so the loop
+				// waits for it without reading the connection, which the
+				// statement would have to interrupt (see idleLinger).
+				s.mu.Unlock()
+				linger.Reset(left)
+				select {
+				case <-s.kick:
+				case <-linger.C:
+					lastOp = time.Time{}
+				case <-c.life.bg.Done():
+				}
+				continue
+			}
+		}
 		var wctx context.Context
 		var change int
 		if op == nil {
@@ -447,6 +482,7 @@ func (s *session) loop() {
 				conn = s.lost(conn, err)
 			}
 			op.res <- err
+			lastOp = time.Now()
 			continue
 		}
 		if change != 0 {

@@ -145,7 +145,7 @@ func (r *capResult) mdClients(w func(string, ...any)) {
 	}
 	bg, cc := r.bg(), r.cc
 	w("### Clients\n\n")
-	w("C clients (`Open` with MaxConns 1, TTL %v: a renewal statement every %v per client) in %d child processes, each client holding %d leases. *Start-up* is from starting the processes until every client holds its leases (16 clients at a time per process). Connections are the bench database's, less the measuring process's own; server memory is the private memory (Private_Clean + Private_Dirty) of all PostgreSQL processes, less the same before the clients started. The window is %d renewal intervals, after every client renewed once. Then one goroutine of the measuring process runs `TryAcquire` + `Release` on distinct names for %v: every release notifies every client listening on the table (all C of them).\n\n",
+	w("C clients (`Open` with MaxConns 1, TTL %v: a renewal statement every %v per client) in %d child processes, each client holding %d leases. *Start-up* is from starting the processes until every client holds its leases (16 clients at a time per process). Connections are the bench database's, less the measuring process's own; server memory is the private memory (Private_Clean + Private_Dirty) of all PostgreSQL processes, less the same before the clients started. The window is %d renewal intervals, after every client renewed once. Then one goroutine of the measuring process runs `TryAcquire` + `Release` on distinct names for %v. The clients hold leases and neither wait nor listen for notifications (a client listens only while it needs them: see docs/DESIGN-WAITING.md), so a release signals none of them.\n\n",
 		cc.clientTTL, cc.clientTTL/3, cc.clientProcs, cc.clientLeases, cc.clientIntervals, cc.churn)
 	w("| clients | start-up | connections | per client | server memory MiB | MiB per connection | leases lost | renewal statements/s | per client | server CPU %% | CPU µs per statement | try+release cycles/s | try p50 ms | release p50 ms | CPU µs per cycle |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.clients {
@@ -242,7 +242,7 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	def, _ := pglease.Config{}.Plan("bench")
 	T := def.TTL.Seconds()
 	w("### Model\n\n")
-	w("Per-unit costs from the tables above. Server CPU is that of all PostgreSQL processes, so it includes the WAL writer, checkpointer and autovacuum work the statements cause. T is the TTL (default %v), C the number of clients (each with a dedicated connection listening for notifications once it has held or waited for a lease), L̄ the leases per client, R the releases per second.\n\n", def.TTL)
+	w("Per-unit costs from the tables above. Server CPU is that of all PostgreSQL processes, so it includes the WAL writer, checkpointer and autovacuum work the statements cause. T is the TTL (default %v), C the number of clients (each with one dedicated connection, which listens for notifications only while the client needs them: waits that do not watch a bell, observers, holders that hear step-down requests, and for 30 s after), C_L those listening, L̄ the leases per client, R the releases per second.\n\n", def.TTL)
 	w("- **Renewal**: each client that holds leases sends one statement per renewal interval (T/3 by default) for all of them: **C × 3/T statements/s**")
 	if m.stmtsPerClient > 0 {
 		w(" (measured %s per client at T = %v, where 3/T = %s)", num(m.stmtsPerClient), m.clientTTL, num(3/m.clientTTL.Seconds()))
@@ -260,12 +260,12 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 		w(", e ≈ %s µs of execution per row in the steady window of %d leases, with no acquisitions running (the slowest renewal of that row took %s ms, during the acquisition burst)", us(m.execRow), m.slowRenewAt, ms(m.slowRenew))
 	}
 	w(". The statement runs on one backend, so a busy server stretches it: leave a wide margin.\n")
-	w("- **Acquire + release**: two statements, and the release notifies every client listening on the table, waiting or not; each listening session costs the server a wake-up: **R × (c + f × C)** of server CPU for R acquire + release cycles per second")
+	w("- **Acquire + release**: two statements; a release that wakes nobody waiting notifies the table's channel, and each listening session costs the server a wake-up (docs/BENCHMARKS.md measures about 16 µs per listener): **R × (c + f × C + 16 µs × C_L)** of server CPU for R acquire + release cycles per second")
 	if m.cycleOK {
-		w(", c ≈ %s µs per try+release cycle (with %d listening clients)", us(m.cycle), m.cycleListeners)
+		w(", c ≈ %s µs per try+release cycle (with %d clients connected)", us(m.cycle), m.cycleListeners)
 	}
 	if m.fanoutOK {
-		w(", f ≈ %s µs per listening client", us(m.fanout))
+		w(", f ≈ %s µs per connected client that does not listen", us(m.fanout))
 	}
 	w(".\n")
 	w("- **Waiting**: a blocked `Acquire` costs nothing while it sleeps; each (client, name) pair with a waiter tries once per `PollInterval` (%v), or at the holder's expiry when that comes first: **pairs ÷ min(PollInterval, holder's remaining TTL) statements/s**", pgleasePoll)
@@ -281,7 +281,7 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 		w("; with k = %d: %s statements, h ≈ %s µs, latency p50 %s ms, p99 %s ms", m.handoffClients, num(m.handoffStmts), us(m.handoffCPU), ms(m.handoffP50), ms(m.handoffP99))
 	}
 	w(". Waiters behind one client's queue do not add to k.\n")
-	w("- **Connections**: per client one dedicated connection plus the pool's connections in use, at most MaxConns (default 4): **C × (1 + pool) ≤ max_connections**")
+	w("- **Connections**: per client one dedicated connection, which runs its statements, renewals and waits, plus a pool connection while two of its statements are already on that one (at most MaxConns, default 4; closed after 30 s idle): **C ≤ max_connections** at steady state")
 	if m.connsOK {
 		w(" (measured %s per client with MaxConns 1", num(m.connsPerClient))
 		if m.memOK {
@@ -292,11 +292,11 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 		}
 		w(")")
 	}
-	w(". A fast-failover waiter adds one connection per (client, name) whose holder it watches (at most 16 per wait).\n")
+	w(". A waiting client adds a connection per further holder client it watches at once (at most 16), and one for its first watcher while its session listens.\n")
 	if m.leaseOK {
 		w("- **Memory**: about %.0f bytes of client memory (Go heap) per held lease, %.0f bytes per lease in the server's table and index.\n", m.bytesPerLease, m.serverBytesPerLease)
 	}
-	w("\nIn all: **server CPU ≈ C × 3/T × (a + b L̄) + R × (c + f C) + hand-offs/s × (h0 + h1 k) + waiting pairs ÷ 5 s × p**, plus the idle server; one server is enough while that stays well below its cores and C × (1 + pool) below max_connections.\n\n")
+	w("\nIn all: **server CPU ≈ C × 3/T × (a + b L̄) + R × (c + f C) + hand-offs/s × (h0 + h1 k) + waiting pairs ÷ 5 s × p**, plus the idle server; one server is enough while that stays well below its cores and C below max_connections.\n\n")
 
 	budget := r.budget()
 	w("### What one server of this machine handles\n\n")
@@ -305,7 +305,9 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	if m.renewFixedOK && m.rowOK {
 		per := 3 / T * (m.renewFixed + 5*m.renewRow)
 		w("| clients renewing 5 leases each, default TTL | budget ÷ (3/T × (a + 5b)) | %s clients |\n", about(budget/per))
-		w("| … the connections they need, 2 per client | 2 × clients | %s |\n", about(2*budget/per))
+		if m.connsOK {
+			w("| … the connections they need, %s per client (measured) | %s × clients | %s |\n", num(m.connsPerClient), num(m.connsPerClient), about(m.connsPerClient*budget/per))
+		}
 		w("| leases renewed in all, default TTL | budget × T/3 ÷ b | %s leases |\n", about(budget*T/3/m.renewRow))
 	}
 	if m.execOK {
@@ -315,10 +317,10 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	}
 	if m.cycleOK && m.fanoutOK {
 		for _, c := range []float64{10, 100, 1000, 10000} {
-			w("| releases/s with %s listening clients | budget ÷ (c + f × C) | %s/s |\n", about(c), about(budget/(m.cycle+c*m.fanout)))
+			w("| releases/s with %s clients connected, none listening | budget ÷ (c + f × C) | %s/s |\n", about(c), about(budget/(m.cycle+c*m.fanout)))
 		}
 	} else if m.cycleOK {
-		w("| releases/s with %d listening clients | budget ÷ c | %s/s |\n", m.cycleListeners, about(budget/m.cycle))
+		w("| releases/s with %d clients connected | budget ÷ c | %s/s |\n", m.cycleListeners, about(budget/m.cycle))
 	}
 	if m.acqRate > 0 {
 		w("| acquisitions/s measured, one client, %d goroutines (round trips and WAL flushes, not CPU) | measured | %s/s |\n", r.cc.acquirers, about(m.acqRate))
@@ -354,11 +356,15 @@ func (r *capResult) mdStop(w func(string, ...any), m capModel, budget float64, t
 	}
 	const leases = 5
 	w("### Where one server stops being enough\n\n")
-	w("Clients on one table, %d leases each, default TTL (%v), MaxConns 1 (2 connections per client), from the model above: the renewal CPU they cost, and how many acquire + release cycles per second the rest of the 50%% budget (%s CPU-second per second) allows, each release waking all C listening clients.\n\n", leases, ttl, num(budget))
+	per := 1.0
+	if m.connsOK {
+		per = m.connsPerClient
+	}
+	w("Clients on one table, %d leases each, default TTL (%v), MaxConns 1 (%s connections per client, as measured), none listening, from the model above: the renewal CPU they cost, and how many acquire + release cycles per second the rest of the 50%% budget (%s CPU-second per second) allows.\n\n", leases, ttl, num(per), num(budget))
 	w("| clients | connections | server memory (private) | renewal CPU, %% of a core | acquire + release cycles/s left in the budget |\n|---:|---:|---:|---:|---:|\n")
 	for _, c := range []float64{100, 1000, 2000, 10000} {
 		renew := c * 3 / ttl.Seconds() * (m.renewFixed + leases*m.renewRow)
-		conns, mem := 2*c, "–"
+		conns, mem := per*c, "–"
 		if m.memOK {
 			mem = fmt.Sprintf("%s GiB", num(conns*m.memPerConn/(1<<30)))
 		}

@@ -125,7 +125,7 @@ func window(dur time.Duration, stmts, rows int64, cpu time.Duration, conns int) 
 }
 
 // synthetic is a run whose costs are known: idle 1% of a core; a renewal
-// costs 200 µs + 5 µs per row; a try+release 500 µs + 2 µs per listening
+// costs 200 µs + 5 µs per row; a try+release 500 µs + 2 µs per connected
 // client; a waiting statement 300 µs; a hand-off 12 statements and 3 ms.
 func synthetic() *capResult {
 	const sec = time.Second
@@ -255,7 +255,8 @@ func TestCapMarkdown(t *testing.T) {
 		"| 1,000 | 2,000 | 3.91 GiB | 2 | 390/s |",
 		// 10 clients: 40 statements of 225 µs, below what the counters resolve
 		"| 10 | 1.00 s | 20 | 2.00 | 40.0 | 2.00 | 0 | 5.00 | 0.50 | – | – |",
-		"c ≈ 520 µs per try+release cycle (with 10 listening clients), f ≈ 2.00 µs per listening client",
+		"c ≈ 520 µs per try+release cycle (with 10 clients connected), f ≈ 2.00 µs per connected client that does not listen",
+		"| … the connections they need, 2.00 per client (measured) |",
 		"| leases one client can renew, TTL 30s (steady state) | min(10 s, 0.47 T) ÷ e | 1,000,000 leases |",
 		"| leases one client can renew, TTL 6s (steady state) | min(10 s, 0.47 T) ÷ e | 280,000 leases |",
 		"### What one server of this machine handles",
