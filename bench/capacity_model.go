@@ -16,6 +16,7 @@ type capModel struct {
 	renewFixedOK, rowOK  bool
 	rowsInFixed          int // leases per client in the statements renewFixed comes from
 	fixedClients         int // clients in that row
+	fixedConns           int // their connections
 
 	stmtsPerClient float64 // renewal statements/s per client at the clients' TTL
 	clientTTL      time.Duration
@@ -140,7 +141,7 @@ func deriveModel(r *capResult) capModel {
 	}
 	if big != nil {
 		m.renewFixed = big.stmtCPU(m.bg) - float64(big.leases)*m.renewRow
-		m.rowsInFixed, m.fixedClients = big.leases, big.clients
+		m.rowsInFixed, m.fixedClients, m.fixedConns = big.leases, big.clients, big.conns()
 		m.renewFixedOK = m.renewFixed > 0
 	}
 	if most != nil {

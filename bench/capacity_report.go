@@ -251,7 +251,7 @@ func (r *capResult) mdModel(w func(string, ...any), m capModel) {
 	if m.renewFixedOK || m.rowOK {
 		w(", a ≈ %s µs per statement, b ≈ %s µs per renewed row", usOr(m.renewFixed, m.renewFixedOK), usOr(m.renewRow, m.rowOK))
 		if m.rowsInFixed > 0 {
-			w(" (a: CPU per statement with %d clients of %d leases, less %d × b, so it includes what %d idle connections cost; b: the slope of CPU per renewal between the smallest and the largest plain lease count)", m.fixedClients, m.rowsInFixed, m.rowsInFixed, 2*m.fixedClients)
+			w(" (a: CPU per statement with %d clients of %d leases, less %d × b, so it includes what their %d idle connections cost; b: the slope of CPU per renewal between the smallest and the largest plain lease count)", m.fixedClients, m.rowsInFixed, m.rowsInFixed, m.fixedConns)
 		}
 	}
 	w(".\n")
