@@ -219,9 +219,10 @@
 // while it listens for notifications for other waits, an observer or a
 // holder that hears step-down requests (one per such holder, at most
 // sixteen), for the statements it runs while its session connects, and for
-// a statement that comes while another of its statements is on the session
-// (a client whose goroutines acquire or release at once: one connection
-// would run them one at a time, each waiting for its own WAL flush). The
+// a statement that comes while two others of its statements are on the
+// session (a client whose goroutines acquire or release at once: one
+// connection would run them one at a time, each waiting for its own WAL
+// flush). The
 // pool of [Open] serves a client without such a session (database/sql with
 // another driver, a transaction-pooling proxy), and serves the client's
 // start: Open's check and the statements it runs while its session
