@@ -584,8 +584,9 @@ func (c *Client) dialWatch(ctx context.Context, cfg *pgx.ConnConfig) (*pgxConn, 
 }
 
 // ringBell rings this client's bell after a release that woke the first
-// waiter (see Ring in session.sql): in the background, on the dedicated
-// session, once for all the releases that came before it ran.
+// waiter, or after a queued wait gave up (see leaveQueue) (see Ring in
+// session.sql): in the background, on the dedicated session, once for
+// all the releases that came before it ran.
 func (c *Client) ringBell() {
 	s := c.conn.sess.Load()
 	if s == nil { // no session, no bell

@@ -1,6 +1,8 @@
 package pglease
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,18 @@ func bellArmed(c *Client, holder string) bool {
 	defer c.wake.mu.Unlock()
 	w := c.wake.bells[holder]
 	return w != nil && w.armed && !w.quiet && !w.failed
+}
+
+// anyBellArmed reports whether c watches a doorbell, armed.
+func anyBellArmed(c *Client) bool {
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	for _, w := range c.wake.bells {
+		if w.armed && !w.quiet && !w.failed {
+			return true
+		}
+	}
+	return false
 }
 
 // belled reports whether c's dedicated session holds its bell.
@@ -259,46 +273,161 @@ func TestAWaiterBehindSharedHoldersWatchesADoorbell(t *testing.T) {
 }
 
 // A wait queued behind another, behind a fast-failover holder, watches the
-// holder's bell (refusedOne). When the name passes to the first waiter
-// without a ring — the holder's release came within the first waiter's
-// turn, after it had been woken once, so the release woke nobody and the
-// first waiter looks again by itself — the releasing client rings its bell
-// soon after unless it took the name again, and the waits on it look
-// again. Before, the wait behind went on watching a client that no longer
-// held the name, and learnt of its own turn only at its poll: 16 separate
-// clients contending for one fast-failover name managed 17 acquisitions a
-// second instead of 400.
+// bell of the waiter directly ahead (lookAhead): when the name passes to
+// that waiter without a ring (the holder's release came within the first
+// waiter's turn, after it had been woken once, so the release woke nobody
+// and the first waiter looks again by itself), the wait behind goes on
+// watching the same client, now the holder, and takes the name at its
+// release. A wait that watches the holder's bell instead (one that found
+// nobody ahead, or of release 11, before lookAhead) learns of the hand-off
+// as the releasing client rings its bell soon after, unless it took the
+// name again (ringUnlessRetaken). Before that ring, such a wait went on
+// watching a client that no longer held the name, and learnt of its own
+// turn only at its poll: 16 separate clients contending for one
+// fast-failover name managed 17 acquisitions a second instead of 400.
 func TestAWaitBehindLearnsOfAHandOffThatRangNoBell(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		lookAhead bool
+	}{{"it watches the waiter ahead", true}, {"it watches the holder", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.lookAhead {
+				testHookNoLookAhead.Store(true)
+				t.Cleanup(func() { testHookNoLookAhead.Store(false) })
+			}
+			ctx := testCtx(t)
+			cs := ffClients(t, 3)
+			h, first, second := cs[0], cs[1], cs[2]
+			for _, c := range cs {
+				c.wake.watchTimeout = time.Minute // no watch's poll within the test's patience
+			}
+			l, err := h.TryAcquire(ctx, "x", WithFastFailover())
+			if err != nil {
+				t.Fatal(err)
+			}
+			pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
+			got1 := waitFor(ctx, first, "x", WithFastFailover())
+			waitQueued(t, h, first, "x")
+			pgtest.WaitFor(t, patience, "the first waiter to watch the holder's doorbell", func() bool { return bellArmed(first, h.id) })
+			pgtest.WaitFor(t, patience, "the first waiter's session to hold its bell", func() bool { return belled(first) })
+			got2 := waitFor(ctx, second, "x", WithFastFailover())
+			waitQueued(t, h, second, "x")
+			watched := h.id
+			if tc.lookAhead {
+				watched = first.id
+			}
+			pgtest.WaitFor(t, patience, "the wait behind to watch its doorbell", func() bool { return bellArmed(second, watched) })
+			// The first waiter's turn began, as a release that woke it in vain
+			// leaves it: the release below wakes nobody.
+			pgtest.Exec(t, `UPDATE `+h.st.Names.QualifiedWaiters()+` SET "notified_at" = now() WHERE "name" = 'x' AND "client" = $1`, first.id)
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l1 := receiveLease(t, got1, "the first waiter to take the name after the holder's release")
+			pgtest.WaitFor(t, patience, "the wait behind to watch the new holder's doorbell or listen", func() bool {
+				return bellArmed(second, first.id) || listening(second)
+			})
+			if err := l1.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l2 := receiveLease(t, got2, "the wait behind to take the name at its turn")
+			_ = l2.Release(ctx)
+		})
+	}
+}
+
+// A hand-off of a fast-failover name wakes its next waiter alone: each wait
+// behind others watches the bell of the waiter directly ahead (lookAhead),
+// which its taking the name does not ring. Handing the lease down a queue
+// of n clients costs about n acquisition statements. Before, every wait
+// behind watched the holder's bell, and each ring woke them all, each to
+// look again and watch the new holder: n(n+1)/2 attempts, 21 for six
+// waiters (31 statements a hand-off with ten clients on one name in the
+// capacity model).
+func TestAFastFailoverHandOffWakesOnlyTheNextWaiter(t *testing.T) {
+	ctx := testCtx(t)
+	const n = 6
+	cs := ffClients(t, n+1)
+	holder := cs[0]
+	for _, c := range cs {
+		c.wake.watchTimeout = time.Minute // no watch's poll within the test's patience
+	}
+	l, err := holder.TryAcquire(ctx, "x", WithFastFailover(), WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i, w := range cs[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wl, err := w.Acquire(ctx, "x", WithFastFailover(), WithTTL(time.Minute))
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := wl.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		}()
+		waitQueued(t, holder, w, "x")
+		pgtest.WaitFor(t, patience, fmt.Sprintf("waiter %d to watch a doorbell and hold its own", i), func() bool {
+			return anyBellArmed(w) && belled(w)
+		})
+	}
+	attempts := countAttempts(t)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	t.Logf("%d acquisition statements for %d hand-offs", attempts.Load(), n)
+	if got := attempts.Load(); got > n+2 {
+		t.Errorf("handing a fast-failover lease down %d queued clients took %d acquisition statements, want about %d (one per hand-off)", n, got, n)
+	}
+	for i, w := range order {
+		if i != w {
+			t.Fatalf("clients acquired in the order %v, want the order they queued in", order)
+		}
+	}
+}
+
+// A wait behind another watches the bell of the waiter ahead, which rings
+// as that waiter gives up: the wait then finds itself first, and watches
+// the holder's bell, with no release and no poll.
+func TestAWaiterAheadRingsAsItGivesUp(t *testing.T) {
 	ctx := testCtx(t)
 	cs := ffClients(t, 3)
 	h, first, second := cs[0], cs[1], cs[2]
 	for _, c := range cs {
 		c.wake.watchTimeout = time.Minute // no watch's poll within the test's patience
 	}
-	l, err := h.TryAcquire(ctx, "x", WithFastFailover())
+	l, err := h.TryAcquire(ctx, "x", WithFastFailover(), WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
-	got1 := waitFor(ctx, first, "x", WithFastFailover())
+	firstCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	got1 := waitFor(firstCtx, first, "x", WithFastFailover())
 	waitQueued(t, h, first, "x")
-	pgtest.WaitFor(t, patience, "the first waiter to watch the holder's doorbell", func() bool { return bellArmed(first, h.id) })
+	pgtest.WaitFor(t, patience, "the first waiter to watch the holder's doorbell and hold its own", func() bool {
+		return bellArmed(first, h.id) && belled(first)
+	})
 	got2 := waitFor(ctx, second, "x", WithFastFailover())
 	waitQueued(t, h, second, "x")
-	pgtest.WaitFor(t, patience, "the wait behind to watch the holder's doorbell", func() bool { return bellArmed(second, h.id) })
-	// The first waiter's turn began, as a release that woke it in vain
-	// leaves it: the release below wakes nobody.
-	pgtest.Exec(t, `UPDATE `+h.st.Names.QualifiedWaiters()+` SET "notified_at" = now() WHERE "name" = 'x' AND "client" = $1`, first.id)
+	pgtest.WaitFor(t, patience, "the wait behind to watch the first waiter's doorbell", func() bool { return bellArmed(second, first.id) })
+	giveUp()
+	if o := pgtest.Receive(t, got1, "the first waiter to give up"); o.err == nil {
+		t.Fatal("the first waiter acquired")
+	}
+	pgtest.WaitFor(t, patience, "the wait, first now, to watch the holder's doorbell", func() bool { return bellArmed(second, h.id) })
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l1 := receiveLease(t, got1, "the first waiter to take the name after the holder's release")
-	pgtest.WaitFor(t, patience, "the wait behind to watch the new holder's doorbell or listen", func() bool {
-		return bellArmed(second, first.id) || listening(second)
-	})
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l2 := receiveLease(t, got2, "the wait behind to take the name at its turn")
+	l2 := receiveLease(t, got2, "the wait to take the name at the holder's release")
 	_ = l2.Release(ctx)
 }

@@ -223,7 +223,7 @@ func (a *acquisition) takeMine(ctx context.Context) error {
 // and then frees the local slot of a single name (so that the next local
 // waiter's registration is not undone by this one's).
 func (a *acquisition) fail(err error) ([]*Lease, error) {
-	a.c.leaveQueue(a.w, a.name, func() {
+	a.c.leaveQueue(a.w, a.name, true, func() {
 		if a.mine != nil {
 			a.c.putSlot(a.name, a.mine, true)
 		}
@@ -252,6 +252,10 @@ type roundResult struct {
 	// the attempt was a queued one.
 	refused, queued bool
 	bellOf          string
+	// lookAhead: the wait is queued behind others of a fast-failover
+	// holder, whose client bellOf names: it watches the bell of the waiter
+	// directly ahead instead, once lookAhead found it (ahead).
+	lookAhead, ahead bool
 }
 
 // note records a holder; the one that expires first is reported.
@@ -347,15 +351,18 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult, exclusive bool) {
 			// poll.
 			r.inSession = append(r.inSession, heldBy{res.name, res.HolderSession})
 			if rep.queued && res.OtherClient != "" && res.OtherClient != a.c.id {
-				// Its bell, which its session frees as it ends, serves as
-				// well, on the wait's own dedicated session: a ring
-				// (a release) wakes the wait too, which then finds the
-				// name promised and looks again after a moment. It
-				// listens for nothing, so it also looks at the holder's
-				// expiry: a waiter ahead of it may take the name over
-				// then (the holder paused), and this wait must then watch
-				// that one.
-				r.bellOf = res.OtherClient
+				// A doorbell serves as well, on the wait's own dedicated
+				// session: the bell of the waiter directly ahead (see
+				// lookAhead), which rings as that wait gives up and is
+				// freed as its session ends (the holder's, should this
+				// wait be second, dying with it) and, once that waiter
+				// holds the name, rings at its release. Only it, not
+				// every wait, is woken at a hand-off. Failing that, the
+				// holder's bell. It listens for nothing, so it also looks
+				// at the holder's expiry: a waiter ahead of it may take
+				// the name over then (the holder paused), and this wait
+				// must then look at the new holder's expiry.
+				r.bellOf, r.lookAhead = res.OtherClient, true
 				r.note(queuedError(res), res.OtherRemaining)
 			}
 		}
@@ -415,7 +422,9 @@ func queuedError(r nameReply) error {
 func (a *acquisition) pause(ctx context.Context, r *roundResult, since time.Time, delay time.Duration, last error) error {
 	c := a.c
 	if a.w != nil {
-		a.w.pause(ctx, a.w.plan(r, since, delay))
+		if !r.lookAhead || !a.lookAhead(ctx, r, since) {
+			a.w.pause(ctx, a.w.plan(r, since, delay))
+		}
 	}
 	switch {
 	case ctx.Err() != nil:

@@ -8,6 +8,7 @@ package pglease
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/pglease/pglease/internal/store"
@@ -59,12 +60,16 @@ func (c *Client) queueTTL(queued bool) time.Duration {
 // gave up with a statement in flight leaves once that statement has ended:
 // sent at once, the leave could come first, and the statement register
 // the wait again, live for the queue's TTL (the name promised to it,
-// every other waiter held up), as the client lives on.
-func (c *Client) leaveQueue(w *waker, name string, then func()) {
+// every other waiter held up), as the client lives on. A queued wait that
+// gave up (gaveUp) then rings the client's bell: the wait behind it may
+// watch that bell (lookAhead), and must now watch the one ahead of this
+// wait, or the holder.
+func (c *Client) leaveQueue(w *waker, name string, gaveUp bool, then func()) {
 	if w == nil || !w.queued && !w.polling {
 		then()
 		return
 	}
+	ring := gaveUp && w.queued
 	w.queued, w.polling = false, false
 	inflight := w.inflight
 	if !c.life.goBackground(func() {
@@ -74,8 +79,12 @@ func (c *Client) leaveQueue(w *waker, name string, then func()) {
 		}
 		ctx, cancel := context.WithTimeout(c.life.bg, c.cfg.StatementTimeout)
 		defer cancel()
-		if err := c.exec(ctx, func(ctx context.Context, q store.DB, _ *sessState) error { return c.st.Unqueue(ctx, q, c.id, name) }); err != nil && c.life.bg.Err() == nil {
+		err := c.exec(ctx, func(ctx context.Context, q store.DB, _ *sessState) error { return c.st.Unqueue(ctx, q, c.id, name) })
+		switch {
+		case err != nil && c.life.bg.Err() == nil:
 			c.cfg.Logger.WarnContext(ctx, "pglease: could not leave the queue of waiters; the registration goes stale by itself", "name", name, "err", err)
+		case err == nil && ring:
+			c.ringBell()
 		}
 	}) {
 		then()
@@ -94,5 +103,47 @@ func (c *Client) leaveAcquired(w *waker, name string, dequeued bool, then func()
 		then()
 		return
 	}
-	c.leaveQueue(w, name, then)
+	c.leaveQueue(w, name, false, then)
 }
+
+// lookAhead finds the waiter directly ahead of a wait queued behind others
+// of a fast-failover holder (r.lookAhead), whose bell the wait watches
+// instead of the holder's: a queue in which each waiter watches the one
+// before it (as in a CLH lock), so that a release wakes the first waiter
+// alone, and a hand-off costs the same however many wait behind. (Watching
+// the holder's bell, every wait woke at each ring, looked again and
+// watched the new holder: 31 statements a hand-off with ten clients on one
+// name, against 4 for listening waits; docs/BENCHMARKS.md.) A wait that
+// watches the waiter ahead already, whose bell did not ring since the
+// round began (since), keeps it without a statement. When none is found,
+// the waiters ahead left since the round (the first took the name, most
+// likely): it reports that the wait should look again at once. When the
+// statement fails, the wait watches the holder's bell, r.bellOf.
+func (a *acquisition) lookAhead(ctx context.Context, r *roundResult, since time.Time) (again bool) {
+	c, w := a.c, a.w
+	if testHookNoLookAhead.Load() {
+		return false
+	}
+	if w.ahead && w.bell != "" && c.wake.bellRang(w.bell, since) == bellWatched {
+		r.bellOf, r.ahead = w.bell, true
+		return false
+	}
+	var ahead string
+	err := c.exec(ctx, func(ctx context.Context, q store.DB, _ *sessState) error {
+		var err error
+		ahead, err = c.st.Ahead(ctx, q, c.id, a.name)
+		return err
+	})
+	switch {
+	case err != nil:
+	case ahead == "":
+		return true
+	case ahead != c.id:
+		r.bellOf, r.ahead = ahead, true
+	}
+	return false
+}
+
+// testHookNoLookAhead, set by a test, makes waits behind others watch the
+// holder's bell, as those of release 11 did.
+var testHookNoLookAhead atomic.Bool

@@ -417,8 +417,9 @@ func TestFastFailoverAfterAnExpiryTakeoverFromALiveSession(t *testing.T) {
 // secondWaiterBehindANode runs a process (a node) in which one client holds
 // "ff" with fast failover (TTL a minute) and another waits for it, first in
 // line, and a client of this process that waits second, until it watches
-// the holder (its bell, or its session). It returns that client, the node, the holder's
-// token and where the second waiter's outcome arrives.
+// a doorbell (the first waiter's) or the holder's session. It returns that
+// client, the node, the holder's token and where the second waiter's
+// outcome arrives.
 func secondWaiterBehindANode(t *testing.T) (*Client, *exec.Cmd, int64, <-chan outcome) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -429,9 +430,9 @@ func secondWaiterBehindANode(t *testing.T) (*Client, *exec.Cmd, int64, <-chan ou
 	node, token := startHolderEnv(t, c.cfg.Table, "ff", time.Minute, "PGLEASE_TEST_FAST=1", "PGLEASE_TEST_FIRST_WAITER=1")
 	got := waitFor(ctx, c, "ff", ffOpts...)
 	waitQueued(t, c, c, "ff")
-	// It watches the holder's bell (which the holder's session frees as it
-	// ends), or, should it listen, the holder's session.
-	pgtest.WaitFor(t, patience, "the second waiter to watch the holder's session or bell", func() bool {
+	// It watches the first waiter's bell (which the first waiter's session
+	// frees as it ends), or, should it listen, the holder's session.
+	pgtest.WaitFor(t, patience, "the second waiter to watch a doorbell or the holder's session", func() bool {
 		c.wake.mu.Lock()
 		defer c.wake.mu.Unlock()
 		for _, w := range c.wake.bells {
@@ -465,9 +466,11 @@ func TestFastFailoverWhenTheHolderAndTheFirstWaiterDieTogether(t *testing.T) {
 
 // The first waiter dies a moment after the holder, before it took the name
 // over (here: the process running both is stopped, the holder's session
-// ended, and then the process killed): the second waiter, which found the
-// name promised to the first, takes over within about a second of the
-// first's death. It used to wait for its fallback poll.
+// ended, and then the process killed): the second waiter takes over at
+// once (it watches the first waiter's bell, which the first's session
+// frees as it ends). It used to wait for its fallback poll, and then,
+// watching the holder's bell, to find the name promised to the first
+// waiter and look again within about a second of the first's death.
 func TestFastFailoverWhenTheFirstWaiterDiesJustAfterTheHolder(t *testing.T) {
 	ctx := testCtx(t)
 	c, node, _, got := secondWaiterBehindANode(t)
@@ -475,20 +478,13 @@ func TestFastFailoverWhenTheFirstWaiterDiesJustAfterTheHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = node.Process.Signal(syscall.SIGCONT) })
-	looked := make(chan struct{}, 100)
-	hook := func(client string) error {
-		if client == c.id {
-			looked <- struct{}{}
-		}
-		return nil
+	pid := pgtest.Value[int](t, `SELECT "session_pid" FROM `+c.st.Names.QualifiedTable()+` WHERE "name" = 'ff'`)
+	if !pgtest.Value[bool](t, `SELECT pg_terminate_backend($1)`, pid) {
+		t.Fatal("the holder's session was not ended")
 	}
-	testHookLoseReply.Store(&hook)
-	t.Cleanup(func() { testHookLoseReply.Store(nil) })
-	if n := pgtest.Value[int](t, `SELECT count(*) FILTER (WHERE pg_terminate_backend("session_pid")) FROM `+
-		c.st.Names.QualifiedTable()+` WHERE "name" = 'ff'`); n != 1 {
-		t.Fatalf("ended %d holder sessions", n)
-	}
-	pgtest.Receive(t, looked, "the second waiter to look again when the holder's session ended")
+	pgtest.WaitFor(t, patience, "the holder's session to end", func() bool {
+		return !pgtest.Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid)
+	})
 	killed := time.Now()
 	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -74,8 +74,10 @@ type waker struct {
 	// holders: the fast-failover holders the wait has seen, and the
 	// watchers of their sessions.
 	holders holders
-	// behind: the last round was refused behind waiters queued ahead.
-	behind bool
+	// behind: the last round was refused behind waiters queued ahead;
+	// ahead: the bell the wait watches is the waiter's directly ahead
+	// (see lookAhead), not the holder's.
+	behind, ahead bool
 	// inflight, when the wait gave up with an attempt's statement still
 	// running (see detached), is closed once that statement has ended.
 	inflight <-chan struct{}
@@ -111,6 +113,7 @@ func (w *waker) plan(r *roundResult, since time.Time, delay time.Duration) time.
 		base := w.expiryWait(r.soonest)
 		delay = w.lookAgain(base, time.Now(), r.behind, recheck)
 		delay = w.doorbell(r, since, delay, delay < base)
+		w.ahead = r.ahead && w.bell == r.bellOf
 	} else if w.bell != "" {
 		w.c.wake.looked(w.bell, w.name, time.Time{}) // its watcher need not wait for it
 	}
@@ -126,12 +129,14 @@ func (w *waker) pause(ctx context.Context, d time.Duration) {
 	case <-w.sub.ch:
 		if !w.sub.timed.Swap(false) {
 			w.woke(time.Now())
-			if w.behind && w.bell != "" {
+			if w.behind && w.bell != "" && !w.ahead {
 				// A ring of the holder's bell, which a wait behind other
-				// waiters watches (refusedOne): the release woke the
-				// first of them, which takes the name. This wait looks
-				// again once it did, to watch the new holder, rather than
-				// contend with its acquisition for the name.
+				// waiters watches when it found none directly ahead
+				// (lookAhead): the release woke the first of them, which
+				// takes the name. This wait looks again once it did, to
+				// watch the new holder, rather than contend with its
+				// acquisition for the name. (A ring of the waiter's
+				// ahead: it gave up, or released the name; look at once.)
 				t.Reset(behindLook)
 				select {
 				case <-t.C:

@@ -334,6 +334,19 @@ func (s *Store) Unqueue(ctx context.Context, q Querier, client, name string) err
 	return q.Query(ctx, s.Q.Unqueue, []any{client, name}, func(Row) error { return nil })
 }
 
+// Ahead returns the client of the live waiter queued directly ahead of
+// client's registration for name (see Ahead in queries.sql), or "" when
+// the registration is first or absent.
+func (s *Store) Ahead(ctx context.Context, q Querier, client, name string) (string, error) {
+	ns, err := s.lockNS()
+	if err != nil {
+		return "", err
+	}
+	var ahead string
+	err = q.Query(ctx, s.Q.Ahead, []any{client, name, ns}, func(r Row) error { return r.Scan(&ahead) })
+	return ahead, err
+}
+
 // Bells is the number of bell locks a client's session rings through (see
 // Ring in session.sql).
 const Bells = 16

@@ -662,6 +662,26 @@ SELECT w."name", coalesce(w."owner", ''), w."since",
 -- A wait that ends without the lease leaves the queue.
 DELETE FROM {{waiters}} WHERE "client" = $1::text AND "name" = $2::text
 
+-- name: Ahead
+-- The waiter directly ahead of client $1's registration for an exclusive
+-- lease of the name $2: the live waiter of another client queued last
+-- before it, by the order First counts (its client), or no row when it is
+-- first or not registered. $3 is the advisory-lock namespace. A wait
+-- behind others watches that client's doorbell (see refusedOne), which
+-- rings as its wait gives up and is freed as its session ends; its taking
+-- the name rings nothing, and needs not: it is then the holder the wait
+-- would watch.
+SELECT w."client"
+  FROM {{waiters}} AS q
+  JOIN {{waiters}} AS w ON w."name" = q."name"
+ WHERE q."name" = $2::text AND q."client" = $1::text
+   AND w."client" <> q."client" AND NOT w."shared"
+   AND CASE WHEN w."expires_at" > now() AND (w."since", w."client") < (q."since", q."client")
+            THEN NOT {{client_gone($3::text, w."client")}}
+            ELSE false END
+ ORDER BY w."since" DESC, w."client" DESC
+ LIMIT 1
+
 -- name: AcquireAllLocks
 -- The first statement of AcquireAll's transaction. $1 the names (a JSON
 -- array, sorted and without duplicates), $2 advisory-lock namespace.

@@ -180,7 +180,7 @@ func StepDownChannel(client string) string { return "pglease_" + client + "_step
 // Queries is the SQL text of every statement, with identifiers filled in.
 type Queries struct {
 	CreateSchema, CreateSequence, CreateTable, CommentTable   string
-	CreateWaiters, Unqueue, ClientLock, SessionLock           string
+	CreateWaiters, Unqueue, Ahead, ClientLock, SessionLock    string
 	UpgradeWaiters, Waiters                                   string
 	CreateSemaphoreIndex, RequestStepDown, StepDownsRequested string
 	SchemaLock, TableExists, Columns, SchemaVersion           string
@@ -276,7 +276,7 @@ func Build(n Names) Queries {
 	return Queries{
 		CreateSchema: get("CreateSchema"), CreateSequence: get("CreateSequence"),
 		CreateTable: get("CreateTable"), CommentTable: get("CommentTable"),
-		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), RequestStepDown: get("RequestStepDown"), StepDownsRequested: get("StepDownsRequested"), Unqueue: get("Unqueue"), UpgradeWaiters: get("UpgradeWaiters"), Waiters: get("Waiters"), ClientLock: get("ClientLock"), SessionLock: get("SessionLock"),
+		CreateWaiters: get("CreateWaiters"), CreateSemaphoreIndex: get("CreateSemaphoreIndex"), RequestStepDown: get("RequestStepDown"), StepDownsRequested: get("StepDownsRequested"), Unqueue: get("Unqueue"), Ahead: get("Ahead"), UpgradeWaiters: get("UpgradeWaiters"), Waiters: get("Waiters"), ClientLock: get("ClientLock"), SessionLock: get("SessionLock"),
 		SchemaLock: get("SchemaLock"), TableExists: get("TableExists"),
 		Columns: get("Columns"), SchemaVersion: get("SchemaVersion"),
 		LockNamespace: get("LockNamespace"), UpgradeTable: get("UpgradeTable"),
