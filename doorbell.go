@@ -435,7 +435,14 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 				return
 			}
 			expect = (k + 1) % store.Bells
-			waits = rang && c.wake.rang(w, false)
+			if waits = rang && c.wake.rang(w, false); waits {
+				// The waits it woke look again before it probes: their
+				// attempts, a hand-off's acquisition among them, need not
+				// queue behind the probe on the session, and a watcher
+				// whose waits all took their names probes no more.
+				c.wake.settle(ctx, w)
+				waits = c.wake.hasWaits(w)
+			}
 		}
 		if !waits {
 			expect = -1

@@ -2,7 +2,6 @@ package pglease
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -356,43 +355,16 @@ func TestAFastFailoverHandOffWakesOnlyTheNextWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var order []int
-	var wg sync.WaitGroup
-	for i, w := range cs[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wl, err := w.Acquire(ctx, "x", WithFastFailover(), WithTTL(time.Minute))
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			if err := wl.Release(ctx); err != nil {
-				t.Errorf("waiter %d release: %v", i, err)
-			}
-		}()
-		waitQueued(t, holder, w, "x")
-		pgtest.WaitFor(t, patience, fmt.Sprintf("waiter %d to watch a doorbell and hold its own", i), func() bool {
-			return anyBellArmed(w) && belled(w)
-		})
-	}
+	order := queueUp(t, holder, cs[1:], "x", func(w *Client) bool { return anyBellArmed(w) && belled(w) },
+		WithFastFailover(), WithTTL(time.Minute))
 	attempts := countAttempts(t)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	inOrder(t, order())
 	t.Logf("%d acquisition statements for %d hand-offs", attempts.Load(), n)
 	if got := attempts.Load(); got > n+2 {
 		t.Errorf("handing a fast-failover lease down %d queued clients took %d acquisition statements, want about %d (one per hand-off)", n, got, n)
-	}
-	for i, w := range order {
-		if i != w {
-			t.Fatalf("clients acquired in the order %v, want the order they queued in", order)
-		}
 	}
 }
 

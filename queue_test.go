@@ -39,6 +39,54 @@ func waitQueued(t testing.TB, c, w *Client, name string) {
 	})
 }
 
+// queueUp starts a wait of each client of ws on name (with opts), one after
+// another, each once the one before it is queued in the queue of holder's
+// table and settled(it) holds (when set); each releases at once what it
+// gets. The function returned waits for them all, and returns the indexes
+// in ws of the clients in the order they acquired.
+func queueUp(t *testing.T, holder *Client, ws []*Client, name string, settled func(*Client) bool, opts ...Option) func() []int {
+	t.Helper()
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			l, err := w.Acquire(ctx, name, opts...)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		})
+		waitQueued(t, holder, w, name)
+		if settled != nil {
+			pgtest.WaitFor(t, patience, fmt.Sprintf("waiter %d to settle", i), func() bool { return settled(w) })
+		}
+	}
+	return func() []int {
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return order
+	}
+}
+
+// inOrder fails the test unless order is 0, 1, 2, ….
+func inOrder(t *testing.T, order []int) {
+	t.Helper()
+	for i, w := range order {
+		if i != w {
+			t.Fatalf("clients acquired in the order %v, want the order they queued in", order)
+		}
+	}
+}
+
 // A release wakes the first queued client alone: handing a lease down a
 // queue of n waiting clients costs n acquisition statements, not the
 // n(n+1)/2 of waking every waiter at every release, and the clients get
@@ -53,40 +101,18 @@ func TestReleaseWakesOnlyTheFirstQueuedClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 6
-	var mu sync.Mutex
-	var order []int
-	var wg sync.WaitGroup
-	for i := range n {
-		w := testClient(t, cfg)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wl, err := w.Acquire(ctx, "queue")
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			if err := wl.Release(ctx); err != nil {
-				t.Errorf("waiter %d release: %v", i, err)
-			}
-		}()
-		waitQueued(t, holder, w, "queue")
+	ws := make([]*Client, n)
+	for i := range ws {
+		ws[i] = testClient(t, cfg)
 	}
+	order := queueUp(t, holder, ws, "queue", nil)
 	attempts := countAttempts(t)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	inOrder(t, order())
 	if got := attempts.Load(); got > n+2 {
 		t.Errorf("handing the lease down %d queued clients took %d acquisition statements, want about %d (one per hand-off)", n, got, n)
-	}
-	for i, w := range order {
-		if i != w {
-			t.Fatalf("clients acquired in the order %v, want the order they queued in", order)
-		}
 	}
 	if q := queued(t, holder, "queue"); q != 0 {
 		t.Errorf("%d registrations left in the queue", q)

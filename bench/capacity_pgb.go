@@ -75,14 +75,13 @@ func capPgbControl(prefix string) string {
 func capPgbWaiters(ctx context.Context, e *env, cc capConfig, w capPgbCase) (r capPgbRow) {
 	r.capPgbCase = w
 	const table = "pglease_leases_capb"
-	holder, err := pglease.Open(ctx, e.dsn, pglease.Config{Table: table})
+	holder, ttl, err := capHolder(ctx, e, table)
 	if err != nil {
 		r.err = err
 		return r
 	}
 	defer holder.Close()
-	sched, _ := pglease.Config{}.Plan("bench")
-	r.holderTTL = sched.TTL
+	r.holderTTL = ttl
 	dsn := e.dsn
 	var b *pgBouncer
 	if w.bouncer {
@@ -300,27 +299,12 @@ func capChildPgbWaiters(ctx context.Context, e *env, s capSpec) error {
 		dsn = s.DSN
 	}
 	clients := make([]*pglease.Client, s.Clients)
-	var firstErr error
-	var mu sync.Mutex
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			c, err := pglease.Open(ctx, dsn, pglease.Config{Table: s.Table})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-			clients[i] = c
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	err := openConcurrently(len(clients), func(i int) (err error) {
+		clients[i], err = pglease.Open(ctx, dsn, pglease.Config{Table: s.Table})
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	// ended[k] closes when the control file shows a round past k.
 	ended := make([]chan struct{}, s.Names)

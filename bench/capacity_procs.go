@@ -292,34 +292,23 @@ func capChild(ctx context.Context, e *env) error {
 func capChildClients(ctx context.Context, e *env, s capSpec) error {
 	clients := make([]*pglease.Client, s.Clients)
 	leases := make([]*pglease.Lease, s.Clients*s.Leases)
-	var firstErr atomic.Pointer[error]
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
-			c, err := pglease.Open(ctx, e.dsn, pglease.Config{Table: s.Table, TTL: s.TTL, MaxConns: 1})
+	err := openConcurrently(len(clients), func(i int) error {
+		c, err := pglease.Open(ctx, e.dsn, pglease.Config{Table: s.Table, TTL: s.TTL, MaxConns: 1})
+		if err != nil {
+			return err
+		}
+		clients[i] = c
+		for j := range s.Leases {
+			l, err := c.TryAcquire(ctx, fmt.Sprintf("%s%d-%d", s.Prefix, i, j))
 			if err != nil {
-				fail(err)
-				return
+				return err
 			}
-			clients[i] = c
-			for j := range s.Leases {
-				l, err := c.TryAcquire(ctx, fmt.Sprintf("%s%d-%d", s.Prefix, i, j))
-				if err != nil {
-					fail(err)
-					return
-				}
-				leases[i*s.Leases+j] = l
-			}
-		}()
-	}
-	wg.Wait()
-	if p := firstErr.Load(); p != nil {
-		return *p
+			leases[i*s.Leases+j] = l
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Println("READY")
 	for {
@@ -382,4 +371,38 @@ func capChildWaiters(ctx context.Context, e *env, s capSpec) error {
 	fmt.Println("READY")
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// capHolder opens the client of the measuring process that holds the names
+// of table, and returns it with the default TTL its leases get.
+func capHolder(ctx context.Context, e *env, table string) (*pglease.Client, time.Duration, error) {
+	holder, err := pglease.Open(ctx, e.dsn, pglease.Config{Table: table})
+	if err != nil {
+		return nil, 0, err
+	}
+	sched, _ := pglease.Config{}.Plan("bench")
+	return holder, sched.TTL, nil
+}
+
+// openConcurrently runs start(i) for each i below n, at most 16 at a time
+// (so that a thousand clients connecting do not queue at the server's
+// accept), and returns the first error.
+func openConcurrently(n int, start func(i int) error) error {
+	var firstErr atomic.Pointer[error]
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := start(i); err != nil {
+				firstErr.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }

@@ -115,14 +115,13 @@ func capClients(ctx context.Context, e *env, cc capConfig, n int) (r capClientRo
 func capWaiters(ctx context.Context, e *env, cc capConfig, w capWaitCase) (r capWaitRow) {
 	r.capWaitCase = w
 	const table = "pglease_leases_capw"
-	holder, err := pglease.Open(ctx, e.dsn, pglease.Config{Table: table})
+	holder, ttl, err := capHolder(ctx, e, table)
 	if err != nil {
 		r.err = err
 		return r
 	}
 	defer holder.Close()
-	sched, _ := pglease.Config{}.Plan("bench")
-	r.holderTTL = sched.TTL
+	r.holderTTL = ttl
 	var opts []pglease.Option
 	if w.ff {
 		opts = append(opts, pglease.WithFastFailover())
