@@ -369,7 +369,8 @@ func (wk *wakeups) bellGone(w *bellWatcher) {
 
 // runBell is a watcher's loop. It probes which bell the holder holds and
 // blocks on it (awaitBell: one statement at a time, each at most
-// watchTimeout); at each grant it wakes the waits, and probes again. A probe
+// watchTimeout); at each grant it wakes the waits, lets them look again
+// (settle), and probes again if any are left. A probe
 // that finds the bell it expects (the next one) blocks on it at once; one
 // that finds another (the first probe, or rings came between the grant and
 // the probe, or the holder's session started anew at bell 0) wakes the
