@@ -60,7 +60,7 @@ func TestCombination(t *testing.T) {
 					g.old = 0
 				} else {
 					cfg.Old = g.old
-					t.Logf("seed %d: begins with %d agents of release %s (schema version 9), upgraded under them (the agent's build took %v, once per run)",
+					t.Logf("seed %d: begins with %d agents of release %s (schema version 10), upgraded under them (the agent's build took %v, once per run)",
 						seed, cfg.Old, oldRelease, took.Round(time.Millisecond))
 				}
 			}

@@ -16,20 +16,22 @@
 // them spelling it "leases" under a search_path, half "schema.leases".
 //
 // One sequence in four begins as a rolling upgrade does: two agents of
-// the previous release (commit 9f55155, schema version 9: its own
+// the previous release (commit 9bec93e, schema version 10: its own
 // combination test binary, built once per run from git archive, kept in
 // the temporary directory for later runs, and left out with a log line
 // where the history is missing, as in a shallow clone) open their
-// clients and create the table at version 9, hold and wait on names; then
+// clients and create the table at version 10, hold and wait on names; then
 // (DoUpgrade) the agents of this version arrive in the other slots and
 // migrate the table under them. The old agents go on with every step
 // but a shutdown (as those of releases that did not report their Close),
-// and make an acquisition in a quota mode, which that release knows
-// nothing of, as a plain lease, fast failover or not: it meets the
-// quota's holders as another kind, and that release's *KindError (it
-// reads a quota's rows as shared leases, through this version's
-// compatibility wrapper) refuses it, as this version's refuses a quota
-// beside the old agent's lease; now and then, right after the upgrade,
+// and make an acquisition in a quota mode as a plain lease, fast failover
+// or not (release 9, which these sequences ran until issue 43, knew no
+// quota; release 10's agents keep to it): it meets the quota's holders as
+// another kind, and that release's *KindError refuses it, as this
+// version's refuses a quota beside the old agent's lease (release 9
+// read a quota's rows as shared leases, through this version's
+// compatibility wrapper, which TestOlderReleaseDuringAnUpgrade still
+// runs); now and then, right after the upgrade,
 // an agent of this version takes units of a quota and the old agents try
 // the name and wait for it in their kinds. A killed old agent is replaced
 // by an agent of this version, as a replica restarted after its upgrade
@@ -42,9 +44,10 @@
 // writes without the fence's mark); a fast-failover lease of an old
 // agent is held to the expiry bound (the agents of schema version 8 wrote
 // the earlier form of the server incarnation, so their rows were taken
-// over at expiry; the bound holds for those of version 9 too), as is an
-// old agent's wait behind a first waiter that died with the holder (the
-// earlier release looks again only at its poll there).
+// over at expiry; the bound holds for those of versions 9 and 10 too),
+// as is an old agent's wait behind a first waiter that died with the
+// holder (release 9 looked again only at its poll there; release 10 takes
+// over at once, and the bound only tolerates more).
 // PGLEASE_COMBO_UPGRADE=1 makes every sequence an upgrade, =0 none.
 //
 // Then come the steps ([Step]): acquisitions in every mode (plain, fast

@@ -126,9 +126,10 @@ func acquireCmd(m Mode) Command {
 }
 
 // mode is the mode the agent acquires in when a step asks for m: an agent
-// of the previous release knows no quota (it would ignore the options it
-// does not know), and takes a plain lease of the name instead, fast
-// failover or not, which meets the quota's holders as another kind.
+// of the previous release takes a plain lease of the name instead of a
+// quota, fast failover or not, which meets the quota's holders as another
+// kind (release 9, the previous release until issue 43, knew no quota and
+// would have ignored the options it did not know).
 func (a *agentProc) mode(m Mode) Mode {
 	if a.old {
 		return m.Unquota()

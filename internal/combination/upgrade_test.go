@@ -14,12 +14,12 @@ import (
 )
 
 // oldRelease is the commit of the previous release whose agents a sequence
-// with config.Old starts with: the last commit of schema version 9 (this
-// version is 10). Its combination agent speaks this protocol; an old
+// with config.Old starts with: the last commit of schema version 10 (this
+// version is 11). Its combination agent speaks this protocol; an old
 // agent is never shut down (DoShutdown does nothing to it), as the agents
 // of releases that did not report a shutdown's Close (ReplyClosed) were
 // not.
-const oldRelease = "9f55155"
+const oldRelease = "9bec93e"
 
 var oldBuild struct {
 	once sync.Once
