@@ -44,6 +44,9 @@ type acquisition struct {
 	// promised paces a wait queued behind a waiter to which the name is
 	// promised (see refusedOne).
 	promised *backoff
+	// again: the last round found nobody ahead any more (lookAhead), and
+	// the wait looked again at once; the next such round pauses.
+	again bool
 }
 
 // run acquires what a asks for and returns the leases granted: one for a
@@ -422,7 +425,8 @@ func queuedError(r nameReply) error {
 func (a *acquisition) pause(ctx context.Context, r *roundResult, since time.Time, delay time.Duration, last error) error {
 	c := a.c
 	if a.w != nil {
-		if !r.lookAhead || !a.lookAhead(ctx, r, since) {
+		again := r.lookAhead && a.lookAhead(ctx, r, since) && !a.again
+		if a.again = again; !again {
 			a.w.pause(ctx, a.w.plan(r, since, delay))
 		}
 	}

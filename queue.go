@@ -117,8 +117,9 @@ func (c *Client) leaveAcquired(w *waker, name string, dequeued bool, then func()
 // watches the waiter ahead already, whose bell did not ring since the
 // round began (since), keeps it without a statement. When none is found,
 // the waiters ahead left since the round (the first took the name, most
-// likely): it reports that the wait should look again at once. When the
-// statement fails, the wait watches the holder's bell, r.bellOf.
+// likely): it reports that the wait should look again at once (once: a
+// second such round in a row pauses as planned). When the statement
+// fails, the wait watches the holder's bell, r.bellOf.
 func (a *acquisition) lookAhead(ctx context.Context, r *roundResult, since time.Time) (again bool) {
 	c, w := a.c, a.w
 	if testHookNoLookAhead.Load() {
