@@ -214,27 +214,25 @@
 // pg_stat_activity. A waiting client blocks there on the holder's doorbell
 // (behind others for a fast-failover name, the doorbell of the waiter
 // directly ahead; or the holder's session, should a doorbell fail) while
-// the session
-// has nothing else to do; its own statements interrupt that wait with a
-// cancel request, which takes no connection slot. A client takes more
-// connections only for a second holder it waits on at once, or a wait
-// while it listens for notifications for other waits, an observer or a
+// the session has nothing else to do; its own statements interrupt that
+// wait with a cancel request, which takes no connection slot. A client
+// takes more connections only for a second holder it waits on at once, or a
+// wait while it listens for notifications for other waits, an observer or a
 // holder that hears step-down requests (one per such holder, at most
 // sixteen), for the statements it runs while its session connects, and for
 // a statement that comes while two others of its statements are on the
 // session (a client whose goroutines acquire or release at once: one
 // connection would run them one at a time, each waiting for its own WAL
-// flush). The
-// pool of [Open] serves a client without such a session (database/sql with
-// another driver, a transaction-pooling proxy), and serves the client's
-// start: Open's check and the statements it runs while its session
-// connects. Once the session runs its statements, the pool's connections
-// close (busy ones as they return); others it opens later close after
-// 30 s idle. So a fleet of clients electing on one name, or each waiting on
-// a name another client holds (whichever way it took it: tried, waited,
-// fast-failover or shared), costs one server connection per client
-// (docs/BENCHMARKS.md measures a thousand); while it starts, a client
-// holds two for the moment its session takes to connect.
+// flush). The pool of [Open] serves a client without such a session
+// (database/sql with another driver, a transaction-pooling proxy), and
+// serves the client's start: Open's check and the statements it runs while
+// its session connects. Once the session runs its statements, the pool's
+// connections close (busy ones as they return); others it opens later close
+// after 30 s idle. So a fleet of clients electing on one name, or each
+// waiting on a name another client holds (whichever way it took it: tried,
+// waited, fast-failover or shared), costs one server connection per client
+// (docs/BENCHMARKS.md measures a thousand); while it starts, a client holds
+// two for the moment its session takes to connect.
 //
 // # Fast failover
 //

@@ -365,7 +365,10 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult, exclusive bool) {
 				// at the holder's expiry: a waiter ahead of it may take
 				// the name over then (the holder paused), and this wait
 				// must then look at the new holder's expiry.
-				r.bellOf, r.lookAhead = res.OtherClient, true
+				r.bellOf = res.OtherClient
+				// (Only a wait that watches bells looks for the waiter
+				// ahead: a quota's, listed, listens.)
+				r.lookAhead = a.w != nil && a.w.mode == queues
 				r.note(queuedError(res), res.OtherRemaining)
 			}
 		}

@@ -433,13 +433,11 @@ func secondWaiterBehindANode(t *testing.T) (*Client, *exec.Cmd, int64, <-chan ou
 	// It watches the first waiter's bell (which the first waiter's session
 	// frees as it ends), or, should it listen, the holder's session.
 	pgtest.WaitFor(t, patience, "the second waiter to watch a doorbell or the holder's session", func() bool {
+		if anyBellArmed(c) {
+			return true
+		}
 		c.wake.mu.Lock()
 		defer c.wake.mu.Unlock()
-		for _, w := range c.wake.bells {
-			if w.armed && !w.quiet && !w.failed {
-				return true
-			}
-		}
 		return len(c.wake.watchers) > 0
 	})
 	return c, node, token, got
