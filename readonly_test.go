@@ -85,6 +85,11 @@ func TestAdminCallsOnMissingTableCreateNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The acquisition started the client's dedicated session, which checks
+	// the table as it connects (and, once an administrative call below
+	// found the table gone, would migrate it anew, as a client's next call
+	// does): the table is dropped once the session is up.
+	pgtest.WaitFor(t, patience, "the client's session to hold its bell", func() bool { return belled(c) })
 	pgtest.Exec(t, `DROP TABLE `+c.st.Names.QualifiedTable()+`, `+c.st.Names.QualifiedWaiters()+`; DROP SEQUENCE `+c.st.Names.QualifiedSeq())
 	check(c, "after DROP TABLE")
 	_ = l.Release(ctx)
