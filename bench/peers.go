@@ -71,6 +71,7 @@ var peers = []*peer{
 	{id: "pglease-ff", title: "pglease FastFailover", backend: "pg", defTTL: 30 * time.Second, renews: true, open: openPglease(true)},
 	{id: "ref", title: "upsert reference", backend: "pg", open: openRef(0)},
 	{id: "ref50", title: "upsert reference, 50 ms polling", backend: "pg", open: openRef(50 * time.Millisecond)},
+	{id: "ref-notify", title: "upsert reference with notifications", backend: "pg", open: openRefNotify},
 	{id: "advisory", title: "advisory lock", backend: "pg", renews: true, open: openAdvisory},
 	{id: "pglock", title: "cirello.io/pglock", backend: "pg", defTTL: pglock.DefaultLeaseDuration, renews: true, open: openPglock},
 	{id: "redsync", title: "redsync", backend: "redis", defTTL: 8 * time.Second, renews: true, open: openRedsync},
@@ -182,6 +183,7 @@ type refLocker struct {
 	ttl   time.Duration
 	owner string
 	poll  time.Duration
+	bell  *notifyBell // peer ref-notify: waits for a release's notification
 }
 
 func openRef(poll time.Duration) func(ctx context.Context, e *env, o peerOpts) (locker, error) {
@@ -200,6 +202,21 @@ CREATE TABLE IF NOT EXISTS %[1]s (name text PRIMARY KEY, owner text NOT NULL, to
 		}
 		return &refLocker{pool: pool, table: table, ttl: o.ttlOr(30 * time.Second), owner: "ref-" + randHex(4), poll: poll}, nil
 	}
+}
+
+// openRefNotify opens the upsert reference whose blocked locks wait for a
+// release's notification instead of polling (see notifyBell).
+func openRefNotify(ctx context.Context, e *env, o peerOpts) (locker, error) {
+	l, err := openRef(0)(ctx, e, o)
+	if err != nil {
+		return nil, err
+	}
+	r := l.(*refLocker)
+	if r.bell, err = openNotifyBell(ctx, e.dsn, r.table); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // pollDelay is the wait before attempt i+1 of a blocked lock. With a poll
@@ -225,6 +242,10 @@ func isDuplicate(err error) bool {
 func (r *refLocker) lock(ctx context.Context, name string, block bool) (unlock, error) {
 	var token int64
 	for i := 0; ; i++ {
+		var rang <-chan struct{}
+		if r.bell != nil {
+			rang = r.bell.current()
+		}
 		err := r.pool.QueryRow(ctx, `
 INSERT INTO `+r.table+` AS l (name, owner, token, expires_at)
 VALUES ($1, $2, nextval('`+r.table+`_token'), now() + $3::bigint * interval '1 millisecond')
@@ -240,11 +261,27 @@ RETURNING token`, name, r.owner, r.ttl.Milliseconds()).Scan(&token)
 		if !block {
 			return nil, errBusy
 		}
+		if r.bell != nil {
+			select {
+			case <-rang:
+			case <-time.After(fallbackWait):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		}
 		if sleepCtx(ctx, r.pollDelay(i)); ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 	}
 	return func(ctx context.Context) error {
+		if r.bell != nil {
+			_, err := r.pool.Exec(ctx, `
+WITH async AS (SELECT set_config('synchronous_commit', 'off', true)),
+     d AS (DELETE FROM `+r.table+` WHERE name = $1 AND token = $2 AND (SELECT true FROM async) RETURNING name)
+SELECT pg_notify($3, d.name) FROM d`, name, token, r.table)
+			return err
+		}
 		_, err := r.pool.Exec(ctx, `
 WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 DELETE FROM `+r.table+` WHERE name = $1 AND token = $2 AND (SELECT true FROM async)`, name, token)
@@ -252,7 +289,12 @@ DELETE FROM `+r.table+` WHERE name = $1 AND token = $2 AND (SELECT true FROM asy
 	}, nil
 }
 
-func (r *refLocker) close() { r.pool.Close() }
+func (r *refLocker) close() {
+	if r.bell != nil {
+		r.bell.close()
+	}
+	r.pool.Close()
+}
 
 // ---- raw advisory locks ----
 
