@@ -370,12 +370,14 @@ func (wk *wakeups) bellGone(w *bellWatcher) {
 // runBell is a watcher's loop. It probes which bell the holder holds and
 // blocks on it (awaitBell: one statement at a time, each at most
 // watchTimeout); at each grant it wakes the waits, lets them look again
-// (settle), and probes again if any are left. A probe
-// that finds the bell it expects (the next one) blocks on it at once; one
-// that finds another (the first probe, or rings came between the grant and
-// the probe, or the holder's session started anew at bell 0) wakes the
-// waits once more, since their attempts may have read the names before
-// those rings, and blocks on the bell it found. A ring between a probe
+// (settle), and, if any are left, blocks on the bell it expects next
+// without probing first: that statement returns at once when the bell is
+// free, with the bell the holder holds instead, which the watcher takes
+// as a probe's (AwaitHeldBell in session.sql). A probe that finds the bell it expects blocks on it at once; one that
+// finds another (the first probe, or rings came between the grant and the
+// next statement, or the holder's session started anew at bell 0) wakes
+// the waits once more, since their attempts may have read the names
+// before those rings, and blocks on the bell it found. A ring between a probe
 // and the block frees the bell it blocks on, which the server then grants
 // at once; only store.Bells rings in that gap go unseen, and a wait still
 // looks again at its expiry timer and fallback poll. A probe that finds no
@@ -389,17 +391,33 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 	line := &watchLine{c: c}
 	defer line.close()
 	expect := -1
+	// rung: the watcher saw bell expect-1 rung, and waits on expect
+	// without probing (awaitBell checks that the holder holds it); moved:
+	// it found that bell free, and the bell the holder holds instead.
+	rung := false
+	var moved *errBellFree
 	b := probeBell.start()
 	for {
-		if hook := testHookBell.Load(); hook != nil {
-			(*hook)(w.holder)
-		}
 		var k int
 		var ok bool
-		err := line.query(ctx, func(ctx context.Context, q store.Querier) (err error) {
-			k, ok, err = c.st.ProbeBell(ctx, q, w.holder)
-			return err
-		})
+		var err error
+		switch {
+		case rung:
+			if hook := testHookRung.Load(); hook != nil {
+				(*hook)(w.holder)
+			}
+			k, ok = expect, true
+		case moved != nil:
+			k, ok, moved = moved.now, moved.ok, nil
+		default:
+			if hook := testHookBell.Load(); hook != nil {
+				(*hook)(w.holder)
+			}
+			err = line.query(ctx, func(ctx context.Context, q store.Querier) (err error) {
+				k, ok, err = c.st.ProbeBell(ctx, q, w.holder)
+				return err
+			})
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				c.wake.bellGone(w)
@@ -411,9 +429,7 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 			expect = -1
 			if !c.wake.noBell(w) {
 				line.idle()
-				select { // no waits: until one comes
-				case <-w.again:
-				case <-ctx.Done():
+				if !c.wake.awaitWaits(ctx, w) {
 					return
 				}
 				continue
@@ -428,7 +444,11 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 		b.reset()
 		waits := k != expect && c.wake.rang(w, true) || k == expect && c.wake.hasWaits(w)
 		if waits {
-			rang, err := c.awaitBell(ctx, line, w, k)
+			rang, err := c.awaitBell(ctx, line, w, k, rung)
+			rung = false
+			if errors.As(err, &moved) {
+				continue // rung again, or the session ended
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					c.wake.bellGone(w)
@@ -436,6 +456,7 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 				return
 			}
 			expect = (k + 1) % store.Bells
+			rung = rang
 			if waits = rang && c.wake.rang(w, false); waits {
 				// The waits it woke look again before it probes: their
 				// attempts, a hand-off's acquisition among them, need not
@@ -446,13 +467,28 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 			}
 		}
 		if !waits {
-			expect = -1
+			expect, rung = -1, false
 			line.idle()
-			select {
-			case <-w.again:
-			case <-ctx.Done():
+			if !c.wake.awaitWaits(ctx, w) {
 				return
 			}
+		}
+	}
+}
+
+// awaitWaits blocks a watcher left without waits until one comes, and
+// reports false when ctx ended first. A wait that came and went while the
+// watcher ran left its wake-up behind: it does not make the watcher probe
+// for nobody.
+func (wk *wakeups) awaitWaits(ctx context.Context, w *bellWatcher) bool {
+	for {
+		select {
+		case <-w.again:
+		case <-ctx.Done():
+			return false
+		}
+		if wk.hasWaits(w) {
+			return true
 		}
 	}
 }
@@ -478,7 +514,7 @@ func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
 // than once per watchTimeout for the poll (SPEC §1.9): a bell's ring and
 // its holder's session's end wake the waits at once, its holder's expiry
 // when it comes, and the poll only backs those up.
-func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher, k int) (bool, error) {
+func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher, k int, check bool) (bool, error) {
 	polls := c.cfg.PollInterval <= c.wake.watchTimeout
 	for {
 		c.wake.settle(ctx, w)
@@ -502,6 +538,13 @@ func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher,
 				byDue = due
 				w.until = time.Now().Add(wait)
 				c.wake.mu.Unlock()
+				if check {
+					rang, now, ok, err := c.st.AwaitHeldBell(ctx, conn, w.holder, k, wait)
+					if err == nil && !rang {
+						err = &errBellFree{now: now, ok: ok}
+					}
+					return err
+				}
 				return c.st.AwaitBell(ctx, conn, w.holder, k, wait)
 			})
 			c.wake.mu.Lock()
@@ -515,7 +558,7 @@ func (c *Client) awaitBell(ctx context.Context, line *watchLine, w *bellWatcher,
 			return false, nil
 		case err == nil:
 			return true, nil
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, errors.As(err, new(*errBellFree)):
 			return false, err
 		case errors.Is(err, errDueNow):
 			c.wake.wakeBellWaits(w, true, true)
@@ -549,6 +592,18 @@ const minWatchWait = time.Millisecond
 // errDueNow ends a watcher's turn without a statement: a wait's look at
 // its holder's expiry is due.
 var errDueNow = errors.New("pglease: a wait's look is due")
+
+// errBellFree: the bell a watcher expected its holder to hold (the one
+// after the bell it saw rung) was free as it began to wait: the holder
+// rang again, or its session ended. now is the bell the holder holds
+// instead, if ok (the statement probed it: see AwaitHeldBell), which
+// runBell takes as a probe's.
+type errBellFree struct {
+	now int
+	ok  bool
+}
+
+func (e *errBellFree) Error() string { return "pglease: the bell expected held is free" }
 
 // noBell records that w's holder holds no bell now, waking the waits (they
 // listen) when it did, and reports whether w has waits.
@@ -707,6 +762,11 @@ const retakeGrace = 2 * store.WakeEvery
 // testHookBell, when set by a test, runs in a bell watcher just before it
 // probes the holder's bell, with the holder's client id.
 var testHookBell atomic.Pointer[func(holder string)]
+
+// testHookRung, when set by a test, runs in a bell watcher that saw a
+// ring just before it waits on the next bell without probing, with the
+// holder's client id.
+var testHookRung atomic.Pointer[func(holder string)]
 
 // testHookWatchTimeout, when set by a test, runs in a watcher each time
 // its wait statement timed out and it waits again: "bell" or "session".

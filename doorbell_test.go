@@ -3,10 +3,12 @@ package pglease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/store"
 )
 
 // bellArmed reports whether c watches holder's doorbell, armed.
@@ -402,4 +404,134 @@ func TestAWaiterAheadRingsAsItGivesUp(t *testing.T) {
 	}
 	l2 := receiveLease(t, got2, "the wait to take the name at the holder's release")
 	_ = l2.Release(ctx)
+}
+
+// watcherWaits reports whether c's watcher of holder's bell has n waits,
+// all of which looked again since it last woke them, and waits in a
+// statement on the server for the bell (a lock wait: a statement that ran
+// into the lock and has not been interrupted since), while c's session
+// does not listen (a session that listened lingers a while, and would
+// hear the release before the bell rings).
+func watcherWaits(t *testing.T, c *Client, holder string, n int) bool {
+	if listening(c) {
+		return false
+	}
+	c.wake.mu.Lock()
+	w := c.wake.bells[holder]
+	ok := w != nil && len(w.names) == n && len(w.pending) == 0 && !w.until.IsZero()
+	c.wake.mu.Unlock()
+	if !ok {
+		return false
+	}
+	return pgtest.Value[int](t, `SELECT count(*) FROM pg_locks WHERE "locktype" = 'advisory' AND NOT "granted"
+	   AND "database" = (SELECT "oid" FROM pg_database WHERE "datname" = current_database())`) > 0
+}
+
+// A watcher that saw a ring, and still has waits, waits for the next ring
+// without probing which bell the holder holds (one statement, not two):
+// it expects the next bell, and checks that the holder holds it as it
+// begins to wait (AwaitHeldBell). The next ring is seen. At 5bc485e the
+// watcher probed after every ring: once here.
+func TestAWatcherWaitsForTheNextRingWithoutProbing(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 2)
+	h, w := cs[0], cs[1]
+	la, err := h.Acquire(ctx, "ring-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := h.Acquire(ctx, "ring-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
+	var probes atomic.Int32
+	hook := func(holder string) {
+		if holder == h.id {
+			probes.Add(1)
+		}
+	}
+	testHookBell.Store(&hook)
+	t.Cleanup(func() { testHookBell.Store(nil) })
+	gotA, gotB := waitFor(ctx, w, "ring-a"), waitFor(ctx, w, "ring-b")
+	pgtest.WaitFor(t, patience, "the waiter to watch the holder's doorbell", func() bool { return bellArmed(w, h.id) })
+	pgtest.WaitFor(t, patience, "the watcher to wait on the bell for the two waits", func() bool { return watcherWaits(t, w, h.id, 2) })
+	probes.Store(0) // the probes that armed it
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	na := receiveLease(t, gotA, "the waiter to get the first name when the holder's release rang")
+	defer na.Release(ctx)
+	// The watcher waits on the next bell before the next ring: were it to
+	// find that bell rung already, it would probe (rightly).
+	pgtest.WaitFor(t, patience, "the watcher to wait on the next bell", func() bool { return watcherWaits(t, w, h.id, 1) })
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nb := receiveLease(t, gotB, "the waiter to get the second name when the holder's next release rang")
+	defer nb.Release(ctx)
+	if n := probes.Load(); n != 0 {
+		t.Fatalf("the watcher probed the holder's bell %d times after it was armed; want none", n)
+	}
+}
+
+// A holder that rings again before its watcher waits on the bell after the
+// one it saw rung: the watcher finds that bell free, probes, and wakes the
+// waits, which look again; the second release is not missed (the waiter
+// does not listen, and its poll is an hour).
+func TestAWatcherThatFindsTheNextBellRungLooksAgain(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 2)
+	h, w := cs[0], cs[1]
+	var ls []*Lease
+	for _, n := range []string{"rr-a", "rr-b", "rr-c"} {
+		l, err := h.Acquire(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
+	heldBell := func() int {
+		k, ok, err := h.st.ProbeBell(ctx, h.db, h.id)
+		if err != nil || !ok {
+			t.Fatalf("the holder's bell: %v (held %v)", err, ok)
+		}
+		return k
+	}
+	first := heldBell()
+	paused, proceed := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	hook := func(holder string) {
+		once.Do(func() {
+			paused <- struct{}{}
+			<-proceed
+		})
+	}
+	testHookRung.Store(&hook)
+	t.Cleanup(func() { testHookRung.Store(nil) })
+	var got []<-chan outcome
+	for _, n := range []string{"rr-a", "rr-b", "rr-c"} {
+		got = append(got, waitFor(ctx, w, n))
+	}
+	pgtest.WaitFor(t, patience, "the waiter to watch the holder's doorbell", func() bool { return bellArmed(w, h.id) })
+	pgtest.WaitFor(t, patience, "the watcher to wait on the bell for the three waits", func() bool { return watcherWaits(t, w, h.id, 3) })
+	if err := ls[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	na := receiveLease(t, got[0], "the waiter to get the first name when the holder's release rang")
+	defer na.Release(ctx)
+	pgtest.Receive(t, paused, "the watcher to come to its wait on the next bell")
+	if err := ls[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the holder's second ring", func() bool { return heldBell() == (first+2)%store.Bells })
+	close(proceed)
+	nb := receiveLease(t, got[1], "the waiter to get the second name, whose release rang before its watcher waited")
+	defer nb.Release(ctx)
+	if err := ls[2].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nc := receiveLease(t, got[2], "the waiter to get the third name")
+	defer nc.Release(ctx)
 }

@@ -84,13 +84,23 @@ func (s *Store) AcquireBatch(ctx context.Context, conn Batcher, as []AcquireArgs
 // whose own statement_timeout and lock_timeout may be shorter (the
 // dedicated session's).
 func (s *Store) await(ctx context.Context, conn Batcher, wait time.Duration, sql string, args ...any) error {
+	return s.awaitRow(ctx, conn, wait, nil, sql, args...)
+}
+
+// awaitRow is await for a statement that returns one row, which scan
+// reads (nil: none is read).
+func (s *Store) awaitRow(ctx context.Context, conn Batcher, wait time.Duration, scan func(Row) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(s.Q.WatchBounds, strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
 	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		_, err = br.Exec()
+		if scan != nil {
+			err = scan(br.QueryRow())
+		} else {
+			_, err = br.Exec()
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -242,3 +242,68 @@ func TestOnlyALoneFailedAttemptCommitsAsynchronously(t *testing.T) {
 		}
 	}
 }
+
+// AwaitHeldBell returns false at once for a bell its client does not hold,
+// and keeps no lock on it (the client's ring, which takes that bell, does
+// not wait for the watcher); for the bell the client holds, it waits until
+// the client rings and returns true, or fails with a lock timeout.
+func TestAwaitHeldBell(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := migrated(t)
+	holder, watcher := pgtest.Conn(t), pgtest.Conn(t)
+	const client = "c0ffee"
+	if err := s.ClientLock(ctx, Pgx(holder), client); err != nil { // bell 0
+		t.Fatal(err)
+	}
+	if rang, now, ok, err := s.AwaitHeldBell(ctx, watcher, client, 1, 10*time.Second); err != nil || rang || !ok || now != 0 {
+		t.Fatalf("bell 1, free: rang %v, bell %d held %v, %v; want no wait, and bell 0 held", rang, now, ok, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	k, err := s.Ring(rctx, Pgx(holder), client, 0) // takes bell 1: nothing of the watcher's holds it
+	cancel()
+	if err != nil || k != 1 {
+		t.Fatalf("ring: bell %d, %v", k, err)
+	}
+	if _, _, _, err := s.AwaitHeldBell(ctx, watcher, client, 1, 50*time.Millisecond); Classify(err) != KindLockTimeout {
+		t.Fatalf("bell 1, held: %v; want a lock timeout", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		rang, _, _, err := s.AwaitHeldBell(ctx, watcher, client, 1, 10*time.Second)
+		if err == nil && !rang {
+			err = errors.New("it did not wait")
+		}
+		got <- err
+	}()
+	pgtest.WaitFor(t, 10*time.Second, "the watcher to wait on bell 1", func() bool {
+		return pgtest.Value[int](t, `SELECT count(*) FROM pg_locks WHERE "locktype" = 'advisory' AND NOT "granted"`) > 0
+	})
+	if _, err := s.Ring(ctx, Pgx(holder), client, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Receive(t, got, "the watcher to return at the ring"); err != nil {
+		t.Fatalf("bell 1, rung: %v", err)
+	}
+	// The client's session gone: no bell held.
+	if err := holder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, 10*time.Second, "the holder's backend to end", func() bool {
+		rang, _, ok, err := s.AwaitHeldBell(ctx, watcher, client, 2, time.Second)
+		return err == nil && !rang && !ok
+	})
+}
+
+// The bell a client holds, from the bells held: none, one, or two adjacent
+// ones while it rings (the one about to be freed).
+func TestHeldBell(t *testing.T) {
+	for _, c := range []struct {
+		held []int
+		k    int
+		ok   bool
+	}{{nil, 0, false}, {[]int{0}, 0, true}, {[]int{7}, 7, true}, {[]int{7, 8}, 7, true}, {[]int{0, Bells - 1}, Bells - 1, true}, {[]int{0, 1}, 0, true}} {
+		if k, ok := heldBell(c.held); k != c.k || ok != c.ok {
+			t.Errorf("heldBell(%v) = %d, %v; want %d, %v", c.held, k, ok, c.k, c.ok)
+		}
+	}
+}

@@ -380,13 +380,23 @@ func (s *Store) ProbeBell(ctx context.Context, q Querier, client string) (int, b
 		held = append(held, int(k))
 		return err
 	})
-	switch {
-	case err != nil || len(held) == 0:
+	if err != nil {
 		return 0, false, err
-	case len(held) == 2 && held[0] == 0 && held[1] == Bells-1:
-		return Bells - 1, true, nil // ringing from the last bell to the first
 	}
-	return held[0], true, nil
+	k, ok := heldBell(held)
+	return k, ok, nil
+}
+
+// heldBell is the bell a client holding the bells held (in order) holds,
+// as ProbeBell reports it.
+func heldBell(held []int) (int, bool) {
+	switch {
+	case len(held) == 0:
+		return 0, false
+	case len(held) == 2 && held[0] == 0 && held[1] == Bells-1:
+		return Bells - 1, true // ringing from the last bell to the first
+	}
+	return held[0], true
 }
 
 // AwaitBell blocks until bell k of client is free (its session rang it, or
@@ -397,4 +407,25 @@ func (s *Store) AwaitBell(ctx context.Context, conn Batcher, client string, k in
 		return err
 	}
 	return s.await(ctx, conn, wait, s.Q.AwaitBell, ns, client, k)
+}
+
+// AwaitHeldBell is AwaitBell for a bell that client is expected to hold.
+// When bell k is free already, it does not wait: rang is false, and now
+// and ok are the bell the client holds instead, as ProbeBell reports it.
+func (s *Store) AwaitHeldBell(ctx context.Context, conn Batcher, client string, k int, wait time.Duration) (rang bool, now int, ok bool, err error) {
+	ns, err := s.lockNS()
+	if err != nil {
+		return false, 0, false, err
+	}
+	var held []int32
+	err = s.awaitRow(ctx, conn, wait, func(r Row) error { return r.Scan(&rang, &held) }, s.Q.AwaitHeldBell, ns, client, k)
+	if err != nil || rang {
+		return rang, 0, false, err
+	}
+	hs := make([]int, len(held))
+	for i, h := range held {
+		hs[i] = int(h)
+	}
+	now, ok = heldBell(hs)
+	return false, now, ok, nil
 }

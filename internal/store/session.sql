@@ -78,6 +78,32 @@ SELECT k FROM generate_series(0, 15) AS k
 -- WatchBounds). $1 namespace.
 SELECT pg_advisory_xact_lock_shared({{bell_key($1::text, $2::text, $3::int)}})
 
+-- name: AwaitHeldBell
+-- AwaitBell for the bell $3 that a watcher expects client $2 to hold (the
+-- one after the bell it saw rung): blocks until it is free and returns
+-- true, as AwaitBell; or, when it is free already (the client rang again
+-- since, or its session ended), returns false at once without waiting,
+-- and the bells the client holds now, as ProbeBell would (the watcher
+-- wakes its waits, which may have read their names before those rings,
+-- and waits on the bell found). So a watcher that saw a ring waits for
+-- the next one in one statement, not a probe and a wait. Every look at a
+-- bell that is not waited on is a session-level shared lock freed at
+-- once: none is held while the statement waits (a ring taking that bell
+-- would wait for it, and the watcher for the ring). $1 namespace.
+SELECT CASE WHEN l."free" THEN false
+            ELSE pg_advisory_xact_lock_shared({{bell_key($1::text, $2::text, $3::int)}})::text = '' END,
+       CASE WHEN l."free" THEN
+           ARRAY(SELECT b.k FROM generate_series(0, 15) AS b(k)
+                  WHERE NOT CASE WHEN pg_try_advisory_lock_shared({{bell_key($1::text, $2::text, b.k)}})
+                                 THEN pg_advisory_unlock_shared({{bell_key($1::text, $2::text, b.k)}})
+                                 ELSE false END
+                  ORDER BY b.k)
+       END
+  FROM (SELECT CASE WHEN pg_try_advisory_lock_shared({{bell_key($1::text, $2::text, $3::int)}})
+                    THEN pg_advisory_unlock_shared({{bell_key($1::text, $2::text, $3::int)}})
+                    ELSE false END AS "free"
+        OFFSET 0) AS l
+
 -- name: WatchBounds
 -- Sent in one batch before a watcher's blocking statement (AwaitBell,
 -- AwaitSession), and reverted at the batch's end: the statement waits for

@@ -179,29 +179,29 @@ func StepDownChannel(client string) string { return "pglease_" + client + "_step
 
 // Queries is the SQL text of every statement, with identifiers filled in.
 type Queries struct {
-	CreateSchema, CreateSequence, CreateTable, CommentTable   string
-	CreateWaiters, Unqueue, Ahead, ClientLock, SessionLock    string
-	UpgradeWaiters, Waiters                                   string
-	CreateSemaphoreIndex, RequestStepDown, StepDownsRequested string
-	SchemaLock, TableExists, Columns, SchemaVersion           string
-	LockNamespace, UpgradeTable, TokenState, LockTable        string
-	RepairSequence, CreateAcquire, CreateRelease              string
-	CreateAcquireShared, AcquireShared                        string
-	CreateFence, CreateFenceTrigger                           string
-	CreateIncarnation, CreateIncarnationFunction              string
-	CreateAcquireCompat, CreateAcquireSharedCompat            string
-	BackfillKind                                              string
-	Acquire, Renew, Release, Guard                            string
-	Get, List, ForceRelease, Cleanup, Listen                  string
-	Orphans                                                   string
-	SessionKeepalive, AwaitSession                            string
-	Ring, ProbeBell, AwaitBell, EndEarlierSession             string
-	WatchBounds                                               string
-	BackendPID, SessionSettings, BatchStatementTimeout        string
-	AcquireAllLocks, AcquireAll                               string // multi.go
-	RefuseNewer, SequenceShape                                string // schema.go
-	MigrationLockTimeout, MigrationBlockers                   string
-	SeedSequence                                              string
+	CreateSchema, CreateSequence, CreateTable, CommentTable      string
+	CreateWaiters, Unqueue, Ahead, ClientLock, SessionLock       string
+	UpgradeWaiters, Waiters                                      string
+	CreateSemaphoreIndex, RequestStepDown, StepDownsRequested    string
+	SchemaLock, TableExists, Columns, SchemaVersion              string
+	LockNamespace, UpgradeTable, TokenState, LockTable           string
+	RepairSequence, CreateAcquire, CreateRelease                 string
+	CreateAcquireShared, AcquireShared                           string
+	CreateFence, CreateFenceTrigger                              string
+	CreateIncarnation, CreateIncarnationFunction                 string
+	CreateAcquireCompat, CreateAcquireSharedCompat               string
+	BackfillKind                                                 string
+	Acquire, Renew, Release, Guard                               string
+	Get, List, ForceRelease, Cleanup, Listen                     string
+	Orphans                                                      string
+	SessionKeepalive, AwaitSession                               string
+	Ring, ProbeBell, AwaitBell, AwaitHeldBell, EndEarlierSession string
+	WatchBounds                                                  string
+	BackendPID, SessionSettings, BatchStatementTimeout           string
+	AcquireAllLocks, AcquireAll                                  string // multi.go
+	RefuseNewer, SequenceShape                                   string // schema.go
+	MigrationLockTimeout, MigrationBlockers                      string
+	SeedSequence                                                 string
 }
 
 // fragments are the parts of statements that queries.sql names like
@@ -292,7 +292,7 @@ func Build(n Names) Queries {
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
 		Orphans:          get("Orphans"),
 		SessionKeepalive: get("SessionKeepalive"), AwaitSession: get("AwaitSession"),
-		Ring: get("Ring"), ProbeBell: get("ProbeBell"), AwaitBell: get("AwaitBell"), WatchBounds: get("WatchBounds"),
+		Ring: get("Ring"), ProbeBell: get("ProbeBell"), AwaitBell: get("AwaitBell"), AwaitHeldBell: get("AwaitHeldBell"), WatchBounds: get("WatchBounds"),
 		EndEarlierSession: get("EndEarlierSession"),
 		BackendPID:        get("BackendPID"), SessionSettings: get("SessionSettings"),
 		BatchStatementTimeout: get("BatchStatementTimeout"),
