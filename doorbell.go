@@ -373,11 +373,12 @@ func (wk *wakeups) bellGone(w *bellWatcher) {
 // (settle), and, if any are left, blocks on the bell it expects next
 // without probing first: that statement returns at once when the bell is
 // free, with the bell the holder holds instead, which the watcher takes
-// as a probe's (AwaitHeldBell in session.sql). A probe that finds the bell it expects blocks on it at once; one that
-// finds another (the first probe, or rings came between the grant and the
-// next statement, or the holder's session started anew at bell 0) wakes
-// the waits once more, since their attempts may have read the names
-// before those rings, and blocks on the bell it found. A ring between a probe
+// as a probe's (AwaitHeldBell in session.sql). A probe that finds the
+// bell it expects blocks on it at once; one that finds another (the first
+// probe, or rings came between the grant and the next statement, or the
+// holder's session started anew at bell 0) wakes the waits once more,
+// since their attempts may have read the names before those rings, and
+// blocks on the bell it found. A ring between a probe
 // and the block frees the bell it blocks on, which the server then grants
 // at once; only store.Bells rings in that gap go unseen, and a wait still
 // looks again at its expiry timer and fallback poll. A probe that finds no
