@@ -384,7 +384,7 @@ func (wk *wakeups) bellGone(w *bellWatcher) {
 // looks again at its expiry timer and fallback poll. A probe that finds no
 // bell (the holder's session ended, and no other began) ends the watcher:
 // its waits listen for notifications. A watcher left without waits blocks
-// no more (the holder's rings would wake it for nothing: two statements
+// no more (the holder's rings would wake it for nothing: a statement
 // each) and keeps its connection until a wait comes, when it probes again,
 // or until it stops.
 func (c *Client) runBell(ctx context.Context, w *bellWatcher) {
