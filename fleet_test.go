@@ -269,10 +269,13 @@ func TestAStatementBesideOthersRunsOnThePool(t *testing.T) {
 	var outer, second, third *sessState
 	var secondErr, thirdErr error
 	secondDone := make(chan struct{})
-	err := c.exec(ctx, func(ctx context.Context, _ store.DB, st *sessState) error {
+	err := c.exec(ctx, func(_ context.Context, _ store.DB, st *sessState) error {
 		outer = st
 		go func() {
 			defer close(secondDone)
+			// The test's context: the first statement's own ends as it
+			// returns, and the second, still queued then, would not run
+			// (a clean-clone CI run failed so).
 			secondErr = c.exec(ctx, list(&second))
 		}()
 		pgtest.WaitFor(t, patience, "a second statement to queue on the session", func() bool { return s.execs.Load() == execsOnSession })
