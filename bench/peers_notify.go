@@ -20,11 +20,10 @@ import (
 // sequence's, no session binding, no liveness of the waiters. Every
 // waiter of every locker wakes at each release (a herd), and one wins.
 type notifyBell struct {
-	conn    *pgx.Conn
-	channel string
-	mu      sync.Mutex
-	gen     chan struct{}
-	done    chan struct{}
+	conn *pgx.Conn
+	mu   sync.Mutex
+	gen  chan struct{}
+	done chan struct{}
 }
 
 // fallbackWait bounds a blocked lock's wait for a notification (a
@@ -41,7 +40,7 @@ func openNotifyBell(ctx context.Context, dsn, channel string) (*notifyBell, erro
 		conn.Close(ctx)
 		return nil, err
 	}
-	b := &notifyBell{conn: conn, channel: channel, gen: make(chan struct{}), done: make(chan struct{})}
+	b := &notifyBell{conn: conn, gen: make(chan struct{}), done: make(chan struct{})}
 	go b.loop()
 	return b, nil
 }

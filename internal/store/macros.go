@@ -49,6 +49,13 @@ const (
 //     transaction;
 //   - {{schema_key(id)}}, {{client_key(ns, client)}}, {{session_key(ns,
 //     pid)}}, {{bell_key(ns, client, i)}}: the bigint keys of the seeds;
+//   - {{bell_free(ns, client, i)}}: true when bell i of the client is
+//     free; the look is a session-level shared lock, freed at once, so
+//     that no lock of the bell is held after it (a ring taking the bell
+//     never waits for one, even while the statement goes on to wait);
+//   - {{held_bells(ns, client)}}: the bells the client holds, in order,
+//     as a subquery of one column, k (none: its session is down, or it is
+//     of a version without bells; two, adjacent: it is ringing);
 //   - {{client_gone(ns, client)}}: true when the client lock is free (no
 //     dedicated session of the client lives), and then held shared until
 //     the transaction ends. The client's own session, which holds it, may
@@ -81,6 +88,14 @@ var keyMacros = map[string]macro{
 			return "hashtextextended(" + a[0] + " || " + a[1] + ", " + strconv.Itoa(seedBell) + ")"
 		}
 		return "hashtextextended(" + a[0] + " || " + a[1] + ", " + strconv.Itoa(seedBell) + " + " + a[2] + ")"
+	}),
+	"bell_free": fixed(3, func(a []string) string {
+		k := "{{bell_key(" + a[0] + ", " + a[1] + ", " + a[2] + ")}}"
+		return "(CASE WHEN pg_try_advisory_lock_shared(" + k + ") THEN pg_advisory_unlock_shared(" + k + ") ELSE false END)"
+	}),
+	"held_bells": fixed(2, func(a []string) string {
+		return "SELECT b.k FROM generate_series(0, " + strconv.Itoa(Bells-1) + ") AS b(k)" +
+			" WHERE NOT {{bell_free(" + a[0] + ", " + a[1] + ", b.k)}} ORDER BY b.k"
 	}),
 	"client_gone": fixed(2, func(a []string) string {
 		k := "{{client_key(" + a[0] + ", " + a[1] + ")}}"

@@ -65,12 +65,9 @@ SELECT pg_advisory_lock({{bell_key($1::text, $2::text, $4::int)}}),
        pg_advisory_unlock({{bell_key($1::text, $2::text, $3::int)}})
 
 -- name: ProbeBell
--- The bells client $2 holds now (none: its session is down, or it is of a
--- version without bells; two, adjacent: it is ringing). Each probe is a
--- shared lock that its transaction frees at once. $1 namespace.
-SELECT k FROM generate_series(0, 15) AS k
- WHERE NOT pg_try_advisory_xact_lock_shared({{bell_key($1::text, $2::text, k)}})
- ORDER BY k
+-- The bells client $2 holds now (see held_bells in macros.go). $1
+-- namespace.
+{{held_bells($1::text, $2::text)}}
 
 -- name: AwaitBell
 -- Blocks until bell $3 of client $2 is free (its next ring, or the end of
@@ -86,23 +83,14 @@ SELECT pg_advisory_xact_lock_shared({{bell_key($1::text, $2::text, $3::int)}})
 -- and the bells the client holds now, as ProbeBell would (the watcher
 -- wakes its waits, which may have read their names before those rings,
 -- and waits on the bell found). So a watcher that saw a ring waits for
--- the next one in one statement, not a probe and a wait. Every look at a
--- bell that is not waited on is a session-level shared lock freed at
--- once: none is held while the statement waits (a ring taking that bell
--- would wait for it, and the watcher for the ring). $1 namespace.
+-- the next one in one statement, not a probe and a wait. No lock of a
+-- bell it looks at is held while it waits (bell_free), but the one it
+-- waits on: a ring taking another would wait for it, and the watcher for
+-- the ring. $1 namespace.
 SELECT CASE WHEN l."free" THEN false
             ELSE pg_advisory_xact_lock_shared({{bell_key($1::text, $2::text, $3::int)}})::text = '' END,
-       CASE WHEN l."free" THEN
-           ARRAY(SELECT b.k FROM generate_series(0, 15) AS b(k)
-                  WHERE NOT CASE WHEN pg_try_advisory_lock_shared({{bell_key($1::text, $2::text, b.k)}})
-                                 THEN pg_advisory_unlock_shared({{bell_key($1::text, $2::text, b.k)}})
-                                 ELSE false END
-                  ORDER BY b.k)
-       END
-  FROM (SELECT CASE WHEN pg_try_advisory_lock_shared({{bell_key($1::text, $2::text, $3::int)}})
-                    THEN pg_advisory_unlock_shared({{bell_key($1::text, $2::text, $3::int)}})
-                    ELSE false END AS "free"
-        OFFSET 0) AS l
+       CASE WHEN l."free" THEN ARRAY({{held_bells($1::text, $2::text)}}) END
+  FROM (SELECT {{bell_free($1::text, $2::text, $3::int)}} AS "free" OFFSET 0) AS l
 
 -- name: WatchBounds
 -- Sent in one batch before a watcher's blocking statement (AwaitBell,
