@@ -31,9 +31,10 @@ func (kindQuota) keepsLocalSlot() bool { return false }
 func (kindQuota) statement(a *acquisition, unit []string) func(context.Context) reply {
 	args := a.shareArgs(unit[0])
 	args.Kind, args.Weight, args.Capacity = store.RowQuota, a.o.weight, a.o.quota
-	if a.w != nil && !args.Queued {
+	if a.w != nil && !args.Queued && a.c.mayPoll() {
 		// No session to queue with: keep this wait's place in line as a
-		// polling waiter (it leaves the queue when the wait ends).
+		// polling waiter (it leaves the queue when the wait ends). (Not
+		// while the session comes up: the wait queues once it is.)
 		args.QueueTTL, a.w.polling = a.c.queueTTL(false), true
 	}
 	return a.shareStatement(args)

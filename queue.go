@@ -19,7 +19,14 @@ import (
 // reach the wait, and it attempts unqueued, on every release (or poll).
 // Such an attempt of an exclusive lease of a single name still registers
 // when shared holders refuse it, as a polling waiter that new shared
-// acquisitions wait behind (writer preference: see CreateAcquire).
+// acquisitions wait behind (writer preference: see CreateAcquire) —
+// unless the session is still coming up for the first time: the wait
+// then queues once it is, a few milliseconds later. A polling
+// registration is live while fresh, whether its client lives or not (it
+// has no session whose client lock would say), so one written just before
+// the client died would hold every shared acquisition of the name back
+// for the queue's TTL (16 s with the default poll); a queued one is
+// passed over once the client's session ends.
 func (c *Client) queueArgs(w *waker, args *store.AcquireArgs) {
 	if w == nil || w.mode == unqueued {
 		return
@@ -27,12 +34,20 @@ func (c *Client) queueArgs(w *waker, args *store.AcquireArgs) {
 	s, err := c.session()
 	if err != nil || !s.isLive() {
 		w.sub.queued.Store(false)
-		if w.mode == queues {
+		if w.mode == queues && c.mayPoll() {
 			args.QueueTTL, w.polling = c.queueTTL(false), true
 		}
 		return
 	}
 	args.Queued, args.QueueTTL, w.queued = true, c.queueTTL(true), true
+}
+
+// mayPoll reports whether a wait that cannot queue now may register as a
+// polling waiter: not while the client's session comes up for the first
+// time (see queueArgs).
+func (c *Client) mayPoll() bool {
+	s := c.conn.sess.Load()
+	return s == nil || !s.comingUp()
 }
 
 // fairAfter is how long the first queued waiter may be overtaken once its

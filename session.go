@@ -331,6 +331,16 @@ func (s *session) isLive() bool {
 	return s.live
 }
 
+// comingUp reports whether the session is connecting for the first time
+// and no attempt of it has failed yet: a wait then queues once it is up
+// (the connection wakes every wait), and registers no polling waiter
+// meanwhile (see queueArgs).
+func (s *session) comingUp() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns == 0 && s.lastErr == nil
+}
+
 func (s *session) currentEpoch() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -589,5 +589,75 @@ func TestAPollingWriterLeavesWhenItGivesUp(t *testing.T) {
 	_ = held.Release(ctx)
 }
 
+// A writer refused by shared holders before its dedicated session is up
+// registers no polling waiter (live while fresh, whether its client lives
+// or not): it queues once its session is, and then counts only while that
+// session does. (A polling registration written in that window by a client
+// killed just after held every shared acquisition of the name back for the
+// queue's TTL, 16 s: the combination test's seed 519267.)
+func TestAWriterWhoseSessionIsComingUpDoesNotPoll(t *testing.T) {
+	ctx := testCtx(t)
+	r := testClient(t, Config{Owner: "reader"})
+	contended := make(chan struct{}, 1)
+	w := testClient(t, Config{Table: r.cfg.Table, Owner: "writer", Observer: observerFunc(func(e Event) {
+		if e.Kind == EventContended {
+			select {
+			case contended <- struct{}{}:
+			default:
+			}
+		}
+	})})
+	held, err := r.Acquire(ctx, "config", WithShared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proceed := make(chan struct{})
+	var once sync.Once
+	up := func() { once.Do(func() { close(proceed) }) }
+	hook := func(client string) {
+		if client == w.id {
+			<-proceed
+		}
+	}
+	testHookConnect.Store(&hook)
+	t.Cleanup(func() { testHookConnect.Store(nil) })
+	t.Cleanup(up)
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "config")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	pgtest.Receive(t, contended, "the writer's first refusal")
+	registered := func() (n int, polling bool) {
+		pgtest.QueryRow(t, `SELECT count(*), coalesce(bool_or("polling"), false) FROM `+w.st.Names.QualifiedWaiters()+` WHERE "client" = $1`,
+			[]any{w.id}, &n, &polling)
+		return n, polling
+	}
+	if n, polling := registered(); n != 0 {
+		t.Fatalf("the writer registered (polling %v) while its session was still coming up", polling)
+	}
+	second, err := r.TryAcquire(ctx, "config", WithShared())
+	if err != nil {
+		t.Fatalf("a shared TryAcquire while the writer's session comes up: %v, want granted", err)
+	}
+	_ = second.Release(ctx)
+	up()
+	pgtest.WaitFor(t, patience, "the writer to queue once its session is up", func() bool {
+		n, polling := registered()
+		return n == 1 && !polling
+	})
+	var he *HeldError
+	if _, err := r.TryAcquire(ctx, "config", WithShared()); !errors.As(err, &he) || he.Queued != 1 {
+		t.Fatalf("a shared TryAcquire behind the queued writer: %v, want refused with 1 queued ahead", err)
+	}
+	_ = held.Release(ctx)
+	if err := pgtest.Receive(t, got, "the writer's lease"); err != nil {
+		t.Fatalf("the writer's Acquire: %v", err)
+	}
+}
+
 // isShared reports whether l was acquired as a shared lease.
 func isShared(l *Lease) bool { return l.kind == kind(kindShared{}) }
