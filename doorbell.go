@@ -685,6 +685,9 @@ func (c *Client) ring(ctx context.Context, q store.Querier, st *sessState) error
 	if !st.belled {
 		return nil
 	}
+	if hook := testHookRing.Load(); hook != nil {
+		(*hook)(c.id)
+	}
 	k, err := c.st.Ring(ctx, q, c.id, *st.bell)
 	*st.bell = k
 	if err != nil && c.life.bg.Err() == nil {
@@ -695,16 +698,27 @@ func (c *Client) ring(ctx context.Context, q store.Querier, st *sessState) error
 
 // release deletes the row of a lease by token (see Release in
 // functions.sql) and rings the bell when the release woke the first
-// waiter, in the background on the dedicated session (ringBell): before
-// this client's next statement there, so that the first waiter, not the
-// releasing client taking the name again at once, has the next turn
-// (docs/BENCHMARKS.md, S2). A release that woke nobody rings unless the
-// client takes the name again (ringUnlessRetaken).
+// waiter. On the dedicated session, which holds the bell, the release
+// rings it in the same statement (schema version 12: see CreateRelease),
+// a round trip before a ring of its own could; on a pool connection, or
+// for a shared lease, the bell rings after the reply, in the background on
+// the session (ringBell): before this client's next statement there, so
+// that the first waiter, not the releasing client taking the name again at
+// once, has the next turn (docs/BENCHMARKS.md, S2). A release that woke
+// nobody rings unless the client takes the name again (ringUnlessRetaken).
 func (c *Client) release(ctx context.Context, name string, token int64) error {
-	return c.exec(ctx, func(ctx context.Context, q store.DB, _ *sessState) error {
-		rel, err := c.st.Release(ctx, q, name, token)
+	return c.exec(ctx, func(ctx context.Context, q store.DB, st *sessState) error {
+		var rel store.ReleaseResult
+		var err error
+		if st != nil && st.belled {
+			rel, err = c.st.ReleaseAndRing(ctx, q, name, token, c.id, *st.bell)
+			*st.bell = rel.Bell
+		} else {
+			rel, err = c.st.Release(ctx, q, name, token)
+		}
 		switch {
 		case err != nil:
+		case rel.Rang:
 		case rel.WokeFirst:
 			c.ringBell()
 		case rel.Unannounced:
@@ -763,6 +777,11 @@ const retakeGrace = 2 * store.WakeEvery
 // testHookBell, when set by a test, runs in a bell watcher just before it
 // probes the holder's bell, with the holder's client id.
 var testHookBell atomic.Pointer[func(holder string)]
+
+// testHookRing, when set by a test, runs before each ring of a client's
+// bell in a statement of its own (not a release's: see release), with the
+// client's id.
+var testHookRing atomic.Pointer[func(client string)]
 
 // testHookRung, when set by a test, runs in a bell watcher that saw a
 // ring just before it waits on the next bell without probing, with the

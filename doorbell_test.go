@@ -475,6 +475,43 @@ func TestAWatcherWaitsForTheNextRingWithoutProbing(t *testing.T) {
 	}
 }
 
+// A release that runs on the holder's session rings its doorbell in the
+// same statement (schema version 12): the waiter that watches the bell
+// gets the name, and the holder sends no ring of its own. (Before, every
+// such hand-off cost a ring statement a round trip after the release's.)
+func TestAReleaseOnTheSessionRingsInItsOwnStatement(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 2)
+	h, w := cs[0], cs[1]
+	l, err := h.Acquire(ctx, "own-ring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, patience, "the holder's session to hold its bell and serve", func() bool {
+		s := h.conn.sess.Load()
+		return belled(h) && s != nil && s.servesNow()
+	})
+	var rings atomic.Int32
+	hook := func(client string) {
+		if client == h.id {
+			rings.Add(1)
+		}
+	}
+	testHookRing.Store(&hook)
+	t.Cleanup(func() { testHookRing.Store(nil) })
+	got := waitFor(ctx, w, "own-ring")
+	pgtest.WaitFor(t, patience, "the waiter to watch the holder's doorbell", func() bool { return bellArmed(w, h.id) })
+	pgtest.WaitFor(t, patience, "the watcher to wait on the bell", func() bool { return watcherWaits(t, w, h.id, 1) })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := receiveLease(t, got, "the waiter to get the name when the holder's release rang")
+	defer n.Release(ctx)
+	if r := rings.Load(); r != 0 {
+		t.Fatalf("the holder rang its bell in %d statements of their own after the release; want none (the release rings)", r)
+	}
+}
+
 // A holder that rings again before its watcher waits on the bell after the
 // one it saw rung: the watcher finds that bell free, probes, and wakes the
 // waits, which look again; the second release is not missed (the waiter

@@ -19,11 +19,12 @@ import (
 
 // earlierReleases are commits of earlier schema versions whose clients
 // TestOlderReleaseDuringAnUpgrade runs beside this one: the last commit of
-// schema version 7, of version 8, of version 9 and of version 10.
+// schema version 7, of version 8, of version 9, of version 10 and of
+// version 11.
 var earlierReleases = []struct {
 	rev     string
 	version int
-}{{"8810b4a", 7}, {"23c8c33", 8}, {"9f55155", 9}, {"9bec93e", 10}}
+}{{"8810b4a", 7}, {"23c8c33", 8}, {"9f55155", 9}, {"9bec93e", 10}, {"2f6f0bc", 11}}
 
 // TestOlderReleaseDuringAnUpgrade runs a client of an earlier release,
 // built from git history, through a rolling upgrade: it holds leases on a
@@ -32,8 +33,10 @@ var earlierReleases = []struct {
 // may break mutual exclusion: its single acquisitions go through
 // the server functions the migration replaced and follow this version's
 // rules; its sets (TryAcquireAll, a statement of its own) are refused
-// with an error that says to upgrade; its leases from before the upgrade
-// renew and release as before.
+// with an error that says to upgrade, unless its version's statements
+// follow this version's rules (store.FencedBefore on: they acquire as
+// before); its leases from before the upgrade renew and release as
+// before.
 func TestOlderReleaseDuringAnUpgrade(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds earlier releases from git history (skipped with -short)")
@@ -63,18 +66,29 @@ func TestOlderReleaseDuringAnUpgrade(t *testing.T) {
 			if v := leases.Version(); v != store.SchemaVersion {
 				t.Fatalf("the table has schema version %d after the upgrade, want %d", v, store.SchemaVersion)
 			}
-			// An exclusive set beside a shared holder: refused.
-			if got := old.send("all job"); !strings.HasPrefix(got, "error") || !strings.Contains(got, "schema version") {
+			fenced := rel.version < store.FencedBefore
+			// An exclusive set beside a shared holder: refused, by the
+			// fence or as held.
+			got := old.send("all job")
+			if fenced && (!strings.HasPrefix(got, "error") || !strings.Contains(got, "schema version")) {
 				t.Fatalf("the older client's set beside a shared holder: %q, want an error that names the schema version", got)
+			}
+			if !fenced && got != "held" {
+				t.Fatalf("the older client's set beside a shared holder: %q, want held", got)
 			}
 			if _, ok := leases.Get("job"); ok {
 				t.Fatal("an exclusive row of job beside its shared holder")
 			}
-			// Any set: refused with the same error, and nothing written.
-			if got := old.send("all free1 free2"); !strings.HasPrefix(got, "error") || !strings.Contains(got, "upgrade") {
+			// Any set: refused with the same error, and nothing written;
+			// or, not fenced, granted.
+			got = old.send("all free1 free2")
+			if fenced && (!strings.HasPrefix(got, "error") || !strings.Contains(got, "upgrade")) {
 				t.Fatalf("the older client's set of free names: %q, want an error that says to upgrade", got)
 			}
-			if held := leases.Held("free"); len(held) != 0 {
+			if !fenced && !strings.HasPrefix(got, "ok ") {
+				t.Fatalf("the older client's set of free names: %q, want granted", got)
+			}
+			if held := leases.Held("free"); fenced && len(held) != 0 {
 				t.Fatalf("a refused set left rows %v", held)
 			}
 			// Single acquisitions follow this version's rules.

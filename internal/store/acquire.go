@@ -207,26 +207,49 @@ const WakeEvery = 10 * time.Millisecond
 // release function (CreateRelease in functions.sql). It reports whether
 // the row was still ours.
 func (s *Store) Release(ctx context.Context, q Querier, name string, token int64) (ReleaseResult, error) {
+	return s.release(ctx, q, releaseCall{name: name, token: token, bell: -1})
+}
+
+// ReleaseAndRing is Release run on the dedicated session of client, which
+// holds the bell held of its doorbell: a release that wakes the first
+// waiter rings it in the same statement (see CreateRelease), and the
+// result says so (Rang) and which bell the session holds then (Bell).
+func (s *Store) ReleaseAndRing(ctx context.Context, q Querier, name string, token int64, client string, held int) (ReleaseResult, error) {
+	r, err := s.release(ctx, q, releaseCall{name: name, token: token, client: client, bell: held})
+	r.Bell = held
+	if r.Rang {
+		r.Bell = nextBell(held)
+	}
+	return r, err
+}
+
+func (s *Store) release(ctx context.Context, q Querier, c releaseCall) (ReleaseResult, error) {
 	ns, err := s.lockNS()
 	if err != nil {
 		return ReleaseResult{}, err
 	}
+	c.channel, c.ns, c.fairAfter = s.Names.Channel, ns, FairAfter.Milliseconds()
 	var x releaseRow
-	err = q.Query(ctx, s.Q.Release, releaseParams.args(releaseCall{name, token, s.Names.Channel, ns, FairAfter.Milliseconds()}),
-		func(r Row) error { return r.Scan(releaseColumns.dest(&x)...) })
+	err = q.Query(ctx, s.Q.Release, releaseParams.args(c), func(r Row) error { return r.Scan(releaseColumns.dest(&x)...) })
 	// The release function notifies the first waiter's channel and the
 	// table's together, and only so, when it wakes the first waiter; it
 	// notifies nothing when it deletes the row while that waiter, woken
 	// already in its turn, looks again by itself, or keeps the row.
-	return ReleaseResult{Released: x.released > 0, WokeFirst: x.notified == 2, Unannounced: x.released > 0 && x.notified == 0}, err
+	return ReleaseResult{Released: x.released > 0, WokeFirst: x.notified == 2, Unannounced: x.released > 0 && x.notified == 0,
+		Rang: err == nil && x.rang}, err
 }
 
 // ReleaseResult is the outcome of a release.
 type ReleaseResult struct {
 	Released bool // the row was deleted, or kept until its minimum hold
 	// WokeFirst: the release woke the first waiter of the queue, whose
-	// client may watch the releasing client's doorbell: ring it.
+	// client may watch the releasing client's doorbell: ring it, unless
+	// the release did (Rang).
 	WokeFirst bool
+	// Rang: the release rang the doorbell itself (ReleaseAndRing); Bell
+	// is the bell the session holds after it.
+	Rang bool
+	Bell int
 	// Unannounced: the release woke nobody, as the name's first waiter,
 	// woken already in its turn (within FairAfter), looks again by itself
 	// (or the row was kept until its minimum hold). Waiters behind it that

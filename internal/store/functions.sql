@@ -118,15 +118,19 @@
 -- semaphore's name; a plain lease is refused while a live row of another
 -- kind but shared leases (a slot of a semaphore of its name) exists.
 --
--- The function has two paths. The first serves an unqueued attempt on a
--- plain lease (session-bound or not) of a name that has no row at all and
--- for which no other client has a registration in the queue: one INSERT
--- that probes the semaphore index for a live slot of a semaphore of the
--- name and the waiters' primary key for a registration of another client
--- (no promise can exist without one), and writes the row unless one
--- exists (ON CONFLICT DO NOTHING: an existing row is not even locked).
--- When it writes nothing the second path decides, from scratch, one rule
--- per statement: another kind, the holder, shared holders, the queue; then
+-- The function has two paths. The first serves an attempt on a plain
+-- lease (session-bound or not) of a name that has no row at all: an
+-- unqueued one for which no other client has a registration in the
+-- queue, or (schema version 12) a queued one whose own registration no
+-- registration of another client's exclusive wait precedes, live or not
+-- (the first waiter that a release woke: a hand-off). One INSERT that
+-- probes the semaphore index for a live slot of a semaphore of the name
+-- and the waiters' primary key for those registrations (no promise can
+-- exist without one, and a queued wait that none precedes is the one the
+-- lease would be promised to), and writes the row unless one exists (ON
+-- CONFLICT DO NOTHING: an existing row is not even locked); what follows
+-- an acquisition then is the second path's (below). When it writes
+-- nothing the second path decides, from scratch, one rule per statement: another kind, the holder, shared holders, the queue; then
 -- the row (it takes over an expired row, or one whose session ended), and
 -- what follows an acquisition (purge, dequeue, hand-off) or a refusal
 -- (registration, nudge, the holder reported). A live row that it reads
@@ -145,13 +149,14 @@ DECLARE
     v_clash_kind text;
     v_clash_size integer;
     h record;           -- the name's own row
-    v_row boolean;      -- it exists
+    v_row boolean := false; -- it exists
     v_held boolean;     -- it is live
     r record;           -- a live shared holder of the name
     v_reading boolean := false;
     v_since timestamptz;
     v_registered boolean := false;
     v_first text;
+    v_first_path boolean := false;
 BEGIN
     PERFORM set_config('pglease.writer', '{{version}}', true);
     IF p_lock_timeout_ms > 0 THEN
@@ -162,7 +167,7 @@ BEGIN
     END IF;
     v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_name)}}) IS NULL;
 
-    IF NOT p_queued AND p_kind = 'plain' THEN
+    IF p_kind = 'plain' THEN
         -- The first path (see above).
         INSERT INTO {{table}} AS l
             ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
@@ -176,127 +181,127 @@ BEGIN
                p_metadata || jsonb_build_object('client', p_client)
          WHERE NOT EXISTS (SELECT 1 FROM {{table}} AS s
                             WHERE s."semaphore" = p_name AND (s."expires_at" > now() OR s."kind" IN ('shared', 'quota')))
-           AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
-                            WHERE w."name" = p_name AND w."client" <> p_client)
+           AND CASE WHEN p_queued
+                    THEN EXISTS (SELECT 1 FROM {{waiters}} AS q
+                                  WHERE q."name" = p_name AND q."client" = p_client
+                                    AND NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
+                                                     WHERE w."name" = p_name AND w."client" <> p_client AND NOT w."shared"
+                                                       AND (w."since", w."client") < (q."since", q."client")))
+                    ELSE NOT EXISTS (SELECT 1 FROM {{waiters}} AS w
+                                      WHERE w."name" = p_name AND w."client" <> p_client) END
         ON CONFLICT ("name") DO NOTHING
-        RETURNING true, l."token", l."session_pid" IS NOT NULL, '', 0::bigint, 0::bigint, 0::bigint,
-                  '', false, 0::bigint, '', 0, 0, {{durable}}
-             INTO o_acquired, o_token, o_session_bound, o_owner, o_other_token, o_remaining_ms,
-                  o_heartbeat_ms, o_client, o_watchable, o_ahead, o_clash_kind, o_clash_size, o_pid, v_setting;
-        IF FOUND THEN
-            IF p_queue_ttl_ms > 0 THEN
-                -- A polling wait's registration (see polled below).
-                DELETE FROM {{waiters}} AS w WHERE w."name" = p_name AND w."client" = p_client;
-            END IF;
-            RETURN;
-        END IF;
+        RETURNING true, l."token", l."session_pid" IS NOT NULL INTO o_acquired, o_token, o_session_bound;
+        v_first_path := FOUND;
     END IF;
 
-    -- The second path: every rule, one statement each, in this order; the
-    -- decision follows them. (Each statement reads with a snapshot taken
-    -- under the name's lock: no acquisition of the name commits meanwhile,
-    -- and the INSERT's ON CONFLICT clause re-checks the row as it is then,
-    -- for what renewals, releases and Guard change without that lock.)
-    v_srv := {{server}};
+    IF NOT v_first_path THEN
 
-    -- Another kind: a live row of another kind on the name, by its kind and
-    -- size. For a plain lease, a row of another kind under its name (shared
-    -- leases of the name are not another kind to it: see the shared
-    -- holders below); for a slot, a row under its semaphore's name of
-    -- another kind or recording another count, or a plain lease on that
-    -- name. (Through the semaphore index and the primary key: the cost
-    -- does not grow with the table.)
-    SELECT c."kind", c."size" INTO v_clash_kind, v_clash_size
-      FROM (SELECT l."kind", coalesce(l."slots", 0) AS "size" FROM {{table}} AS l
-             WHERE l."semaphore" = coalesce(p_semaphore, p_name) AND l."expires_at" > now()
-               AND (CASE WHEN p_kind = 'plain' THEN l."kind" <> 'shared'
-                         ELSE l."kind" <> p_kind OR l."slots" IS DISTINCT FROM p_slots END)
-            UNION ALL
-            SELECT l."kind", 0 FROM {{table}} AS l
-             WHERE p_kind <> 'plain' AND l."name" = p_semaphore AND l."semaphore" IS NULL
-               AND l."expires_at" > now()) AS c
-     LIMIT 1;
-    v_clash := FOUND;
+        -- The second path: every rule, one statement each, in this order; the
+        -- decision follows them. (Each statement reads with a snapshot taken
+        -- under the name's lock: no acquisition of the name commits meanwhile,
+        -- and the INSERT's ON CONFLICT clause re-checks the row as it is then,
+        -- for what renewals, releases and Guard change without that lock.)
+        v_srv := {{server}};
 
-    -- The holder: the name's own row, if any.
-    SELECT l."owner", l."token", l."expires_at" > now() AS "live",
-           coalesce(l."session_pid" IS NOT NULL AND l."session_server" = v_srv, false) AS "session_bound",
-           (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
-           (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
-           l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid"
-      INTO h FROM {{table}} AS l WHERE l."name" = p_name;
-    v_row := FOUND;
-    v_held := v_row AND h."live";
+        -- Another kind: a live row of another kind on the name, by its kind and
+        -- size. For a plain lease, a row of another kind under its name (shared
+        -- leases of the name are not another kind to it: see the shared
+        -- holders below); for a slot, a row under its semaphore's name of
+        -- another kind or recording another count, or a plain lease on that
+        -- name. (Through the semaphore index and the primary key: the cost
+        -- does not grow with the table.)
+        SELECT c."kind", c."size" INTO v_clash_kind, v_clash_size
+          FROM (SELECT l."kind", coalesce(l."slots", 0) AS "size" FROM {{table}} AS l
+                 WHERE l."semaphore" = coalesce(p_semaphore, p_name) AND l."expires_at" > now()
+                   AND (CASE WHEN p_kind = 'plain' THEN l."kind" <> 'shared'
+                             ELSE l."kind" <> p_kind OR l."slots" IS DISTINCT FROM p_slots END)
+                UNION ALL
+                SELECT l."kind", 0 FROM {{table}} AS l
+                 WHERE p_kind <> 'plain' AND l."name" = p_semaphore AND l."semaphore" IS NULL
+                   AND l."expires_at" > now()) AS c
+         LIMIT 1;
+        v_clash := FOUND;
 
-    -- Shared holders of a plain lease's name (CreateAcquireShared): a live
-    -- one, unless bound to a session of this incarnation that has ended (as
-    -- a plain row is taken over then), refuses it. The one a refusal
-    -- reports: one bound to a session first (for the waiter to watch), then
-    -- the one that expires last.
-    IF p_kind = 'plain' THEN
-        SELECT l."owner", l."token",
+        -- The holder: the name's own row, if any.
+        SELECT l."owner", l."token", l."expires_at" > now() AS "live",
                coalesce(l."session_pid" IS NOT NULL AND l."session_server" = v_srv, false) AS "session_bound",
                (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
                (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
-               l."session_pid" AS "pid", l."metadata"->>'client' AS "client"
-          INTO r FROM {{table}} AS l
-         WHERE l."semaphore" = p_name AND l."kind" = 'shared' AND l."expires_at" > now()
-           AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}}
-         ORDER BY 3 DESC, 4 DESC
-         LIMIT 1;
-        v_reading := FOUND;
-    END IF;
+               l."metadata" ->> 'client' AS "client", l."session_pid" AS "pid"
+          INTO h FROM {{table}} AS l WHERE l."name" = p_name;
+        v_row := FOUND;
+        v_held := v_row AND h."live";
 
-    -- The queue: this wait's place (its first registration, or now), and
-    -- the live waiters queued before it, when one of them keeps it from the
-    -- lease: the first, once the lease is promised to it (v_first names it
-    -- then), or any, for a wait already in the queue (queued waiters take
-    -- their turns in order; only a new attempt may overtake, as a client
-    -- taking the name again at once does).
-    IF p_queued THEN
-        SELECT w."since" INTO v_since FROM {{waiters}} AS w
-         WHERE w."name" = p_name AND w."client" = p_client;
-        v_registered := FOUND;
-    END IF;
-    IF NOT v_registered THEN
-        v_since := now();
-    END IF;
-    SELECT coalesce(max(f.n) FILTER (WHERE f.due OR v_registered), 0), max(f."client") FILTER (WHERE f.due)
-      INTO o_ahead, v_first
-      FROM (SELECT p_name AS "name") AS n
-     CROSS JOIN (SELECT p_client AS "client", p_ns AS "ns", v_since AS "since",
-                        p_fair_ms * interval '1 millisecond' AS "fair") AS q
-      LEFT JOIN LATERAL ({{first}}) AS f ON true;
+        -- Shared holders of a plain lease's name (CreateAcquireShared): a live
+        -- one, unless bound to a session of this incarnation that has ended (as
+        -- a plain row is taken over then), refuses it. The one a refusal
+        -- reports: one bound to a session first (for the waiter to watch), then
+        -- the one that expires last.
+        IF p_kind = 'plain' THEN
+            SELECT l."owner", l."token",
+                   coalesce(l."session_pid" IS NOT NULL AND l."session_server" = v_srv, false) AS "session_bound",
+                   (extract(epoch FROM l."expires_at" - now()) * 1000)::bigint AS "remaining_ms",
+                   (extract(epoch FROM now() - l."renewed_at") * 1000)::bigint AS "heartbeat_ms",
+                   l."session_pid" AS "pid", l."metadata"->>'client' AS "client"
+              INTO r FROM {{table}} AS l
+             WHERE l."semaphore" = p_name AND l."kind" = 'shared' AND l."expires_at" > now()
+               AND NOT {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}}
+             ORDER BY 3 DESC, 4 DESC
+             LIMIT 1;
+            v_reading := FOUND;
+        END IF;
 
-    -- The row: written unless something above refuses, and not at all over
-    -- a live row that is not session-bound (it would refuse, ON CONFLICT,
-    -- after locking it, and the attempt would write). It takes over an
-    -- expired row, or a session-bound one whose session ended, as the row
-    -- is now, not as of the reads above.
-    IF o_ahead = 0 AND NOT v_clash AND NOT v_reading AND NOT (v_held AND NOT h."session_bound") THEN
-        INSERT INTO {{table}} AS l
-            ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
-             "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots",
-             "kind", "weight")
-        VALUES (p_name, p_owner, nextval('{{seq}}'), now(), now(),
-                now() + p_ttl_ms * interval '1 millisecond',
-                now() + p_hold_ms * interval '1 millisecond',
-                p_ttl_ms * interval '1 millisecond',
-                CASE WHEN p_session THEN pg_backend_pid() END,
-                CASE WHEN p_session THEN v_srv END,
-                p_metadata || jsonb_build_object('client', p_client),
-                p_semaphore, p_slots, p_kind, 1)
-        ON CONFLICT ("name") DO UPDATE
-           SET "owner" = excluded."owner", "token" = excluded."token",
-               "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
-               "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
-               "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
-               "session_server" = excluded."session_server", "metadata" = excluded."metadata",
-               "semaphore" = excluded."semaphore", "slots" = excluded."slots",
-               "kind" = excluded."kind", "weight" = excluded."weight", "stepdown_at" = NULL
-         WHERE l."expires_at" <= now()
-            OR {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}}
-        RETURNING true, l."token", l."session_pid" IS NOT NULL INTO o_acquired, o_token, o_session_bound;
+        -- The queue: this wait's place (its first registration, or now), and
+        -- the live waiters queued before it, when one of them keeps it from the
+        -- lease: the first, once the lease is promised to it (v_first names it
+        -- then), or any, for a wait already in the queue (queued waiters take
+        -- their turns in order; only a new attempt may overtake, as a client
+        -- taking the name again at once does).
+        IF p_queued THEN
+            SELECT w."since" INTO v_since FROM {{waiters}} AS w
+             WHERE w."name" = p_name AND w."client" = p_client;
+            v_registered := FOUND;
+        END IF;
+        IF NOT v_registered THEN
+            v_since := now();
+        END IF;
+        SELECT coalesce(max(f.n) FILTER (WHERE f.due OR v_registered), 0), max(f."client") FILTER (WHERE f.due)
+          INTO o_ahead, v_first
+          FROM (SELECT p_name AS "name") AS n
+         CROSS JOIN (SELECT p_client AS "client", p_ns AS "ns", v_since AS "since",
+                            p_fair_ms * interval '1 millisecond' AS "fair") AS q
+          LEFT JOIN LATERAL ({{first}}) AS f ON true;
+
+        -- The row: written unless something above refuses, and not at all over
+        -- a live row that is not session-bound (it would refuse, ON CONFLICT,
+        -- after locking it, and the attempt would write). It takes over an
+        -- expired row, or a session-bound one whose session ended, as the row
+        -- is now, not as of the reads above.
+        IF o_ahead = 0 AND NOT v_clash AND NOT v_reading AND NOT (v_held AND NOT h."session_bound") THEN
+            INSERT INTO {{table}} AS l
+                ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+                 "hold_until", "ttl", "session_pid", "session_server", "metadata", "semaphore", "slots",
+                 "kind", "weight")
+            VALUES (p_name, p_owner, nextval('{{seq}}'), now(), now(),
+                    now() + p_ttl_ms * interval '1 millisecond',
+                    now() + p_hold_ms * interval '1 millisecond',
+                    p_ttl_ms * interval '1 millisecond',
+                    CASE WHEN p_session THEN pg_backend_pid() END,
+                    CASE WHEN p_session THEN v_srv END,
+                    p_metadata || jsonb_build_object('client', p_client),
+                    p_semaphore, p_slots, p_kind, 1)
+            ON CONFLICT ("name") DO UPDATE
+               SET "owner" = excluded."owner", "token" = excluded."token",
+                   "acquired_at" = excluded."acquired_at", "renewed_at" = excluded."renewed_at",
+                   "expires_at" = excluded."expires_at", "hold_until" = excluded."hold_until",
+                   "ttl" = excluded."ttl", "session_pid" = excluded."session_pid",
+                   "session_server" = excluded."session_server", "metadata" = excluded."metadata",
+                   "semaphore" = excluded."semaphore", "slots" = excluded."slots",
+                   "kind" = excluded."kind", "weight" = excluded."weight", "stepdown_at" = NULL
+             WHERE l."expires_at" <= now()
+                OR {{session_ended(p_ns, l."session_pid", l."session_server" = v_srv)}}
+            RETURNING true, l."token", l."session_pid" IS NOT NULL INTO o_acquired, o_token, o_session_bound;
+        END IF;
     END IF;
     o_acquired := coalesce(o_acquired, false);
 
@@ -307,7 +312,7 @@ BEGIN
         -- for a Guard's lock on one of them, so that a stale shared
         -- holder's guarded write commits before this acquisition does, as
         -- a takeover of a plain row waits.
-        IF p_kind = 'plain' THEN
+        IF p_kind = 'plain' AND NOT v_first_path THEN
             DELETE FROM {{table}} AS l WHERE l."semaphore" = p_name AND l."kind" IN ('shared', 'quota');
         END IF;
         -- Out of the queue (a queued wait, or a polling one's registration).
@@ -332,7 +337,11 @@ BEGIN
                      LIMIT 1) AS w;
         END IF;
         -- The row taken over, if any, as it was.
-        o_owner := coalesce(h."owner", ''); o_other_token := coalesce(h."token", 0);
+        IF v_row THEN
+            o_owner := coalesce(h."owner", ''); o_other_token := coalesce(h."token", 0);
+        ELSE
+            o_owner := ''; o_other_token := 0;
+        END IF;
         o_remaining_ms := 0; o_heartbeat_ms := 0; o_client := ''; o_watchable := false;
         o_ahead := 0; o_clash_kind := ''; o_clash_size := 0; o_pid := 0;
         v_setting := {{durable}};
@@ -403,9 +412,11 @@ $pglease$
 -- name: CreateRelease
 -- p_name the name, p_token the token, p_channel the notification channel,
 -- p_ns the advisory-lock namespace, p_fair_ms how often a waiter may be
--- woken (ms). Returns the rows released or
--- kept (0 or 1), the notifications sent, and 1 (the old statement's
--- count of its nowait part).
+-- woken (ms); p_client the releasing client's id and p_bell the bell of
+-- its doorbell that the calling session holds, or -1 (schema version 12:
+-- see the ring below). Returns the rows released or
+-- kept (0 or 1), the notifications sent, 1 (the old statement's
+-- count of its nowait part), and whether it rang the doorbell (below).
 --
 -- Before the minimum hold time the row is kept (and stays held) until
 -- then; afterwards it is deleted, the first live waiter of the queue is
@@ -420,6 +431,19 @@ $pglease$
 -- A release need not wait for its WAL flush: lost in a crash, it only
 -- delays the next holder until the row expires. (Acquire and renew do
 -- wait: losing them could let two holders overlap.)
+--
+-- The ring (schema version 12). A release that wakes the first waiter of
+-- the name (o_notified 2) rings the releasing client's doorbell, which
+-- that waiter's client may watch instead of listening (see Ring in
+-- session.sql). Called on the client's dedicated session, which holds the
+-- bell p_bell, the release rings it itself, in the same statement: the
+-- bell is freed before the release commits, a round trip earlier than a
+-- ring of its own after the reply. So that the woken waiter's attempt does
+-- not read the row as still held, such a release first takes the name's
+-- transaction lock, as acquisitions do (and before the row's, in the
+-- order they take them): the attempt waits for the release's commit. A
+-- release of a shared lease, or on another connection (p_bell -1), rings
+-- nothing; its client rings after the reply, as before.
 CREATE OR REPLACE FUNCTION {{release_fn}}(
 {{release_params}}
 {{release_result}})
@@ -429,10 +453,15 @@ DECLARE
     v_acquired_at timestamptz;
     v_waiters boolean;
     v_shared text;
+    v_ok boolean;
 BEGIN
     o_released := 0;
     o_notified := 0;
     o_nowait := 1;
+    o_rang := false;
+    IF p_bell >= 0 THEN
+        v_ok := pg_advisory_xact_lock({{name_key(p_ns, p_name)}}) IS NULL;
+    END IF;
     DELETE FROM {{table}} AS l
      WHERE l."name" = p_name AND l."token" = p_token AND l."hold_until" <= now()
     RETURNING l."acquired_at",
@@ -518,6 +547,25 @@ BEGIN
         SELECT pg_notify('pglease_' || wake."client", del."name") FROM del, wake
     )
     SELECT count(*) INTO o_notified FROM note;
+    IF o_notified = 2 AND p_bell >= 0 THEN
+        PERFORM {{ring(p_ns, p_client, p_bell)}};
+        o_rang := true;
+    END IF;
+END
+$pglease$
+
+-- name: CreateReleaseCompat
+-- Schema version 12: CreateRelease by the signature of versions 6 to 11
+-- (without p_client and p_bell), which the clients of those releases
+-- still running during a rolling upgrade call: it rings nothing (their
+-- clients ring after the reply), as the release they knew did.
+CREATE OR REPLACE FUNCTION {{release_fn}}(
+{{release_v11_params}}
+{{release_v11_result}})
+LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
+BEGIN
+    SELECT a.o_released, a.o_notified, a.o_nowait INTO o_released, o_notified, o_nowait
+      FROM {{release_fn}}({{release_v11_pass}}, p_client => '', p_bell => -1) AS a;
 END
 $pglease$
 
@@ -799,16 +847,18 @@ $pglease$
 -- replaced, and so follow this version's rules, and its renewals and
 -- releases update and delete rows of its own, which the fence lets pass.
 -- A later version replaces this function with its own number, fencing
--- out this one's statements in turn. A statement-level trigger: one call
--- per statement, whatever the rows.
+-- out this one's statements in turn — unless it changed no rule of what
+-- an acquisition writes: the fence lets the versions from FencedBefore
+-- (store.go) on write ({{fence_writers}}; version 12 lets version 11's).
+-- A statement-level trigger: one call per statement, whatever the rows.
 CREATE OR REPLACE FUNCTION {{fence_fn}}() RETURNS trigger
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 BEGIN
-    IF current_setting('pglease.writer', true) IS DISTINCT FROM '{{version}}' THEN
+    IF coalesce(current_setting('pglease.writer', true), '') NOT IN ({{fence_writers}}) THEN
         RAISE EXCEPTION USING
             MESSAGE = format('pglease: table %I.%I has schema version {{version}}, and a client of an earlier pglease release may not acquire leases in it',
                              TG_TABLE_SCHEMA, TG_TABLE_NAME),
-            HINT = 'upgrade this client to a pglease release of schema version {{version}} or later; until then its held leases still renew and release';
+            HINT = 'upgrade this client to a pglease release of schema version {{fence_since}} or later; until then its held leases still renew and release';
     END IF;
     RETURN NULL;
 END

@@ -260,7 +260,9 @@ func TestFunctionsServeEverySpellingOfTheTable(t *testing.T) {
 // this version's acquisitions did not mark, as an earlier release's set
 // would write one, with an error that says to upgrade, and writes nothing;
 // updates and deletes (renewals and releases) pass, and so does an INSERT
-// marked with the table's version, not one marked with an earlier one.
+// marked with the table's version, or with an earlier one whose statements
+// follow its rules (FencedBefore on: version 12 changed none), not one
+// marked with a version before those.
 func TestTheFenceRefusesUnmarkedAcquisitions(t *testing.T) {
 	ctx := testCtx(t)
 	s, db := migrated(t)
@@ -297,13 +299,15 @@ func TestTheFenceRefusesUnmarkedAcquisitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, marker := range []string{strconv.Itoa(SchemaVersion - 1), strconv.Itoa(SchemaVersion)} {
+	// Marked by a version from FencedBefore on: accepted (their statements
+	// follow this version's rules); by one before: refused.
+	for _, marker := range []string{strconv.Itoa(FencedBefore - 1), strconv.Itoa(FencedBefore), strconv.Itoa(SchemaVersion)} {
 		if _, err := tx.Exec(ctx, `SAVEPOINT a; SELECT set_config('pglease.writer', '`+marker+`', true)`); err != nil {
 			t.Fatal(err)
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO `+s.Names.QualifiedTable()+` ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at", "hold_until", "ttl")
-			VALUES ('marked', 'new', 1000, now(), now(), now() + interval '1 minute', now(), interval '1 minute')`)
-		if want := marker == strconv.Itoa(SchemaVersion); (err == nil) != want {
+			VALUES ('marked-`+marker+`', 'new', 1000, now(), now(), now() + interval '1 minute', now(), interval '1 minute')`)
+		if want := marker != strconv.Itoa(FencedBefore-1); (err == nil) != want {
 			t.Fatalf("an INSERT marked %s: %v, want accepted: %v", marker, err, want)
 		}
 		if err != nil {

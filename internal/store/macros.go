@@ -53,6 +53,10 @@ const (
 //     free; the look is a session-level shared lock, freed at once, so
 //     that no lock of the bell is held after it (a ring taking the bell
 //     never waits for one, even while the statement goes on to wait);
+//   - {{ring(ns, client, held)}}: rings the client's doorbell from the
+//     bell held (an int expression) to the next: takes that one and frees
+//     the one held (two columns, as Ring in session.sql selects them); run
+//     by the session that holds the bell;
 //   - {{held_bells(ns, client)}}: the bells the client holds, in order,
 //     as a subquery of one column, k (none: its session is down, or it is
 //     of a version without bells; two, adjacent: it is ringing);
@@ -92,6 +96,11 @@ var keyMacros = map[string]macro{
 	"bell_free": fixed(3, func(a []string) string {
 		k := "{{bell_key(" + a[0] + ", " + a[1] + ", " + a[2] + ")}}"
 		return "(CASE WHEN pg_try_advisory_lock_shared(" + k + ") THEN pg_advisory_unlock_shared(" + k + ") ELSE false END)"
+	}),
+	"ring": fixed(3, func(a []string) string {
+		next := "((" + a[2] + ") + 1) % " + strconv.Itoa(Bells)
+		return "pg_advisory_lock({{bell_key(" + a[0] + ", " + a[1] + ", " + next + ")}}), " +
+			"pg_advisory_unlock({{bell_key(" + a[0] + ", " + a[1] + ", " + a[2] + ")}})"
 	}),
 	"held_bells": fixed(2, func(a []string) string {
 		return "SELECT b.k FROM generate_series(0, " + strconv.Itoa(Bells-1) + ") AS b(k)" +

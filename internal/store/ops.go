@@ -351,6 +351,9 @@ func (s *Store) Ahead(ctx context.Context, q Querier, client, name string) (stri
 // Ring in session.sql).
 const Bells = 16
 
+// nextBell is the bell a ring from held takes (see the ring macro).
+func nextBell(held int) int { return (held + 1) % Bells }
+
 // Ring rings client's doorbell on its dedicated session, which holds bell
 // held: it takes the next one and frees held. It returns the bell now held.
 func (s *Store) Ring(ctx context.Context, q Querier, client string, held int) (int, error) {
@@ -358,11 +361,10 @@ func (s *Store) Ring(ctx context.Context, q Querier, client string, held int) (i
 	if err != nil {
 		return held, err
 	}
-	next := (held + 1) % Bells
-	if err := q.Query(ctx, s.Q.Ring, []any{ns, client, held, next}, func(Row) error { return nil }); err != nil {
+	if err := q.Query(ctx, s.Q.Ring, []any{ns, client, held}, func(Row) error { return nil }); err != nil {
 		return held, err
 	}
-	return next, nil
+	return nextBell(held), nil
 }
 
 // ProbeBell returns the bell client's session holds now, and false when it

@@ -151,7 +151,9 @@ type releaseCall struct {
 	token     int64
 	channel   string // the table's notification channel
 	ns        string
-	fairAfter int64 // ms
+	fairAfter int64  // ms
+	client    string // the releasing client's id
+	bell      int    // the bell the calling session holds, or -1
 }
 
 // releaseParams are CreateRelease's parameters.
@@ -161,7 +163,14 @@ var releaseParams = signature[releaseCall]{
 	{"p_channel", "text", func(c releaseCall) any { return c.channel }},
 	{"p_ns", "text", func(c releaseCall) any { return c.ns }},
 	{"p_fair_ms", "bigint", func(c releaseCall) any { return c.fairAfter }},
+	{"p_client", "text", func(c releaseCall) any { return c.client }},
+	{"p_bell", "integer", func(c releaseCall) any { return c.bell }},
 }
+
+// releaseParamsV11 is the release function's signature of schema versions
+// 6 to 11, which CreateReleaseCompat keeps for the clients of those
+// releases (TestCompatSignaturesAreVersion9s checks it).
+var releaseParamsV11 = releaseParams.without("p_client", "p_bell")
 
 // outParam is one result column of a function (an OUT parameter): its name,
 // its SQL type, and where a scan of the row puts its value.
@@ -253,13 +262,32 @@ var sharedColumns = append(acquireColumns[:len(acquireColumns):len(acquireColumn
 	outParam[acquireRow]{"o_holders", "jsonb", func(x *acquireRow) any { return &x.holders }})
 
 // releaseRow is the row of the release function.
-type releaseRow struct{ released, notified, nowait int64 }
+type releaseRow struct {
+	released, notified, nowait int64
+	rang                       bool
+}
 
 // releaseColumns are the result columns of CreateRelease.
 var releaseColumns = outParams[releaseRow]{
 	{"o_released", "bigint", func(x *releaseRow) any { return &x.released }},
 	{"o_notified", "bigint", func(x *releaseRow) any { return &x.notified }},
 	{"o_nowait", "bigint", func(x *releaseRow) any { return &x.nowait }},
+	{"o_rang", "boolean", func(x *releaseRow) any { return &x.rang }},
+}
+
+// releaseColumnsV11 are the result columns of the release function of
+// schema versions 6 to 11 (CreateReleaseCompat).
+var releaseColumnsV11 = releaseColumns.without("o_rang")
+
+// without is the result columns less those named names.
+func (cs outParams[R]) without(names ...string) outParams[R] {
+	var out outParams[R]
+	for _, c := range cs {
+		if !slices.Contains(names, c.name) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // The signatures of schema versions 7 to 9, which the clients of those
@@ -374,6 +402,8 @@ var signatures = []string{
 	"{{release_params}}", releaseParams.decl(), "{{release_call}}", releaseParams.call(),
 	"{{acquire_result}}", acquireColumns.decl(), "{{acquire_shared_result}}", sharedColumns.decl(),
 	"{{release_result}}", releaseColumns.decl(),
+	"{{release_v11_params}}", releaseParamsV11.decl(), "{{release_v11_pass}}", releaseParamsV11.pass(),
+	"{{release_v11_result}}", releaseColumnsV11.decl(),
 	"{{acquire_v9_params}}", acquireParamsV9.decl(), "{{acquire_v9_result}}", acquireColumnsV9.decl(),
 	"{{acquire_v9_pass}}", acquireParamsV9.pass(),
 	"{{acquire_v9_select}}", first(acquireColumnsV9.compatSelect()), "{{acquire_v9_into}}", second(acquireColumnsV9.compatSelect()),

@@ -221,8 +221,9 @@ SELECT l."pid", coalesce(a."application_name", ''), coalesce(a."state", ''),
 -- must be on the table and enabled, $9 the incarnation table and $10 its
 -- function (CreateIncarnation, CreateIncarnationFunction), $11 and $12 the
 -- acquisition functions by the signatures of versions 7 to 9
--- (CreateAcquireCompat, CreateAcquireSharedCompat): the last column
--- names those missing ('' when none). Run just after SchemaLock, in its
+-- (CreateAcquireCompat, CreateAcquireSharedCompat), $13 the release
+-- function by that of versions 6 to 11 (CreateReleaseCompat): the last
+-- column names those missing ('' when none). Run just after SchemaLock, in its
 -- transaction.
 -- Waiting for that lock (an advisory lock) does not make the backend take
 -- in the catalog changes other sessions committed meanwhile, and
@@ -250,7 +251,8 @@ SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL,
                        CASE WHEN to_regclass($9::text) IS NULL THEN 'the table ' || $9::text END,
                        CASE WHEN to_regprocedure($10::text) IS NULL THEN $10::text END,
                        CASE WHEN to_regprocedure($11::text) IS NULL THEN $11::text END,
-                       CASE WHEN to_regprocedure($12::text) IS NULL THEN $12::text END)
+                       CASE WHEN to_regprocedure($12::text) IS NULL THEN $12::text END,
+                       CASE WHEN to_regprocedure($13::text) IS NULL THEN $13::text END)
   FROM (SELECT count(*) FROM pg_catalog.pg_class WHERE false) AS catalog
 
 -- name: Columns

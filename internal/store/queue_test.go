@@ -215,3 +215,83 @@ func TestReleaseWakesThePromisedWaiterAgain(t *testing.T) {
 		t.Fatalf("the release woke the waiter for %q, want n", got)
 	}
 }
+
+// A release on the session that holds the client's doorbell rings it in
+// the same statement when it wakes the first waiter (schema version 12),
+// and not when it wakes nobody; the attempt of the waiter that the ring
+// woke waits for the release's commit (the release holds the name's lock
+// first), so it never reads the row as still held: it acquires once the
+// release commits. (Without that lock it read the row as held, and was
+// refused.)
+func TestAReleaseOnTheSessionRingsTheBell(t *testing.T) {
+	f := newQueueFixture(t, "w1")
+	ctx := f.ctx
+	holder := batchConn(t, f.s)
+	if err := f.s.ClientLock(ctx, Pgx(holder), "h"); err != nil { // bell 0
+		t.Fatal(err)
+	}
+	probe := func() int {
+		t.Helper()
+		k, ok, err := f.s.ProbeBell(ctx, f.db, "h")
+		if err != nil || !ok {
+			t.Fatalf("probe the bell: %d, %v, %v", k, ok, err)
+		}
+		return k
+	}
+	acquire := func(name string) int64 {
+		t.Helper()
+		r, err := f.s.Acquire(ctx, Pgx(holder), AcquireArgs{Name: name, Owner: "o-h", TTL: time.Minute, Client: "h", FairAfter: FairAfter})
+		if err != nil || !r.Acquired {
+			t.Fatalf("acquire %s: %+v, %v", name, r, err)
+		}
+		return r.Token
+	}
+
+	// Nobody waits: no ring.
+	token := acquire("alone")
+	if r, err := f.s.ReleaseAndRing(ctx, Pgx(holder), "alone", token, "h", 0); err != nil || !r.Released || r.Rang || r.Bell != 0 {
+		t.Fatalf("a release that woke nobody: %+v, %v; want released, no ring, bell 0", r, err)
+	}
+	if k := probe(); k != 0 {
+		t.Fatalf("bell %d held after a release that woke nobody, want 0", k)
+	}
+
+	// A live waiter: the release wakes it and rings, before its commit.
+	// (A dead one queued ahead of it makes its attempt read the name, as
+	// any attempt but the first path does, rather than only insert.)
+	token = acquire("n")
+	f.register("n", "dead", 2*time.Second)
+	f.register("n", "w1", time.Second)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	r, err := f.s.ReleaseAndRing(ctx, Pgx(tx), "n", token, "h", 0)
+	if err != nil || !r.Released || !r.WokeFirst || !r.Rang || r.Bell != 1 {
+		t.Fatalf("a release that woke the first waiter: %+v, %v; want it rang, bell 1", r, err)
+	}
+	if k := probe(); k != 1 {
+		t.Fatalf("bell %d held after the ring, before the commit; want 1", k)
+	}
+	w := f.conns["w1"]
+	got := make(chan AcquireResult, 1)
+	go func() {
+		r, err := f.s.Acquire(ctx, Pgx(w), AcquireArgs{Name: "n", Owner: "o-w1", TTL: time.Minute, Client: "w1",
+			Queued: true, QueueTTL: time.Hour, FairAfter: FairAfter})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	pid := w.PgConn().PID()
+	pgtest.WaitFor(t, 10*time.Second, "the woken waiter's attempt to wait for the release's commit", func() bool {
+		return pgtest.Value[bool](t, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE "pid" = $1 AND NOT "granted")`, pid)
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := pgtest.Receive(t, got, "the woken waiter's attempt"); !r.Acquired {
+		t.Fatalf("the woken waiter's attempt after the release committed: %+v, want acquired", r)
+	}
+}

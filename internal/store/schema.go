@@ -23,7 +23,7 @@ func (s *Store) DDL() string {
 	b.WriteString(s.Q.RefuseNewer + ";\n\n")
 	for _, st := range []string{s.Q.CreateSequence, s.Q.SeedSequence, s.Q.CreateTable, s.Q.UpgradeTable, s.Q.CreateSemaphoreIndex,
 		s.Q.CreateWaiters, s.Q.UpgradeWaiters, s.Q.CreateIncarnation, s.Q.CreateIncarnationFunction,
-		s.Q.CreateAcquire, s.Q.CreateRelease, s.Q.CreateAcquireShared, s.Q.CreateAcquireCompat, s.Q.CreateAcquireSharedCompat,
+		s.Q.CreateAcquire, s.Q.CreateRelease, s.Q.CreateReleaseCompat, s.Q.CreateAcquireShared, s.Q.CreateAcquireCompat, s.Q.CreateAcquireSharedCompat,
 		s.Q.CreateFence, s.Q.CreateFenceTrigger, s.Q.BackfillKind} {
 		b.WriteString(st + ";\n\n")
 	}
@@ -352,7 +352,7 @@ func (s *Store) functionsIn(schema string) []string {
 	n := s.Names
 	n.Schema = schema
 	q := Build(n)
-	return []string{q.CreateIncarnation, q.CreateIncarnationFunction, q.CreateAcquire, q.CreateRelease, q.CreateAcquireShared,
+	return []string{q.CreateIncarnation, q.CreateIncarnationFunction, q.CreateAcquire, q.CreateRelease, q.CreateReleaseCompat, q.CreateAcquireShared,
 		q.CreateAcquireCompat, q.CreateAcquireSharedCompat, q.CreateFence, q.CreateFenceTrigger}
 }
 
@@ -388,7 +388,7 @@ func (s *Store) exists(ctx context.Context, q Querier) (ex existing, err error) 
 	acquireV9, sharedV9 := n.CompatProcedures()
 	err = q.Query(ctx, s.Q.TableExists, []any{n.QualifiedTable(), n.QualifiedSeq(), n.QuotedSchema(), n.QualifiedWaiters(),
 		n.AcquireProcedure(), n.ReleaseProcedure(), n.SharedProcedure(), n.FenceProcedure(),
-		n.QualifiedIncarnation(), n.IncarnationProcedure(), acquireV9, sharedV9},
+		n.QualifiedIncarnation(), n.IncarnationProcedure(), acquireV9, sharedV9, n.ReleaseCompatProcedure()},
 		func(r Row) error { return r.Scan(&ex.table, &ex.seq, &ex.schema, &ex.waiters, &ex.funcsMissing) })
 	return ex, err
 }

@@ -60,9 +60,10 @@ SELECT l."pid", pg_terminate_backend(l."pid")
 -- wakes the first waiter rings by taking the next bell and freeing the
 -- one held, which grants the shared waits of the waiters' watchers
 -- (AwaitBell) blocked on it, and no other backend. $1 namespace, $2
--- client id, $3 the bell held, $4 the next.
-SELECT pg_advisory_lock({{bell_key($1::text, $2::text, $4::int)}}),
-       pg_advisory_unlock({{bell_key($1::text, $2::text, $3::int)}})
+-- client id, $3 the bell held (the next is the one after it, modulo
+-- Bells). A release on the session rings in its own statement instead
+-- (see CreateRelease).
+SELECT {{ring($1::text, $2::text, $3::int)}}
 
 -- name: ProbeBell
 -- The bells client $2 holds now (see held_bells in macros.go). $1

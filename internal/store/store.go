@@ -27,8 +27,16 @@ var sessionSQL string
 // version 8 shared leases, version 9 the fence against earlier releases'
 // acquisitions, version 10 the kind and weight of a row (quotas), version
 // 11 the client of a shared holder in a refusal, whose doorbell its
-// release rings: see UpgradeTable and CreateAcquire.)
-const SchemaVersion = 11
+// release rings, version 12 a release that rings the doorbell itself and a
+// queued waiter's first path: see UpgradeTable, CreateAcquire and
+// CreateRelease.)
+const SchemaVersion = 12
+
+// FencedBefore is the oldest schema version whose clients' own
+// statements the fence lets write (see CreateFence): version 12 changed
+// no rule of what an acquisition writes, so the clients of version 11
+// keep acquiring sets through a rolling upgrade to it.
+const FencedBefore = 11
 
 // DefaultTable is the lease table used when none is configured.
 const DefaultTable = "pglease_leases"
@@ -153,6 +161,13 @@ func (n Names) CompatProcedures() (acquire, shared string) {
 	return n.qualified(n.AcquireFunc) + acquireParamsV9.types(), n.qualified(n.SharedFunc) + sharedParamsV9.types()
 }
 
+// ReleaseCompatProcedure is the release function by the signature of
+// schema versions 6 to 11 (CreateReleaseCompat) as to_regprocedure reads
+// it.
+func (n Names) ReleaseCompatProcedure() string {
+	return n.qualified(n.ReleaseFunc) + releaseParamsV11.types()
+}
+
 // FenceProcedure is the fence's trigger function as to_regprocedure reads
 // it.
 func (n Names) FenceProcedure() string { return n.qualified(n.FenceFunc) + "()" }
@@ -190,6 +205,7 @@ type Queries struct {
 	CreateFence, CreateFenceTrigger                              string
 	CreateIncarnation, CreateIncarnationFunction                 string
 	CreateAcquireCompat, CreateAcquireSharedCompat               string
+	CreateReleaseCompat                                          string
 	BackfillKind                                                 string
 	Acquire, Renew, Release, Guard                               string
 	Get, List, ForceRelease, Cleanup, Listen                     string
@@ -231,6 +247,7 @@ func render(n Names) func(name string) string {
 		"{{acquire_shared_fn}}", n.qualified(n.SharedFunc),
 		"{{fence_fn}}", n.qualified(n.FenceFunc),
 		"{{version}}", strconv.Itoa(SchemaVersion),
+		"{{fence_writers}}", fenceWriters(), "{{fence_since}}", strconv.Itoa(FencedBefore),
 		"{{schema}}", quote(n.Schema),
 		"{{channel}}", quote(n.Channel),
 		"{{server}}", n.qualified(n.IncarnationFunc)+"()",
@@ -286,8 +303,9 @@ func Build(n Names) Queries {
 		CreateFence: get("CreateFence"), CreateFenceTrigger: get("CreateFenceTrigger"),
 		CreateIncarnation: get("CreateIncarnation"), CreateIncarnationFunction: get("CreateIncarnationFunction"),
 		CreateAcquireCompat: get("CreateAcquireCompat"), CreateAcquireSharedCompat: get("CreateAcquireSharedCompat"),
-		BackfillKind: get("BackfillKind"),
-		Acquire:      get("Acquire"), Renew: get("Renew"),
+		CreateReleaseCompat: get("CreateReleaseCompat"),
+		BackfillKind:        get("BackfillKind"),
+		Acquire:             get("Acquire"), Renew: get("Renew"),
 		Release: get("Release"), Guard: get("Guard"), Get: get("Get"), List: get("List"),
 		ForceRelease: get("ForceRelease"), Cleanup: get("Cleanup"), Listen: get("Listen"),
 		Orphans:          get("Orphans"),
@@ -342,4 +360,14 @@ func parse(src string) map[string]string {
 	}
 	flush()
 	return out
+}
+
+// fenceWriters is the versions the fence lets write, from FencedBefore to
+// SchemaVersion, as a list of SQL text literals: '11', '12'.
+func fenceWriters() string {
+	var vs []string
+	for v := FencedBefore; v <= SchemaVersion; v++ {
+		vs = append(vs, "'"+strconv.Itoa(v)+"'")
+	}
+	return strings.Join(vs, ", ")
 }
