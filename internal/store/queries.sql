@@ -507,6 +507,22 @@ coalesce(to_jsonb({{.row}}) ->> 'kind',
               WHEN to_jsonb({{.row}}) ->> 'slots' = '0' THEN 'shared'
               ELSE 'semaphore' END)
 
+-- name: NewPlainRow
+-- Not a statement: the first path of CreateAcquire (functions.sql),
+-- spliced in for {{new_plain_row}}: the INSERT of a plain lease's new row
+-- for the function's parameters, whose SELECT its two forms (unqueued,
+-- queued) complete with their own FROM and WHERE.
+INSERT INTO {{table}} AS l
+    ("name", "owner", "token", "acquired_at", "renewed_at", "expires_at",
+     "hold_until", "ttl", "session_pid", "session_server", "metadata")
+SELECT p_name, p_owner, nextval('{{seq}}'), now(), now(),
+       now() + p_ttl_ms * interval '1 millisecond',
+       now() + p_hold_ms * interval '1 millisecond',
+       p_ttl_ms * interval '1 millisecond',
+       CASE WHEN p_session THEN pg_backend_pid() END,
+       CASE WHEN p_session THEN {{server}} END,
+       p_metadata || jsonb_build_object('client', p_client)
+
 -- name: Record
 -- Not a statement: the select list of a lease row as Get, List and
 -- ForceRelease return it (scanRecord reads it), spliced in for {{record}}.

@@ -219,10 +219,11 @@ func TestReleaseWakesThePromisedWaiterAgain(t *testing.T) {
 // A release on the session that holds the client's doorbell rings it in
 // the same statement when it wakes the first waiter (schema version 12),
 // and not when it wakes nobody; the attempt of the waiter that the ring
-// woke waits for the release's commit (the release holds the name's lock
-// first), so it never reads the row as still held: it acquires once the
-// release commits. (Without that lock it read the row as held, and was
-// refused.)
+// woke waits for the release's commit (the release rings only once it
+// holds the name's lock), so it never reads the row as still held: it
+// acquires once the release commits. (Ringing without that lock, the
+// attempt read the row as held, and was refused.) While an acquisition
+// holds the name's lock, the release rings nothing.
 func TestAReleaseOnTheSessionRingsTheBell(t *testing.T) {
 	f := newQueueFixture(t, "w1")
 	ctx := f.ctx
@@ -293,5 +294,30 @@ func TestAReleaseOnTheSessionRingsTheBell(t *testing.T) {
 	}
 	if r := pgtest.Receive(t, got, "the woken waiter's attempt"); !r.Acquired {
 		t.Fatalf("the woken waiter's attempt after the release committed: %+v, want acquired", r)
+	}
+
+	// An acquisition of the name holds its lock: the release does not
+	// wait for it (it holds the row's lock), and rings nothing; its client
+	// rings after the reply.
+	token = acquire("busy")
+	f.register("busy", "w1", time.Second)
+	other, err := pgtest.Pool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(ctx) }()
+	ns, err := f.s.LockNamespace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1::text || $2::text), hashtext($2::text || $1::text))`, ns, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	r, err = f.s.ReleaseAndRing(ctx, Pgx(holder), "busy", token, "h", 1)
+	if err != nil || !r.Released || !r.WokeFirst || r.Rang || r.Bell != 1 {
+		t.Fatalf("a release while an acquisition holds the name's lock: %+v, %v; want it woke the first waiter, no ring, bell 1", r, err)
+	}
+	if k := probe(); k != 1 {
+		t.Fatalf("bell %d held after a release that rang nothing, want 1", k)
 	}
 }

@@ -223,7 +223,7 @@ type Queries struct {
 // fragments are the parts of statements that queries.sql names like
 // statements and other statements splice in, by placeholder.
 // (Those that take arguments are macros: see fragmentMacros.)
-var fragments = map[string]string{"Record": "{{record}}", "First": "{{first}}", "Durable": "{{durable}}"}
+var fragments = map[string]string{"Record": "{{record}}", "First": "{{first}}", "Durable": "{{durable}}", "NewPlainRow": "{{new_plain_row}}"}
 
 // render returns a function that renders one statement of the embedded
 // files (queries.sql, functions.sql, session.sql) for the given names.
