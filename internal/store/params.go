@@ -169,7 +169,8 @@ var releaseParams = signature[releaseCall]{
 
 // releaseParamsV11 is the release function's signature of schema versions
 // 6 to 11, which CreateReleaseCompat keeps for the clients of those
-// releases (TestCompatSignaturesAreVersion9s checks it).
+// releases (TestCompatSignaturesAreVersion9s checks it against version
+// 9's, which is the same).
 var releaseParamsV11 = releaseParams.without("p_client", "p_bell")
 
 // outParam is one result column of a function (an OUT parameter): its name,
@@ -281,10 +282,15 @@ var releaseColumnsV11 = releaseColumns.without("o_rang")
 
 // without is the result columns less those named names.
 func (cs outParams[R]) without(names ...string) outParams[R] {
-	var out outParams[R]
-	for _, c := range cs {
-		if !slices.Contains(names, c.name) {
-			out = append(out, c)
+	return dropNamed(cs, func(c outParam[R]) string { return c.name }, names)
+}
+
+// dropNamed is xs less the items whose name is among names, in order.
+func dropNamed[S ~[]T, T any](xs S, name func(T) string, names []string) S {
+	var out S
+	for _, x := range xs {
+		if !slices.Contains(names, name(x)) {
+			out = append(out, x)
 		}
 	}
 	return out
@@ -308,13 +314,7 @@ var (
 
 // without is the signature less the parameters named names.
 func (s signature[C]) without(names ...string) signature[C] {
-	var out signature[C]
-	for _, p := range s {
-		if !slices.Contains(names, p.name) {
-			out = append(out, p)
-		}
-	}
-	return out
+	return dropNamed(s, func(p param[C]) string { return p.name }, names)
 }
 
 // pass is the arguments of a call that passes a function's own

@@ -162,13 +162,14 @@ func TestSharedLeasesKeepTheirRules(t *testing.T) {
 }
 
 // The functions of the older signatures (CreateAcquireCompat,
-// CreateAcquireSharedCompat), which clients of versions 7 to 9 call during
-// a rolling upgrade, have exactly the parameters and result columns of
+// CreateAcquireSharedCompat, and CreateReleaseCompat, whose signature
+// versions 6 to 11 share), which clients of those versions call during a
+// rolling upgrade, have exactly the parameters and result columns of
 // those 703758e's DDL created for version 9.
 func TestCompatSignaturesAreVersion9s(t *testing.T) {
-	compat := func(s *Store) (out [2]string) {
+	compat := func(s *Store) (out [3]string) {
 		acquire, shared := s.Names.CompatProcedures()
-		for i, proc := range []string{acquire, shared} {
+		for i, proc := range []string{acquire, shared, s.Names.ReleaseCompatProcedure()} {
 			out[i] = pgtest.Value[string](t, `SELECT coalesce(pg_get_function_arguments(to_regprocedure($1)) || ' → ' ||
 				pg_get_function_result(to_regprocedure($1)), 'missing')`, proc)
 		}
@@ -177,7 +178,7 @@ func TestCompatSignaturesAreVersion9s(t *testing.T) {
 	s := newStore(t, pgtest.Schema(t)+".leases")
 	createV9Of703758e(t, s)
 	v9 := compat(s)
-	if v9[0] == "missing" || v9[1] == "missing" {
+	if v9[0] == "missing" || v9[1] == "missing" || v9[2] == "missing" {
 		t.Fatalf("703758e's table lacks a function of the older signatures: %q", v9)
 	}
 	fresh, _ := migrated(t)
