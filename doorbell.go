@@ -700,8 +700,10 @@ func (c *Client) ring(ctx context.Context, q store.Querier, st *sessState) error
 // functions.sql) and rings the bell when the release woke the first
 // waiter. On the dedicated session, which holds the bell, the release
 // rings it in the same statement (schema version 12: see CreateRelease),
-// a round trip before a ring of its own could; on a pool connection, or
-// for a shared lease, the bell rings after the reply, in the background on
+// a round trip before a ring of its own could; on a pool connection, for
+// a shared lease, or while an acquisition of the name holds its lock (the
+// release takes it without waiting, to ring), the bell rings after the
+// reply, in the background on
 // the session (ringBell): before this client's next statement there, so
 // that the first waiter, not the releasing client taking the name again at
 // once, has the next turn (docs/BENCHMARKS.md, S2). A release that woke
@@ -718,7 +720,7 @@ func (c *Client) release(ctx context.Context, name string, token int64) error {
 		}
 		switch {
 		case err != nil:
-		case rel.Rang:
+		case rel.Rang: // rung by the release itself
 		case rel.WokeFirst:
 			c.ringBell()
 		case rel.Unannounced:

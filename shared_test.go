@@ -592,10 +592,26 @@ func TestAPollingWriterLeavesWhenItGivesUp(t *testing.T) {
 // A writer refused by shared holders before its dedicated session is up
 // registers no polling waiter (live while fresh, whether its client lives
 // or not): it queues once its session is, and then counts only while that
-// session does. (A polling registration written in that window by a client
-// killed just after held every shared acquisition of the name back for the
-// queue's TTL, 16 s: the combination test's seed 519267.)
+// session does. So does a quota's wait refused for want of units. (A
+// polling registration written in that window by a client killed just
+// after held every shared acquisition of the name back for the queue's
+// TTL, 16 s: the combination test's seed 519267.)
 func TestAWriterWhoseSessionIsComingUpDoesNotPoll(t *testing.T) {
+	ttl := WithTTL(time.Minute)
+	t.Run("exclusive behind shared holders", func(t *testing.T) {
+		comingUpDoesNotPoll(t, []Option{WithShared()}, nil, []Option{WithShared()})
+	})
+	t.Run("quota", func(t *testing.T) {
+		comingUpDoesNotPoll(t, []Option{WithQuota(4, 3), ttl}, []Option{WithQuota(4, 2), ttl}, []Option{WithQuota(4, 1), ttl})
+	})
+}
+
+// comingUpDoesNotPoll runs TestAWriterWhoseSessionIsComingUpDoesNotPoll:
+// a holder takes "config" with hold; a waiter with the options wait is
+// refused while its session is held off; a TryAcquire with other by the
+// holder's client is granted then, and refused behind the waiter once it
+// queued.
+func comingUpDoesNotPoll(t *testing.T, hold, wait, other []Option) {
 	ctx := testCtx(t)
 	r := testClient(t, Config{Owner: "reader"})
 	contended := make(chan struct{}, 1)
@@ -607,7 +623,7 @@ func TestAWriterWhoseSessionIsComingUpDoesNotPoll(t *testing.T) {
 			}
 		}
 	})})
-	held, err := r.Acquire(ctx, "config", WithShared())
+	held, err := r.Acquire(ctx, "config", hold...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -624,7 +640,7 @@ func TestAWriterWhoseSessionIsComingUpDoesNotPoll(t *testing.T) {
 	t.Cleanup(up)
 	got := make(chan error, 1)
 	go func() {
-		l, err := w.Acquire(ctx, "config")
+		l, err := w.Acquire(ctx, "config", wait...)
 		if err == nil {
 			err = l.Release(ctx)
 		}
@@ -639,9 +655,9 @@ func TestAWriterWhoseSessionIsComingUpDoesNotPoll(t *testing.T) {
 	if n, polling := registered(); n != 0 {
 		t.Fatalf("the writer registered (polling %v) while its session was still coming up", polling)
 	}
-	second, err := r.TryAcquire(ctx, "config", WithShared())
+	second, err := r.TryAcquire(ctx, "config", other...)
 	if err != nil {
-		t.Fatalf("a shared TryAcquire while the writer's session comes up: %v, want granted", err)
+		t.Fatalf("a TryAcquire while the writer's session comes up: %v, want granted", err)
 	}
 	_ = second.Release(ctx)
 	up()
@@ -650,8 +666,8 @@ func TestAWriterWhoseSessionIsComingUpDoesNotPoll(t *testing.T) {
 		return n == 1 && !polling
 	})
 	var he *HeldError
-	if _, err := r.TryAcquire(ctx, "config", WithShared()); !errors.As(err, &he) || he.Queued != 1 {
-		t.Fatalf("a shared TryAcquire behind the queued writer: %v, want refused with 1 queued ahead", err)
+	if _, err := r.TryAcquire(ctx, "config", other...); !errors.As(err, &he) || he.Queued != 1 {
+		t.Fatalf("a TryAcquire behind the queued writer: %v, want refused with 1 queued ahead", err)
 	}
 	_ = held.Release(ctx)
 	if err := pgtest.Receive(t, got, "the writer's lease"); err != nil {

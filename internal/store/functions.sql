@@ -457,7 +457,6 @@ DECLARE
     v_acquired_at timestamptz;
     v_waiters boolean;
     v_shared text;
-    v_ok boolean;
 BEGIN
     o_released := 0;
     o_notified := 0;
@@ -567,7 +566,7 @@ CREATE OR REPLACE FUNCTION {{release_fn}}(
 {{release_v11_result}})
 LANGUAGE plpgsql VOLATILE {{fn_options}}AS $pglease$
 BEGIN
-    SELECT a.o_released, a.o_notified, a.o_nowait INTO o_released, o_notified, o_nowait
+    SELECT {{release_v11_select}} INTO {{release_v11_into}}
       FROM {{release_fn}}({{release_v11_pass}}, p_client => '', p_bell => -1) AS a;
 END
 $pglease$

@@ -404,6 +404,7 @@ var signatures = []string{
 	"{{release_result}}", releaseColumns.decl(),
 	"{{release_v11_params}}", releaseParamsV11.decl(), "{{release_v11_pass}}", releaseParamsV11.pass(),
 	"{{release_v11_result}}", releaseColumnsV11.decl(),
+	"{{release_v11_select}}", first(releaseColumnsV11.compatSelect()), "{{release_v11_into}}", second(releaseColumnsV11.compatSelect()),
 	"{{acquire_v9_params}}", acquireParamsV9.decl(), "{{acquire_v9_result}}", acquireColumnsV9.decl(),
 	"{{acquire_v9_pass}}", acquireParamsV9.pass(),
 	"{{acquire_v9_select}}", first(acquireColumnsV9.compatSelect()), "{{acquire_v9_into}}", second(acquireColumnsV9.compatSelect()),
