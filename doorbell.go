@@ -734,7 +734,7 @@ func (c *Client) release(ctx context.Context, name string, token int64) error {
 // name that woke nobody (store.ReleaseResult.Unannounced): the name's
 // first waiter, woken already in its turn, looks again by itself and may
 // take the name, and the waiters behind it that watch this client's bell
-// (behind a fast-failover holder: see refusedOne) would otherwise go on
+// (when they found nobody directly ahead: see refusedOne) would otherwise go on
 // watching a client that no longer holds the name, deaf to the hand-offs
 // after it until their fallback poll. Not when this client took the name
 // again meanwhile (a burst: it still holds it, and its rings stay theirs):

@@ -255,9 +255,9 @@ type roundResult struct {
 	// the attempt was a queued one.
 	refused, queued bool
 	bellOf          string
-	// lookAhead: the wait is queued behind others of a fast-failover
-	// holder, whose client bellOf names: it watches the bell of the waiter
-	// directly ahead instead, once lookAhead found it (ahead).
+	// lookAhead: the wait is queued behind others of a holder whose
+	// client bellOf names: it watches the bell of the waiter directly
+	// ahead instead, once lookAhead found it (ahead).
 	lookAhead, ahead bool
 }
 
@@ -345,7 +345,8 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult, exclusive bool) {
 		}
 		r.note(queuedError(res), wait)
 		r.behind = true
-		if res.HolderInSession && res.HolderWatchable && exclusive {
+		watchSession := res.HolderInSession && res.HolderWatchable && exclusive
+		if watchSession {
 			// Every exclusive waiter watches a fast-failover holder's
 			// session, not only the first: the first may die with it (a
 			// process, a pod or a node running both, or a client of a
@@ -353,24 +354,27 @@ func (a *acquisition) refusedOne(rep reply, r *roundResult, exclusive bool) {
 			// nothing else would wake the waiters behind before their
 			// poll.
 			r.inSession = append(r.inSession, heldBy{res.name, res.HolderSession})
-			if rep.queued && res.OtherClient != "" && res.OtherClient != a.c.id {
-				// A doorbell serves as well, on the wait's own dedicated
-				// session: the bell of the waiter directly ahead (see
-				// lookAhead), which rings as that wait gives up and is
-				// freed as its session ends (the holder's, should this
-				// wait be second, dying with it) and, once that waiter
-				// holds the name, rings at its release. Only it, not
-				// every wait, is woken at a hand-off. Failing that, the
-				// holder's bell. It listens for nothing, so it also looks
-				// at the holder's expiry: a waiter ahead of it may take
-				// the name over then (the holder paused), and this wait
-				// must then look at the new holder's expiry.
-				r.bellOf = res.OtherClient
-				// (Only a wait that watches bells looks for the waiter
-				// ahead: a quota's, listed, listens.)
-				r.lookAhead = a.w != nil && a.w.mode == queues
-				r.note(queuedError(res), res.OtherRemaining)
-			}
+		}
+		if exclusive && rep.queued && (watchSession || !holderGone(res)) &&
+			res.OtherClient != "" && res.OtherClient != a.c.id {
+			// A doorbell serves, on the wait's own dedicated session: the
+			// bell of the waiter directly ahead (see lookAhead), which
+			// rings as that wait gives up and is freed as its session ends
+			// (the holder's, should this wait be second, dying with it)
+			// and, once that waiter holds the name, rings at its release.
+			// Only it, not every wait, is woken at a hand-off, and no
+			// waiting client listens: a NOTIFY signals every listening
+			// backend of the database (S3 with 8 separate clients, issue
+			// 43's seventh stop). Failing that, the holder's bell. It
+			// listens for nothing, so it also looks at the holder's
+			// expiry: a waiter ahead of it may take the name over then
+			// (the holder paused, or died), and this wait must then look
+			// at the new holder's expiry.
+			r.bellOf = res.OtherClient
+			// (Only a wait that watches bells looks for the waiter ahead:
+			// a quota's, listed, listens.)
+			r.lookAhead = a.w != nil && a.w.mode == queues
+			r.note(queuedError(res), res.OtherRemaining)
 		}
 		return
 	}

@@ -122,13 +122,14 @@ func (c *Client) leaveAcquired(w *waker, name string, dequeued bool, then func()
 }
 
 // lookAhead finds the waiter directly ahead of a wait queued behind others
-// of a fast-failover holder (r.lookAhead), whose bell the wait watches
-// instead of the holder's: a queue in which each waiter watches the one
-// before it (as in a CLH lock), so that a release wakes the first waiter
-// alone, and a hand-off costs the same however many wait behind. (Watching
-// the holder's bell, every wait woke at each ring, looked again and
-// watched the new holder: 31 statements a hand-off with ten clients on one
-// name, against 4 for listening waits; docs/BENCHMARKS.md.) A wait that
+// (r.lookAhead), whose bell the wait watches instead of the holder's: a
+// queue in which each waiter watches the one before it (as in a CLH lock),
+// so that a release wakes the first waiter alone, and a hand-off costs the
+// same however many wait behind. (Watching the holder's bell, every wait
+// woke at each ring, looked again and watched the new holder: 31
+// statements a hand-off with ten clients on one name; listening instead,
+// each hand-off signalled every waiting client's session, as a NOTIFY
+// signals every listening backend of the database; docs/BENCHMARKS.md.) A wait that
 // watches the waiter ahead already, whose bell did not ring since the
 // round began (since), keeps it without a statement. When none is found,
 // the waiters ahead left since the round (the first took the name, most
