@@ -212,8 +212,9 @@
 // requests share one connection: its dedicated session, opened with its
 // first acquisition (or wait, or renewal), named "pglease <owner>" in
 // pg_stat_activity. A waiting client blocks there on the holder's doorbell
-// (behind others in the queue, the doorbell of the waiter directly ahead;
-// or the holder's session, should a doorbell fail) while
+// (behind others in the queue, the doorbell of the waiter directly ahead,
+// for a fast-failover name or a client's only wait; or the holder's
+// session, should a doorbell fail) while
 // the session has nothing else to do; its own statements interrupt that
 // wait with a cancel request, which takes no connection slot. A client
 // takes more connections only for a second holder it waits on at once, or a

@@ -383,6 +383,72 @@ func TestAHandOffWakesOnlyTheNextWaiter(t *testing.T) {
 	}
 }
 
+// A client that waits for several plain names, behind the same client on
+// each, does not watch that client's bell for them: a bell is a client's,
+// and its ring woke every wait of the watcher, each of which looked again.
+// Its waits behind listen, and a hand-off of one name wakes its wait alone.
+// Watching the waiter ahead for all of them (a8cea2b), the release of one
+// name woke the four waits: ten clients each waiting for the same hundred
+// names took 105 statements a hand-off instead of 0.8 (CAP).
+func TestAClientWaitingForManyNamesBehindAnotherListens(t *testing.T) {
+	ctx := testCtx(t)
+	cs := ffClients(t, 3)
+	h, first, second := cs[0], cs[1], cs[2]
+	for _, c := range cs {
+		c.wake.watchTimeout = time.Minute // no watch's poll within the test's patience
+	}
+	names := []string{"m0", "m1", "m2", "m3"}
+	held := make([]*Lease, len(names))
+	for i, n := range names {
+		l, err := h.Acquire(ctx, n, WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = l
+	}
+	firsts := make([]<-chan outcome, len(names))
+	seconds := make([]<-chan outcome, len(names))
+	for i, n := range names {
+		firsts[i] = waitFor(ctx, first, n, WithTTL(time.Minute))
+		waitQueued(t, h, first, n)
+	}
+	for i, n := range names {
+		seconds[i] = waitFor(ctx, second, n, WithTTL(time.Minute))
+		waitQueued(t, h, second, n)
+	}
+	pgtest.WaitFor(t, patience, "the second client's waits to listen or watch a bell", func() bool {
+		return listening(second) || anyBellArmed(second) && belled(second)
+	})
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := receiveLease(t, firsts[0], "the first client to take m0")
+	var attempts atomic.Int64
+	hook := func(client, _ string) {
+		if client == second.id {
+			attempts.Add(1)
+		}
+	}
+	testHookAttempt.Store(&hook)
+	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := receiveLease(t, seconds[0], "the second client to take m0")
+	if got := attempts.Load(); got > 2 {
+		t.Errorf("the second client made %d attempts for one hand-off of m0, want 1 (at most 2): the release woke its waits for the other names", got)
+	}
+	_ = l2.Release(ctx)
+	for _, l := range held[1:] {
+		_ = l.Release(ctx)
+	}
+	for _, ch := range append(firsts[1:], seconds[1:]...) {
+		if o := pgtest.Receive(t, ch, "a wait to end"); o.l != nil {
+			_ = o.l.Release(ctx)
+		}
+	}
+}
+
 // A wait behind another watches the bell of the waiter ahead, which rings
 // as that waiter gives up: the wait then finds itself first, and watches
 // the holder's bell, with no release and no poll.

@@ -103,6 +103,15 @@ func (h *hub) notifyTimed(name string) {
 	}
 }
 
+// only reports whether name is the only name anything of the client
+// (a wait, an observer) subscribes to.
+func (h *hub) only(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.subs[name]
+	return ok && len(h.subs) == 1
+}
+
 // notifyAll wakes every subscriber: notifications may have been missed.
 func (h *hub) notifyAll() {
 	h.mu.Lock()
