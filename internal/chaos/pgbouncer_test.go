@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglease/pglease/internal/freeport"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
@@ -45,12 +46,10 @@ func startPgBouncer(t *testing.T, dsn string) string {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lport, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	lport := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	users := filepath.Join(dir, "users.txt")
 	if err := os.WriteFile(users, []byte(`"postgres" ""`+"\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglease/pglease/internal/freeport"
 	"github.com/pglease/pglease/internal/pgcluster"
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -171,21 +171,12 @@ func (n *Node) DSN() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", n.pgPort)
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 func (c *Cluster) startEtcd() error {
-	client, err := freePort()
+	client, err := freeport.Pick()
 	if err != nil {
 		return err
 	}
-	peer, err := freePort()
+	peer, err := freeport.Pick()
 	if err != nil {
 		return err
 	}
@@ -230,8 +221,8 @@ func (c *Cluster) startEtcd() error {
 func (c *Cluster) newNode(name string) (*Node, error) {
 	n := &Node{Name: name, c: c, dir: filepath.Join(c.root, name)}
 	var err1, err2 error
-	n.pgPort, err1 = freePort()
-	n.apiPort, err2 = freePort()
+	n.pgPort, err1 = freeport.Pick()
+	n.apiPort, err2 = freeport.Pick()
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
 	}

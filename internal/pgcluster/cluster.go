@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pglease/pglease/internal/freeport"
 )
 
 // Options configures Start.
@@ -142,7 +143,7 @@ func Start(ctx context.Context, opt Options) (_ *Cluster, err error) {
 	for attempt := 1; ; attempt++ {
 		c.port = opt.Port
 		if c.port == 0 {
-			if c.port, err = freePort(); err != nil {
+			if c.port, err = freeport.Pick(); err != nil {
 				return nil, err
 			}
 		}
@@ -204,15 +205,6 @@ func (c *Cluster) writeConf() error {
 		return err
 	}
 	return c.user.chown(path)
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pglease: pick free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func fileSize(path string) int64 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pglease/pglease/internal/freeport"
 )
 
 // StandbyOptions configures AddStandby.
@@ -92,7 +93,7 @@ func (c *Cluster) AddStandby(ctx context.Context, opt StandbyOptions) (_ *Cluste
 	}
 	s.settings["primary_conninfo"] = conninfo
 	s.settings["hot_standby"] = "on"
-	if s.port, err = freePort(); err != nil {
+	if s.port, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
 	if err := s.writeConf(); err != nil {
