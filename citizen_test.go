@@ -459,14 +459,7 @@ func TestAWaitOnADoorbellArmsItsWatchAtMostOncePerWatchTimeout(t *testing.T) {
 				pgtest.WaitFor(t, patience, "the first waiter's session to hold its bell", func() bool { return belled(f) })
 				watched = f.id
 			}
-			var attempts atomic.Int64
-			hook := func(client, name string) {
-				if client == w.id {
-					attempts.Add(1)
-				}
-			}
-			testHookAttempt.Store(&hook)
-			t.Cleanup(func() { testHookAttempt.Store(nil) })
+			attempts := countAttemptsOf(t, w)
 			timeouts := countWatchTimeouts(t, "bell")
 			wctx, cancel := context.WithCancel(ctx)
 			got := waitFor(wctx, w, "citizen")
@@ -504,14 +497,8 @@ func TestAWaitOnADoorbellLooksAtTheExpiryWithoutInterruptingItsWatch(t *testing.
 	}
 	defer l.Release(ctx)
 	pgtest.WaitFor(t, patience, "the holder's session to hold its bell", func() bool { return belled(h) })
-	var attempts, interrupts atomic.Int64
-	attempt := func(client, name string) {
-		if client == w.id {
-			attempts.Add(1)
-		}
-	}
-	testHookAttempt.Store(&attempt)
-	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	attempts := countAttemptsOf(t, w)
+	var interrupts atomic.Int64
 	interrupt := func(client string) {
 		if client == w.id {
 			interrupts.Add(1)

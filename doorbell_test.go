@@ -423,14 +423,7 @@ func TestAClientWaitingForManyNamesBehindAnotherListens(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := receiveLease(t, firsts[0], "the first client to take m0")
-	var attempts atomic.Int64
-	hook := func(client, _ string) {
-		if client == second.id {
-			attempts.Add(1)
-		}
-	}
-	testHookAttempt.Store(&hook)
-	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	attempts := countAttemptsOf(t, second)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,20 @@ func countAttempts(t *testing.T) *atomic.Int64 {
 	return &n
 }
 
+// countAttemptsOf counts the acquisition statements of client c alone
+// until the test ends.
+func countAttemptsOf(t *testing.T, c *Client) *atomic.Int64 {
+	var n atomic.Int64
+	hook := func(client, _ string) {
+		if client == c.id {
+			n.Add(1)
+		}
+	}
+	testHookAttempt.Store(&hook)
+	t.Cleanup(func() { testHookAttempt.Store(nil) })
+	return &n
+}
+
 // queued reports how many clients are registered in the queue of name.
 func queued(t testing.TB, c *Client, name string) int {
 	return pgtest.Value[int](t, `SELECT count(*) FROM `+c.st.Names.QualifiedWaiters()+` WHERE "name" = $1`, name)
