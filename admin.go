@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"errors"
 
 	"github.com/pglease/pglease/internal/adminhook"
 	"github.com/pglease/pglease/internal/store"
@@ -15,6 +16,7 @@ func init() {
 	adminhook.Set(adminhook.Ops[*Client, Info]{
 		DDL:          schemaDDL,
 		Migrate:      (*Client).migrate,
+		TableExists:  (*Client).tableExists,
 		List:         (*Client).list,
 		Waiters:      (*Client).waiters,
 		ForceRelease: (*Client).forceRelease,
@@ -40,7 +42,13 @@ func (c *Client) migrate(ctx context.Context) error {
 	c.schema.mu.Lock()
 	defer c.schema.mu.Unlock()
 	if err := c.st.EnsureSchema(ctx, c.db); err != nil {
-		return opError("create the lease table "+c.st.Names.QualifiedTable(), err)
+		// The step that failed names itself: a check of a table that
+		// exists is not its creation.
+		op := "migrate the lease table " + c.st.Names.QualifiedTable()
+		if st := (*store.StepError)(nil); errors.As(err, &st) {
+			op, err = st.Action, st.Err
+		}
+		return opError(op, err)
 	}
 	if c.schema.lostTable {
 		c.cfg.Logger.WarnContext(ctx, "pglease: the lease table had disappeared (dropped, or lost in a failover or a restore) and was migrated again, created anew if no other client had done so first;"+
@@ -48,6 +56,25 @@ func (c *Client) migrate(ctx context.Context) error {
 	}
 	c.schema.ready, c.schema.lostTable = true, false
 	return nil
+}
+
+// tableExists reports whether the lease table exists, reading the catalog
+// each time (readable remembers a first success); a table that exists but
+// is not one pglease can read (of another shape, or of a newer version)
+// is an error.
+func (c *Client) tableExists(ctx context.Context) (bool, error) {
+	if err := c.life.checkOpen(); err != nil {
+		return false, err
+	}
+	var exists bool
+	err := c.retry(ctx, func() (err error) {
+		exists, err = c.st.CheckReadable(ctx, c.db)
+		return err
+	})
+	if err != nil {
+		return false, opError("check the lease table "+c.st.Names.QualifiedTable(), err)
+	}
+	return exists, nil
 }
 
 // list reads every lease row, held or expired, ordered by name.

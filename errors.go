@@ -292,7 +292,7 @@ func opError(op string, err error) error {
 	hint := ""
 	switch store.Classify(err) {
 	case store.KindPrivilege:
-		hint = " (the role lacks a privilege on the lease table or its sequence: grant it, or have a role that owns them create the table; see docs/OPERATIONS.md)"
+		hint = privilegeHint(err)
 	case store.KindMissing:
 		hint = " (the lease table or its schema does not exist: it was never created, or was dropped, or lost in a failover or a restore; create it with admin.Migrate, which a client does before its first acquisition, and again before the next one once it found the table lost, unless Config.DisableAutoMigrate is set)"
 	case store.KindAuth:
@@ -307,6 +307,32 @@ func opError(op string, err error) error {
 		}
 	}
 	return errorf("%s: %w%s", op, err, hint)
+}
+
+// privilegeHint says which privilege on which object the role lacks, as
+// the server names the object, and what to grant: docs/OPERATIONS.md
+// lists the grants.
+func privilegeHint(err error) string {
+	kind, name := store.DeniedObject(err)
+	var what string
+	switch kind {
+	case "schema":
+		what = "the role lacks a privilege on the schema " + name + ", USAGE to use its objects or CREATE to create them" +
+			": grant USAGE to the role, and have a role that may create objects there create the lease table (admin.Migrate; the CLI's 'pglease migrate')"
+	case "database":
+		what = "the role lacks the privilege to create a schema in the database " + name +
+			" (CREATE on it): have a role that may create the lease table (admin.Migrate; the CLI's 'pglease migrate'), or create the schema first"
+	case "table", "relation", "view":
+		what = "the role lacks a privilege on the table " + name +
+			": grant it SELECT, INSERT, UPDATE and DELETE there (SELECT alone to only read)"
+	case "sequence":
+		what = "the role lacks a privilege on the token sequence " + name + ": grant it USAGE on the sequence"
+	case "function", "procedure":
+		what = "the role lacks the privilege to execute the function " + name + ": grant it EXECUTE (PostgreSQL grants it to PUBLIC unless default privileges revoke it)"
+	default:
+		what = "the role lacks a privilege the statement needs: grant it, or have a role that owns the lease table's objects run it"
+	}
+	return " (" + what + "; see docs/OPERATIONS.md, Privileges)"
 }
 
 // newStore returns the store of a table spec, or an *InvalidError of

@@ -44,6 +44,16 @@ func DDL(table string) (string, error) { return ops.DDL(table) }
 // those sessions and matches ctx's error.
 func Migrate(ctx context.Context, c *pglease.Client) error { return ops.Migrate(c, ctx) }
 
+// TableExists reports whether c's lease table exists in the database, so
+// that a tool can refuse to act on a table name nobody created (a typo)
+// rather than create it or read it as empty. It only reads the catalog
+// and the table's description, each time it is called; a table of that
+// name that pglease cannot use (of another shape, or made by a newer
+// version) is an error that says so.
+func TableExists(ctx context.Context, c *pglease.Client) (bool, error) {
+	return ops.TableExists(c, ctx)
+}
+
 // List returns every lease row of c's table, held or expired, ordered by
 // name. Like [pglease.Client.Get] it only reads and needs only SELECT on
 // the table; without the table it returns an empty slice. A row is held

@@ -41,6 +41,9 @@ func TestEveryFunctionActsOnItsClientsTable(t *testing.T) {
 	table := pgtest.Schema(t) + ".leases"
 	ops := open(t, table, "operator", true)
 
+	if ok, err := admin.TableExists(ctx, ops); ok || err != nil {
+		t.Fatalf("TableExists without a table: %v, %v; want false, nil", ok, err)
+	}
 	if infos, err := admin.List(ctx, ops); err != nil || len(infos) != 0 {
 		t.Fatalf("List without a table: %v, %v; want none, nil", infos, err)
 	}
@@ -61,6 +64,9 @@ func TestEveryFunctionActsOnItsClientsTable(t *testing.T) {
 	}
 	if !pgtest.RelationExists(t, table) {
 		t.Fatal("Migrate did not create the table")
+	}
+	if ok, err := admin.TableExists(ctx, ops); !ok || err != nil {
+		t.Fatalf("TableExists after Migrate: %v, %v; want true, nil", ok, err)
 	}
 
 	holder := open(t, table, "holder", true)

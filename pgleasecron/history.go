@@ -2,10 +2,12 @@ package pgleasecron
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -89,11 +91,12 @@ func history(ctx context.Context, pool *pgxpool.Pool, q queries, job string, lim
 	if ok, err := tablesExist(ctx, pool, q); err != nil || !ok {
 		return nil, err
 	}
+	what := fmt.Sprintf("read the runs of job %q in %s", job, q.runs)
 	rows, err := pool.Query(ctx, q.Runs, job, limit)
 	if err != nil {
-		return nil, fmt.Errorf("pgleasecron: read the runs of job %q: %w", job, err)
+		return nil, readError(what, q, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Run, error) {
+	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Run, error) {
 		var run Run
 		var started, ended *time.Time
 		err := r.Scan(&run.Job, &run.Tick, &run.Status, &run.Replica, &run.Token, &run.Attempt,
@@ -101,17 +104,32 @@ func history(ctx context.Context, pool *pgxpool.Pool, q queries, job string, lim
 		run.StartedAt, run.EndedAt = deref(started), deref(ended)
 		return run, err
 	})
+	return runs, readError(what, q, err)
+}
+
+// readError is err, the error of a read of the jobs tables (what it read),
+// with what to grant when the role lacks a privilege; nil stays nil.
+func readError(what string, q queries, err error) error {
+	if err == nil {
+		return nil
+	}
+	hint := ""
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+		hint = fmt.Sprintf(" (grant the role SELECT on %s and %s, and USAGE on their schema; see pglease's docs/OPERATIONS.md)", q.jobs, q.runs)
+	}
+	return fmt.Errorf("pgleasecron: %s: %w%s", what, err, hint)
 }
 
 func jobs(ctx context.Context, pool *pgxpool.Pool, q queries) ([]JobInfo, error) {
 	if ok, err := tablesExist(ctx, pool, q); err != nil || !ok {
 		return nil, err
 	}
+	what := fmt.Sprintf("read the jobs in %s and %s", q.jobs, q.runs)
 	rows, err := pool.Query(ctx, q.Jobs)
 	if err != nil {
-		return nil, fmt.Errorf("pgleasecron: read the jobs: %w", err)
+		return nil, readError(what, q, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobInfo, error) {
+	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobInfo, error) {
 		var j JobInfo
 		var run Run
 		var started, ended *time.Time
@@ -131,6 +149,7 @@ func jobs(ctx context.Context, pool *pgxpool.Pool, q queries) ([]JobInfo, error)
 		}
 		return j, nil
 	})
+	return infos, readError(what, q, err)
 }
 
 func deref(t *time.Time) time.Time {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease"
 )
@@ -53,15 +55,41 @@ func TickOf(ctx context.Context) (Tick, bool) {
 	return t, ok
 }
 
-// loop runs the job on this replica until ctx ends.
-func (j *job) loop(ctx context.Context) {
-	last, err := j.register(ctx)
-	for err != nil {
-		if !j.backoff(ctx, "register the job", err) {
-			return
+// registerFirst registers the job before Run starts its loop: errors the
+// server answers a retry would not mend (a privilege the role lacks, a
+// table missing or of another shape) are returned, naming the job and the
+// tables; others (the server unreachable or restarting) are logged and
+// retried until ctx ends, when it returns a zero time and no error.
+func (j *job) registerFirst(ctx context.Context) (time.Time, error) {
+	for {
+		last, err := j.register(ctx)
+		switch {
+		case err == nil:
+			return last, nil
+		case serverRefused(err):
+			hint := ""
+			if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+				hint = fmt.Sprintf(" (grant the role SELECT, INSERT, UPDATE and DELETE on %s and %s, beside its privileges on the lease table: see pglease's docs/OPERATIONS.md)", j.s.q.jobs, j.s.q.runs)
+			}
+			return time.Time{}, fmt.Errorf("pgleasecron: job %q: register the job in %s: %w%s", j.name, j.s.q.jobs, err, hint)
+		case !j.backoff(ctx, "register the job", err):
+			return time.Time{}, nil
 		}
-		last, err = j.register(ctx)
 	}
+}
+
+// serverRefused reports whether err is the server's answer to a statement it
+// will refuse again, whatever the retries: one of SQLSTATE classes 42
+// (a privilege, a missing or changed object) and 3F (a missing schema).
+func serverRefused(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "42") || strings.HasPrefix(pe.Code, "3F"))
+}
+
+// loop runs the job on this replica until ctx ends, from its last tick
+// (registerFirst's).
+func (j *job) loop(ctx context.Context, last time.Time) {
+	var err error
 	for ctx.Err() == nil {
 		next := j.sched.Next(last)
 		if next.IsZero() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
@@ -211,9 +212,24 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if err := s.prepare(ctx); err != nil {
 		return err
 	}
+	// Every job is registered before any runs: a database that refuses
+	// the scheduler's statements (a privilege the role lacks) ends Run at
+	// once with the reason, rather than a replica that looks healthy
+	// while it retries for ever and runs nothing.
+	lasts := make([]time.Time, len(jobs))
+	for i, j := range jobs {
+		last, err := j.registerFirst(ctx)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		lasts[i] = last
+	}
 	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Go(func() { j.loop(ctx) })
+	for i, j := range jobs {
+		wg.Go(func() { j.loop(ctx, lasts[i]) })
 	}
 	wg.Wait()
 	return nil
@@ -271,6 +287,9 @@ func (s *Scheduler) Migrate(ctx context.Context) error {
 		}
 		return nil
 	})
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+		return fmt.Errorf("pgleasecron: create the tables %s and %s: %w (have a role that may create tables in their schema create them, with the statements of pgleasecron.DDL (the CLI's 'pglease schema'), then grant this role SELECT, INSERT, UPDATE and DELETE on them; see pglease's docs/OPERATIONS.md)", s.q.jobs, s.q.runs, err)
+	}
 	if err != nil {
 		return fmt.Errorf("pgleasecron: create the tables %s and %s: %w", s.q.jobs, s.q.runs, err)
 	}

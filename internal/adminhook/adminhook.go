@@ -22,6 +22,7 @@ import (
 type Ops[C, I any] struct {
 	DDL          func(table string) (string, error)
 	Migrate      func(c C, ctx context.Context) error
+	TableExists  func(c C, ctx context.Context) (bool, error)
 	List         func(c C, ctx context.Context) ([]I, error)
 	Waiters      func(c C, ctx context.Context, names ...string) ([]store.Waiter, error)
 	ForceRelease func(c C, ctx context.Context, name string) (I, error)

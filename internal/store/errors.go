@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"regexp"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -71,6 +72,27 @@ func Classify(err error) Kind {
 func FromServer(err error) bool { return sqlState(err) != "" }
 
 // sqlState returns the SQLSTATE code of a server error, or "".
+// deniedFor reads the object of the server's "permission denied for
+// KIND NAME" (the message of SQLSTATE 42501 in English, the language the
+// server speaks to clients unless lc_messages says otherwise).
+var deniedFor = regexp.MustCompile(`^permission denied for (schema|table|sequence|function|procedure|database|relation|view) (.+)$`)
+
+// DeniedObject returns the kind ("schema", "table", "sequence",
+// "function", "database"...) and the name of the object a privilege
+// error names, or "", "" when err is none or names none (a message in
+// another language, or "permission denied to create ...").
+func DeniedObject(err error) (kind, name string) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" {
+		return "", ""
+	}
+	m := deniedFor.FindStringSubmatch(pe.Message)
+	if m == nil {
+		return "", ""
+	}
+	return m[1], m[2]
+}
+
 func sqlState(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

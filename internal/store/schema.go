@@ -152,91 +152,98 @@ func (e *BlockedError) Unwrap() error { return e.Err }
 // are taken with a short lock_timeout, and the migration is tried again
 // until it succeeds or ctx ends (then a *BlockedError).
 func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
+	table, waiters := s.Names.QualifiedTable(), s.Names.QualifiedWaiters()
+	check := "check the lease table " + table
 	ex, err := s.exists(ctx, db)
 	if err != nil {
-		return err
+		return step("look up the lease table "+table+" and its objects in the catalog", err)
 	}
 	if ex.table && ex.seq && ex.waiters && ex.funcsMissing == "" {
 		// Usable as it is, or not ours to change: done. Only what a
 		// migration repairs goes on to the locked transaction below.
 		var se *SchemaError
 		if err := s.CheckShape(ctx, db); err == nil || !errors.As(err, &se) || !se.Migrate {
-			return err
+			return step(check, err)
 		}
 	}
 	err = s.migrate(ctx, db, func(q Querier) error {
 		nsp, err := s.lockSchema(ctx, q)
 		if err != nil {
-			return err
+			return step("lock the schema of "+table+" for its migration", err)
 		}
 		err = q.Query(ctx, s.Q.MigrationLockTimeout, []any{migrationLockTimeout.Milliseconds()}, func(Row) error { return nil })
 		if err != nil {
-			return err
+			return step("set the migration's lock_timeout", err)
 		}
 		ex, err := s.exists(ctx, q)
 		if err != nil {
-			return err
+			return step("look up the lease table "+table+" and its objects in the catalog", err)
 		}
-		var stmts []string
+		var stmts []namedStmt
+		add := func(action string, sqls ...string) {
+			for _, sql := range sqls {
+				stmts = append(stmts, namedStmt{action, sql})
+			}
+		}
 		upgrade, missingCols := false, false
 		if ex.table {
 			// Someone else's table by that name: check it before
 			// creating anything beside it or changing it.
-			missing, err := s.checkColumns(ctx, q, "table "+s.Names.QualifiedTable(), s.Names.QualifiedTable(), leaseColumns)
+			missing, err := s.checkColumns(ctx, q, "table "+table, table, leaseColumns)
 			if err != nil {
-				return err
+				return step(check, err)
 			}
 			v, err := s.version(ctx, q)
 			if err != nil {
-				return err
+				return step(check, err)
 			}
 			upgrade = v < SchemaVersion
 			missingCols = len(missing) > 0
 			if missingCols {
-				stmts = append(stmts, s.Q.UpgradeTable)
+				add("add the missing columns to the lease table "+table, s.Q.UpgradeTable)
 			}
 			if upgrade || len(missing) > 0 {
-				stmts = append(stmts, s.Q.CreateSemaphoreIndex)
+				add("create the semaphore index of the lease table "+table, s.Q.CreateSemaphoreIndex)
 			}
 		}
 		if ex.waiters {
-			missing, err := s.checkColumns(ctx, q, "the waiters table "+s.Names.QualifiedWaiters(), s.Names.QualifiedWaiters(), waitersColumns)
+			missing, err := s.checkColumns(ctx, q, "the waiters table "+waiters, waiters, waitersColumns)
 			if err != nil {
-				return err
+				return step("check the waiters table "+waiters, err)
 			}
 			if len(missing) > 0 {
-				stmts = append(stmts, s.Q.UpgradeWaiters)
+				add("add the missing columns to the waiters table "+waiters, s.Q.UpgradeWaiters)
 			}
 		}
 		if !ex.schema {
 			// Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE
 			// on the database even when the schema is there.
-			stmts = append(stmts, s.Q.CreateSchema)
+			add("create the schema "+s.Names.QuotedSchema()+" of the lease table "+table, s.Q.CreateSchema)
 		}
 		if !ex.seq {
 			// Seeded at the server clock: see SeedSequence.
-			stmts = append(stmts, s.Q.CreateSequence, s.Q.SeedSequence)
+			add("create the token sequence "+s.Names.QualifiedSeq(), s.Q.CreateSequence, s.Q.SeedSequence)
 		}
 		if !ex.table {
-			stmts = append(stmts, s.Q.CreateTable, s.Q.CreateSemaphoreIndex)
+			add("create the lease table "+table, s.Q.CreateTable, s.Q.CreateSemaphoreIndex)
 		}
 		if !ex.waiters {
-			stmts = append(stmts, s.Q.CreateWaiters)
+			add("create the waiters table "+waiters, s.Q.CreateWaiters)
 		}
 		if ex.funcsMissing != "" || upgrade {
 			// Replaced on an upgrade: an older version's would not do.
-			stmts = append(stmts, s.functionsIn(nsp)...)
+			add("create the functions of the lease table "+table+" in the schema "+nsp, s.functionsIn(nsp)...)
 		}
 		if ex.table && (upgrade || missingCols) {
 			// After the functions: see BackfillKind.
-			stmts = append(stmts, s.Q.BackfillKind)
+			add("upgrade the rows of the lease table "+table, s.Q.BackfillKind)
 		}
 		if !ex.table || upgrade {
-			stmts = append(stmts, s.Q.CommentTable)
+			add("record the schema version in the comment of the lease table "+table, s.Q.CommentTable)
 		}
 		for _, st := range stmts {
-			if err := q.Exec(ctx, st); err != nil {
-				return err
+			if err := q.Exec(ctx, st.sql); err != nil {
+				return step(st.action, err)
 			}
 		}
 		if !ex.table {
@@ -244,19 +251,48 @@ func (s *Store) EnsureSchema(ctx context.Context, db DB) error {
 		}
 		// A sequence created beside a table that has rows (or one left
 		// behind by a restore) must start above every token handed out.
+		repair := "move the token sequence " + s.Names.QualifiedSeq() + " past the tokens of " + table
 		behind, err := s.tokensBehind(ctx, q)
 		if err != nil || !behind {
-			return err
+			return step(repair, err)
 		}
 		if err := q.Exec(ctx, s.Q.LockTable); err != nil {
-			return err
+			return step(repair, err)
 		}
-		return q.Query(ctx, s.Q.RepairSequence, nil, func(Row) error { return nil })
+		return step(repair, q.Query(ctx, s.Q.RepairSequence, nil, func(Row) error { return nil }))
 	})
 	if err != nil {
 		return err
 	}
-	return s.CheckShape(ctx, db)
+	return step(check, s.CheckShape(ctx, db))
+}
+
+// namedStmt is a statement of a migration and what it does, for errors.
+type namedStmt struct{ action, sql string }
+
+// StepError is an error of one step of EnsureSchema: Action says what
+// that step did, naming the object ("create the schema \"ops\" of the
+// lease table ...", "check the lease table ..."), so that an error is
+// reported as that action's, never as a creation that was not attempted.
+type StepError struct {
+	Action string
+	Err    error
+}
+
+func (e *StepError) Error() string { return e.Action + ": " + e.Err.Error() }
+func (e *StepError) Unwrap() error { return e.Err }
+
+// step returns err as action's *StepError; nil, and the errors that say
+// what they are by themselves (a *SchemaError, a *BlockedError, one step
+// already named), unchanged.
+func step(action string, err error) error {
+	var se *SchemaError
+	var be *BlockedError
+	var st *StepError
+	if err == nil || errors.As(err, &se) || errors.As(err, &be) || errors.As(err, &st) {
+		return err
+	}
+	return &StepError{Action: action, Err: err}
 }
 
 // migrate runs the migration's transaction, fn, until it commits, pausing

@@ -44,6 +44,7 @@ func (e *env) connect(ctx context.Context, cmd string, fs *flagSet) (*pglease.Cl
 	if err := e.checkDSN(dsn); err != nil {
 		return nil, e.usage(cmd, err), false
 	}
+	e.noteDefaults()
 	c, err := pglease.Open(ctx, dsn, pglease.Config{Table: table, Owner: "admin-" + hostname()})
 	if err != nil {
 		return nil, e.fail(err), false
@@ -55,13 +56,65 @@ func (e *env) connect(ctx context.Context, cmd string, fs *flagSet) (*pglease.Cl
 // that there is nothing for it to act on (what): exit 1, as other errors.
 func (e *env) noTable(fs *flagSet, what string) int {
 	t := tableName(fs.str("table"))
-	fmt.Fprintf(e.stderr, "pglease: there is no lease table %s in this database, so %s; nothing was created or changed.\n", t, what)
+	fmt.Fprintf(e.stderr, "pglease: there is no lease table %s in %s, so %s; nothing was created or changed.\n", t, e.server, what)
 	if fs.isSet("table") {
-		fmt.Fprintf(e.stderr, "pglease: check the spelling of --table %s: it must name the table your jobs use ('pglease ls --table [SCHEMA.]TABLE' lists a table's leases).\n", t)
+		fmt.Fprintf(e.stderr, "pglease: check the spelling of --table %s: it must name the table your jobs use; to create it, run 'pglease migrate --table %s'.\n", t, t)
 	} else {
 		fmt.Fprintln(e.stderr, "pglease: if your jobs use another table, name it with --table [SCHEMA.]TABLE ('pglease ls --table [SCHEMA.]TABLE' lists a table's leases).")
 	}
 	return exitError
+}
+
+// isDefaultTable reports whether t (a --table value, "" when not given)
+// names the default lease table, pglease_leases (also spelled
+// public.pglease_leases): the only one a command creates without being
+// asked (run and cron), and the only one whose absence the reads (ls,
+// status) take for "no leases yet" rather than an error.
+func isDefaultTable(t string) bool {
+	return t == "" || t == "pglease_leases" || t == "public.pglease_leases"
+}
+
+// tableExists reads whether the table exists before a read of it: a table
+// named with --table that does not exist is an error (noTable, for what
+// the command could not do), never "no leases", so that a typo shows.
+func (e *env) tableExists(ctx context.Context, c *pglease.Client, fs *flagSet, what string) (exists bool, code int, ok bool) {
+	exists, err := admin.TableExists(ctx, c)
+	switch {
+	case err != nil:
+		return false, e.fail(err), false
+	case !exists && !isDefaultTable(fs.str("table")):
+		return false, e.noTable(fs, what), false
+	}
+	return exists, exitOK, true
+}
+
+// prepareTable readies the lease table for run and cron, which hold
+// leases in it: the default table is created when missing, as every
+// table is upgraded; a table named with --table must exist, so that a
+// host with a typo in it can never run without mutual exclusion against
+// the others (in a table of its own). The error names the table, where it
+// was looked for and the command that creates it.
+func (e *env) prepareTable(ctx context.Context, c *pglease.Client, table string) error {
+	if err := e.checkTableExists(ctx, c, table); err != nil {
+		return err
+	}
+	return admin.Migrate(ctx, c)
+}
+
+// checkTableExists is prepareTable's check alone: an error unless table
+// is the default one or exists (c is a client of table).
+func (e *env) checkTableExists(ctx context.Context, c *pglease.Client, table string) error {
+	if !isDefaultTable(table) {
+		exists, err := admin.TableExists(ctx, c)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return fmt.Errorf("there is no lease table %s in %s; nothing was run, created or changed. Check the spelling of --table %s: it must name the table the other hosts use. To create it, run 'pglease migrate --table %s' (only the default table, pglease_leases, is created by the first run)",
+				table, e.server, table, table)
+		}
+	}
+	return nil
 }
 
 // nameArg checks that a command got exactly one valid lease name (a slot
@@ -125,6 +178,10 @@ func (e *env) cmdList(ctx context.Context, args []string) int {
 }
 
 func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string) int {
+	exists, code, ok := e.tableExists(ctx, c, fs, "there are no leases to list")
+	if !ok {
+		return code
+	}
 	infos, err := admin.List(ctx, c)
 	if err != nil {
 		return e.fail(err)
@@ -140,8 +197,13 @@ func (e *env) list(ctx context.Context, c *pglease.Client, fs *flagSet, _ string
 		}
 		return e.printJSON(out)
 	}
-	if len(infos) == 0 {
-		fmt.Fprintln(e.stdout, "no leases")
+	switch {
+	case !exists:
+		fmt.Fprintf(e.stdout, "no leases: there is no lease table %s in %s yet ('pglease migrate' creates it, as does the first 'pglease run')\n",
+			tableName(fs.str("table")), e.server)
+		return exitOK
+	case len(infos) == 0:
+		fmt.Fprintf(e.stdout, "no leases in %s (%s)\n", tableName(fs.str("table")), e.server)
 		return exitOK
 	}
 	e.printTable(infos, queues)
@@ -279,32 +341,81 @@ func (e *env) cmdStatus(ctx context.Context, args []string) int {
 	return e.runAdmin(ctx, adminCommand{name: "status", takesName: true, run: e.status}, args)
 }
 
+// status says who holds name, however it is held: its own row for a plain
+// lease, or the rows NAME#i of its shared holders, a semaphore's slots or
+// a quota's holders (a row name, such as pool#0, is that row alone). It
+// exits 0 when any of them is held, 3 when none is (free or expired).
 func (e *env) status(ctx context.Context, c *pglease.Client, fs *flagSet, name string) int {
-	in, err := c.Get(ctx, name)
-	switch {
-	case errors.Is(err, pglease.ErrNoLease):
-		if fs.boolean("json") {
-			e.printJSON(map[string]any{"name": name, "state": "free"})
-		} else {
-			fmt.Fprintf(e.stdout, "%s is free\n", display(name, 255))
-		}
-		return exitFree
-	case err != nil:
-		return e.fail(err)
+	exists, code, ok := e.tableExists(ctx, c, fs, display(name, 255)+" is held by nobody there")
+	if !ok {
+		return code
 	}
-	queues, err := e.queuesOf(ctx, c, queue.Of(in))
+	all, err := admin.List(ctx, c)
 	if err != nil {
 		return e.fail(err)
 	}
-	if fs.boolean("json") {
-		e.printJSON(toJSON(in, queues))
-	} else {
-		e.printTable([]pglease.Info{in}, queues)
+	var rows []pglease.Info
+	held := false
+	for _, in := range all {
+		if in.Name == name || (in.Of != "" && in.Of == name) {
+			rows = append(rows, in)
+			held = held || in.Remaining > 0
+		}
 	}
-	if in.Remaining <= 0 {
+	if len(rows) == 0 {
+		where := " (" + tableName(fs.str("table")) + ", " + e.server + ")"
+		if !exists {
+			where = ": there is no lease table " + tableName(fs.str("table")) + " in " + e.server + " yet"
+		}
+		if fs.boolean("json") {
+			e.printJSON(map[string]any{"name": name, "state": "free"})
+		} else {
+			fmt.Fprintf(e.stdout, "%s is free%s\n", display(name, 255), where)
+		}
+		return exitFree
+	}
+	queues, err := e.queuesOf(ctx, c, queue.Of(rows[0]))
+	if err != nil {
+		return e.fail(err)
+	}
+	switch {
+	case fs.boolean("json") && len(rows) == 1 && rows[0].Name == name:
+		e.printJSON(toJSON(rows[0], queues))
+	case fs.boolean("json"):
+		e.printJSON(holdersJSON(name, rows, held, queues))
+	default:
+		e.printTable(rows, queues)
+	}
+	if !held {
 		return exitFree
 	}
 	return exitOK
+}
+
+// nameJSON is status --json of a name held in rows of its own (NAME#i):
+// by shared holders, a semaphore's slots or a quota's holders. A plain
+// lease's (or one row's) is its leaseJSON, as ls prints it.
+type nameJSON struct {
+	Name  string `json:"name"`
+	State string `json:"state"` // "held" when any row is held, else "expired"
+	Kind  string `json:"kind"`  // the rows' kind: shared, slot, quota
+	// Holders are the rows, held or expired, ordered by name.
+	Holders []leaseJSON `json:"holders"`
+	// Waiters: null when the role may not read the queue.
+	Waiters []waiterJSON `json:"waiters"`
+}
+
+func holdersJSON(name string, rows []pglease.Info, held bool, queues map[string][]admin.Waiter) nameJSON {
+	j := nameJSON{Name: name, State: "expired", Kind: rows[0].Kind, Holders: []leaseJSON{}}
+	if held {
+		j.State = "held"
+	}
+	for _, in := range rows {
+		h := toJSON(in, queues)
+		j.Waiters = h.Waiters // the name's queue, which each row shows too, as in ls
+		j.Holders = append(j.Holders, h)
+	}
+	return j
 }
 
 func (e *env) cmdRelease(ctx context.Context, args []string) int {

@@ -212,7 +212,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 // tool's own terms (the library names admin.Migrate), and left as it was.
 func TestAdminReportsAnUnusableTableWithTheMigrateCommand(t *testing.T) {
 	t.Parallel()
-	env, table := tableEnv(t)
+	env, table := noTableEnv(t)
 	pgtest.Exec(t, "CREATE TABLE "+table+" (x int)")
 	for _, args := range [][]string{{"ls"}, {"migrate"}} {
 		code, stdout, stderr := run(t, env, append(args, "--table", table)...)

@@ -39,10 +39,15 @@ type env struct {
 	stderr io.Writer
 	// errOut is the process's stderr itself, for the commands pglease
 	// starts to inherit.
-	errOut   io.Writer
-	getenv   func(string) string
-	secrets  []string // passwords to redact from every message
-	renewals renewals // wakes the guards of running commands
+	errOut  io.Writer
+	getenv  func(string) string
+	secrets []string // passwords to redact from every message
+	// server says where the connection settings lead, for messages:
+	// "database D on HOST:PORT as USER" (checkDSN); dsnFrom is where
+	// they came from: "--dsn", "$PGLEASE_DSN", "$DATABASE_URL" or ""
+	// (libpq's PG* variables and defaults; resolveDSN).
+	server, dsnFrom string
+	renewals        renewals // wakes the guards of running commands
 }
 
 // Main runs the tool with args (without the program name) and returns the

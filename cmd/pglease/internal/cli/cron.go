@@ -169,7 +169,7 @@ func (e *env) cmdCron(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	defer pool.Close()
-	log := slog.New(slog.NewTextHandler(redactingWriter{e}, nil))
+	log := slog.New(newLineHandler(e))
 	cfg := pglease.Config{Table: o.table, Owner: o.owner, TTL: o.ttl, Logger: log, Observer: &e.renewals}
 	s, err := pgleasecron.New(pool, pgleasecron.Config{Config: cfg})
 	if err != nil {
@@ -194,6 +194,12 @@ func (e *env) cmdCron(ctx context.Context, args []string) int {
 	defer func() { close(finished); <-dispatched }()
 
 	if err := ping(runCtx, pool); err != nil {
+		if c.stopping() {
+			return exitOK
+		}
+		return e.fail(err)
+	}
+	if err := e.cronTable(runCtx, pool, o); err != nil {
 		if c.stopping() {
 			return exitOK
 		}
@@ -410,6 +416,17 @@ func ping(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("connect: %w (is the server running and the DSN right?)", err)
 	}
 	return nil
+}
+
+// cronTable checks, before the scheduler starts, that the lease table a
+// --table names exists (see prepareTable): the scheduler would create it.
+func (e *env) cronTable(ctx context.Context, pool *pgxpool.Pool, o cronOptions) error {
+	c, err := pglease.NewFromPool(pool, pglease.Config{Table: o.table, Owner: o.owner})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return e.checkTableExists(ctx, c, o.table)
 }
 
 // defaultOwner is the library's default owner, hostname-pid-random, made

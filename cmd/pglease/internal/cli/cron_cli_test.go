@@ -23,7 +23,7 @@ import (
 // nothing.
 func TestJobsWithoutTablesListsNothing(t *testing.T) {
 	t.Parallel()
-	env, table := tableEnv(t)
+	env, table := noTableEnv(t)
 	for _, tc := range []struct {
 		args   []string
 		code   int

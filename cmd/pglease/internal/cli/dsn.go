@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,13 +16,53 @@ import (
 func (e *env) resolveDSN(flagValue string, flagSet bool) string {
 	switch {
 	case flagSet:
+		e.dsnFrom = "--dsn"
 		return flagValue
 	case e.getenv("PGLEASE_DSN") != "":
+		e.dsnFrom = "$PGLEASE_DSN"
 		return e.getenv("PGLEASE_DSN")
 	case e.getenv("DATABASE_URL") != "":
+		e.dsnFrom = "$DATABASE_URL"
 		return e.getenv("DATABASE_URL")
 	}
+	e.dsnFrom = ""
 	return ""
+}
+
+// libpqVars are the libpq variables that choose a server, a database or
+// a role.
+var libpqVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE"}
+
+// noteDefaults says on stderr which server an administrative command
+// reads when nothing chose one (no --dsn, $PGLEASE_DSN, $DATABASE_URL or
+// libpq variable): libpq's defaults may reach a local server that is not
+// the one meant, and "no leases" from it would mislead.
+func (e *env) noteDefaults() {
+	if e.dsnFrom != "" {
+		return
+	}
+	for _, v := range libpqVars {
+		if e.getenv(v) != "" {
+			return
+		}
+	}
+	fmt.Fprintf(e.stderr, "pglease: note: no --dsn, $PGLEASE_DSN, $DATABASE_URL or PG* variable is set: using libpq's defaults, %s\n", e.server)
+}
+
+// describeServer is where cfg leads, for messages: "database D on
+// HOST:PORT as USER" (a Unix socket's directory as HOST).
+func describeServer(cfg *pgconn.Config) string {
+	host := cfg.Host
+	if !strings.HasPrefix(host, "/") {
+		host = net.JoinHostPort(host, strconv.Itoa(int(cfg.Port)))
+	} else {
+		host = fmt.Sprintf("%s/.s.PGSQL.%d", host, cfg.Port)
+	}
+	db := cfg.Database
+	if db == "" { // the server's default: the role's name
+		db = cfg.User
+	}
+	return fmt.Sprintf("database %s on %s as %s", db, host, cfg.User)
 }
 
 // checkDSN parses dsn (and the PG* variables it falls back on) without
@@ -33,6 +76,7 @@ func (e *env) checkDSN(dsn string) error {
 	if cfg.Password != "" {
 		e.secrets = append(e.secrets, cfg.Password)
 	}
+	e.server = describeServer(cfg)
 	return nil
 }
 

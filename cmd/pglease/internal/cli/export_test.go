@@ -1,5 +1,7 @@
 package cli
 
+import "github.com/jackc/pgx/v5/pgconn"
+
 // Exports for the tests of package cli_test.
 
 // VersionLine is versionLine.
@@ -44,3 +46,13 @@ var WaitFor = waitFor
 // BaseEnv is withoutConnectionVars: the tests keep the developer's own
 // database away from the processes they start, as the demo does.
 var BaseEnv = withoutConnectionVars
+
+// ServerOf is what the messages call the server and database dsn leads to
+// (describeServer).
+func ServerOf(dsn string) string {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "(invalid DSN: " + err.Error() + ")"
+	}
+	return describeServer(cfg)
+}

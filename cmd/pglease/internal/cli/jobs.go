@@ -50,6 +50,7 @@ func (e *env) cmdJobs(ctx context.Context, args []string) int {
 	if err := e.checkDSN(dsn); err != nil {
 		return e.usage("jobs", err)
 	}
+	e.noteDefaults()
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	pool, err := openPool(dsn, "pglease admin-"+hostname(), 2)

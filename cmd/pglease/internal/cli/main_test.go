@@ -4,6 +4,7 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglease/pglease"
+	"github.com/pglease/pglease/admin"
 	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 	"github.com/pglease/pglease/internal/pgtest"
 )
@@ -177,8 +180,33 @@ func alive(pid int) bool {
 }
 
 // tableEnv returns the environment selecting the shared test server and a
-// fresh schema for the lease table.
+// fresh schema with the lease table in it, migrated.
 func tableEnv(t *testing.T) (env []string, table string) {
 	t.Helper()
+	table = pgtest.Schema(t) + ".leases"
+	migrateTable(t, table)
+	return []string{"PGLEASE_DSN=" + pgtest.DSN(t)}, table
+}
+
+// noTableEnv is tableEnv without the table: a schema of the test's own,
+// empty.
+func noTableEnv(t *testing.T) (env []string, table string) {
+	t.Helper()
 	return []string{"PGLEASE_DSN=" + pgtest.DSN(t)}, pgtest.Schema(t) + ".leases"
+}
+
+// migrateTable creates table as 'pglease migrate --table' does: run and
+// cron create only the default table (TestATableThatDoesNotExistIsNeverCreated).
+func migrateTable(t *testing.T, table string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cli.Patience)
+	defer cancel()
+	c, err := pglease.Open(ctx, pgtest.DSN(t), pglease.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := admin.Migrate(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -8,25 +8,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// ls and status only read: on a table (or schema) that does not exist they
-// report no leases and create nothing.
+// ls and status only read, and never take a table that is not there for
+// an empty one: with a --table that does not exist (a missing schema, or
+// a missing table in an existing one) they say so, naming it and the
+// command that creates it, exit 1 and create nothing. Without --table, the
+// default table missing is "no leases" (yet), exit 0, and "free", exit 3,
+// saying that there is no table. Every answer names the table and the
+// server it read.
 func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 	t.Parallel()
 	env, existing := tableEnv(t)
 	missing := fmt.Sprintf("cli_ro_%d", time.Now().UnixNano()%1e9)
 	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+missing+" CASCADE") })
-	for _, table := range []string{missing + ".leases", existing} {
-		if code, stdout, stderr := run(t, env, "ls", "--table", table); code != 0 || strings.TrimSpace(stdout) != "no leases" {
-			t.Fatalf("ls --table %s: exit %d, stdout %q, stderr %q; want no leases", table, code, stdout, stderr)
-		}
-		if code, stdout, stderr := run(t, env, "ls", "--json", "--table", table); code != 0 || strings.TrimSpace(stdout) != "[]" {
-			t.Fatalf("ls --json --table %s: exit %d, stdout %q, stderr %q; want []", table, code, stdout, stderr)
-		}
-		if code, stdout, stderr := run(t, env, "status", "x", "--table", table); code != 3 || strings.TrimSpace(stdout) != "x is free" {
-			t.Fatalf("status x --table %s: exit %d, stdout %q, stderr %q; want x is free, exit 3", table, code, stdout, stderr)
+	server := cli.ServerOf(pgtest.DSN(t))
+	for _, table := range []string{missing + ".leases", existing + "_typo"} {
+		for _, args := range [][]string{{"ls"}, {"ls", "--json"}, {"status", "x"}, {"status", "x", "--json"}} {
+			code, stdout, stderr := run(t, env, append(args, "--table", table)...)
+			if code != 1 || stdout != "" || !strings.Contains(stderr, "there is no lease table "+table+" in "+server) ||
+				!strings.Contains(stderr, "'pglease migrate --table "+table+"'") {
+				t.Errorf("%v --table %s: exit %d, stdout %q, stderr %q; want exit 1 naming the table, the server and 'pglease migrate --table'",
+					args, table, code, stdout, stderr)
+			}
 		}
 		if pgtest.Value[bool](t, "SELECT to_regclass($1) IS NOT NULL OR to_regclass($2) IS NOT NULL", table, table+"_token_seq") {
 			t.Fatalf("a read-only command created %s or its sequence", table)
@@ -34,6 +40,28 @@ func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 	}
 	if pgtest.Value[int64](t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", missing) != 0 {
 		t.Fatalf("a read-only command created the schema %s", missing)
+	}
+
+	// The table exists, empty.
+	if code, stdout, stderr := run(t, env, "ls", "--table", existing); code != 0 || stdout != "no leases in "+existing+" ("+server+")\n" {
+		t.Errorf("ls --table %s: exit %d, stdout %q, stderr %q; want no leases in the table, on the server", existing, code, stdout, stderr)
+	}
+	if code, stdout, stderr := run(t, env, "ls", "--json", "--table", existing); code != 0 || strings.TrimSpace(stdout) != "[]" {
+		t.Errorf("ls --json --table %s: exit %d, stdout %q, stderr %q; want []", existing, code, stdout, stderr)
+	}
+	if code, stdout, stderr := run(t, env, "status", "x", "--table", existing); code != 3 || stdout != "x is free ("+existing+", "+server+")\n" {
+		t.Errorf("status x --table %s: exit %d, stdout %q, stderr %q; want x is free, exit 3", existing, code, stdout, stderr)
+	}
+
+	// The default table, missing (a search_path without it).
+	noDefault := append(env, "PGOPTIONS=-c search_path="+missing)
+	if code, stdout, stderr := run(t, noDefault, "ls"); code != 0 ||
+		!strings.HasPrefix(stdout, "no leases: there is no lease table pglease_leases in "+server+" yet") || stderr != "" {
+		t.Errorf("ls without the default table: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr := run(t, noDefault, "status", "x"); code != 3 ||
+		stdout != "x is free: there is no lease table pglease_leases in "+server+" yet\n" || stderr != "" {
+		t.Errorf("status without the default table: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
 
@@ -76,6 +104,7 @@ func TestAdminCommandsOnMissingTableCreateNothing(t *testing.T) {
 	missing := fmt.Sprintf("cli_admin_%d", time.Now().UnixNano()%1e9)
 	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+missing+" CASCADE") })
 	holdLease(t, env, existing, "nightly", "--owner", "host-a")
+	server := cli.ServerOf(pgtest.DSN(t))
 	for _, table := range []string{missing + ".leases", existing + "_typo"} {
 		for _, c := range []struct {
 			args []string
@@ -86,8 +115,8 @@ func TestAdminCommandsOnMissingTableCreateNothing(t *testing.T) {
 			{[]string{"cleanup"}, "so there are no expired leases to delete"},
 		} {
 			code, stdout, stderr := run(t, env, append(c.args, "--table", table)...)
-			want := "pglease: there is no lease table " + table + " in this database, " + c.what + "; nothing was created or changed.\n" +
-				"pglease: check the spelling of --table " + table + ": it must name the table your jobs use ('pglease ls --table [SCHEMA.]TABLE' lists a table's leases).\n"
+			want := "pglease: there is no lease table " + table + " in " + server + ", " + c.what + "; nothing was created or changed.\n" +
+				"pglease: check the spelling of --table " + table + ": it must name the table your jobs use; to create it, run 'pglease migrate --table " + table + "'.\n"
 			if code != 1 || stdout != "" || stderr != want {
 				t.Errorf("%v --table %s: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and:\n%s", c.args, table, code, stdout, stderr, want)
 			}
@@ -102,7 +131,7 @@ func TestAdminCommandsOnMissingTableCreateNothing(t *testing.T) {
 	}
 	// Without --table: the default table, and a hint to name another.
 	if code, _, stderr := run(t, append(env, "PGOPTIONS=-c search_path="+missing), "cleanup"); code != 1 ||
-		!strings.Contains(stderr, "there is no lease table pglease_leases in this database") || !strings.Contains(stderr, "name it with --table") {
+		!strings.Contains(stderr, "there is no lease table pglease_leases in "+server) || !strings.Contains(stderr, "name it with --table") {
 		t.Errorf("cleanup without --table on a database without pglease_leases: exit %d, stderr %q", code, stderr)
 	}
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/pglease/pglease"
-	"github.com/pglease/pglease/admin"
 )
 
 var runFlags = append([]flagSpec{
@@ -309,7 +308,7 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 	closeWait := 2 * time.Second
 	defer func() { closeBounded(c, closeWait) }()
 	o.owner = c.Owner() // without --owner, the library's default: PGLEASE_OWNER
-	if err := admin.Migrate(waitCtx, c); err != nil {
+	if err := e.prepareTable(waitCtx, c, o.table); err != nil {
 		if sig, ok := stopWatch(); ok {
 			return 128 + sigNum(sig)
 		}
@@ -342,7 +341,9 @@ func (e *env) cmdRun(ctx context.Context, args []string) int {
 		case signalled:
 			return 128 + sigNum(sig)
 		case errors.As(err, &held):
-			fmt.Fprintln(e.stderr, e.redact(held.Error()))
+			if o.conflict != 0 { // 0: a skipped run is a success, and quiet
+				fmt.Fprintln(e.stderr, e.redact(held.Error()))
+			}
 			return o.conflict
 		case errors.As(err, &kind):
 			// Not a conflict: waiting would not end it, and the conflict

@@ -135,9 +135,9 @@ func TestRunMinHoldRunsAStaggeredJobOnce(t *testing.T) {
 	}
 	// host-b starts after host-a's job ended: without --min-hold it would
 	// run the job a second time.
-	code, _, stderr = run(t, env, append([]string{"run", "nightly", "--ttl", "1m", "--min-hold", "1m", "--owner", "host-b", "--conflict-exit-code", "0", "--table", table}, job...)...)
-	if code != 0 || !strings.Contains(stderr, "host-a") {
-		t.Fatalf("host-b: exit %d, want the conflict code 0 naming host-a: %s", code, stderr)
+	code, _, stderr = run(t, env, append([]string{"run", "nightly", "--ttl", "1m", "--min-hold", "1m", "--owner", "host-b", "--conflict-exit-code", "3", "--table", table}, job...)...)
+	if code != 3 || !strings.Contains(stderr, "host-a") {
+		t.Fatalf("host-b: exit %d, want the conflict code 3 naming host-a: %s", code, stderr)
 	}
 	b, _ := os.ReadFile(ran)
 	if got := strings.Fields(string(b)); !slices.Equal(got, []string{"host-a"}) {

@@ -193,7 +193,7 @@ func (c *Console) healthy() time.Duration { return max(3*c.cfg.FullRefresh, time
 // healthz reports 200 when the database was read recently, else 503.
 func (c *Console) healthz(w http.ResponseWriter, _ *http.Request) {
 	s, lastOK := c.hub.latest()
-	h := healthJSON{Status: "ok", DatabaseReachable: s.Status.DBUp, TablePresent: s.Status.TableExists,
+	h := healthJSON{Status: "ok", DatabaseReachable: s.Status.DBUp || s.Status.Refused, TablePresent: s.Status.TableExists,
 		ListenerConnected: s.Status.ListenerUp, Error: s.Status.Error}
 	code := http.StatusOK
 	if !lastOK.IsZero() {
@@ -202,7 +202,7 @@ func (c *Console) healthz(w http.ResponseWriter, _ *http.Request) {
 	}
 	if lastOK.IsZero() || time.Since(lastOK) > c.healthy() {
 		h.Status, code = "unavailable", http.StatusServiceUnavailable
-		h.DatabaseReachable = false
+		h.DatabaseReachable = s.Status.Refused
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/cmd/pglease/internal/queue"
@@ -217,9 +218,15 @@ func (h *hub) refresh(ctx context.Context) *snapshot {
 		}
 		next.Status.DBUp = false
 		next.Status.Error = h.cfg.Redact(err.Error())
+		// A server that answered with an error is reachable: the page
+		// and /healthz say what it refused, not that it is gone.
+		var pe *pgconn.PgError
+		if next.Status.Refused = errors.As(err, &pe); next.Status.Refused {
+			next.Status.TableExists = read.Exists
+		}
 	} else {
 		h.lastOK = readAt
-		next.Status.DBUp, next.Status.Error = true, ""
+		next.Status.DBUp, next.Status.Error, next.Status.Refused = true, "", false
 		next.Status.TableExists = read.Exists
 		next.Status.QueuesOK = !read.Exists || read.Queues != nil
 		next.ServerNow, next.ReadAt = read.Now, readAt

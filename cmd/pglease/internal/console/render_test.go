@@ -92,6 +92,32 @@ func TestMissingTableChangesNothing(t *testing.T) {
 	}
 }
 
+// A server that refuses the console's read (here: no SELECT on the lease
+// table) is reachable: the page says that the table cannot be read, and
+// why; /healthz answers 503 with database_reachable and table_present
+// true and the server's error, never an unreachable database.
+func TestARefusedReadIsNotAnUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	owner := start(t, console.Config{})
+	owner.client() // creates the table
+	dsn := pgtest.SelectOnlyDSN(t, owner.table+"_waiters")
+	f := serve(t, console.Config{DSN: dsn, Table: owner.table})
+	m := await(t, f.stream(), "the refusal", func(m msg) bool { return m.Status.Class == "down" && m.Status.Text != "connecting to the database…" })
+	if !strings.HasPrefix(m.Status.Text, "cannot read "+owner.table+", retrying: ") || !strings.Contains(m.Status.Text, "permission denied for table leases") {
+		t.Errorf("the page's status: %q; want that it cannot read the table, and why", m.Status.Text)
+	}
+	resp, body := f.get("/healthz")
+	var h struct {
+		Database bool   `json:"database_reachable"`
+		Table    bool   `json:"table_present"`
+		Error    string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &h); err != nil || resp.StatusCode != http.StatusServiceUnavailable ||
+		!h.Database || !h.Table || !strings.Contains(h.Error, "permission denied for table leases") {
+		t.Errorf("/healthz of a refused read: %s %s; want 503, reachable, the table present, the error", resp.Status, body)
+	}
+}
+
 // The console sees the table appear, and says so in its feed.
 func TestTableCreatedLaterIsShown(t *testing.T) {
 	t.Parallel()

@@ -31,11 +31,15 @@ type lease struct {
 
 // status is what the page shows about the console's own connections.
 type status struct {
-	DBUp        bool   // the last read succeeded
-	Error       string // why the last read failed, redacted
-	ListenerUp  bool   // the notification listener is connected
-	SequenceOK  bool   // acquisitions are detected by the token sequence
-	QueuesOK    bool   // who waits was read (the role may read the waiters table)
+	DBUp  bool   // the last read succeeded
+	Error string // why the last read failed, redacted
+	// Refused: the last read failed on the server's answer (a privilege
+	// the role lacks, a table of another shape), so the server is
+	// reachable; TableExists is then what the read learnt before it.
+	Refused     bool
+	ListenerUp  bool // the notification listener is connected
+	SequenceOK  bool // acquisitions are detected by the token sequence
+	QueuesOK    bool // who waits was read (the role may read the waiters table)
 	TableExists bool
 }
 
@@ -288,6 +292,8 @@ func (s *snapshot) serverNowAt(t time.Time) time.Time {
 // describe is the connection state in words and as a CSS class.
 func (st status) describe(table string, poll time.Duration) (text, class string) {
 	switch {
+	case st.Refused:
+		return "cannot read " + table + ", retrying: " + st.Error, "down"
 	case !st.DBUp && st.Error != "":
 		return "database unreachable, retrying: " + st.Error, "down"
 	case !st.DBUp:
