@@ -141,11 +141,19 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// register makes sure the job's row exists and returns its last tick.
+// register makes sure the job's row exists and returns its last tick. A
+// job of Wrap, registered by a firing of robfig's Cron, begins its ticks
+// the firing's bound before now (earlyBound), so that the tick that
+// firing is for is the new job's first rather than a tick before it
+// existed.
 func (j *job) register(ctx context.Context) (time.Time, error) {
 	var last, server time.Time
+	var back time.Duration
+	if j.wrapped {
+		back = j.earlyBound(j.sched.Next(j.s.clock.now()))
+	}
 	before := j.s.cfg.Clock()
-	err := j.s.pool.QueryRow(ctx, j.s.q.RegisterJob, j.name, j.sched.String()).Scan(&last, &server)
+	err := j.s.pool.QueryRow(ctx, j.s.q.RegisterJob, j.name, j.sched.String(), back.Microseconds()).Scan(&last, &server)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -70,11 +70,15 @@ CREATE TABLE IF NOT EXISTS {{runs}} (
 )
 
 -- name: RegisterJob
--- $1 job, $2 schedule (its text, for people reading the table). A new job's
--- first tick is the first one after now: ticks before a job existed are not
--- missed ticks. Returns the last tick claimed and the server's time.
+-- $1 job, $2 schedule (its text, for people reading the table), $3 how far
+-- back, in microseconds, a new job's ticks begin. A new job's first tick is
+-- the first one after now less $3: ticks before a job existed are not
+-- missed ticks ($3 is 0 for Run's jobs; for Wrap's, registered by the
+-- firing of the tick robfig's Cron fired, the bound within which a firing
+-- counts as its tick's). Returns the last tick claimed and the server's
+-- time.
 INSERT INTO {{jobs}} AS j ("job", "schedule", "last_tick", "registered_at", "seen_at")
-VALUES ($1::text, $2::text, now(), now(), now())
+VALUES ($1::text, $2::text, now() - make_interval(secs => $3::bigint / 1e6), now(), now())
 ON CONFLICT ("job") DO UPDATE SET "schedule" = excluded."schedule", "seen_at" = excluded."seen_at"
 RETURNING j."last_tick", clock_timestamp()
 

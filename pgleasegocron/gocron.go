@@ -22,7 +22,15 @@
 // the lease is free: after its TTL, or at once with
 // pglease.WithFastFailover. Fast failover may run again the tick the dead
 // leader ran last, if the new leader's scheduler fires that tick after it
-// took over.
+// took over. Replicas that start together run a job that starts
+// immediately once between them: a replica's IsLeader waits for its first
+// election (at most 5 s) rather than answering "not the leader" while
+// nobody leads yet.
+//
+// Any job name gocron accepts works with the Locker: a name that does not
+// make a valid lease name as it is ("shard#1", the form of a slot's name;
+// one longer than a lease name may be; one that is not UTF-8) is fitted
+// into one of its own by pglease.FitName ([LeaseName]).
 //
 // # Failure model
 //
@@ -45,6 +53,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-co-op/gocron/v2"
 
@@ -52,8 +63,15 @@ import (
 )
 
 // LeasePrefix starts the lease name of a job's lock: "gocron:" and the
-// job's name (gocron's key).
+// job's name (gocron's key), as pglease.FitName(LeasePrefix, name, 0)
+// makes it: the name itself when "gocron:" and the name make a valid
+// lease name, so that any name gocron accepts works, "shard#1" and names
+// of any length among them ([LeaseName]).
 const LeasePrefix = "gocron:"
+
+// LeaseName is the lease name of the lock of the job named job: for
+// pglease ls, admin.ForceRelease and the like.
+func LeaseName(job string) string { return pglease.FitName(LeasePrefix, job, 0) }
 
 // NewLocker returns a gocron.Locker whose locks are pglease leases on c's
 // table, taken with opts: pglease.WithMinHold(d) keeps a job's lease for
@@ -73,7 +91,7 @@ type locker struct {
 }
 
 func (l *locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
-	lease, err := l.c.TryAcquire(ctx, LeasePrefix+key, l.opts...)
+	lease, err := l.c.TryAcquire(ctx, LeaseName(key), l.opts...)
 	if err != nil {
 		return nil, fmt.Errorf("pgleasegocron: lock job %q: %w", key, err)
 	}
@@ -102,8 +120,21 @@ var ErrNotLeader = errors.New("pgleasegocron: this replica does not lead the ele
 // gocron.WithDistributedElector, and run Run for as long as the scheduler
 // runs.
 type Elector struct {
-	e *pglease.Elector
+	e    *pglease.Elector
+	c    *pglease.Client
+	name string
+	// elected is closed when this replica first leads; settled is set
+	// once the first election is over for this replica (it led, another
+	// was seen leading, or firstElectionWait passed), after which
+	// IsLeader never waits.
+	elected chan struct{}
+	once    sync.Once
+	settled atomic.Bool
 }
+
+// firstElectionWait bounds how long IsLeader waits for the first
+// election of a replica that just started.
+const firstElectionWait = 5 * time.Second
 
 var _ gocron.Elector = (*Elector)(nil)
 
@@ -112,14 +143,17 @@ var _ gocron.Elector = (*Elector)(nil)
 // LeaseOptions: pglease.WithTTL, pglease.WithFastFailover); a refused
 // name or configuration is an *pglease.InvalidError.
 func NewElector(c *pglease.Client, name string, cfg pglease.ElectorConfig) (*Elector, error) {
+	el := &Elector{c: c, name: name, elected: make(chan struct{})}
 	e, err := c.NewElector(name, func(ctx context.Context) error {
+		el.once.Do(func() { close(el.elected) })
 		<-ctx.Done() // a term lasts as long as the lease, or until Run ends
 		return nil
 	}, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgleasegocron: %w", err)
 	}
-	return &Elector{e: e}, nil
+	el.e = e
+	return el, nil
 }
 
 // Run campaigns until ctx ends (pglease.Elector.Run), then releases the
@@ -128,11 +162,44 @@ func (e *Elector) Run(ctx context.Context) error { return e.e.Run(ctx) }
 
 // IsLeader returns nil while this replica leads, else ErrNotLeader
 // (gocron's Elector: the scheduler runs a job only when it is nil).
-func (e *Elector) IsLeader(context.Context) error {
+//
+// Until the first election is over for this replica, IsLeader waits for
+// it, at most firstElectionWait (5 s) and no longer than ctx: replicas
+// that start together would otherwise each skip a job that starts
+// immediately (gocron.WithStartImmediately), as none leads yet. The first
+// election is over once this replica leads, another is seen leading, or
+// the wait ran out (the database unreachable, or Run not called); after
+// that IsLeader answers at once.
+func (e *Elector) IsLeader(ctx context.Context) error {
 	if e.e.IsLeader() {
 		return nil
 	}
-	return ErrNotLeader
+	if e.settled.Load() {
+		return ErrNotLeader
+	}
+	ctx, cancel := context.WithTimeout(ctx, firstElectionWait)
+	defer cancel()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	elected := e.elected
+	for {
+		if e.e.IsLeader() {
+			e.settled.Store(true)
+			return nil
+		}
+		if info, err := e.c.Get(ctx, e.name); err == nil && info.Remaining > 0 && info.Owner != e.c.Owner() {
+			e.settled.Store(true) // another replica leads
+			return ErrNotLeader
+		}
+		select {
+		case <-elected:
+			elected = nil // looked at once: a term that ended at once is polled for
+		case <-poll.C:
+		case <-ctx.Done():
+			e.settled.Store(true)
+			return ErrNotLeader
+		}
+	}
 }
 
 // Election returns the pglease.Elector behind e: its Observe, Resign,

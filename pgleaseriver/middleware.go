@@ -35,11 +35,11 @@
 package pgleaseriver
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -49,12 +49,37 @@ import (
 )
 
 // LeasePrefix starts the lease name of a limit: "river:" and the job kind,
-// then ":" and the key for a keyed limit.
+// then ":" and the key for a keyed limit, as pglease.FitName makes it
+// (see [LeaseName]): any kind and key River accepts work, "order#12" and
+// keys of any length among them.
 const LeasePrefix = "river:"
+
+// LeaseName is the lease name of a limit of kind, for a keyed limit's key
+// (""; a keyed limit's key "" is the kind's own name), of slots slots
+// (0 or 1: a mutex): for pglease ls, admin.ForceRelease and the like.
+// The name is LeasePrefix, kind, ":" and key as they are when that makes
+// a valid lease name with room for the slots' "#i", else one
+// pglease.FitName fits for them.
+func LeaseName(kind, key string, keyed bool, slots int) string {
+	s := kind
+	if keyed {
+		s += ":" + key
+	}
+	max := 0
+	if slots > 1 {
+		max = 255 - len("#"+strconv.Itoa(slots-1))
+	}
+	return pglease.FitName(LeasePrefix, s, max)
+}
 
 // DefaultSnooze is how long a job that finds its limit reached waits
 // before River hands it out again, unless the Limit says otherwise.
 const DefaultSnooze = time.Second
+
+// SnoozeNow is a Limit's Snooze that makes a job that finds its limit
+// reached available again at once (river.JobSnooze(0)): any negative
+// Snooze does, as 0 means DefaultSnooze.
+const SnoozeNow time.Duration = -1
 
 // Limit is a fleet-wide limit on the jobs of one kind.
 type Limit struct {
@@ -68,7 +93,8 @@ type Limit struct {
 	// 0 or 1 is a mutex, more a semaphore (pglease.WithSlots).
 	Slots int
 	// Snooze is how long a job that finds the limit reached waits before
-	// River hands it out again (DefaultSnooze when 0).
+	// River hands it out again: DefaultSnooze when 0; at once, as
+	// river.JobSnooze(0), when negative ([SnoozeNow]).
 	Snooze time.Duration
 	// LeaseOptions are the lease's (pglease.WithTTL,
 	// pglease.WithFastFailover).
@@ -87,8 +113,7 @@ type Middleware struct {
 var _ rivertype.WorkerMiddleware = (*Middleware)(nil)
 
 // New returns a Middleware of limits, whose leases live in c's table. A
-// limit without a kind, a kind given twice, a negative Slots or Snooze is
-// refused.
+// limit without a kind, a kind given twice or a negative Slots is refused.
 func New(c *pglease.Client, limits ...Limit) (*Middleware, error) {
 	m := &Middleware{c: c, limits: make(map[string]Limit, len(limits))}
 	for _, l := range limits {
@@ -99,8 +124,6 @@ func New(c *pglease.Client, limits ...Limit) (*Middleware, error) {
 			return nil, fmt.Errorf("pgleaseriver: two limits for the job kind %q: give one Limit per kind", l.Kind)
 		case l.Slots < 0:
 			return nil, fmt.Errorf("pgleaseriver: the limit of %q has Slots %d: give 1 (a mutex, the default) or more", l.Kind, l.Slots)
-		case l.Snooze < 0:
-			return nil, fmt.Errorf("pgleaseriver: the limit of %q has a negative Snooze %v", l.Kind, l.Snooze)
 		}
 		m.limits[l.Kind] = l
 	}
@@ -123,21 +146,21 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	if !ok {
 		return doInner(ctx)
 	}
-	name := LeasePrefix + job.Kind
+	var key string
 	if l.Key != nil {
-		key, err := l.Key(job)
-		if err != nil {
+		var err error
+		if key, err = l.Key(job); err != nil {
 			return fmt.Errorf("pgleaseriver: the key of job %d (%s): %w", job.ID, job.Kind, err)
 		}
-		name += ":" + key
 	}
+	name := LeaseName(job.Kind, key, l.Key != nil, l.Slots)
 	opts := l.LeaseOptions
 	if l.Slots > 1 {
 		opts = append(opts[:len(opts):len(opts)], pglease.WithSlots(l.Slots))
 	}
 	lease, err := m.c.TryAcquire(ctx, name, opts...)
 	if held := (*pglease.HeldError)(nil); errors.As(err, &held) {
-		return river.JobSnooze(cmp.Or(l.Snooze, DefaultSnooze))
+		return river.JobSnooze(snooze(l.Snooze))
 	}
 	if err != nil {
 		return fmt.Errorf("pgleaseriver: job %d (%s): %w", job.ID, job.Kind, err)
@@ -153,6 +176,17 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		return lostError(name, job.ID, context.Cause(lctx), err)
 	}
 	return err
+}
+
+// snooze is the snooze of a Limit's Snooze d: see Limit.
+func snooze(d time.Duration) time.Duration {
+	switch {
+	case d < 0:
+		return 0
+	case d == 0:
+		return DefaultSnooze
+	}
+	return d
 }
 
 // lostError is Work's error for a job whose lease was lost while it ran:

@@ -3,6 +3,7 @@ package pgleaseriver
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,6 @@ func TestNewRefusesBadLimits(t *testing.T) {
 		{{}},
 		{{Kind: "a"}, {Kind: "a"}},
 		{{Kind: "a", Slots: -1}},
-		{{Kind: "a", Snooze: -time.Second}},
 	} {
 		if _, err := New(nil, limits...); err == nil {
 			t.Errorf("New(%+v) succeeded", limits)
@@ -137,5 +137,54 @@ func TestWork(t *testing.T) {
 	})
 	if !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Work with a lost lease: %v; want ErrLeaseLost", err)
+	}
+}
+
+// Any kind and key River accepts work: a key in the form of a slot's name
+// ("order#12"), a key longer than a lease name may be, each limits its
+// jobs apart under a lease of its own (LeaseName, pglease.FitName); a
+// key that made a valid name keeps it. Snooze: SnoozeNow makes a job that
+// finds its limit reached available again at once, 0 is DefaultSnooze.
+func TestWorkTakesEveryKeyRiverAccepts(t *testing.T) {
+	table := pgtest.Schema(t) + ".leases"
+	ctx := context.Background()
+	limits := []Limit{{Kind: "keyed", Key: ArgsKey("k"), Snooze: SnoozeNow}, {Kind: "pool", Key: ArgsKey("k"), Slots: 3}}
+	a, err := New(testClient(t, table, "a"), limits...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(testClient(t, table, "b"), limits...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("k", 300)
+	for _, kind := range []string{"keyed", "pool"} {
+		for _, key := range []string{"order#12", "order#13", long, long + "2", "plain"} {
+			j := &rivertype.JobRow{ID: 7, Kind: kind, EncodedArgs: []byte(`{"k":"` + key + `"}`)}
+			ran := false
+			err := a.Work(ctx, j, func(ctx context.Context) error {
+				ran = true
+				l, _ := LeaseOf(ctx)
+				if want := LeaseName(kind, key, true, map[string]int{"keyed": 0, "pool": 3}[kind]); l == nil || !strings.HasPrefix(l.Name(), want) {
+					t.Errorf("%s %q runs under %v, want %s", kind, key, l, want)
+				}
+				if kind == "keyed" {
+					var se *rivertype.JobSnoozeError
+					if err := b.Work(ctx, j, func(context.Context) error { return nil }); !errors.As(err, &se) || se.Duration != 0 {
+						t.Errorf("a second job of key %q: %v; want a snooze of 0 (SnoozeNow)", key, err)
+					}
+				}
+				return nil
+			})
+			if err != nil || !ran {
+				t.Errorf("%s job of key %q: ran %v, %v", kind, key, ran, err)
+			}
+		}
+	}
+	if got := LeaseName("keyed", "plain", true, 0); got != LeasePrefix+"keyed:plain" {
+		t.Errorf("LeaseName of a valid key: %q, want it verbatim", got)
+	}
+	if got := snooze(0); got != DefaultSnooze {
+		t.Errorf("Snooze 0 snoozes %v, want DefaultSnooze", got)
 	}
 }
