@@ -1,6 +1,6 @@
 # The README's commands. Tests need PostgreSQL server binaries (initdb,
 # pg_ctl) and nothing else: they start their own throwaway cluster.
-.PHONY: test demo race soak bench ci ha
+.PHONY: test demo race soak bench ci ha release
 # The library, the CLI (cmd/pglease), the scheduler (pgleasecron) and the
 # adapters (pgleasegoose, pgleasegocron, pgleaseriver) are modules of their
 # own (go.work ties them together), hence a pattern each.
@@ -36,3 +36,24 @@ bench:
 	cd bench && ./run.sh
 ci:
 	bash .ci/run
+# Release binaries of the CLI, for those who install without a Go
+# toolchain: static (CGO_ENABLED=0) for Linux and macOS on amd64 and arm64,
+# in $(DIST) with a SHA256SUMS file. Reproducible: the same commit built
+# with the same Go release gives the same bytes on any machine and in any
+# directory (-trimpath, no VCS stamp or build id); 'pglease version' names
+# $(VERSION) and $(COMMIT), stamped with -X.
+VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short=12 HEAD)$$(git diff --quiet HEAD || echo -dirty))
+COMMIT ?= $(shell git rev-parse HEAD)
+DIST ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+STAMP = github.com/pglease/pglease/cmd/pglease/internal/cli
+release:
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@set -e; for p in $(PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; out=pglease-$(VERSION)-$$os-$$arch; \
+	  echo "building $$out"; \
+	  (cd cmd/pglease && CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -buildvcs=false \
+	    -ldflags "-s -w -buildid= -X $(STAMP).stampedVersion=$(VERSION) -X $(STAMP).stampedCommit=$(COMMIT)" \
+	    -o "$(abspath $(DIST))/$$out" .); \
+	done
+	@cd $(DIST) && sha256sum pglease-* > SHA256SUMS && cat SHA256SUMS

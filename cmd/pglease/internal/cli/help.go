@@ -263,6 +263,27 @@ Without the table it creates nothing and exits 1.
   pglease cleanup --table ops.leases
 `,
 	}, {
+		name: "doctor", flags: doctorFlags,
+		summary: "check what a deployment needs before it relies on pglease",
+		run:     (*env).cmdDoctor,
+		about: `Check, as the role the DSN names, what pglease needs of the server and of the
+path to it, and say what to change: the role's privileges on the lease table
+and every object of it (or whether it may create the table), a connection
+pooler in the path and whether it pools by transaction, that a notification
+sent is received, idle_session_timeout and statement_timeout against the
+TTL, synchronous_commit and the standbys, the server's clock against this
+host's, the server version, and the connections left for a fleet of N
+clients (--fleet). It only reads.
+
+Exit status: 0 when every check passed, 3 when some warned (pglease works,
+but something should change), 1 when one failed (it cannot work as it is),
+2 on usage errors.
+`,
+		more: `Examples:
+  pglease doctor --table ops.leases --ttl 15s
+  pglease doctor --fleet 200 --json | jq '.checks[] | select(.status != "ok")'
+`,
+	}, {
 		name: "demo", flags: demoFlags,
 		summary: "watch workers fail over on a throwaway PostgreSQL",
 		run:     (*env).cmdDemo,

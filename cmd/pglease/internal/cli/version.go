@@ -10,17 +10,28 @@ import (
 // modulePath is the module the version of the tool is the version of.
 const modulePath = "github.com/pglease/pglease"
 
+// stampedVersion and stampedCommit are what 'make release' stamps into
+// its binaries (-ldflags -X), which it builds without VCS information so
+// that a build is reproducible; empty in every other build, whose
+// version line comes from its build info.
+var stampedVersion, stampedCommit string
+
 // versionLine formats 'pglease version' from the build info of the binary
 // (nil when it has none): the module version ("v0.3.1" from
 // 'go install github.com/pglease/pglease/cmd/pglease@v0.3.1', "(devel)" for
 // a build in a checkout), the VCS revision and "+dirty" when the build
 // recorded them, the Go version and the platform; "(unknown)" when the
 // build info knows no version of the module (a binary built without
-// module information).
+// module information). A release binary names the version and commit
+// 'make release' stamped instead.
 func versionLine(bi *debug.BuildInfo) string {
 	version, goVersion := "", runtime.Version()
 	goos, goarch := runtime.GOOS, runtime.GOARCH
 	var revision, modified string
+	if stampedVersion != "" {
+		bi = nil // a release: its stamps are its version and commit
+		version, revision = stampedVersion, stampedCommit
+	}
 	if bi != nil {
 		if bi.GoVersion != "" {
 			goVersion = bi.GoVersion
