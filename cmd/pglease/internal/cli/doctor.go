@@ -373,7 +373,7 @@ func (d *doctor) clock(ctx context.Context) error {
 	what := fmt.Sprintf("the server's clock is %s %s this host's (±%s)", human.Duration(skew.Abs()), map[bool]string{true: "ahead of", false: "behind"}[skew >= 0], human.Duration(after.Sub(before)/2))
 	if skew.Abs() > time.Second {
 		d.add("clock", checkWarn, what,
-			"pglease judges leases by the server's clock, so leases are safe; but the times jobs log, --min-hold across hosts and the schedulers that fire by the host's clock (robfig, gocron) drift: synchronise both with NTP")
+			"pglease judges leases by the server's clock, so leases are safe; but the times jobs log and the schedulers that fire by the host's clock (robfig's, gocron's) drift from the server's: synchronise both with NTP")
 		return nil
 	}
 	d.add("clock", checkOK, what, "")

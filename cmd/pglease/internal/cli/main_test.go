@@ -195,6 +195,15 @@ func noTableEnv(t *testing.T) (env []string, table string) {
 	return []string{"PGLEASE_DSN=" + pgtest.DSN(t)}, pgtest.Schema(t) + ".leases"
 }
 
+// missingSchema names a schema that does not exist, dropped when the test
+// ends should a command have created it.
+func missingSchema(t *testing.T, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+name+" CASCADE") })
+	return name
+}
+
 // migrateTable creates table as 'pglease migrate --table' does: run and
 // cron create only the default table (TestATableThatDoesNotExistIsNeverCreated).
 func migrateTable(t *testing.T, table string) {

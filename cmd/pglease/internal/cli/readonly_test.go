@@ -3,10 +3,8 @@
 package cli_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 	"github.com/pglease/pglease/internal/pgtest"
@@ -22,8 +20,7 @@ import (
 func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 	t.Parallel()
 	env, existing := tableEnv(t)
-	missing := fmt.Sprintf("cli_ro_%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+missing+" CASCADE") })
+	missing := missingSchema(t, "cli_ro")
 	server := cli.ServerOf(pgtest.DSN(t))
 	for _, table := range []string{missing + ".leases", existing + "_typo"} {
 		for _, args := range [][]string{{"ls"}, {"ls", "--json"}, {"status", "x"}, {"status", "x", "--json"}} {
@@ -101,8 +98,7 @@ func TestReadOnlyCommandsNeedOnlySelect(t *testing.T) {
 func TestAdminCommandsOnMissingTableCreateNothing(t *testing.T) {
 	t.Parallel()
 	env, existing := tableEnv(t)
-	missing := fmt.Sprintf("cli_admin_%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+missing+" CASCADE") })
+	missing := missingSchema(t, "cli_admin")
 	holdLease(t, env, existing, "nightly", "--owner", "host-a")
 	server := cli.ServerOf(pgtest.DSN(t))
 	for _, table := range []string{missing + ".leases", existing + "_typo"} {

@@ -109,12 +109,11 @@ func TestStatusSaysWhoHoldsANameHoweverHeld(t *testing.T) {
 func TestATableThatDoesNotExistIsNeverCreated(t *testing.T) {
 	t.Parallel()
 	env, existing := tableEnv(t)
-	missingSchema := fmt.Sprintf("cli_new_%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { pgtest.Exec(t, "DROP SCHEMA IF EXISTS "+missingSchema+" CASCADE") })
+	missing := missingSchema(t, "cli_new")
 	server := cli.ServerOf(pgtest.DSN(t))
 	ran := filepath.Join(t.TempDir(), "ran")
 	crontab := writeCrontab(t, "often @every 1s -- touch "+ran)
-	for _, table := range []string{missingSchema + ".leases", existing + "_typo"} {
+	for _, table := range []string{missing + ".leases", existing + "_typo"} {
 		for _, args := range [][]string{{"run", "job", "--", "touch", ran}, {"cron", crontab}} {
 			code, stdout, stderr := run(t, env, withTable(args, table)...)
 			want := 125
@@ -136,11 +135,11 @@ func TestATableThatDoesNotExistIsNeverCreated(t *testing.T) {
 	if _, err := os.Stat(ran); err == nil {
 		t.Fatal("a command ran with a --table nobody created")
 	}
-	if pgtest.Value[int64](t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", missingSchema) != 0 {
-		t.Fatalf("the schema %s was created", missingSchema)
+	if pgtest.Value[int64](t, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", missing) != 0 {
+		t.Fatalf("the schema %s was created", missing)
 	}
 
-	created := missingSchema + ".leases"
+	created := missing + ".leases"
 	if code, stdout, stderr := run(t, env, "migrate", "--table", created); code != 0 || stdout != "lease table "+created+" is ready\n" {
 		t.Fatalf("migrate --table %s: exit %d, stdout %q, stderr %q", created, code, stdout, stderr)
 	}
@@ -149,7 +148,7 @@ func TestATableThatDoesNotExistIsNeverCreated(t *testing.T) {
 	}
 
 	// The migration as a role that may not create a schema.
-	denied := missingSchema + "_denied"
+	denied := missing + "_denied"
 	code, _, stderr := run(t, []string{"PGLEASE_DSN=" + roleDSN(t)}, "migrate", "--table", denied+".leases")
 	if code != 1 || !strings.Contains(stderr, `create the schema "`+denied+`"`) ||
 		!strings.Contains(stderr, "lacks the privilege to create a schema in the database") || strings.HasPrefix(stderr, "pglease: create the lease table") {
