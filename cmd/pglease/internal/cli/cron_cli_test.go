@@ -19,11 +19,12 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// pglease jobs only reads: without tables it lists no jobs and creates
-// nothing.
+// pglease jobs only reads: without the jobs tables it lists no jobs and
+// creates nothing; with a --table that does not exist it says so, as ls
+// does, exit 1.
 func TestJobsWithoutTablesListsNothing(t *testing.T) {
 	t.Parallel()
-	env, table := noTableEnv(t)
+	env, table := tableEnv(t)
 	for _, tc := range []struct {
 		args   []string
 		code   int
@@ -38,14 +39,15 @@ func TestJobsWithoutTablesListsNothing(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d, %q", tc.args, code, stdout, stderr, tc.code, tc.stdout)
 		}
 	}
-	for _, rel := range []string{table, table + "_jobs", table + "_runs"} {
+	for _, rel := range []string{table + "_jobs", table + "_runs"} {
 		if pgtest.RelationExists(t, rel) {
 			t.Errorf("pglease jobs created %s", rel)
 		}
 	}
-	missing := fmt.Sprintf("cli_jobs_none_%d.leases", time.Now().UnixNano()%1e9)
-	if code, stdout, stderr := run(t, env, "jobs", "--table", missing); code != 0 || stdout != "no jobs\n" {
-		t.Errorf("jobs in a schema that does not exist: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	missing := missingSchema(t, "cli_jobs_none") + ".leases"
+	if code, stdout, stderr := run(t, env, "jobs", "--table", missing); code != 1 || stdout != "" ||
+		!strings.Contains(stderr, "there is no lease table "+missing) || !strings.Contains(stderr, "'pglease migrate --table "+missing+"'") {
+		t.Errorf("jobs in a schema that does not exist: exit %d, stdout %q, stderr %q; want exit 1 naming the table", code, stdout, stderr)
 	}
 }
 

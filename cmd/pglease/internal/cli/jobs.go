@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglease/pglease"
 	"github.com/pglease/pglease/cmd/pglease/internal/human"
 	"github.com/pglease/pglease/pgleasecron"
 )
@@ -61,6 +62,9 @@ func (e *env) cmdJobs(ctx context.Context, args []string) int {
 	if err := ping(ctx, pool); err != nil {
 		return e.fail(err)
 	}
+	if code, ok := e.jobsTable(ctx, pool, fs); !ok {
+		return code
+	}
 	infos, err := pgleasecron.ReadJobs(ctx, pool, table)
 	if err != nil {
 		return e.fail(err)
@@ -87,6 +91,21 @@ func (e *env) cmdJobs(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	return e.listRuns(runs, now, fs.boolean("json"))
+}
+
+// jobsTable checks, as ls does, that a lease table --table names exists:
+// a typo is an error, not "no jobs".
+func (e *env) jobsTable(ctx context.Context, pool *pgxpool.Pool, fs *flagSet) (int, bool) {
+	if isDefaultTable(fs.str("table")) {
+		return exitOK, true
+	}
+	c, err := pglease.NewFromPool(pool, pglease.Config{Table: fs.str("table"), Owner: "admin-" + hostname()})
+	if err != nil {
+		return e.fail(err), false
+	}
+	defer c.Close()
+	_, code, ok := e.tableExists(ctx, c, fs, "there are no jobs to list")
+	return code, ok
 }
 
 func serverNow(ctx context.Context, pool *pgxpool.Pool) (time.Time, error) {
