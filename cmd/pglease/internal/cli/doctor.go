@@ -283,7 +283,8 @@ func (d *doctor) notify(ctx context.Context) error {
 // timeouts: the server's timeouts for this role against the TTL.
 func (d *doctor) timeouts(ctx context.Context) error {
 	var idle, idleTx, stmt int64 // ms
-	err := d.a.QueryRow(ctx, doctorTimeoutsSQL).Scan(&idle, &idleTx, &stmt)
+	var kaIdle, kaInterval, kaCount int
+	err := d.a.QueryRow(ctx, doctorTimeoutsSQL).Scan(&idle, &idleTx, &stmt, &kaIdle, &kaInterval, &kaCount)
 	if err != nil {
 		return err
 	}
@@ -303,6 +304,12 @@ func (d *doctor) timeouts(ctx context.Context) error {
 		oks = append(oks, "statement_timeout "+orOff(stmt, ms))
 	}
 	oks = append(oks, "idle_in_transaction_session_timeout "+orOff(idleTx, ms)+" (pglease never idles in a transaction)")
+	keepalive := "TCP keep-alives: the operating system's defaults (or a Unix socket)"
+	if kaIdle > 0 {
+		keepalive = fmt.Sprintf("TCP keep-alives: a silent peer is dropped after about %s (tcp_keepalives_idle %ds, interval %ds, count %d)",
+			human.Duration(time.Duration(kaIdle+kaInterval*kaCount)*time.Second), kaIdle, kaInterval, kaCount)
+	}
+	oks = append(oks, keepalive)
 	if len(warns) > 0 {
 		d.add("timeouts", checkWarn, strings.Join(warns, ", ")+"; "+strings.Join(oks, ", "), strings.Join(advice, "; "))
 		return nil

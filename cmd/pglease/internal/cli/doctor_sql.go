@@ -63,11 +63,15 @@ WHERE left(p.proname, length($2::text) + 1) = $2::text || '_'
 
 	// doctorTimeoutsSQL: the session's idle_session_timeout (0 before
 	// PostgreSQL 14, which has none), idle_in_transaction_session_timeout
-	// and statement_timeout, in milliseconds.
+	// and statement_timeout, in milliseconds, and its TCP keep-alive
+	// settings (tcp_keepalives_idle and _interval in seconds, _count; 0:
+	// the operating system's default, or a Unix socket).
 	doctorTimeoutsSQL = `
 SELECT coalesce((SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout'), 0),
        (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'idle_in_transaction_session_timeout'),
-       (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'statement_timeout')`
+       (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'statement_timeout'),
+       current_setting('tcp_keepalives_idle')::int, current_setting('tcp_keepalives_interval')::int,
+       current_setting('tcp_keepalives_count')::int`
 
 	// doctorReplicationSQL: synchronous_commit, synchronous_standby_names
 	// and how many standbys stream from this server.
