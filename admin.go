@@ -59,22 +59,15 @@ func (c *Client) migrate(ctx context.Context) error {
 }
 
 // tableExists reports whether the lease table exists, reading the catalog
-// each time (readable remembers a first success); a table that exists but
-// is not one pglease can read (of another shape, or of a newer version)
-// is an error.
+// each time (readable does once and remembers a success, which this check
+// records too, so that the read that follows asks nothing again); a table
+// that exists but is not one pglease can read (of another shape, or of a
+// newer version) is an error.
 func (c *Client) tableExists(ctx context.Context) (bool, error) {
 	if err := c.life.checkOpen(); err != nil {
 		return false, err
 	}
-	var exists bool
-	err := c.retry(ctx, func() (err error) {
-		exists, err = c.st.CheckReadable(ctx, c.db)
-		return err
-	})
-	if err != nil {
-		return false, opError("check the lease table "+c.st.Names.QualifiedTable(), err)
-	}
-	return exists, nil
+	return c.checkReadable(ctx)
 }
 
 // list reads every lease row, held or expired, ordered by name.

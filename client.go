@@ -469,6 +469,12 @@ func (c *Client) readable(ctx context.Context) (exists bool, err error) {
 	if ok {
 		return true, nil
 	}
+	return c.checkReadable(ctx)
+}
+
+// checkReadable is readable's check, made whatever it remembers, and
+// remembered when it succeeds.
+func (c *Client) checkReadable(ctx context.Context) (exists bool, err error) {
 	err = c.retry(ctx, func() (err error) {
 		exists, err = c.st.CheckReadable(ctx, c.db)
 		return err

@@ -2,12 +2,10 @@ package pgleasecron
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -114,7 +112,7 @@ func readError(what string, q queries, err error) error {
 		return nil
 	}
 	hint := ""
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+	if lacksPrivilege(err) {
 		hint = fmt.Sprintf(" (grant the role SELECT on %s and %s, and USAGE on their schema; see pglease's docs/OPERATIONS.md)", q.jobs, q.runs)
 	}
 	return fmt.Errorf("pgleasecron: %s: %w%s", what, err, hint)

@@ -68,7 +68,7 @@ func (j *job) registerFirst(ctx context.Context) (time.Time, error) {
 			return last, nil
 		case serverRefused(err):
 			hint := ""
-			if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+			if lacksPrivilege(err) {
 				hint = fmt.Sprintf(" (grant the role SELECT, INSERT, UPDATE and DELETE on %s and %s, beside its privileges on the lease table: see pglease's docs/OPERATIONS.md)", j.s.q.jobs, j.s.q.runs)
 			}
 			return time.Time{}, fmt.Errorf("pgleasecron: job %q: register the job in %s: %w%s", j.name, j.s.q.jobs, err, hint)
@@ -76,6 +76,13 @@ func (j *job) registerFirst(ctx context.Context) (time.Time, error) {
 			return time.Time{}, nil
 		}
 	}
+}
+
+// lacksPrivilege reports whether err is the server's refusal for want of
+// a privilege (SQLSTATE 42501).
+func lacksPrivilege(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
 }
 
 // serverRefused reports whether err is the server's answer to a statement it

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease"
@@ -287,7 +286,7 @@ func (s *Scheduler) Migrate(ctx context.Context) error {
 		}
 		return nil
 	})
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+	if lacksPrivilege(err) {
 		return fmt.Errorf("pgleasecron: create the tables %s and %s: %w (have a role that may create tables in their schema create them, with the statements of pgleasecron.DDL (the CLI's 'pglease schema'), then grant this role SELECT, INSERT, UPDATE and DELETE on them; see pglease's docs/OPERATIONS.md)", s.q.jobs, s.q.runs, err)
 	}
 	if err != nil {

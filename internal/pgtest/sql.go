@@ -169,12 +169,21 @@ func SelectOnlyDSN(t testing.TB, tables ...string) string {
 	if len(tables) == 0 || !strings.Contains(tables[0], ".") {
 		t.Fatalf("pgtest: SelectOnlyDSN needs schema-qualified tables, got %q", tables)
 	}
-	role := fmt.Sprintf("ro_%d", time.Now().UnixNano())
 	schema := tables[0][:strings.Index(tables[0], ".")]
+	return RoleDSN(t, "USAGE ON SCHEMA "+schema, "SELECT ON "+strings.Join(tables, ", "))
+}
+
+// RoleDSN creates a login role, dropped when the test ends, grants it
+// each of grants (what a GRANT statement grants: "USAGE ON SCHEMA s",
+// "SELECT ON s.t"), and returns the DSN of the shared server as that role.
+func RoleDSN(t testing.TB, grants ...string) string {
+	t.Helper()
+	role := fmt.Sprintf("role_%d", time.Now().UnixNano())
 	Exec(t, "CREATE ROLE "+role+" LOGIN")
 	t.Cleanup(func() { Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
-	Exec(t, "GRANT USAGE ON SCHEMA "+schema+" TO "+role)
-	Exec(t, "GRANT SELECT ON "+strings.Join(tables, ", ")+" TO "+role)
+	for _, g := range grants {
+		Exec(t, "GRANT "+g+" TO "+role)
+	}
 	u, err := url.Parse(DSN(t))
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)

@@ -47,6 +47,7 @@ type doctor struct {
 	ttl    time.Duration
 	fleet  int
 	a, b   *pgx.Conn
+	pooled bool // a pooler stands in the path (the pooler check)
 	checks []check
 }
 
@@ -215,6 +216,7 @@ func (d *doctor) pooler(ctx context.Context) error {
 		d.add("pooler", checkOK, "a direct connection to the server (no pooler in the path)", "")
 		return nil
 	}
+	d.pooled = true
 	probe, err := d.connect(ctx)
 	if err != nil {
 		return err
@@ -315,7 +317,7 @@ func (d *doctor) timeouts(ctx context.Context) error {
 		return nil
 	}
 	summary := strings.Join(oks, ", ") + fmt.Sprintf("; pglease sets the TCP keep-alives and user timeout of its session-bound connections to at least the TTL (%s) itself", d.ttl)
-	if d.pooled() {
+	if d.pooled {
 		d.add("timeouts", checkWarn, strings.Join(oks, ", "),
 			"through a pooler, pglease's own keep-alive and timeout settings reach a shared server connection, not its own: set the pooler's server-side keep-alives (PgBouncer: tcp_keepalive, tcp_keepidle) to at least the TTL")
 		return nil
@@ -329,16 +331,6 @@ func orOff(v int64, f func(int64) string) string {
 		return "off"
 	}
 	return f(v)
-}
-
-// pooled reports whether the pooler check found a pooler.
-func (d *doctor) pooled() bool {
-	for _, c := range d.checks {
-		if c.Name == "pooler" {
-			return c.Status != checkOK
-		}
-	}
-	return false
 }
 
 // replication: synchronous_commit and the standbys, which decide what a

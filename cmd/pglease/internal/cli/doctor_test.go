@@ -80,7 +80,7 @@ func TestDoctorSaysWhatToChange(t *testing.T) {
 	t.Parallel()
 	_, table := tableEnv(t)
 	schema := strings.Split(table, ".")[0]
-	dsn := roleDSN(t, "USAGE ON SCHEMA "+schema, "SELECT ON "+table)
+	dsn := pgtest.RoleDSN(t, "USAGE ON SCHEMA "+schema, "SELECT ON "+table)
 	role := strings.SplitN(strings.TrimPrefix(dsn, "postgres://"), "@", 2)[0]
 	pgtest.Exec(t, "ALTER ROLE "+role+" SET idle_session_timeout = '1min'")
 	limited := []string{"PGLEASE_DSN=" + dsn}

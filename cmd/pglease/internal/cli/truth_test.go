@@ -9,39 +9,17 @@ package cli_test
 
 import (
 	"encoding/json"
-	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/pglease/pglease/cmd/pglease/internal/cli"
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pgleasecron"
 )
-
-// roleDSN creates a login role (dropped when the test ends) with the
-// privileges of grants, each a GRANT's "PRIVILEGES ON OBJECT" ("USAGE ON
-// SCHEMA s"), and returns the shared server's DSN as that role.
-func roleDSN(t *testing.T, grants ...string) string {
-	t.Helper()
-	role := fmt.Sprintf("cli_role_%d", time.Now().UnixNano())
-	pgtest.Exec(t, "CREATE ROLE "+role+" LOGIN")
-	t.Cleanup(func() { pgtest.Exec(t, "DROP OWNED BY "+role+"; DROP ROLE "+role) })
-	for _, g := range grants {
-		pgtest.Exec(t, "GRANT "+g+" TO "+role)
-	}
-	u, err := url.Parse(pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	return u.String()
-}
 
 // withTable is args with "--table table" before COMMAND's "--", if any.
 func withTable(args []string, table string) []string {
@@ -149,7 +127,7 @@ func TestATableThatDoesNotExistIsNeverCreated(t *testing.T) {
 
 	// The migration as a role that may not create a schema.
 	denied := missing + "_denied"
-	code, _, stderr := run(t, []string{"PGLEASE_DSN=" + roleDSN(t)}, "migrate", "--table", denied+".leases")
+	code, _, stderr := run(t, []string{"PGLEASE_DSN=" + pgtest.RoleDSN(t)}, "migrate", "--table", denied+".leases")
 	if code != 1 || !strings.Contains(stderr, `create the schema "`+denied+`"`) ||
 		!strings.Contains(stderr, "lacks the privilege to create a schema in the database") || strings.HasPrefix(stderr, "pglease: create the lease table") {
 		t.Errorf("migrate as a role without CREATE on the database: exit %d, stderr %q; want exit 1 naming the schema's creation", code, stderr)
@@ -173,7 +151,7 @@ func TestPrivilegeErrorsNameTheActionAndTheObject(t *testing.T) {
 		{[]string{"USAGE ON SCHEMA " + schema, "SELECT, INSERT, UPDATE, DELETE ON " + table + ", " + table + "_waiters"},
 			[]string{"permission denied for sequence leases_token_seq", "on the token sequence leases_token_seq", "grant it USAGE on the sequence"}},
 	} {
-		role := []string{"PGLEASE_DSN=" + roleDSN(t, tc.grants...)}
+		role := []string{"PGLEASE_DSN=" + pgtest.RoleDSN(t, tc.grants...)}
 		for _, args := range [][]string{{"release", "job", "--force"}, {"run", "job", "--", "true"}} {
 			code, _, stderr := run(t, role, withTable(args, table)...)
 			if code == 0 || !strings.HasPrefix(stderr, "pglease: check the lease table") {
@@ -201,7 +179,7 @@ func TestCronRefusedOnItsTablesExitsSayingWhatToGrant(t *testing.T) {
 	}
 	pgtest.Exec(t, ddl)
 	schema := strings.Split(table, ".")[0]
-	role := []string{"PGLEASE_DSN=" + roleDSN(t, "USAGE ON SCHEMA "+schema,
+	role := []string{"PGLEASE_DSN=" + pgtest.RoleDSN(t, "USAGE ON SCHEMA "+schema,
 		"SELECT, INSERT, UPDATE, DELETE ON "+table+", "+table+"_waiters", "USAGE ON SEQUENCE "+table+"_token_seq")}
 	ran := filepath.Join(t.TempDir(), "ran")
 	crontab := writeCrontab(t, "often @every 1s -- touch "+ran)
